@@ -1,0 +1,29 @@
+# Two entry points, each creating .venv on first use:
+#   make run   install, then run the main job (ATAD on the embedded model, one problem per task)
+#   make test  install with test extras, then run the whole test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# llama.cpp's native CPU flags crash on some CPUs (AMX/AVX-512 paths); a portable build works everywhere.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+# CPU build of PyTorch for sentence-transformers (override for a GPU build).
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: run test install clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(PY) run.py --protocol atad --per-task 1
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+clean-venv:
+	rm -rf $(VENV)

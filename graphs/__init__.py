@@ -1,0 +1,1 @@
+"""One module per protocol: builds and compiles its StateGraph (exports builder and graph)."""

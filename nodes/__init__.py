@@ -1,0 +1,1 @@
+"""Node functions grouped by role: plain (state, runtime) -> dict functions."""

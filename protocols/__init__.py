@@ -1,0 +1,44 @@
+"""Protocol registry: name -> the :class:`runtime.protocol.Protocol` subclass that runs it.
+
+Each protocol keeps its batch logic (units, metrics, report) in its module here;
+its graph lives in ``graphs/<name>.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from runtime.errors import InputError
+from runtime.protocol import Protocol
+
+#: name -> "module:Class"
+REGISTRY: dict[str, str] = {
+    "atad": "protocols.atad:AtadProtocol",
+    "judgeagent": "protocols.judgeagent:JudgeAgentProtocol",
+    "interview": "protocols.interview:InterviewProtocol",
+    "llmeval": "protocols.llmeval:LLMEvalProtocol",
+}
+
+
+def available() -> dict[str, type[Protocol]]:
+    """Protocols whose module exists (others are still being built)."""
+    found = {}
+    for name in REGISTRY:
+        try:
+            found[name] = protocol_class(name)
+        except InputError:
+            continue
+    return found
+
+
+def protocol_class(name: str) -> type[Protocol]:
+    if name not in REGISTRY:
+        raise InputError(f"unknown protocol {name!r}; choose one of {', '.join(REGISTRY)}", field="--protocol")
+    module_name, _, cls_name = REGISTRY[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise InputError(f"protocol {name!r} is not implemented yet", field="--protocol") from None
+        raise
+    return getattr(module, cls_name)

@@ -1,0 +1,102 @@
+"""Batch runs of the dynamic evaluation protocols.
+
+    python run.py --protocol atad [options]
+
+Every option is listed by ``python run.py --help``. Bad input exits with code 2
+and one line naming the file, record and field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+from rich.console import Console  # noqa: E402
+
+from protocols import REGISTRY, available, protocol_class  # noqa: E402
+from runtime.config_loader import load_config, read_config_file  # noqa: E402
+from runtime.errors import InputError  # noqa: E402
+from runtime.runner import execute, open_run  # noqa: E402
+from state.config import ROLES  # noqa: E402
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
+    """The parser, and for each protocol the ``dest`` names of its own flags."""
+    parser = argparse.ArgumentParser(
+        prog="run.py",
+        description="Evaluate LLMs with dynamic protocols (JudgeAgent, ATAD, LLM-as-an-Interviewer, LLMEval-3).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--protocol", required=True, help=f"one of: {', '.join(REGISTRY)}")
+    parser.add_argument("--config", help="TOML or YAML config file (models, roles, stores, params)")
+    roles = parser.add_argument_group("models per role (local | NAME from the config | MODEL@BASE_URL)")
+    for role in ROLES:
+        roles.add_argument(f"--{role}", help=f"model for the {role} role")
+    run = parser.add_argument_group("run")
+    run.add_argument("--limit", type=int, help="process at most this many units")
+    run.add_argument("--concurrency", type=int, help="units in flight at once (default 2)")
+    run.add_argument("--seed", type=int, help="seed for every random choice (default 0)")
+    run.add_argument("--out", help="folder holding run directories (default runs)")
+    run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
+    run.add_argument("--dry-run", action="store_true", help="print the plan (units, models, calls) and exit")
+    run.add_argument("--skip-preflight", action="store_true", help="do not ping each endpoint before the run")
+    stores = parser.add_argument_group("stores")
+    stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
+    stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")
+    stores.add_argument("--embedding-model", help="sentence-transformers model name or path")
+    dests: dict[str, list[str]] = {}
+    for name, cls in available().items():
+        group = parser.add_argument_group(f"{name} options", cls.description)
+        before = len(group._group_actions)
+        cls.add_arguments(group)
+        dests[name] = [a.dest for a in group._group_actions[before:]]
+    return parser, dests
+
+
+def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict[str, Any]:
+    return {
+        "roles": {r: getattr(args, r) for r in ROLES if getattr(args, r)},
+        "limit": args.limit,
+        "concurrency": args.concurrency,
+        "seed": args.seed,
+        "out": args.out,
+        "stores": {"chroma_url": args.chroma_url, "postgres_dsn": args.postgres_dsn,
+                   "embedding_model": args.embedding_model},
+        "params": {d: getattr(args, d) for d in protocol_dests if getattr(args, d) is not None},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    console = Console(stderr=False)
+    parser, dests = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cls = protocol_class(args.protocol)
+        flags = flags_from_args(args, dests.get(args.protocol, []))
+        config_file = args.config
+        if args.resume:
+            out = args.out or (read_config_file(args.config).get("out") if args.config else None) or "runs"
+            config_file = os.path.join(out, args.resume, "config.json")
+            if not os.path.exists(config_file):
+                raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
+        config = load_config(args.protocol, config_file=config_file, flags=flags)
+        protocol = cls()
+        run = open_run(protocol, config, run_id=args.resume, console=console)
+        execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
+    except InputError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; continue with --resume RUN_ID")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

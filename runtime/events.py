@@ -1,0 +1,113 @@
+"""The run's event log (``events.jsonl``) and per-unit usage accounting."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Usage:
+    """Calls, tokens and seconds spent by one unit (or a whole run)."""
+
+    calls: int = 0
+    failed_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.failed_calls += other.failed_calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.seconds += other.seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "failed_calls": self.failed_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "llm_seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class EventLog:
+    """Append-only JSONL log of every LLM exchange, safe to share between threads.
+
+    ``path=None`` keeps events in memory only (Studio sessions, tests).
+    """
+
+    path: Path | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _usage: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
+    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    keep_in_memory: bool = False
+
+    def record(self, *, unit: str, role: str, model: str, step: str, messages: list[dict[str, Any]],
+               output: Any, prompt_tokens: int, completion_tokens: int, latency_s: float,
+               error: str | None = None, attempt: int = 1) -> None:
+        event = {
+            "ts": round(time.time(), 3),
+            "unit": unit,
+            "role": role,
+            "model": model,
+            "step": step,
+            "attempt": attempt,
+            "messages": messages,
+            "output": output,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "latency_s": round(latency_s, 3),
+            "error": error,
+        }
+        line = json.dumps(event, ensure_ascii=False, default=str)
+        with self._lock:
+            usage = self._usage[unit]
+            usage.calls += 1
+            usage.failed_calls += error is not None
+            usage.prompt_tokens += prompt_tokens
+            usage.completion_tokens += completion_tokens
+            usage.seconds += latency_s
+            if self.keep_in_memory or self.path is None:
+                self.records.append(event)
+            if self.path is not None:
+                with self.path.open("a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+
+    def usage(self, unit: str) -> Usage:
+        """Usage of one unit so far (a copy)."""
+        with self._lock:
+            u = self._usage.get(unit, Usage())
+            return Usage(u.calls, u.failed_calls, u.prompt_tokens, u.completion_tokens, u.seconds)
+
+    def total(self) -> Usage:
+        with self._lock:
+            total = Usage()
+            for u in self._usage.values():
+                total.add(u)
+            return total
+
+    def load_existing(self) -> None:
+        """Re-count usage from an existing log (resume keeps earlier cost)."""
+        if self.path is None or not self.path.exists():
+            return
+        with self._lock, self.path.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    e = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill mid-write
+                u = self._usage[e.get("unit", "-")]
+                u.calls += 1
+                u.failed_calls += e.get("error") is not None
+                u.prompt_tokens += e.get("prompt_tokens") or 0
+                u.completion_tokens += e.get("completion_tokens") or 0
+                u.seconds += e.get("latency_s") or 0.0

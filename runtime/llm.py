@@ -1,0 +1,184 @@
+"""The LLM call layer every node goes through.
+
+One :class:`RoleLLM` per role: retries transient endpoint faults with
+exponential backoff, bounds in-flight requests, gets structured output with one
+repair attempt, and appends every exchange to the run's :class:`EventLog`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+import httpx
+import openai
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from pydantic import BaseModel, ValidationError
+
+from prompts import load_prompt
+from runtime.errors import InfraError, ModelError
+from runtime.events import EventLog
+
+T = TypeVar("T", bound=BaseModel)
+
+_TRANSIENT_STATUS = {408, 409, 429}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Timeouts, connection faults, 429 and 5xx are worth retrying; other faults are not."""
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500 or exc.status_code in _TRANSIENT_STATUS
+    return isinstance(exc, (httpx.TimeoutException, httpx.TransportError, TimeoutError, ConnectionError))
+
+
+def is_endpoint_fault(exc: BaseException) -> bool:
+    """Any error raised by the client library for the endpoint (as opposed to our own code)."""
+    return is_transient(exc) or isinstance(exc, (openai.OpenAIError, httpx.HTTPError))
+
+
+def current_unit() -> str:
+    """The thread id of the graph run this call belongs to ('-' outside a graph)."""
+    try:
+        from langgraph.config import get_config
+
+        return str(get_config().get("configurable", {}).get("thread_id", "-"))
+    except RuntimeError:
+        return "-"
+
+
+def _message_dicts(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    return [{"role": m.type, "content": m.content} for m in messages]
+
+
+def _tokens(message: Any) -> tuple[int, int]:
+    usage = getattr(message, "usage_metadata", None) or {}
+    return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 20.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def delay(self, attempt: int) -> float:
+        """Exponential backoff with full jitter for retry number ``attempt`` (1-based)."""
+        cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        return random.uniform(cap / 2, cap)
+
+
+@dataclass
+class RoleLLM:
+    """A chat model bound to a role, with retries, limits, repair and logging."""
+
+    role: str
+    model_label: str
+    chat: BaseChatModel
+    events: EventLog
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    structured_method: str = "function_calling"
+    slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(4))
+
+    # -- plain text -------------------------------------------------------------------------
+    def text(self, messages: list[BaseMessage], *, step: str) -> str:
+        """Free-form answer as a string."""
+        reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content)
+        return reply.content if isinstance(reply.content, str) else str(reply.content)
+
+    # -- structured -------------------------------------------------------------------------
+    def structured(self, schema: type[T], messages: list[BaseMessage], *, step: str) -> T:
+        """A validated ``schema`` instance; one repair attempt, then :class:`ModelError`."""
+        bound = self.chat.with_structured_output(schema, method=self.structured_method, include_raw=True)
+        result = self._call(lambda: bound.invoke(messages), messages, step, _structured_output, _raw_of)
+        parsed, problem = _parsed_or_problem(schema, result)
+        if parsed is not None:
+            return parsed
+        repair = load_prompt("common/repair").render(error=problem, previous=_raw_text(result))
+        retry_messages = [*messages, *repair]
+        result = self._call(lambda: bound.invoke(retry_messages), retry_messages, f"{step}:repair",
+                            _structured_output, _raw_of)
+        parsed, problem = _parsed_or_problem(schema, result)
+        if parsed is not None:
+            return parsed
+        raise ModelError(f"{self.role} ({self.model_label}) gave no valid {schema.__name__} at step {step}: {problem}")
+
+    # -- core -------------------------------------------------------------------------------
+    def _call(self, invoke: Callable[[], Any], messages: list[BaseMessage], step: str,
+              describe: Callable[[Any], Any], raw: Callable[[Any], Any] = lambda r: r) -> Any:
+        unit = current_unit()
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            try:
+                with self.slots:
+                    result = invoke()
+            except Exception as exc:  # noqa: BLE001 - classified below, re-raised if not ours
+                latency = time.perf_counter() - started
+                if not is_endpoint_fault(exc):
+                    raise
+                self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
+                                   messages=_message_dicts(messages), output=None, prompt_tokens=0,
+                                   completion_tokens=0, latency_s=latency,
+                                   error=f"{type(exc).__name__}: {exc}", attempt=attempt)
+                if is_transient(exc) and attempt <= self.policy.max_retries:
+                    self.policy.sleep(self.policy.delay(attempt))
+                    continue
+                raise InfraError(f"{self.role} ({self.model_label}) failed at step {step} after "
+                                 f"{attempt} attempt(s): {type(exc).__name__}: {exc}") from exc
+            latency = time.perf_counter() - started
+            p_tok, c_tok = _tokens(raw(result))
+            self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
+                               messages=_message_dicts(messages), output=describe(result),
+                               prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=latency, attempt=attempt)
+            return result
+
+
+def _raw_of(result: dict[str, Any]) -> AIMessage | None:
+    return result.get("raw")
+
+
+def _raw_text(result: dict[str, Any]) -> str:
+    raw = result.get("raw")
+    if raw is None:
+        return "(nothing)"
+    calls = getattr(raw, "tool_calls", None)
+    if calls:
+        return json.dumps([c.get("args") for c in calls], ensure_ascii=False)
+    return str(raw.content)[:4000] or "(empty reply)"
+
+
+def _structured_output(result: dict[str, Any]) -> Any:
+    parsed = result.get("parsed")
+    if isinstance(parsed, BaseModel):
+        return parsed.model_dump(mode="json")
+    return {"unparsed": _raw_text(result), "error": str(result.get("parsing_error") or "no structured output")}
+
+
+def _parsed_or_problem(schema: type[T], result: dict[str, Any]) -> tuple[T | None, str]:
+    parsed = result.get("parsed")
+    if isinstance(parsed, schema):
+        return parsed, ""
+    if isinstance(parsed, dict):  # some providers hand back a dict
+        try:
+            return schema.model_validate(parsed), ""
+        except ValidationError as exc:
+            return None, _short_validation(exc)
+    error = result.get("parsing_error")
+    if isinstance(error, ValidationError):
+        return None, _short_validation(error)
+    if error is not None:
+        return None, str(error).splitlines()[0][:500]
+    return None, f"no {schema.__name__} object was returned (call the {schema.__name__} tool with all fields)"
+
+
+def _short_validation(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:5])

@@ -1,0 +1,62 @@
+"""Model factory: a LangChain chat model for a :class:`ModelSpec`.
+
+Every spec becomes a ``langchain_openai.ChatOpenAI``: remote endpoints directly,
+the embedded model through its loopback llama.cpp server. The OpenAI client's
+own retries are off (``max_retries=0``) so that :mod:`runtime.llm` retries,
+logs and classifies every attempt itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.rate_limiters import InMemoryRateLimiter
+from langchain_openai import ChatOpenAI
+
+from runtime.embedded import embedded_base_url
+from runtime.errors import InputError
+from state.config import ModelSpec
+
+#: llama.cpp ignores the key, but the OpenAI client insists on one.
+_NO_KEY = "sk-no-key-needed"
+
+
+def resolve_api_key(spec: ModelSpec) -> str:
+    """The key from the env var the spec names; a named but unset variable is bad input."""
+    if not spec.api_key_env:
+        return _NO_KEY
+    key = os.environ.get(spec.api_key_env)
+    if key:
+        return key
+    if spec.base_url and spec.base_url.startswith(("http://127.", "http://localhost")):
+        return _NO_KEY  # local servers (vLLM, llama.cpp, Ollama) take any key
+    raise InputError(f"environment variable {spec.api_key_env} (API key for model {spec.model!r}) is not set")
+
+
+def build_chat_model(spec: ModelSpec) -> BaseChatModel:
+    """Construct the chat model for ``spec`` (starts the embedded server on first use)."""
+    base_url = embedded_base_url() if spec.provider == "embedded" else spec.base_url
+    limiter = (
+        InMemoryRateLimiter(requests_per_second=spec.requests_per_second, max_bucket_size=1)
+        if spec.requests_per_second
+        else None
+    )
+    return ChatOpenAI(
+        model=spec.model,
+        base_url=base_url,
+        api_key=resolve_api_key(spec),
+        temperature=spec.temperature,
+        max_tokens=spec.max_tokens,
+        timeout=spec.timeout_s,
+        max_retries=0,
+        rate_limiter=limiter,
+        stream_usage=False,
+    )
+
+
+def model_label(spec: ModelSpec) -> str:
+    """Short human name of a spec for logs and reports."""
+    if spec.provider == "embedded":
+        return "local:" + spec.model
+    return f"{spec.model}@{spec.base_url}" if spec.base_url else spec.model

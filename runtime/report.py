@@ -1,0 +1,213 @@
+"""Report rendering shared by all protocols: blocks -> ``report.md`` and ``report.html``.
+
+Protocols return a list of blocks (headings, text, tables, figures); plots are
+drawn with matplotlib (Agg) into ``<run_dir>/figures`` and referenced from both files.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+@dataclass
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass
+class Text:
+    """A paragraph (plain text; rendered escaped in HTML)."""
+
+    text: str
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[Any]]
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    path: Path
+    caption: str
+
+
+@dataclass
+class Code:
+    """Preformatted text (transcripts, raw feedback)."""
+
+    text: str
+
+
+@dataclass
+class Details:
+    """A collapsible section in HTML (plain section in Markdown)."""
+
+    summary: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+Block = Union[Heading, Text, Table, Figure, Code, Details]
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3e}"
+    return "" if value is None else str(value)
+
+
+def _md_cell(value: Any) -> str:
+    return fmt(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(title: str, blocks: Sequence[Block], base: Path) -> str:
+    out = [f"# {title}", ""]
+    for block in blocks:
+        out.extend(_md_block(block, base))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _md_block(block: Block, base: Path) -> list[str]:
+    if isinstance(block, Heading):
+        return ["#" * block.level + " " + block.text, ""]
+    if isinstance(block, Text):
+        return [block.text, ""]
+    if isinstance(block, Code):
+        return ["```", block.text, "```", ""]
+    if isinstance(block, Table):
+        lines = [f"*{block.caption}*", ""] if block.caption else []
+        lines.append("| " + " | ".join(_md_cell(h) for h in block.headers) + " |")
+        lines.append("|" + "---|" * len(block.headers))
+        lines.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows)
+        return lines + [""]
+    if isinstance(block, Figure):
+        return [f"![{block.caption}]({_rel(block.path, base)})", f"*{block.caption}*", ""]
+    if isinstance(block, Details):
+        lines = [f"**{block.summary}**", ""]
+        for inner in block.blocks:
+            lines.extend(_md_block(inner, base))
+        return lines
+    raise TypeError(f"unknown report block {block!r}")
+
+
+def render_html(title: str, blocks: Sequence[Block], base: Path) -> str:
+    body = "\n".join(_html_block(b, base) for b in blocks)
+    return (
+        "<!doctype html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n"
+        f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n"
+    )
+
+
+def _html_block(block: Block, base: Path) -> str:
+    esc = html.escape
+    if isinstance(block, Heading):
+        return f"<h{block.level}>{esc(block.text)}</h{block.level}>"
+    if isinstance(block, Text):
+        return f"<p>{esc(block.text)}</p>"
+    if isinstance(block, Code):
+        return f"<pre>{esc(block.text)}</pre>"
+    if isinstance(block, Table):
+        head = "".join(f"<th>{esc(fmt(h))}</th>" for h in block.headers)
+        rows = "".join("<tr>" + "".join(f"<td>{esc(fmt(c))}</td>" for c in row) + "</tr>" for row in block.rows)
+        cap = f"<caption>{esc(block.caption)}</caption>" if block.caption else ""
+        return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    if isinstance(block, Figure):
+        return (f"<figure><img src='{esc(_rel(block.path, base))}' alt='{esc(block.caption)}'>"
+                f"<figcaption>{esc(block.caption)}</figcaption></figure>")
+    if isinstance(block, Details):
+        inner = "\n".join(_html_block(b, base) for b in block.blocks)
+        return f"<details><summary>{esc(block.summary)}</summary>{inner}</details>"
+    raise TypeError(f"unknown report block {block!r}")
+
+
+def _rel(path: Path, base: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
+
+
+_CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
+    "th{background:#f3f3f3}caption{font-style:italic;text-align:left}img{max-width:100%}"
+    "pre{background:#f7f7f7;padding:.8em;white-space:pre-wrap}details{margin:.5em 0}"
+)
+
+
+def write_report(run_dir: Path, title: str, blocks: Sequence[Block]) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``report.html`` into ``run_dir``."""
+    md, page = run_dir / "report.md", run_dir / "report.html"
+    md.write_text(render_markdown(title, blocks, run_dir), encoding="utf-8")
+    page.write_text(render_html(title, blocks, run_dir), encoding="utf-8")
+    return md, page
+
+
+# -- plots ----------------------------------------------------------------------------------------
+
+def figure_path(run_dir: Path, name: str) -> Path:
+    folder = run_dir / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{name}.png"
+
+
+def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], *, title: str, ylabel: str) -> Path:
+    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(labels) + 2), 3.2))
+    ax.bar(list(labels), list(values), color="#4878a8")
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def heatmap(path: Path, rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float]], *,
+            title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(max(4, 0.7 * len(cols) + 2), max(2.5, 0.5 * len(rows) + 1.5)))
+    im = ax.imshow([list(r) for r in values], cmap="viridis", vmin=0, aspect="auto")
+    ax.set_xticks(range(len(cols)), list(cols), rotation=30)
+    ax.set_yticks(range(len(rows)), list(rows))
+    for i, row in enumerate(values):
+        for j, v in enumerate(row):
+            ax.text(j, i, fmt(v), ha="center", va="center", color="w", fontsize=8)
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def line_chart(path: Path, series: dict[str, Sequence[float]], *, title: str, xlabel: str, ylabel: str,
+               x: Sequence[Any] | None = None, band: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+               ) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for name, ys in series.items():
+        xs = list(x) if x is not None else list(range(1, len(ys) + 1))
+        ax.plot(xs, list(ys), marker="o", label=name)
+        if band and name in band:
+            lo, hi = band[name]
+            ax.fill_between(xs, list(lo), list(hi), alpha=0.2)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

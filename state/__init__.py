@@ -1,0 +1,1 @@
+"""State and configuration schemas (typed), shared item and result types."""

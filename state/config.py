@@ -1,0 +1,146 @@
+"""Run configuration: roles, model specs, stores and protocol parameters.
+
+Precedence (lowest to highest): built-in defaults < config file (TOML or YAML)
+< environment variables (``DYNEVAL_*``) < command-line flags.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Role = Literal["target", "evaluator", "teacher", "orchestrator", "student", "grader"]
+ROLES: tuple[Role, ...] = ("target", "evaluator", "teacher", "orchestrator", "student", "grader")
+
+#: Roles whose output is a judgement about another model; the embedded model in
+#: one of these makes a run a smoke test only.
+JUDGING_ROLES: frozenset[str] = frozenset({"evaluator", "teacher", "orchestrator", "grader"})
+
+#: Defaults chain: a role left unset takes the spec of the role it points to.
+ROLE_FALLBACK: dict[str, str] = {
+    "student": "target",
+    "teacher": "evaluator",
+    "orchestrator": "evaluator",
+    "grader": "evaluator",
+}
+
+EMBEDDED = "local"
+
+
+class ModelSpec(BaseModel):
+    """One model behind an OpenAI-compatible endpoint (or the embedded default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: Literal["openai", "embedded"] = Field(
+        "openai", description="`openai` = any OpenAI-compatible endpoint; `embedded` = SmolLM2 via llama.cpp"
+    )
+    model: str = Field("", description="model name sent to the endpoint")
+    base_url: str | None = Field(None, description="endpoint base URL, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str | None = Field(None, description="name of the env var holding the API key (never the key)")
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(512, gt=0)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0, description="retries on timeouts, 429 and 5xx, with exponential backoff")
+    requests_per_second: float | None = Field(None, gt=0)
+    concurrency: int = Field(4, ge=1, description="requests in flight at once to this model")
+    structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
+
+    @model_validator(mode="after")
+    def _openai_needs_model(self) -> ModelSpec:
+        if self.provider == "openai" and not self.model:
+            raise ValueError("an openai-compatible spec needs `model`")
+        return self
+
+
+def embedded_spec() -> ModelSpec:
+    """The offline default: SmolLM2-135M-Instruct served by llama.cpp on loopback."""
+    return ModelSpec(provider="embedded", model="smollm2-135m-instruct", concurrency=1, max_tokens=384)
+
+
+def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
+    """Resolve a role's model reference.
+
+    A reference is ``local`` (embedded), a name defined under ``[models.NAME]``,
+    or an inline ``MODEL@BASE_URL`` (key from ``OPENAI_API_KEY``).
+    """
+    if ref in models:
+        return models[ref]
+    if ref == EMBEDDED:
+        return embedded_spec()
+    if "@" in ref:
+        model, _, url = ref.partition("@")
+        if model and url.startswith(("http://", "https://")):
+            return ModelSpec(model=model, base_url=url, api_key_env="OPENAI_API_KEY")
+    raise ValueError(
+        f"unknown model {ref!r}: use 'local', a name under [models] in the config file, or MODEL@http://host:port/v1"
+    )
+
+
+class StoreConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    chroma_url: str | None = Field(None, description="Chroma server URL; unset = PersistentClient on disk")
+    postgres_dsn: str | None = Field(None, description="PostgreSQL DSN for checkpoints (and llmeval's bank)")
+    embedding_model: str | None = Field(
+        None, description="sentence-transformers model name or path; unset = the offline all-MiniLM-L6-v2 package"
+    )
+
+
+class RunConfig(BaseModel):
+    """Everything a run needs, resolved from defaults, file, env and flags."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    protocol: str
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
+    roles: dict[str, str] = Field(default_factory=lambda: {"target": EMBEDDED, "evaluator": EMBEDDED})
+    limit: int | None = Field(None, ge=1, description="process at most this many units")
+    concurrency: int = Field(2, ge=1, description="units in flight at once")
+    seed: int = 0
+    out: str = "runs"
+    stores: StoreConfig = Field(default_factory=StoreConfig)
+    params: dict[str, Any] = Field(default_factory=dict, description="protocol-specific parameters")
+
+    @field_validator("roles")
+    @classmethod
+    def _known_roles(cls, roles: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(roles) - set(ROLES))
+        if unknown:
+            raise ValueError(f"unknown role(s) {unknown}; roles are {list(ROLES)}")
+        return roles
+
+    @model_validator(mode="after")
+    def _refs_resolve(self) -> RunConfig:
+        for role in ROLES:
+            parse_model_ref(self.role_ref(role), self.models)
+        return self
+
+    def role_ref(self, role: str) -> str:
+        """The model reference of a role, following the default chain."""
+        while role not in self.roles and role in ROLE_FALLBACK:
+            role = ROLE_FALLBACK[role]
+        return self.roles.get(role, EMBEDDED)
+
+    def spec_for(self, role: str) -> ModelSpec:
+        return parse_model_ref(self.role_ref(role), self.models)
+
+    def embedded_judges(self) -> list[str]:
+        """Judging roles served by the embedded model (results are a smoke test)."""
+        return [r for r in ROLES if r in JUDGING_ROLES and self.spec_for(r).provider == "embedded"]
+
+    def masked(self) -> dict[str, Any]:
+        """The config as written to the run directory: secrets never appear.
+
+        Keys are referenced by env-var name only; a DSN or URL with a password is masked.
+        """
+        data = self.model_dump(mode="json")
+        for field in ("postgres_dsn", "chroma_url"):
+            value = data["stores"].get(field)
+            if value and "@" in value and "://" in value:
+                scheme, rest = value.split("://", 1)
+                creds, host = rest.rsplit("@", 1)
+                user = creds.split(":", 1)[0]
+                data["stores"][field] = f"{scheme}://{user}:***@{host}"
+        return data

@@ -1,0 +1,1 @@
+"""Stores: Chroma vectors, context-graph persistence, question bank, checkpoints, results."""

@@ -1,0 +1,1 @@
+"""Retrieval tools the agents call (entity lookup, knowledge-path sampling, chunk search)."""
