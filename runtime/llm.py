@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 import httpx
 import openai
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from pydantic import BaseModel, ValidationError
 
 from prompts import load_prompt
@@ -88,14 +88,17 @@ class RoleLLM:
     slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(4))
 
     # -- plain text -------------------------------------------------------------------------
-    def text(self, messages: list[BaseMessage], *, step: str) -> str:
-        """Free-form answer as a string."""
-        reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content)
+    def text(self, messages: list[BaseMessage], *, step: str, max_retries: int | None = None) -> str:
+        """Free-form answer as a string (``max_retries`` overrides the policy, e.g. for a quick ping)."""
+        messages = convert_to_messages(messages)
+        reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content,
+                           max_retries=max_retries)
         return reply.content if isinstance(reply.content, str) else str(reply.content)
 
     # -- structured -------------------------------------------------------------------------
     def structured(self, schema: type[T], messages: list[BaseMessage], *, step: str) -> T:
         """A validated ``schema`` instance; one repair attempt, then :class:`ModelError`."""
+        messages = convert_to_messages(messages)
         bound = self.chat.with_structured_output(schema, method=self.structured_method, include_raw=True)
         result = self._call(lambda: bound.invoke(messages), messages, step, _structured_output, _raw_of)
         parsed, problem = _parsed_or_problem(schema, result)
@@ -112,8 +115,10 @@ class RoleLLM:
 
     # -- core -------------------------------------------------------------------------------
     def _call(self, invoke: Callable[[], Any], messages: list[BaseMessage], step: str,
-              describe: Callable[[Any], Any], raw: Callable[[Any], Any] = lambda r: r) -> Any:
+              describe: Callable[[Any], Any], raw: Callable[[Any], Any] = lambda r: r,
+              max_retries: int | None = None) -> Any:
         unit = current_unit()
+        retries = self.policy.max_retries if max_retries is None else max_retries
         attempt = 0
         while True:
             attempt += 1
@@ -129,7 +134,7 @@ class RoleLLM:
                                    messages=_message_dicts(messages), output=None, prompt_tokens=0,
                                    completion_tokens=0, latency_s=latency,
                                    error=f"{type(exc).__name__}: {exc}", attempt=attempt)
-                if is_transient(exc) and attempt <= self.policy.max_retries:
+                if is_transient(exc) and attempt <= retries:
                     self.policy.sleep(self.policy.delay(attempt))
                     continue
                 raise InfraError(f"{self.role} ({self.model_label}) failed at step {step} after "

@@ -108,7 +108,7 @@ def preflight(protocol: Protocol, run: Run) -> None:
             continue
         checked.add(label)
         try:
-            run.services.llm(role).text(load_prompt("common/ping").render(), step="preflight")
+            run.services.llm(role).text(load_prompt("common/ping").render(), step="preflight", max_retries=1)
         except (InfraError, InputError) as exc:
             raise InputError(f"endpoint for role {role} ({label}) does not answer: {exc}") from None
 

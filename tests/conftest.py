@@ -1,0 +1,58 @@
+"""Shared fixtures: offline environment, the embedded llama.cpp server, fake services."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def embedded_url() -> Any:
+    """A real llama.cpp OpenAI-compatible server on 127.0.0.1 with the embedded SmolLM2 model.
+
+    Started once per test session; ``DYNEVAL_EMBEDDED_URL`` makes every ``local``
+    spec in the process use it. Stopped after the session.
+    """
+    from runtime.embedded import start_server
+
+    server = start_server()
+    previous = os.environ.get("DYNEVAL_EMBEDDED_URL")
+    os.environ["DYNEVAL_EMBEDDED_URL"] = server.base_url
+    yield server.base_url
+    if previous is None:
+        os.environ.pop("DYNEVAL_EMBEDDED_URL", None)
+    else:
+        os.environ["DYNEVAL_EMBEDDED_URL"] = previous
+    server.stop()
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """``../shared/data`` (real public datasets); tests using it skip when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    return SHARED_DATA
+
+
+def make_services(tmp_path: Path, protocol: str = "test", chats: dict[str, Any] | None = None,
+                  params: dict[str, Any] | None = None) -> Any:
+    """Services with fake chat models per role and no retry sleeping (unit tests)."""
+    from runtime.events import EventLog
+    from runtime.services import Services
+    from state.config import RunConfig
+
+    config = RunConfig(protocol=protocol, out=str(tmp_path), params=params or {})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return Services(config=config, run_dir=run_dir, events=EventLog(run_dir / "events.jsonl"),
+                    chat_overrides=chats or {}, retry_sleep=lambda s: None)

@@ -1,0 +1,126 @@
+"""The batch runner: results, summary, report, error kinds and resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import openai
+import httpx
+import pytest
+from rich.console import Console
+
+from runtime.runner import execute, open_run
+from state.config import RunConfig
+from tests.fakes import ScriptedChat, all_text, last_text
+from tests.toy_protocol import ToyProtocol
+
+
+class Killed(BaseException):
+    """Stands in for the process being killed mid-run (not caught by the runner)."""
+
+
+def _open(tmp_path: Path, chats: dict, run_id: str | None = None, **params):
+    config = RunConfig(protocol="toy", out=str(tmp_path), params=params, concurrency=2)
+    return open_run(ToyProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
+                    retry_sleep=lambda s: None)
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(l) for l in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def test_run_writes_results_summary_report_and_counts_tokens_per_unit(tmp_path):
+    target = ScriptedChat(lambda m, t: "answer to " + last_text(m))
+    judge = ScriptedChat(lambda m, t: {"correct": "question 1" in last_text(m)})
+    run = _open(tmp_path, {"target": target, "evaluator": judge})
+    summary = execute(ToyProtocol(), run, skip_preflight=True)
+
+    records = _records(run.run_dir)
+    assert sorted(r["unit_id"] for r in records) == ["q0", "q1", "q2"]
+    assert all(r["status"] == "ok" for r in records)
+    assert all(r["usage"]["calls"] == 2 and r["usage"]["prompt_tokens"] == 20 for r in records)
+    assert summary["metrics"]["accuracy"] == pytest.approx(1 / 3)
+    assert summary["usage"]["calls"] == 6
+    events = [json.loads(l) for l in (run.run_dir / "events.jsonl").read_text().splitlines()]
+    assert {e["unit"] for e in events} == {"q0", "q1", "q2"}
+    assert {e["role"] for e in events} == {"target", "evaluator"}
+    assert all(set(e) >= {"messages", "output", "prompt_tokens", "completion_tokens", "latency_s", "error"}
+               for e in events)
+    for name in ("config.json", "units.jsonl", "summary.json", "report.md", "report.html"):
+        assert (run.run_dir / name).exists(), name
+    assert "q1" in (run.run_dir / "report.md").read_text()
+
+
+def test_endpoint_fault_is_infra_error_and_model_garbage_is_model_error(tmp_path):
+    def target(m, t):
+        if "question 0" in last_text(m):
+            return openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9/v1"))
+        return "fine"
+
+    def judge(m, t):
+        return {"wrong_field": 1} if "question 1" in all_text(m) else {"correct": True}
+
+    run = _open(tmp_path, {"target": ScriptedChat(target), "evaluator": ScriptedChat(judge)})
+    summary = execute(ToyProtocol(), run, skip_preflight=True)
+    by_id = {r["unit_id"]: r for r in _records(run.run_dir)}
+    assert by_id["q0"]["status"] == "infra_error"
+    assert by_id["q1"]["status"] == "model_error"
+    assert by_id["q2"]["status"] == "ok"
+    # accuracy counts only the unit that finished: the infra error is not a wrong answer
+    assert summary["metrics"]["accuracy"] == 1.0
+    assert summary["status_counts"] == {"infra_error": 1, "model_error": 1, "ok": 1}
+
+
+def test_resume_redoes_infra_errors_only_and_never_duplicates_finished_units(tmp_path):
+    healthy = {"up": False}
+
+    def target(m, t):
+        if "question 2" in last_text(m) and not healthy["up"]:
+            return openai.InternalServerError("boom", response=httpx.Response(
+                503, request=httpx.Request("POST", "http://x")), body=None)
+        return "ok"
+
+    target_chat = ScriptedChat(target)
+    chats = {"target": target_chat, "evaluator": ScriptedChat(lambda m, t: {"correct": True})}
+    run = _open(tmp_path, chats, units=4)
+    execute(ToyProtocol(), run, skip_preflight=True)
+    assert {r["unit_id"]: r["status"] for r in _records(run.run_dir)}["q2"] == "infra_error"
+    calls_before = len(target_chat.calls)
+
+    healthy["up"] = True
+    resumed = _open(tmp_path, chats, run_id=run.run_dir.name, units=4)
+    summary = execute(ToyProtocol(), resumed, skip_preflight=True)
+    assert len(target_chat.calls) == calls_before + 1  # only q2 asked again
+    latest = {r["unit_id"]: r["status"] for r in _records(run.run_dir)}
+    assert latest == {"q0": "ok", "q1": "ok", "q2": "ok", "q3": "ok"}
+    assert summary["units"] == 4 and summary["status_counts"] == {"ok": 4}
+
+
+def test_killed_run_continues_from_checkpoint_without_repeating_nodes(tmp_path):
+    state = {"kill": True}
+
+    def judge(m, t):
+        if "question 1" in last_text(m) and state["kill"]:
+            raise Killed()
+        return {"correct": True}
+
+    target_chat = ScriptedChat(lambda m, t: "a")
+    chats = {"target": target_chat, "evaluator": ScriptedChat(judge)}
+    run = _open(tmp_path, chats, units=3)
+    run.config.concurrency = 1
+    with pytest.raises(Killed):
+        execute(ToyProtocol(), run, skip_preflight=True)
+    asked = [last_text(m) for m, _ in target_chat.calls]
+    assert "question 1" in asked
+
+    state["kill"] = False
+    resumed = _open(tmp_path, chats, run_id=run.run_dir.name, units=3)
+    resumed.config.concurrency = 1
+    summary = execute(ToyProtocol(), resumed, skip_preflight=True)
+    asked = [last_text(m) for m, _ in target_chat.calls]
+    # every question was put to the target exactly once across both processes' work
+    assert sorted(asked) == ["question 0", "question 1", "question 2"]
+    assert summary["status_counts"] == {"ok": 3}
+    ids = [r["unit_id"] for r in _records(run.run_dir)]
+    assert sorted(ids) == ["q0", "q1", "q2"]
