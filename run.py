@@ -73,7 +73,8 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    console = Console(stderr=False)
+    console = Console()
+    errors = Console(stderr=True)
     parser, dests = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         run = open_run(protocol, config, run_id=args.resume, console=console)
         execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
     except InputError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; continue with --resume RUN_ID")

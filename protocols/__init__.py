@@ -7,17 +7,22 @@ its graph lives in ``graphs/<name>.py``.
 from __future__ import annotations
 
 import importlib
+import os
 
 from runtime.errors import InputError
 from runtime.protocol import Protocol
 
-#: name -> "module:Class"
+#: name -> "module:Class". A user's own protocols join through
+#: ``DYNEVAL_PROTOCOLS="name=package.module:Class,other=..."``.
 REGISTRY: dict[str, str] = {
     "atad": "protocols.atad:AtadProtocol",
     "judgeagent": "protocols.judgeagent:JudgeAgentProtocol",
     "interview": "protocols.interview:InterviewProtocol",
     "llmeval": "protocols.llmeval:LLMEvalProtocol",
 }
+for _entry in filter(None, os.environ.get("DYNEVAL_PROTOCOLS", "").split(",")):
+    _name, _, _target = _entry.partition("=")
+    REGISTRY[_name.strip()] = _target.strip()
 
 
 def available() -> dict[str, type[Protocol]]:

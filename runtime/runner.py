@@ -210,14 +210,20 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
 
 def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float,
                   warning: str | None) -> dict[str, Any]:
+    """Generic run figures plus the protocol's metrics.
+
+    ``usage`` counts every call of the run (pre-flight and preparation included,
+    earlier sessions of a resumed run too); ``per_unit`` averages the units' own.
+    """
     counts: dict[str, int] = {}
-    total = Usage()
+    units = Usage()
     for r in records:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
         u = r.get("usage") or {}
-        total.add(Usage(u.get("calls", 0), u.get("failed_calls", 0), u.get("prompt_tokens", 0),
+        units.add(Usage(u.get("calls", 0), u.get("failed_calls", 0), u.get("prompt_tokens", 0),
                         u.get("completion_tokens", 0), u.get("llm_seconds", 0.0)))
     n = max(1, len(records))
+    unit_wall = sum(r.get("wall_s", 0.0) for r in records)
     return {
         "run_id": run.run_dir.name,
         "protocol": protocol.name,
@@ -225,13 +231,14 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
         "smoke_test_warning": warning,
         "units": len(records),
         "status_counts": counts,
-        "usage": total.as_dict(),
-        "unit_wall_s_total": round(sum(r.get("wall_s", 0.0) for r in records), 3),
+        "usage": run.services.events.total().as_dict(),
+        "unit_usage": units.as_dict(),
+        "unit_wall_s_total": round(unit_wall, 3),
         "session_wall_s": round(wall_s, 3),
         "per_unit": {
-            "calls": round(total.calls / n, 3),
-            "tokens": round((total.prompt_tokens + total.completion_tokens) / n, 1),
-            "wall_s": round(sum(r.get("wall_s", 0.0) for r in records) / n, 3),
+            "calls": round(units.calls / n, 3),
+            "tokens": round((units.prompt_tokens + units.completion_tokens) / n, 1),
+            "wall_s": round(unit_wall / n, 3),
         },
         "metrics": protocol.summarize(run, records),
     }
