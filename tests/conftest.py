@@ -56,3 +56,41 @@ def make_services(tmp_path: Path, protocol: str = "test", chats: dict[str, Any] 
     run_dir.mkdir(parents=True, exist_ok=True)
     return Services(config=config, run_dir=run_dir, events=EventLog(run_dir / "events.jsonl"),
                     chat_overrides=chats or {}, retry_sleep=lambda s: None)
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Any:
+    """A throw-away PostgreSQL server on 127.0.0.1 (skips when the server binaries are absent)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from runtime.embedded import free_port
+
+    if not (shutil.which("initdb") and shutil.which("pg_ctl")):
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    folder = Path(tempfile.mkdtemp(prefix="dyneval-pg-"))  # pytest's tmp tree is closed to other users
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        user = "postgres" if shutil.which("runuser") and _user_exists("postgres") else "nobody"
+        as_user = ["runuser", "-u", user, "--"]
+        shutil.chown(folder, user=user)
+    port = free_port()
+    data = folder / "data"
+    subprocess.run([*as_user, "initdb", "-D", str(data), "-A", "trust", "-U", "postgres"], check=True,
+                   capture_output=True)
+    subprocess.run([*as_user, "pg_ctl", "-D", str(data), "-w", "-l", str(folder / "log"), "-o",
+                    f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    subprocess.run([*as_user, "pg_ctl", "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False

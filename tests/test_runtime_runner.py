@@ -124,3 +124,30 @@ def test_killed_run_continues_from_checkpoint_without_repeating_nodes(tmp_path):
     assert summary["status_counts"] == {"ok": 3}
     ids = [r["unit_id"] for r in _records(run.run_dir)]
     assert sorted(ids) == ["q0", "q1", "q2"]
+
+
+@pytest.mark.integration
+def test_killed_run_resumes_from_postgres_checkpoints(tmp_path, postgres_dsn):
+    state = {"kill": True}
+
+    def judge(m, t):
+        if "question 1" in last_text(m) and state["kill"]:
+            raise Killed()
+        return {"correct": True}
+
+    target_chat = ScriptedChat(lambda m, t: "a")
+    chats = {"target": target_chat, "evaluator": ScriptedChat(judge)}
+
+    def open_pg(run_id=None):
+        config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 3}, concurrency=1,
+                           stores={"postgres_dsn": postgres_dsn})
+        return open_run(ToyProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats)
+
+    run = open_pg()
+    with pytest.raises(Killed):
+        execute(ToyProtocol(), run, skip_preflight=True)
+    assert not (run.run_dir / "checkpoints.sqlite").exists()
+    state["kill"] = False
+    summary = execute(ToyProtocol(), open_pg(run.run_dir.name), skip_preflight=True)
+    assert sorted(last_text(m) for m, _ in target_chat.calls) == ["question 0", "question 1", "question 2"]
+    assert summary["status_counts"] == {"ok": 3}
