@@ -1,0 +1,65 @@
+"""Project conventions that Studio, the runner and users rely on, checked for every protocol."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from prompts import all_prompt_names, load_prompt
+from protocols import REGISTRY, protocol_class
+from state.context import BaseContext
+
+REPO = Path(__file__).resolve().parents[1]
+PROTOCOLS = sorted(REGISTRY)
+
+
+@pytest.mark.parametrize("name", all_prompt_names())
+def test_every_prompt_declares_exactly_the_variables_it_uses(name):
+    prompt = load_prompt(name)  # raises when declared and used variables differ
+    messages = prompt.render(**{v: f"<{v}>" for v in prompt.variables})
+    text = "\n".join(str(m.content) for m in messages)
+    assert all(f"<{v}>" in text for v in prompt.variables)
+    assert prompt.description
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_graph_module_exports_builder_and_a_graph_without_checkpointer(name):
+    module = importlib.import_module(f"graphs.{name}")
+    assert module.graph.checkpointer is None  # langgraph dev refuses graphs with their own
+    assert module.graph.name == name
+    assert issubclass(module.builder.context_schema, BaseContext)
+    assert protocol_class(name)().builder() is module.builder
+    fields = {f.name: f for f in dataclasses.fields(module.builder.context_schema)}
+    assert all(f.metadata.get("description") for n, f in fields.items()), "undocumented context field"
+
+
+def test_langgraph_json_lists_every_protocol_graph():
+    graphs = json.loads((REPO / "langgraph.json").read_text())["graphs"]
+    assert graphs == {name: f"./graphs/{name}.py:graph" for name in PROTOCOLS}
+
+
+@pytest.mark.parametrize("folder", ["graphs", "nodes", "tools", "stores", "state", "protocols", "runtime"])
+def test_no_eval_or_exec_of_model_output_in_package_code(folder):
+    for path in (REPO / folder).rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id not in {"eval", "exec"}, f"{path}:{node.lineno}"
+
+
+@pytest.mark.parametrize("folder", ["nodes", "graphs"])
+def test_prompts_are_not_inlined_in_nodes(folder):
+    """Nodes build messages from prompts/ templates; a long literal addressed to a model is a smell."""
+    for path in (REPO / folder).rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                assert len(node.value) < 300, f"{path}:{node.lineno} long string literal; move it to prompts/"
