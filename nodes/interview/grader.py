@@ -1,0 +1,163 @@
+"""The grader (seed 004, Appendix D.2.1 graders; Algorithm 1, lines 12 and 21).
+
+Math: the final number is compared in code with the reference answer, and the
+grader model judges the reasoning and names the error type (Concept,
+Misinterpret, Calculation, N/A); both must agree for a correct verdict
+(Appendix C.1: binary correctness of final answer and solution process).
+Long-form factual: atomic facts with supported/unsupported labels; the score is
+the factual precision, the answer is correct when its status is ``complete``.
+Instruction following / generic: the grader's verdict.
+
+A grader ModelError never stops the interview: math falls back to the code
+check, factual to a lexical fact labelling, other tasks count as incorrect; the
+fallback is recorded in ``graded_by``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from nodes.interview import checks
+from nodes.interview.interviewee import answer_single_turn
+from prompts import load_prompt
+from runtime.errors import ModelError
+from runtime.services import Services, services_of
+from state.interview import FactGrade, FollowUpGrade, Grade, InterviewContext, InterviewState
+
+
+def _facts_text(facts: list[dict[str, Any]]) -> str:
+    return "\n".join(f"- [{'supported' if f.get('supported') else 'unsupported'}] {f.get('fact', '')}"
+                     for f in facts) or "(none)"
+
+
+def grade_response(svc: Services, seed: dict[str, Any], question: str, explanation: str, response: str, *,
+                   previous_facts: list[dict[str, Any]] | None = None, feedback: str = "",
+                   step: str = "grade") -> dict[str, Any]:
+    """Grade one answer to a seed question: ``correct``, ``score``, ``error_type``, ``reason``, ``graded_by``."""
+    task = seed.get("task", "generic")
+    grader = svc.llm("grader")
+    words = len(str(response or "").split())
+    if task == "factual":
+        return _grade_factual(grader, seed, question, response, previous_facts, feedback, step) | {"words": words}
+    if task == "math":
+        check = checks.check_math_answer(response, seed.get("answer", ""))
+        messages = load_prompt("interview/grader_math").render(
+            question=question, explanation=explanation or "none (no value was hidden)",
+            solution=seed.get("solution") or "(none)", answer=seed.get("answer") or "(none)", response=response)
+    else:
+        check = {"match": None}
+        messages = load_prompt("interview/grader_generic").render(
+            task=task, question=question, solution=seed.get("solution") or "(none)",
+            answer=seed.get("answer") or "(none)", response=response)
+    try:
+        g = grader.structured(Grade, messages, step=step)
+        llm_ok, err, reason = bool(g.correct), checks.error_type(g.error_type), g.reason.strip()
+        graded_by = "grader"
+    except ModelError as exc:
+        llm_ok, err, reason, graded_by = None, "N/A", f"grader gave no usable verdict: {exc}", "failed"
+    match = check.get("match")
+    if match is None:
+        correct = bool(llm_ok)
+    elif llm_ok is None:
+        correct, graded_by = bool(match), "code"
+        reason = f"{check['why']}: extracted {check.get('extracted')!r}" + (" matches" if match else " differs")
+    else:
+        correct, graded_by = bool(match) and llm_ok, "code+grader"
+        if llm_ok and not match:
+            reason = f"final answer {check.get('extracted')!r} differs from the reference. {reason}"
+    if correct:
+        err = "N/A"
+    return {"correct": correct, "score": 1.0 if correct else 0.0, "error_type": err, "reason": reason,
+            "graded_by": graded_by, "check": check, "words": words}
+
+
+def _grade_factual(grader: Any, seed: dict[str, Any], question: str, response: str,
+                   previous_facts: list[dict[str, Any]] | None, feedback: str, step: str) -> dict[str, Any]:
+    solution = seed.get("solution") or seed.get("answer") or ""
+    if previous_facts:
+        messages = load_prompt("interview/grader_facts_update").render(
+            question=question, solution=solution, feedback=feedback or "(none)",
+            previous_facts=_facts_text(previous_facts), correction=response)
+    else:
+        messages = load_prompt("interview/grader_facts").render(question=question, solution=solution,
+                                                                response=response)
+    try:
+        out = grader.structured(FactGrade, messages, step=step)
+        facts = [{"fact": f.fact.strip(), "supported": bool(f.supported)} for f in out.facts if f.fact.strip()]
+        complete, graded_by = bool(out.complete), "grader"
+        if not facts:
+            raise ModelError("the grader listed no atomic facts")
+    except ModelError:
+        facts, complete = checks.lexical_facts(response, solution)
+        graded_by = "fallback:lexical"
+    status = checks.factual_status(facts, complete)
+    p = checks.precision(facts)
+    unsupported = [f["fact"] for f in facts if not f["supported"]]
+    reason = f"{sum(f['supported'] for f in facts)}/{len(facts)} facts supported; " + (
+        "covers the main points" if complete else "misses main points")
+    return {"correct": status == "complete", "score": round(p, 4), "error_type": "N/A" if status == "complete"
+            else ("Concept" if unsupported else "N/A"), "reason": reason, "graded_by": graded_by,
+            "facts": facts, "complete": complete, "status": status}
+
+
+def grade_followup(svc: Services, seed: dict[str, Any], cur: dict[str, Any], response: str) -> dict[str, Any]:
+    """Grade a follow-up answer against the interviewer's expected answer (section 3.2)."""
+    messages = load_prompt("interview/grader_followup").render(
+        followup_type=cur.get("type", ""), seed_question=seed.get("question", ""),
+        solution=seed.get("solution") or seed.get("answer") or "(none)", question=cur["text"],
+        expected=cur.get("expected") or "(not given)", response=response)
+    words = len(str(response or "").split())
+    try:
+        g = svc.llm("grader").structured(FollowUpGrade, messages, step=f"grade:q{cur['q']}")
+        return {"correct": bool(g.correct), "score": 1.0 if g.correct else 0.0, "error_type": "N/A",
+                "reason": g.reason.strip(), "graded_by": "grader", "words": words}
+    except ModelError as exc:
+        return {"correct": False, "score": 0.0, "error_type": "N/A", "graded_by": "failed", "words": words,
+                "reason": f"grader gave no usable verdict (counted as not correct): {exc}"}
+
+
+def grade(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[str, Any]:
+    """Grade the latest answer; record one interaction; settle the seed outcome when it is final."""
+    ctx = runtime.context
+    svc = services_of(ctx)
+    seed, cur, response = state["seed"], state["current"], state.get("last_answer", "")
+    step = f"grade:q{cur['q']}:try{cur['attempt']}"
+    if cur["kind"] == "followup":
+        result = grade_followup(svc, seed, cur, response)
+    else:
+        previous = [i for i in state.get("interactions", []) if i["q"] == cur["q"] and i.get("facts")]
+        fb = [f["text"] for f in state.get("feedbacks", []) if f["q"] == cur["q"]]
+        result = grade_response(svc, seed, cur["text"], state.get("modification", {}).get("explanation", ""),
+                                response, previous_facts=previous[-1]["facts"] if previous else None,
+                                feedback=fb[-1] if fb else "", step=step)
+    record = {"q": cur["q"], "kind": cur["kind"], "type": cur.get("type", "seed"), "attempt": cur["attempt"],
+              "answer": response, **result}
+    verdict = "correct" if result["correct"] else f"not correct ({result['error_type']})"
+    if "status" in result:
+        verdict = f"{result['status']}, precision {result['score']:.2f}"
+    turn = {"speaker": "grader", "kind": "grade", "q": cur["q"], "attempt": cur["attempt"],
+            "text": f"{verdict}: {result['reason']}"[:600]}
+    update: dict[str, Any] = {"last_grade": record, "interactions": [record], "transcript": [turn]}
+    if cur["kind"] == "seed" and (result["correct"] or cur["attempt"] > ctx.max_retries):
+        update["seed_solved"] = bool(result["correct"])
+        update["seed_error_type"] = result["error_type"]
+    return update
+
+
+def single_turn_judge(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[str, Any]:
+    """LLM-as-a-Judge baseline (section 5.1, Table 2 "Judge"): the unmodified question, one turn, graded."""
+    ctx = runtime.context
+    if not ctx.single_turn_judge:
+        return {"single_turn": {"skipped": "disabled"}}
+    if ctx.interviewee == "human":
+        return {"single_turn": {"skipped": "human interviewee (the original question would spoil the interview)"}}
+    seed = state["seed"]
+    response = answer_single_turn(ctx, seed.get("task", "generic"), seed["question"])
+    result = grade_response(services_of(ctx), seed, seed["question"], "", response, step="single_turn:grade")
+    result.pop("check", None)
+    note = {"speaker": "system", "kind": "note", "q": 0, "attempt": 0,
+            "text": f"single-turn judge on the unmodified question: "
+                    f"{'correct' if result['correct'] else 'not correct'} (score {result['score']})"}
+    return {"single_turn": {"answer": response, **result}, "transcript": [note]}

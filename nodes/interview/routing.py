@@ -1,0 +1,33 @@
+"""Typed routers of the interview graph (Algorithm 1 control flow), so Studio draws every edge."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.runtime import Runtime
+
+from state.interview import InterviewContext, InterviewState
+
+
+def after_grade(state: InterviewState,
+                runtime: Runtime[InterviewContext]) -> Literal["give_feedback", "ask_followup", "summarize_session"]:
+    """Wrong and retries left -> feedback (lines 17-23); else a follow-up while questions remain (25-28); else end.
+
+    ``attempt`` is 1-based, so ``attempt <= max_retries`` means a retry is still allowed.
+    Follow-up questions get retries only with ``retry_followups``.
+    """
+    ctx = runtime.context
+    cur, grade = state["current"], state["last_grade"]
+    retries = ctx.max_retries if (cur["kind"] == "seed" or ctx.retry_followups) else 0
+    if not grade["correct"] and cur["attempt"] <= retries:
+        return "give_feedback"
+    if ctx.followups and cur["q"] + 1 < ctx.max_questions:
+        return "ask_followup"
+    return "summarize_session"
+
+
+def after_followup(state: InterviewState,
+                   runtime: Runtime[InterviewContext]) -> Literal["answer", "summarize_session"]:
+    """Ask the new follow-up, or end the session when none could be generated."""
+    followups = state.get("followups", [])
+    return "answer" if followups and followups[-1].get("status") == "asked" else "summarize_session"

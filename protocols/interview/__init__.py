@@ -1,0 +1,207 @@
+"""LLM-as-an-Interviewer (seed 004): batch runs over seed questions and the Interview Report.
+
+One unit = one interview session on one seed question (times ``--repeats``).
+The graph is ``graphs/interview.py``; metrics in :mod:`protocols.interview.metrics`;
+report blocks in :mod:`protocols.interview.report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from typing import Any
+
+from langgraph.graph import StateGraph
+
+from protocols.interview import metrics
+from protocols.interview.data import load_seeds
+from protocols.interview.report import report_blocks
+from prompts import load_prompt
+from runtime.errors import InfraError, InputError, ModelError
+from runtime.protocol import Protocol, Run, Unit
+from runtime.report import Block
+from state.interview import MODIFICATION_STRATEGIES, TASK_TYPES, InterviewContext
+
+_input_lock = threading.Lock()
+
+
+def unit_id(seed_id: str, repeat: int, repeats: int) -> str:
+    return seed_id if repeats == 1 else f"{seed_id}~r{repeat}"
+
+
+class InterviewProtocol(Protocol):
+    name = "interview"
+    description = ("LLM-as-an-Interviewer: modified seed questions, feedback and retries, follow-up questions, "
+                   "Interview Report")
+    context_cls = InterviewContext
+    roles = ("target", "evaluator", "grader")
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        group.add_argument("--data", help="seed questions (JSONL or CSV: question, solution, answer, task, level); "
+                                          "default: the shipped sample")
+        group.add_argument("--task", choices=TASK_TYPES, help="treat every seed question as this task type")
+        group.add_argument("--repeats", type=int, help="interview every seed question K times (run-to-run std)")
+        group.add_argument("--max-retries", type=int, help="MAX_RETRIES after a wrong answer (default 2)")
+        group.add_argument("--max-questions", type=int,
+                           help="MAX_QUESTIONS per session, seed question included (default 2)")
+        group.add_argument("--modify", action=argparse.BooleanOptionalAction, default=None,
+                           help="interviewer duty: modify seed questions")
+        group.add_argument("--modification", choices=MODIFICATION_STRATEGIES,
+                           help="modification strategy (default auto: by task)")
+        group.add_argument("--feedback", action=argparse.BooleanOptionalAction, default=None,
+                           help="interviewer duty: feedback on wrong answers")
+        group.add_argument("--followups", action=argparse.BooleanOptionalAction, default=None,
+                           help="interviewer duty: follow-up questions")
+        group.add_argument("--retry-followups", action=argparse.BooleanOptionalAction, default=None,
+                           help="feedback and retries on follow-up questions too")
+        group.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=None,
+                           help="LLM session summaries and report summary")
+        group.add_argument("--single-turn-judge", action=argparse.BooleanOptionalAction, default=None,
+                           help="also score the unmodified question single-turn (LLM-as-a-Judge)")
+        group.add_argument("--interviewee", choices=("model", "human"),
+                           help="model = the target role answers; human = you answer in the terminal")
+        group.add_argument("--bootstrap-resamples", type=int, help="resamples of the sample-size check (10000)")
+
+    def builder(self) -> StateGraph:
+        from graphs.interview import builder
+
+        return builder
+
+    def _int(self, run: Run, name: str, default: int, low: int) -> int:
+        value = run.params.get(name)
+        value = default if value is None else value
+        if not isinstance(value, int) or value < low:
+            raise InputError(f"must be an integer >= {low}", field=f"--{name.replace('_', '-')}")
+        return value
+
+    def plan(self, run: Run) -> list[Unit]:
+        repeats = self._int(run, "repeats", 1, 1)
+        self._int(run, "max_retries", 2, 0)
+        self._int(run, "max_questions", 2, 1)
+        seeds = load_seeds(run.params.get("data"), run.params.get("task"))
+        units = []
+        for k in range(repeats):
+            for s in seeds:
+                uid = unit_id(s.id, k, repeats)
+                units.append(Unit(id=uid, input={"unit_id": uid, "seed": s.model_dump()},
+                                  meta={"seed_id": s.id, "repeat": k, "task": s.task, "level": s.level}))
+        return units
+
+    def expected_calls(self, run: Run) -> str:
+        r = self._int(run, "max_retries", 2, 0)
+        q = self._int(run, "max_questions", 2, 1)
+        low = 2 + 1 + 2 + 1
+        high = 2 + 1 + (r + 1) * 2 + r * 2 + (q - 1) * 3 + 1
+        return f"{low}-{high} (single-turn 2, modify 1, 2 per answer, 1-2 per feedback, 3 per follow-up, summary 1)"
+
+    def on_interrupt(self, run: Run, unit: Unit, value: Any) -> Any:
+        """Ask the human interviewee on the terminal; the reply resumes the graph from its checkpoint."""
+        question = value.get("question", value) if isinstance(value, dict) else value
+        with _input_lock:
+            head = f"[{unit.id}] " + (f"question {value.get('q')} try {value.get('attempt')}"
+                                      if isinstance(value, dict) else "")
+            run.console.rule(head)
+            run.console.print(str(question), markup=False, highlight=False)
+            try:
+                return input("your answer> ")
+            except EOFError:
+                raise InfraError("no answer from the human interviewee (input closed); the session is kept at "
+                                 "its checkpoint: continue with --resume RUN_ID") from None
+
+    def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
+        inter = state.get("interactions", [])
+        seed_inter = sorted((i for i in inter if i["q"] == 0), key=lambda i: i["attempt"])
+        if not seed_inter:
+            raise ModelError("the session ended without a graded answer to the seed question")
+        fups = [i for i in inter if i["kind"] == "followup" and i["attempt"] == 1]
+        seed = state["seed"]
+        solved_at = next((i["attempt"] for i in seed_inter if i["correct"]), None)
+        return {
+            "seed_id": seed["id"], "repeat": unit.meta.get("repeat", 0), "task": seed.get("task", "generic"),
+            "level": seed.get("level"), "original_question": seed["question"],
+            "question": next((t["text"] for t in state.get("transcript", [])
+                              if t.get("q") == 0 and t.get("kind") == "question"), seed["question"]),
+            "modification": state.get("modification", {}),
+            "seed_scores": [i["score"] for i in seed_inter], "seed_correct": [i["correct"] for i in seed_inter],
+            "seed_solved": bool(seed_inter[-1]["correct"]), "solved_at": solved_at,
+            "seed_interactions": [_slim(i) for i in seed_inter],
+            "followups": state.get("followups", []), "followup_results": [_slim(i) for i in fups],
+            "feedbacks": state.get("feedbacks", []), "single_turn": _slim(state.get("single_turn", {})),
+            "session_summary": state.get("session_summary", ""), "summary_source": state.get("summary_source", ""),
+            "transcript": state.get("transcript", []),
+        }
+
+    def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
+        ok = metrics.ok_records(records)
+        n_max = 1 + int(run.params.get("max_retries") if run.params.get("max_retries") is not None else 2)
+        n_max = max([n_max, *(len(r["seed_scores"]) for r in ok)])
+        scores = metrics.score_at_n(ok, n_max)
+        out: dict[str, Any] = {
+            "sessions": len(ok),
+            "judge": metrics.judge_score(ok),
+            **{f"score@{n + 1}": s for n, s in enumerate(scores)},
+            "delta": (scores[-1] - scores[0]) if ok else None,
+            "followup_accuracy": metrics.followup_accuracy(ok),
+            "by_task": {t: {"sessions": len(rs), "judge": metrics.judge_score(rs),
+                            "score_at_n": metrics.score_at_n(rs, n_max)} for t, rs in metrics.by_task(ok).items()},
+            "error_types": metrics.error_distribution(ok),
+            "verbosity_bias": metrics.verbosity_bias(ok, n_max),
+            "run_to_run": metrics.run_to_run_std(ok, n_max),
+            "bootstrap": metrics.bootstrap_table(ok, resamples=int(run.params.get("bootstrap_resamples") or 10_000),
+                                                 seed=run.config.seed),
+            "feedback_checks": metrics.feedback_checks(ok),
+            "graded_by": metrics.graded_by(ok),
+            "modification": dict(sorted(_count(r["modification"].get("status", "?") for r in ok).items())),
+            "n_max": n_max,
+        }
+        out["comprehensive_summary"], out["summary_source"] = self._overall_summary(run, ok, out)
+        return out
+
+    def _overall_summary(self, run: Run, ok: list[dict[str, Any]], out: dict[str, Any]) -> tuple[str, str]:
+        """Comprehensive summary of the Interview Report (section 3.2 (3), Appendix D.3)."""
+        if not ok:
+            return "", "none"
+        fa = out["followup_accuracy"]
+        at_n = ", ".join("@%d=%.2f" % (n, out["score@%d" % n]) for n in range(1, out["n_max"] + 1))
+        overall = "n/a" if fa["overall"] is None else "%.2f" % fa["overall"]
+        scores = f"Score@n: {at_n}; follow-up accuracy overall {overall}"
+        if run.params.get("summarize") is False:
+            return _code_overall(ok, out), "code"
+        summaries = "\n".join(f"- {r['session_summary'][:600]}" for r in ok[:40])
+        try:
+            text = run.services.llm("evaluator").text(
+                load_prompt("interview/interviewer_report_summary").render(summaries=summaries, scores=scores),
+                step="report_summary").strip()
+        except (InfraError, ModelError) as exc:
+            return _code_overall(ok, out) + f" (interviewer summary failed: {exc})", "code"
+        return (text, "interviewer") if text else (_code_overall(ok, out), "code")
+
+    def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+        return report_blocks(run, summary.get("metrics", {}), records)
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def _slim(i: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in i.items() if k != "check"}
+
+
+def _code_overall(ok: list[dict[str, Any]], out: dict[str, Any]) -> str:
+    solved = sum(1 for r in ok if r["seed_solved"])
+    first = sum(1 for r in ok if r["seed_correct"][0])
+    after = solved - first
+    errs = {t: v["count"] for t, v in out["error_types"]["types"].items() if v["count"]}
+    fa = out["followup_accuracy"]
+    parts = [f"Solved {first}/{len(ok)} seed questions at the first answer and {solved}/{len(ok)} in the end "
+             f"({after} thanks to feedback)."]
+    if errs:
+        parts.append("Most frequent error type: " + max(errs, key=errs.get) + ".")
+    if fa["n"]:
+        parts.append(f"Answered {fa['overall']:.0%} of {fa['n']} follow-up questions correctly.")
+    return " ".join(parts)

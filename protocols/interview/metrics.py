@@ -1,0 +1,213 @@
+"""Interview Report metrics (seed 004, section 3.2, sections 5 and 7, Appendix C.2). Pure functions of records.
+
+A record is the JSON result of one finished session (``protocols.interview.InterviewProtocol.result``);
+only records with ``status == "ok"`` enter any metric.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import Counter, defaultdict
+from typing import Any, Iterable
+
+from state.interview import ERROR_TYPES
+
+
+def ok_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("status") == "ok"]
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+# -- Score@n -----------------------------------------------------------------------------------
+
+def seed_score_at(seed_scores: list[float], n: int) -> float:
+    """Score of the seed question at the n-th interaction (1-based).
+
+    A session stops retrying once it is solved, so a missing interaction carries the
+    last score forward (solved at @2 -> also solved at @3).
+    """
+    if not seed_scores:
+        return 0.0
+    return float(seed_scores[min(n, len(seed_scores)) - 1])
+
+
+def score_at_n(records: list[dict[str, Any]], n_max: int) -> list[float | None]:
+    """[Score@1, ..., Score@n_max] averaged over sessions (section 3.2 "Problem Solving Ability")."""
+    recs = ok_records(records)
+    return [_mean([seed_score_at(r["seed_scores"], n) for r in recs]) for n in range(1, n_max + 1)]
+
+
+def judge_score(records: list[dict[str, Any]]) -> float | None:
+    """Mean single-turn LLM-as-a-Judge score on the unmodified question (Table 2 "Judge")."""
+    xs = [r["single_turn"]["score"] for r in ok_records(records) if "score" in (r.get("single_turn") or {})]
+    return _mean(xs)
+
+
+# -- follow-ups ----------------------------------------------------------------------------------
+
+def followup_accuracy(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Follow-up accuracy within solved seed questions, failed ones and overall (section 3.2, Table 3).
+
+    Every graded follow-up answer counts once; ``solved`` means the seed question
+    was finally answered correctly.
+    """
+    buckets: dict[str, list[float]] = {"solved": [], "failed": []}
+    by_type: dict[str, list[float]] = defaultdict(list)
+    for r in ok_records(records):
+        for i in r.get("followup_results", []):
+            key = "solved" if r.get("seed_solved") else "failed"
+            buckets[key].append(1.0 if i["correct"] else 0.0)
+            by_type[i["type"]].append(1.0 if i["correct"] else 0.0)
+    overall = buckets["solved"] + buckets["failed"]
+    return {"solved": _mean(buckets["solved"]), "failed": _mean(buckets["failed"]), "overall": _mean(overall),
+            "n_solved": len(buckets["solved"]), "n_failed": len(buckets["failed"]), "n": len(overall),
+            "by_type": {t: {"accuracy": _mean(v), "n": len(v)} for t, v in sorted(by_type.items())}}
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+def error_distribution(records: list[dict[str, Any]], examples: int = 2) -> dict[str, Any]:
+    """Error types over every incorrect seed-question interaction (section 3.2 (2)), with examples."""
+    counts: Counter[str] = Counter()
+    samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in ok_records(records):
+        for i in r.get("seed_interactions", []):
+            if i["correct"]:
+                continue
+            et = i.get("error_type") if i.get("error_type") in ERROR_TYPES else "N/A"
+            counts[et] += 1
+            if len(samples[et]) < examples:
+                samples[et].append({"unit": r["unit_id"], "attempt": i["attempt"], "question": r["question"],
+                                    "answer": i["answer"], "reason": i.get("reason", "")})
+    total = sum(counts.values())
+    return {"total": total,
+            "types": {t: {"count": counts[t], "rate": counts[t] / total if total else None,
+                          "examples": samples[t]} for t in ERROR_TYPES}}
+
+
+# -- verbosity bias (section 7) ----------------------------------------------------------------
+
+def pearson(xs: list[float], ys: list[float]) -> tuple[float | None, float | None]:
+    """Pearson r and two-sided p (scipy); None when undefined (fewer than 3 points or no variance)."""
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None, None
+    from scipy.stats import pearsonr
+
+    res = pearsonr(xs, ys)
+    return float(res.statistic), float(res.pvalue)
+
+
+def verbosity_bias(records: list[dict[str, Any]], n_max: int) -> list[dict[str, Any]]:
+    """Correlation of answer length (words) with score per interaction, and for the single-turn judge.
+
+    Section 7 / Appendix H.1: the paper finds r falling and p rising as interactions progress.
+    Interaction n uses the sessions that gave an n-th answer to the seed question.
+    """
+    recs = ok_records(records)
+    rows = []
+    judge = [(r["single_turn"]["words"], r["single_turn"]["score"]) for r in recs
+             if "score" in (r.get("single_turn") or {})]
+    r_, p_ = pearson([float(a) for a, _ in judge], [float(b) for _, b in judge])
+    rows.append({"interaction": "judge", "n": len(judge), "r": r_, "p": p_})
+    for n in range(1, n_max + 1):
+        pts = [(i["words"], i["score"]) for r in recs for i in r.get("seed_interactions", []) if i["attempt"] == n]
+        r_, p_ = pearson([float(a) for a, _ in pts], [float(b) for _, b in pts])
+        rows.append({"interaction": f"@{n}", "n": len(pts), "r": r_, "p": p_})
+    return rows
+
+
+# -- run-to-run variation (section 7, Table 6) ---------------------------------------------------
+
+def run_to_run_std(records: list[dict[str, Any]], n_max: int) -> dict[str, Any] | None:
+    """Std of Score@n (and of the judge score) across the ``--repeats`` runs; None with one repeat.
+
+    Each repeat is a full pass over the seed questions; its Score@n is a mean over
+    its sessions; the sample standard deviation (ddof=1) is taken across repeats.
+    """
+    by_rep: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in ok_records(records):
+        by_rep[int(r.get("repeat", 0))].append(r)
+    if len(by_rep) < 2:
+        return None
+    per_rep = {k: score_at_n(v, n_max) for k, v in sorted(by_rep.items())}
+    std = []
+    for n in range(n_max):
+        xs = [s[n] for s in per_rep.values() if s[n] is not None]
+        std.append(statistics.stdev(xs) if len(xs) >= 2 else None)
+    judges = [j for j in (judge_score(v) for v in by_rep.values()) if j is not None]
+    return {"repeats": len(by_rep), "score_at_n": {str(k): v for k, v in per_rep.items()}, "std": std,
+            "judge_std": statistics.stdev(judges) if len(judges) >= 2 else None}
+
+
+# -- bootstrap sample-size check (Appendix C.2, Table 7) ------------------------------------------
+
+def bootstrap_p(values: list[float], size: int, *, resamples: int = 10_000, seed: int = 0) -> float | None:
+    """Two-sided bootstrap p-value of the full-set mean under the means of resamples of ``size``.
+
+    Our reading of Appendix C.2: take ``size`` of the N sessions (without
+    replacement), resample them with replacement ``resamples`` times, and ask how
+    extreme the mean over all N sessions is among the resampled means. A large p
+    means a set of that size gives no significantly different estimate.
+    """
+    if not values or size < 1:
+        return None
+    rng = random.Random(seed)
+    full = sum(values) / len(values)
+    subset = rng.sample(values, size) if size <= len(values) else [rng.choice(values) for _ in range(size)]
+    import numpy as np
+
+    gen = np.random.default_rng(seed)
+    arr = np.asarray(subset, dtype=float)
+    means = arr[gen.integers(0, len(arr), size=(resamples, len(arr)))].mean(axis=1)
+    lo = float((means <= full + 1e-12).mean())
+    hi = float((means >= full - 1e-12).mean())
+    return min(1.0, 2 * min(lo, hi))
+
+
+def bootstrap_table(records: list[dict[str, Any]], sizes: list[int] | None = None, *, resamples: int = 10_000,
+                    seed: int = 0) -> list[dict[str, Any]]:
+    """Table 7: for each sample size, the bootstrap p of Score@1 (interviewer) and of the judge score."""
+    recs = ok_records(records)
+    inter = [seed_score_at(r["seed_scores"], 1) for r in recs]
+    judge = [r["single_turn"]["score"] for r in recs if "score" in (r.get("single_turn") or {})]
+    n = len(inter)
+    if n == 0:
+        return []
+    sizes = sizes or sorted({max(1, math.ceil(n * f)) for f in (0.2, 0.6, 1.0)})
+    return [{"size": s, "interviewer_p": bootstrap_p(inter, s, resamples=resamples, seed=seed),
+             "judge_p": bootstrap_p(judge, min(s, len(judge)), resamples=resamples, seed=seed) if judge else None}
+            for s in sizes]
+
+
+# -- feedback and grading provenance -------------------------------------------------------------
+
+def feedback_checks(records: list[dict[str, Any]]) -> dict[str, int]:
+    """How often the code check caught an answer leak, and what was done about it."""
+    c: Counter[str] = Counter()
+    for r in ok_records(records):
+        for f in r.get("feedbacks", []):
+            c["feedback"] += 1
+            for key in ("leaked", "regenerated", "redacted", "repeated"):
+                c[key] += bool(f.get(key))
+            c[f"source:{str(f.get('source', '')).split(':')[0]}"] += 1
+    return dict(c)
+
+
+def graded_by(records: list[dict[str, Any]]) -> dict[str, int]:
+    c: Counter[str] = Counter()
+    for r in ok_records(records):
+        for i in r.get("seed_interactions", []) + r.get("followup_results", []):
+            c[i.get("graded_by", "?")] += 1
+    return dict(c)
+
+
+def by_task(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in ok_records(records):
+        groups[r.get("task", "generic")].append(r)
+    return dict(sorted(groups.items()))

@@ -1,0 +1,173 @@
+"""LLM-as-an-Interviewer (seed 004): state, structured-output schemas, context and seed records.
+
+One graph thread = one interview session on one seed question (section 3.1,
+Algorithm 1 of Appendix B.3): question modification, answer -> grade ->
+feedback -> retry up to ``max_retries``, follow-up questions (Table 1) up to
+``max_questions``, session summary (Appendix D.3).
+
+Roles (section 3): the *interviewer* is the ``evaluator`` role (question
+modification, feedback, follow-ups, summaries), the *grader* is the ``grader``
+role (defaults to the evaluator), the *interviewee* is the ``target`` role, or a
+person when ``interviewee == "human"`` (LangGraph ``interrupt()``).
+
+Schemas handed to models are small and flat (the embedded 135M model must be
+able to fill them); whatever can be checked in code (final numeric answers,
+fact labels, answer leaks in feedback) is checked in :mod:`nodes.interview.checks`.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypedDict
+
+from pydantic import BaseModel, Field
+
+from state.context import BaseContext, described
+
+#: Task families of section 4 (Reasoning = math, Knowledge/Factuality = factual,
+#: Instruction Following) plus a generic fallback for any other free-form task.
+TaskType = Literal["math", "factual", "instruction", "generic"]
+TASK_TYPES: tuple[str, ...] = ("math", "factual", "instruction", "generic")
+
+#: Error types of the MATH grader (Appendix D.2.1).
+ERROR_TYPES: tuple[str, ...] = ("Concept", "Misinterpret", "Calculation", "N/A")
+
+#: Follow-up types of Table 1.
+FOLLOWUP_TYPES: tuple[str, ...] = (
+    "rationale", "clarification", "additional_facts",
+    "modification_of_conditions", "additional_explanation", "correction",
+)
+
+#: Question-modification strategies (section 3.1.1, Appendix C.1 / D.1).
+MODIFICATION_STRATEGIES: tuple[str, ...] = ("auto", "math", "factual", "paraphrase", "none")
+
+#: Feedback types the MATH feedback generator chooses from (Appendix D.2.1).
+FEEDBACK_KINDS: tuple[str, ...] = (
+    "conceptual_guidance", "error_identification", "process_guidance", "precision_emphasis", "encouragement",
+)
+
+#: Long-form status of the STEM feedback generator (Appendix D.2.1).
+FACTUAL_STATUSES: tuple[str, ...] = ("complete", "partially_correct", "incorrect")
+
+
+# -- seed questions ----------------------------------------------------------------------------
+
+class SeedQuestion(BaseModel):
+    """One seed question of the benchmark the interview starts from."""
+
+    id: str
+    question: str
+    solution: str = Field("", description="reference solution (worked steps or reference text)")
+    answer: str = Field("", description="reference final answer (math: a number or expression)")
+    task: TaskType = "generic"
+    level: str | None = Field(None, description="optional difficulty level")
+
+
+# -- structured outputs (small and flat) -------------------------------------------------------
+
+class ModifiedQuestion(BaseModel):
+    """Interviewer output of question modification (Appendix D.1)."""
+
+    question: str = Field(description="the new question shown to the interviewee")
+    explanation: str = Field(description="what was changed and, for removed values, what each unknown stands for")
+
+
+class Grade(BaseModel):
+    """Grader verdict for math / instruction / generic answers (Appendix D.2.1, MATH grader)."""
+
+    correct: bool = Field(description="true only if the final answer and the reasoning are right")
+    error_type: str = Field(description="one of Concept, Misinterpret, Calculation, N/A")
+    reason: str = Field(description="one or two sentences explaining the verdict")
+
+
+class AtomicFact(BaseModel):
+    fact: str = Field(description="one short self-contained claim made by the answer")
+    supported: bool = Field(description="true if the reference solution supports the claim")
+
+
+class FactGrade(BaseModel):
+    """Grader output for long-form factual answers: atomic facts with labels (FActScore-style, App. C.1)."""
+
+    facts: list[AtomicFact] = Field(description="every atomic fact in the answer, with its label")
+    complete: bool = Field(description="true if the answer covers the main points the question asks for")
+
+
+class Feedback(BaseModel):
+    """Interviewer feedback on a wrong answer (Appendix D.2.1 feedback generators)."""
+
+    feedback: str = Field(description="guidance for the interviewee that does not reveal the answer")
+    kind: str = Field(description="conceptual_guidance, error_identification, process_guidance, "
+                                  "precision_emphasis or encouragement")
+
+
+class FollowUp(BaseModel):
+    """A follow-up question with the answer the interviewer expects (Appendix D.2.2)."""
+
+    question: str = Field(description="the follow-up question for the interviewee")
+    answer: str = Field(description="the answer you expect (never shown to the interviewee)")
+
+
+class FollowUpGrade(BaseModel):
+    correct: bool = Field(description="true if the reply answers the follow-up question correctly")
+    reason: str = Field(description="one sentence explaining the verdict")
+
+
+# -- graph state -------------------------------------------------------------------------------
+
+class Turn(TypedDict, total=False):
+    """One line of the readable transcript (what Studio shows)."""
+
+    speaker: str   # interviewer | interviewee | grader | system
+    kind: str      # question | answer | feedback | follow-up | grade | note
+    text: str
+    q: int         # question index in the session (0 = seed question)
+    attempt: int   # 1-based interaction number for that question
+
+
+class InterviewState(TypedDict, total=False):
+    """State of one interview session (one seed question, one thread).
+
+    ``transcript`` is the readable log; ``interactions`` holds one graded record
+    per answer, from which the report computes Score@n and follow-up accuracy.
+    """
+
+    unit_id: str
+    seed: dict[str, Any]                     # SeedQuestion as a dict (original, unmodified)
+    modification: dict[str, Any]             # strategy, status, explanation, original question
+    current: dict[str, Any]                  # the question being asked: q, kind, type, text, expected, attempt
+    last_answer: str
+    last_grade: dict[str, Any]
+    transcript: Annotated[list[Turn], operator.add]
+    interactions: Annotated[list[dict[str, Any]], operator.add]
+    feedbacks: Annotated[list[dict[str, Any]], operator.add]
+    followups: Annotated[list[dict[str, Any]], operator.add]
+    seed_solved: bool
+    seed_error_type: str
+    single_turn: dict[str, Any]              # LLM-as-a-judge on the unmodified question
+    session_summary: str
+    summary_source: str                      # llm | fallback | disabled
+
+
+# -- context -----------------------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class InterviewContext(BaseContext):
+    """Interview parameters (Algorithm 1 constants and the pluggable interviewer duties of section 3.1)."""
+
+    max_retries: int = described(2, "MAX_RETRIES: retries after a wrong answer (Score@n for n = 1..MAX_RETRIES+1).")
+    max_questions: int = described(2, "MAX_QUESTIONS: questions per session, seed question included "
+                                       "(1 = no follow-ups).")
+    modify: bool = described(True, "Interviewer duty 1: modify the seed question before asking it.")
+    modification: str = described("auto", "Modification strategy: auto (by task), math (unknowns / omitted "
+                                          "values), factual (new question from the reference), paraphrase, none.")
+    feedback: bool = described(True, "Interviewer duty 2: write feedback on wrong answers (off = a plain "
+                                     "'not correct, try again' message).")
+    followups: bool = described(True, "Interviewer duty 3: ask follow-up questions (Table 1).")
+    retry_followups: bool = described(False, "Give feedback and retries on follow-up questions too (Algorithm 1 "
+                                             "does; off keeps follow-up accuracy a first-answer score).")
+    summarize: bool = described(True, "Write an LLM session summary (Appendix D.3); off = a summary built in code.")
+    single_turn_judge: bool = described(True, "Also score the unmodified question single-turn (LLM-as-a-Judge).")
+    interviewee: str = described("model", "model = the target role answers; human = a person answers through "
+                                          "interrupt() (terminal or Studio).")
+    history_chars: int = described(1500, "Longest text of one earlier turn shown again to the interviewee.")
