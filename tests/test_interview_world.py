@@ -52,7 +52,8 @@ def interviewer(messages: list, tool: dict | None) -> Any:
         level = field(text, "Hint level for this feedback")
         return {"feedback": f"Level {level}: re-check how the quantities combine.", "kind": "process_guidance"}
     if name == "FollowUp":
-        return {"question": f"Why did you choose that step? ({len(messages)})", "answer": "because of the sum"}
+        asked = text.split("already asked:")[-1].count("\n- ") + text.split("already asked:")[-1].startswith(" -")
+        return {"question": f"Why did you choose that step? (number {asked + 1})", "answer": "because of the sum"}
     return "The interviewee answered and reacted to feedback."
 
 

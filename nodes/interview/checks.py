@@ -87,10 +87,17 @@ def final_answer(response: str) -> tuple[str, float | None, bool]:
 
 def numeric_reference(answer: str) -> float | None:
     """The reference answer as a number, when it is one."""
+    direct = parse_number(answer)
+    if direct is not None:
+        return direct
     nums = numbers_in(answer)
-    if len(nums) == 1:
-        return nums[0][0]
-    return parse_number(answer)
+    if len(nums) != 1:
+        return None
+    start, end = nums[0][1]
+    rest = str(answer)[:start] + " " + str(answer)[end:]
+    if re.search(r"[\^*/+=]|\b[a-zA-Z]\b", rest):
+        return None  # an expression such as x^2 or 2x + 1, not a number with a unit
+    return nums[0][0]
 
 
 def check_math_answer(response: str, reference: str) -> dict[str, Any]:

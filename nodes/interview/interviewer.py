@@ -205,7 +205,7 @@ def ask_followup(state: InterviewState, runtime: Runtime[InterviewContext]) -> d
     elif ftype == "clarification":
         name, values = "clarification", dict(question=question0, answer=seed.get("answer") or "(none)",
                                              solution=solution, history=_history(state, 0),
-                                             error_type=state.get("seed_error_type") or "N/A")
+                                             error_type=state.get("seed_error_type") or "N/A", asked=asked_text)
     elif ftype == "additional_facts":
         facts = seed_answers[-1].get("facts", []) if seed_answers else []
         unsupported = "\n".join(f"- {f['fact']}" for f in facts if not f["supported"]) or "(none listed)"

@@ -81,7 +81,7 @@ def error_distribution(records: list[dict[str, Any]], examples: int = 2) -> dict
                 continue
             et = i.get("error_type") if i.get("error_type") in ERROR_TYPES else "N/A"
             counts[et] += 1
-            if len(samples[et]) < examples:
+            if len(samples[et]) < examples and all(e["unit"] != r["unit_id"] for e in samples[et]):
                 samples[et].append({"unit": r["unit_id"], "attempt": i["attempt"], "question": r["question"],
                                     "answer": i["answer"], "reason": i.get("reason", "")})
     total = sum(counts.values())
