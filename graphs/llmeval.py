@@ -1,0 +1,48 @@
+"""LLMEval-3 exam graph (seed 002): one thread = one exam session of one model.
+
+open_session -> answer_questions (loops until every allocated question is answered, in order)
+-> [answer_reference (loops; only with a reference model)] -> judge_answers -> score_session.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.graph import END, START, StateGraph
+
+from nodes.llmeval.examinee import answer_questions, answer_reference
+from nodes.llmeval.judge import judge_answers
+from nodes.llmeval.scoring import score_session
+from nodes.llmeval.session import open_session
+from state.llmeval import LLMEvalContext, LLMEvalState
+
+
+def after_target(state: LLMEvalState) -> Literal["answer_questions", "answer_reference", "judge_answers"]:
+    """Keep answering until the quota is used up; then the reference replay (if any), then the judge."""
+    if state.get("answered", 0) < state.get("allocated", 0):
+        return "answer_questions"
+    if state.get("reference_session_id") and state.get("reference_answered", 0) < state.get("allocated", 0):
+        return "answer_reference"
+    return "judge_answers"
+
+
+def after_reference(state: LLMEvalState) -> Literal["answer_reference", "judge_answers"]:
+    if state.get("reference_answered", 0) < state.get("allocated", 0):
+        return "answer_reference"
+    return "judge_answers"
+
+
+builder = StateGraph(LLMEvalState, context_schema=LLMEvalContext)
+builder.add_node("open_session", open_session)
+builder.add_node("answer_questions", answer_questions)
+builder.add_node("answer_reference", answer_reference)
+builder.add_node("judge_answers", judge_answers)
+builder.add_node("score_session", score_session)
+builder.add_edge(START, "open_session")
+builder.add_conditional_edges("open_session", after_target)
+builder.add_conditional_edges("answer_questions", after_target)
+builder.add_conditional_edges("answer_reference", after_reference)
+builder.add_edge("judge_answers", "score_session")
+builder.add_edge("score_session", END)
+
+graph = builder.compile(name="llmeval")

@@ -1,0 +1,199 @@
+"""Analyses over the question bank's sessions: leaderboard, ranking stability, judge agreement, contamination.
+
+* :func:`leaderboard` - Table 1 / Table 7 (R, S, per discipline) and Table 2 / Table 8
+  (per paradigm with mean and population variance) across every model and run in the bank.
+* :func:`stability_from_bank` - appendix D.1 / Table 9 / Figure 5 on the questions the models share.
+* :func:`kappa_from_labels` - appendix D.2: Cohen's kappa between the judge and human labels.
+* :func:`contamination_test` - Finding 6 / Table 4: masked-tail replay, three attempts, recalled at >= 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from protocols.llmeval.metrics import (absolute_score, cohen_kappa, discipline_scores, mask_tail, mean,
+                                       population_variance, recalled, replay_match, stability)
+from prompts import load_prompt
+from runtime.errors import InputError
+from runtime.llm import RoleLLM
+from state.llmeval import PARADIGMS
+from stores.question_bank import QuestionBank
+
+
+def leaderboard(bank: QuestionBank) -> list[dict[str, Any]]:
+    """One row per model over all its scored sessions (runs), best relative score first.
+
+    ``S`` is the mean absolute score of the model's sessions, ``R`` the mean
+    relative score of its sessions that had a reference replay, per-discipline
+    scores pool every judged answer (10-point scale), and ``paradigms`` gives
+    the mean S per paradigm with their mean and population variance (Table 2).
+    """
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for s in bank.sessions_of():
+        if s["scores"]:
+            by_model.setdefault(s["model"], []).append(s)
+    rows = []
+    for model, sess in by_model.items():
+        pairs = []
+        for s in sess:
+            pairs += [(i["discipline"], i["stars"]) for i in bank.judged_items(s["session_id"])
+                      if i["stars"] is not None]
+        rs = [s["scores"]["R"] for s in sess if s["scores"].get("R") is not None]
+        para = {p: mean([s["scores"]["S"] for s in sess if s["paradigm"] == p])
+                for p in PARADIGMS if any(s["paradigm"] == p for s in sess)}
+        rows.append({
+            "model": model,
+            "sessions": len(sess),
+            "runs": len({s["run_id"] for s in sess}),
+            "answers": len(pairs),
+            "S": mean([s["scores"]["S"] for s in sess]),
+            "R": mean(rs) if rs else None,
+            "disciplines": discipline_scores(pairs),
+            "paradigms": para,
+            "paradigm_mean": mean(list(para.values())) if para else None,
+            "paradigm_variance": population_variance(list(para.values())) if len(para) > 1 else None,
+        })
+    rows.sort(key=lambda r: (-(r["R"] if r["R"] is not None else -1), -r["S"], r["model"]))
+    return rows
+
+
+def score_matrix(bank: QuestionBank) -> dict[str, dict[str, float]]:
+    """model -> question -> mean stars over the model's judged answers."""
+    return {m: {q: mean(v) for q, v in qs.items()} for m, qs in bank.answers_by_model().items()}
+
+
+def stability_from_bank(bank: QuestionBank, *, sizes: list[int], trials: int, reference: str | None,
+                        seed: int = 0, models: list[str] | None = None) -> dict[str, Any]:
+    """Table 9 / Figure 5 on the largest group of models sharing judged questions with the reference."""
+    matrix = score_matrix(bank)
+    if models:
+        matrix = {m: v for m, v in matrix.items() if m in models}
+    if len(matrix) < 2:
+        raise InputError("ranking stability needs judged answers of at least two models (run sessions with "
+                         "--reference-model, or several targets on the same --out)", field="--stability")
+    if reference is None:
+        reference = max(matrix, key=lambda m: absolute_score(list(matrix[m].values())))
+    if reference not in matrix:
+        raise InputError(f"reference model {reference!r} has no judged answers; models: {', '.join(matrix)}",
+                         field="--reference-model")
+    ref_qs = set(matrix[reference])
+    sharing = {m: v for m, v in matrix.items() if len(ref_qs & set(v)) > 0}
+    common = set.intersection(*(set(v) for v in sharing.values()))
+    if not common:  # keep the models that share the most questions with the reference
+        best = max((m for m in sharing if m != reference), key=lambda m: len(ref_qs & set(sharing[m])))
+        sharing = {reference: matrix[reference], best: matrix[best]}
+    return stability(sharing, reference=reference, sizes=sizes, trials=trials, seed=seed)
+
+
+def read_labels(path: Path) -> list[dict[str, Any]]:
+    """Human labels: JSONL/CSV rows with ``label`` (0-3 stars) and either ``session_id`` + ``position``
+    or ``model`` + ``question_uuid``."""
+    if not path.is_file():
+        raise InputError("labels file not found", file=str(path))
+    rows = []
+    if path.suffix.lower() == ".csv":
+        raw = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
+        numbered = list(enumerate(raw, start=1))
+    else:
+        numbered = []
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    numbered.append((i, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"not valid JSON: {exc.msg}", file=str(path), record=i) from None
+    for i, rec in numbered:
+        try:
+            label = int(rec["label"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError("needs an integer 0-3", file=str(path), record=i, field="label") from None
+        if not 0 <= label <= 3:
+            raise InputError("needs an integer 0-3", file=str(path), record=i, field="label")
+        rows.append({**rec, "label": label, "_record": i})
+    return rows
+
+
+def kappa_from_labels(bank: QuestionBank, path: Path) -> dict[str, Any]:
+    """Agreement of the judge's stars with human labels on the same answers (appendix D.2, Table 10)."""
+    labels = read_labels(path)
+    judged: dict[tuple[str, str], int] = {}
+    by_pos: dict[tuple[str, int], int] = {}
+    for s in bank.sessions_of():
+        for it in bank.judged_items(s["session_id"]):
+            if it["stars"] is not None:
+                judged[(s["model"], it["question_uuid"])] = it["stars"]
+                by_pos[(s["session_id"], int(it["position"]))] = it["stars"]
+    human, machine, missing = [], [], 0
+    for rec in labels:
+        if rec.get("session_id") not in (None, "") and rec.get("position") not in (None, ""):
+            stars = by_pos.get((str(rec["session_id"]), int(rec["position"])))
+        else:
+            stars = judged.get((str(rec.get("model")), str(rec.get("question_uuid"))))
+        if stars is None:
+            missing += 1
+            continue
+        human.append(rec["label"])
+        machine.append(stars)
+    if not human:
+        raise InputError("no label matches a judged answer in the bank", file=str(path))
+    return {
+        "matched": len(human), "unmatched": missing,
+        "agreement": sum(a == b for a, b in zip(human, machine)) / len(human),
+        "kappa": cohen_kappa(human, machine),
+        "kappa_quadratic": cohen_kappa(human, machine, weights="quadratic"),
+        "kappa_correct": cohen_kappa([h >= 2 for h in human], [m >= 2 for m in machine]),
+    }
+
+
+def public_questions(path: Path) -> list[str]:
+    """Question texts of a public set: JSONL/JSON with ``question`` (AGIEval/MMLU style, ``passage`` prefixed
+    when present) or the LLMEval layout (user dialog turn)."""
+    from protocols.llmeval.bankio import _dialog_question, read_records
+
+    if not path.is_file():
+        raise InputError("public set not found", file=str(path))
+    out = []
+    for i, rec in read_records(path):
+        if isinstance(rec, Exception) or not isinstance(rec, dict):
+            raise InputError(str(rec), file=str(path), record=i)
+        text = str(rec.get("question") or "") or _dialog_question(rec.get("dialog"))
+        if not text.strip():
+            raise InputError("no question text", file=str(path), record=i, field="question")
+        out.append(" ".join(text.split()))
+    return out
+
+
+def contamination_test(llm: RoleLLM, sets: dict[str, list[str]], *, per_set: int, attempts: int = 3,
+                       needed: int = 2, temperature: float = 0.7, seed: int = 0, concurrency: int = 4,
+                       threshold: float = 0.8) -> dict[str, Any]:
+    """Finding 6: for up to ``per_set`` questions of each set, mask the tail and ask for ``attempts``
+    continuations (sampled at ``temperature``); a question is recalled when ``needed`` attempts
+    reproduce the tail (:func:`replay_match`). Returns recalled counts and rates per set."""
+    sampler = dataclasses.replace(llm, chat=llm.chat.bind(temperature=temperature))
+    rng = random.Random(seed)
+    out: dict[str, Any] = {}
+    for name, texts in sets.items():
+        split = [(t, mask_tail(t)) for t in texts]
+        usable = [(t, m) for t, m in split if m]
+        chosen = rng.sample(usable, min(per_set, len(usable)))
+
+        def one(entry: tuple[str, tuple[str, str]]) -> dict[str, Any]:
+            _, (prefix, tail) = entry
+            messages = load_prompt("llmeval/examinee_complete").render(prefix=prefix)
+            completions = [sampler.text(messages, step=f"replay:{name}") for _ in range(attempts)]
+            hits = [replay_match(c, tail, threshold) for c in completions]
+            return {"prefix": prefix[-80:], "tail": tail, "hits": sum(hits), "recalled": recalled(hits, needed),
+                    "first": completions[0][:120]}
+
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            rows = list(pool.map(one, chosen))
+        n_rec = sum(r["recalled"] for r in rows)
+        out[name] = {"tested": len(rows), "skipped_short": len(split) - len(usable), "recalled": n_rec,
+                     "rate": n_rec / len(rows) if rows else 0.0, "examples": rows[:5]}
+    return out

@@ -1,0 +1,242 @@
+"""Pure metric functions of LLMEval-3 (seed 002), unit-tested against hand-computed values.
+
+* :func:`absolute_score` - equation 1: S = sum(s_i) / (N * s_max) * 100.
+* :func:`discipline_scores` - subject-level scores on a 10-point scale (Table 1).
+* :func:`relative_score` - equation 2: R = S_model / S_ref * 100.
+* :func:`population_variance` (Table 2 / Table 8 "Variance" over ZS, FS, CoT) and
+  :func:`sample_variance` (Table 9 "Variance" over the 1000/1000/1000/2000/4000 runs):
+  the paper's two tables use the two conventions; both reproduce its printed numbers.
+* :func:`cohen_kappa` - human-machine agreement (section 3.4, appendix D.2).
+* :func:`spearman` - rank agreement (Table 3, Figure 5).
+* :func:`elo` / :func:`pairwise_outcomes` - the Elo baseline of Finding 8.
+* :func:`stability` - resampling at several sizes (appendix D.1, Table 9, Figure 5).
+* :func:`replay_match` / :func:`recalled` - the contamination replay test (Finding 6).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import random
+import re
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+S_MAX = 3
+
+
+def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float:
+    """Equation 1 (0-100); 0.0 for no scored answers."""
+    if not stars:
+        return 0.0
+    return sum(stars) / (len(stars) * s_max) * 100
+
+
+def discipline_scores(pairs: Iterable[tuple[str, int]], s_max: int = S_MAX) -> dict[str, float]:
+    """Per-discipline score on the 10-point scale of Table 1 (= equation 1 within the discipline / 10)."""
+    by: dict[str, list[int]] = {}
+    for discipline, stars in pairs:
+        by.setdefault(discipline, []).append(stars)
+    return {d: absolute_score(v, s_max) / 10 for d, v in sorted(by.items())}
+
+
+def relative_score(s_model: float, s_ref: float) -> float | None:
+    """Equation 2: the model's absolute score relative to the reference (SOTA) model's on the same questions."""
+    if not s_ref:
+        return None
+    return s_model / s_ref * 100
+
+
+def mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def population_variance(xs: Sequence[float]) -> float:
+    """Variance dividing by n (Table 2 / Table 8)."""
+    if not xs:
+        return 0.0
+    m = mean(xs)
+    return sum((x - m) ** 2 for x in xs) / len(xs)
+
+
+def sample_variance(xs: Sequence[float]) -> float:
+    """Variance dividing by n - 1 (Table 9)."""
+    if len(xs) < 2:
+        return 0.0
+    m = mean(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def cohen_kappa(a: Sequence[Any], b: Sequence[Any], *, weights: str | None = None) -> float:
+    """Cohen's kappa of two raters over the same items; ``weights="quadratic"`` for ordinal labels (stars).
+
+    kappa = (p_o - p_e) / (1 - p_e) with p_e from the raters' marginals; 1.0 when
+    both raters are constant and agree.
+    """
+    if len(a) != len(b):
+        raise ValueError("the two raters must label the same items")
+    if not a:
+        raise ValueError("no items to compare")
+    n = len(a)
+    if weights is None:
+        po = sum(x == y for x, y in zip(a, b)) / n
+        ca, cb = Counter(a), Counter(b)
+        pe = sum(ca[k] * cb[k] for k in set(ca) | set(cb)) / (n * n)
+        return 1.0 if pe == 1 else (po - pe) / (1 - pe)
+    if weights != "quadratic":
+        raise ValueError("weights must be None or 'quadratic'")
+    labels = sorted(set(a) | set(b))
+    if len(labels) == 1:
+        return 1.0
+    idx = {v: i for i, v in enumerate(labels)}
+    k = len(labels)
+    w = [[(i - j) ** 2 / (k - 1) ** 2 for j in range(k)] for i in range(k)]
+    obs = [[0.0] * k for _ in range(k)]
+    for x, y in zip(a, b):
+        obs[idx[x]][idx[y]] += 1 / n
+    ra = [sum(row) for row in obs]
+    rb = [sum(obs[i][j] for i in range(k)) for j in range(k)]
+    num = sum(w[i][j] * obs[i][j] for i in range(k) for j in range(k))
+    den = sum(w[i][j] * ra[i] * rb[j] for i in range(k) for j in range(k))
+    return 1.0 if den == 0 else 1 - num / den
+
+
+def ranks(xs: Sequence[float]) -> list[float]:
+    """1-based ranks, ties get their average rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    out = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for t in range(i, j + 1):
+            out[order[t]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rho = Pearson correlation of the (tie-averaged) ranks."""
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError("need two equally long sequences of at least 2 values")
+    rx, ry = ranks(x), ranks(y)
+    mx, my = mean(rx), mean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = sum((a - mx) ** 2 for a in rx) ** 0.5
+    vy = sum((b - my) ** 2 for b in ry) ** 0.5
+    if vx == 0 or vy == 0:
+        return 1.0 if vx == vy else 0.0
+    return cov / (vx * vy)
+
+
+def elo(matches: Iterable[tuple[str, str, float]], *, k: float = 32, initial: float = 1000,
+        scale: float = 400, players: Iterable[str] = ()) -> dict[str, float]:
+    """Sequential Elo ratings from pairwise outcomes ``(a, b, score_of_a)`` with score 1 / 0.5 / 0.
+
+    E_a = 1 / (1 + 10^((R_b - R_a) / scale)); R_a += k (score - E_a); R_b -= k (score - E_a).
+    """
+    rating: dict[str, float] = {p: initial for p in players}
+    for a, b, score in matches:
+        ra, rb = rating.setdefault(a, initial), rating.setdefault(b, initial)
+        expected = 1 / (1 + 10 ** ((rb - ra) / scale))
+        rating[a] = ra + k * (score - expected)
+        rating[b] = rb - k * (score - expected)
+    return rating
+
+
+def pairwise_outcomes(matrix: dict[str, dict[str, float]], questions: Sequence[str]) -> list[tuple[str, str, float]]:
+    """For every question and pair of models that both answered it: 1 / 0.5 / 0 by comparing their stars."""
+    out = []
+    models = sorted(matrix)
+    for q in questions:
+        for a, b in itertools.combinations(models, 2):
+            if q in matrix[a] and q in matrix[b]:
+                sa, sb = matrix[a][q], matrix[b][q]
+                out.append((a, b, 1.0 if sa > sb else 0.0 if sa < sb else 0.5))
+    return out
+
+
+def stability(matrix: dict[str, dict[str, float]], *, reference: str, sizes: Sequence[int], trials: int,
+              seed: int = 0) -> dict[str, Any]:
+    """Ranking stability under resampling (appendix D.1, Table 9; Figure 5).
+
+    ``matrix`` maps model -> question id -> stars on a common question pool. For each
+    size n and trial, n questions are drawn without replacement; every model's
+    relative score R (equation 2, against ``reference`` on the same draw) and an Elo
+    rating from the pairwise outcomes on the draw (in a shuffled order) are computed.
+    Reported: R per trial, mean and sample variance of R per model over all draws,
+    and per size the mean Spearman rho of the relative-score ranking and of the Elo
+    ranking against the ranking on the full pool.
+    """
+    if reference not in matrix:
+        raise ValueError(f"reference model {reference!r} has no judged answers")
+    pool = sorted(set.intersection(*(set(v) for v in matrix.values())))
+    if not pool:
+        raise ValueError("the models share no judged question")
+    models = sorted(matrix)
+    rng = random.Random(seed)
+
+    def rel(qs: Sequence[str]) -> dict[str, float]:
+        ref = absolute_score([matrix[reference][q] for q in qs])
+        return {m: relative_score(absolute_score([matrix[m][q] for q in qs]), ref) or 0.0 for m in models}
+
+    full = rel(pool)
+    full_list = [full[m] for m in models]
+    per_size: dict[str, Any] = {}
+    all_r: dict[str, list[float]] = {m: [] for m in models}
+    for size in sizes:
+        n = min(size, len(pool))
+        rows, rho_rel, rho_elo = [], [], []
+        for _ in range(trials):
+            draw = rng.sample(pool, n)
+            r = rel(draw)
+            matches = pairwise_outcomes(matrix, draw)
+            rng.shuffle(matches)
+            ratings = elo(matches, players=models)
+            rows.append(r)
+            for m in models:
+                all_r[m].append(r[m])
+            if len(models) > 1:
+                rho_rel.append(spearman([r[m] for m in models], full_list))
+                rho_elo.append(spearman([ratings[m] for m in models], full_list))
+        per_size[str(size)] = {"n": n, "trials": rows,
+                               "spearman_relative": mean(rho_rel) if rho_rel else None,
+                               "spearman_elo": mean(rho_elo) if rho_elo else None}
+    return {
+        "pool": len(pool),
+        "reference": reference,
+        "full": full,
+        "ranking": sorted(models, key=lambda m: -full[m]),
+        "sizes": per_size,
+        "mean": {m: mean(v) for m, v in all_r.items()},
+        "variance": {m: sample_variance(v) for m, v in all_r.items()},
+    }
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def mask_tail(text: str, fraction: float = 0.3, min_words: int = 3) -> tuple[str, str] | None:
+    """Split a question into a shown prefix and a masked tail of at least ``min_words`` words (Finding 6)."""
+    tokens = text.split()
+    tail_len = max(min_words, round(len(tokens) * fraction))
+    if len(tokens) < tail_len + 3:
+        return None
+    return " ".join(tokens[:-tail_len]), " ".join(tokens[-tail_len:])
+
+
+def replay_match(completion: str, tail: str, threshold: float = 0.8) -> bool:
+    """Does a completion reproduce the masked tail? Word-sequence similarity of the tail and the completion's
+    first len(tail) words must reach ``threshold``."""
+    want = words(tail)
+    got = words(completion)[: len(want)]
+    if not want or not got:
+        return False
+    return difflib.SequenceMatcher(a=want, b=got, autojunk=False).ratio() >= threshold
+
+
+def recalled(matches: Sequence[bool], needed: int = 2) -> bool:
+    """A question counts as recalled when at least ``needed`` of its attempts (three in the paper) match."""
+    return sum(bool(m) for m in matches) >= needed

@@ -1,0 +1,361 @@
+"""The llmeval protocol (LLMEval-3, seed 002): batch exam sessions and the non-exam modes.
+
+Batch run (one unit = one exam session of the target, per paradigm and repeat):
+``python run.py --protocol llmeval [--bank FILE] [--questions N] [--paradigm zero-shot|few-shot|cot|all]
+[--sessions K] [--reference-model REF] [--stratified]``.
+
+Other modes (``custom_run``): ``--serve`` (exam server on 127.0.0.1), ``--leaderboard``,
+``--stability``, ``--kappa LABELS``, ``--contamination PUBLIC``, ``--export FILE``, ``--import-only``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from langgraph.graph import StateGraph
+
+from nodes.llmeval.common import bank_of, chroma_folder, extra_label
+from protocols.llmeval import analyses
+from protocols.llmeval.bankio import ImportReport, NearDuplicateIndex, export_bank, import_file
+from protocols.llmeval.metrics import mean, population_variance
+from runtime.errors import InputError
+from runtime.protocol import Protocol, Run, Unit
+from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap, write_report
+from state.llmeval import PARADIGMS, LLMEvalContext
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--sizes must be comma-separated integers, got {text!r}", field="--sizes") from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise InputError("--sizes needs positive integers", field="--sizes")
+    return sizes
+
+
+class LLMEvalProtocol(Protocol):
+    name = "llmeval"
+    description = ("LLMEval-3: sampled, non-repeating exam sessions from a private question bank, "
+                   "anti-cheating delivery, 0-3 LLM judge, absolute and relative scores")
+    context_cls = LLMEvalContext
+    roles = ("target", "evaluator")
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        group.add_argument("--bank", metavar="FILE", help="import a JSONL/JSON/CSV question file into the bank "
+                                                          "(native or LLMEval record layout) before the run")
+        group.add_argument("--bank-db", metavar="DB", help="question bank: SQLite file or postgresql:// DSN "
+                                                           "(default: --postgres-dsn, else OUT/_cache/llmeval_bank.sqlite)")
+        group.add_argument("--augment", action="store_true", default=None,
+                           help="on import, expand each multiple-choice question into true/false variants (A.2)")
+        group.add_argument("--rewrite", action="store_true", default=None,
+                           help="on import, let the teacher rewrite material-analysis questions into true/false")
+        group.add_argument("--near-dup-threshold", type=float, metavar="COS",
+                           help="cosine similarity from which an imported question is a near duplicate "
+                                "(default 0.95; 0 = exact-hash check only)")
+        group.add_argument("--import-only", action="store_true", default=None, help="import --bank and exit")
+        group.add_argument("--questions", type=int, metavar="N", help="questions per session (default 1000)")
+        group.add_argument("--sessions", type=int, metavar="K", help="sessions per paradigm (default 1)")
+        group.add_argument("--paradigm", choices=[*PARADIGMS, "all"], help="prompting paradigm (default zero-shot)")
+        group.add_argument("--stratified", action="store_true", default=None, help="stratify sampling by discipline")
+        group.add_argument("--reference-model", metavar="REF", help="reference model replaying each session's "
+                                                                     "questions for the relative score R")
+        group.add_argument("--batch-size", type=int, help="questions answered per graph step (default 20)")
+        group.add_argument("--judge-concurrency", type=int, help="answers judged at once (default 4)")
+        group.add_argument("--serve", action="store_true", default=None,
+                           help="start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
+        group.add_argument("--port", type=int, help="exam server port (default 8765)")
+        group.add_argument("--rate-limit", type=float, help="exam server requests per second per user (default 20)")
+        group.add_argument("--leaderboard", action="store_true", default=None,
+                           help="print the leaderboard over every model and run in the bank")
+        group.add_argument("--stability", action="store_true", default=None,
+                           help="ranking stability by resampling (variance, Spearman, Elo)")
+        group.add_argument("--sizes", metavar="N,N,..", help="resample sizes for --stability (default 1000,2000,4000)")
+        group.add_argument("--trials", type=int, help="resamples per size for --stability (default 3)")
+        group.add_argument("--kappa", metavar="LABELS", help="Cohen's kappa of the judge against human labels")
+        group.add_argument("--contamination", metavar="PUBLIC", help="replay test: a public question set vs the bank")
+        group.add_argument("--export", metavar="FILE", help="export the bank to JSONL or CSV and exit")
+        group.add_argument("--export-layout", choices=["native", "llmeval"], help="layout of --export JSONL")
+
+    def builder(self) -> StateGraph:
+        from graphs.llmeval import builder
+
+        return builder
+
+    # -- bank ------------------------------------------------------------------------------------
+    def _ctx(self, run: Run) -> LLMEvalContext:
+        return self.context(run)  # type: ignore[return-value]
+
+    def import_bank(self, run: Run, path: Path) -> ImportReport:
+        """Import one file (validated per record, near duplicates skipped) and print its report."""
+        ctx = self._ctx(run)
+        bank = bank_of(ctx)
+        threshold = float(run.params.get("near_dup_threshold", 0.95))
+        index = None
+        if threshold > 0:
+            svc = run.services
+            index = NearDuplicateIndex(svc.chroma(chroma_folder(ctx, svc)), svc.embeddings())
+        try:
+            report = import_file(bank, path, index=index, threshold=threshold or 1.0,
+                                 augment=bool(run.params.get("augment")))
+        except FileNotFoundError:
+            raise InputError("question file not found", file=str(path), field="--bank") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot read: {exc}", file=str(path), field="--bank") from None
+        if run.params.get("rewrite"):
+            self._rewrite_material(run, report)
+        for line in report.lines():
+            run.console.print(line, highlight=False, soft_wrap=True)
+        if report.read and report.imported == 0 and not report.duplicates:
+            raise InputError("no valid record to import", file=str(path))
+        (run.run_dir / "import_report.txt").write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
+        return report
+
+    def _rewrite_material(self, run: Run, report: ImportReport) -> None:
+        from nodes.llmeval.augment import rewrite_material
+
+        bank = bank_of(self._ctx(run))
+        for uid in list(report.imported_ids):
+            q = bank.get(uid)
+            if q is None or q.qtype != "material":
+                continue
+            variants, problem = rewrite_material(run.services, q)
+            if problem:
+                run.console.print(f"{report.file}: {uid}: {problem}", highlight=False)
+                continue
+            bank.add_questions([v for v in variants if not bank.has_uuid(v.uuid)])
+            report.augmented += len(variants)
+
+    def ensure_bank(self, run: Run) -> None:
+        bank = bank_of(self._ctx(run))
+        if run.params.get("bank"):
+            self.import_bank(run, Path(run.params["bank"]))
+        elif bank.count() == 0:
+            run.console.print(f"the question bank is empty: importing the shipped sample {SAMPLE_BANK.name}")
+            self.import_bank(run, SAMPLE_BANK)
+        if bank.count() == 0:
+            raise InputError("the question bank holds no active question", field="--bank")
+
+    # -- batch -----------------------------------------------------------------------------------
+    def plan(self, run: Run) -> list[Unit]:
+        paradigm = run.params.get("paradigm") or "zero-shot"
+        paradigms = list(PARADIGMS) if paradigm == "all" else [paradigm]
+        sessions = int(run.params.get("sessions") or 1)
+        n = int(run.params.get("questions") or 1000)
+        if sessions < 1 or n < 1:
+            raise InputError("--sessions and --questions must be at least 1", field="--questions")
+        if run.params.get("bank") and not Path(run.params["bank"]).is_file():
+            raise InputError("question file not found", file=str(run.params["bank"]), field="--bank")
+        if run.params.get("reference_model"):
+            try:
+                extra_label(run.services, "reference", run.params["reference_model"])
+            except ValueError as exc:
+                raise InputError(str(exc), field="--reference-model") from None
+        units = []
+        for k in range(1, sessions + 1):
+            for p in paradigms:
+                uid = f"{p}-{k}"
+                units.append(Unit(id=uid, input={"session_id": f"{run.run_dir.name}/{uid}", "paradigm": p},
+                                  meta={"paradigm": p, "session": k, "questions": n}))
+        return units
+
+    def expected_calls(self, run: Run) -> str:
+        n = int(run.params.get("questions") or 1000)
+        per = 2 * n * (2 if run.params.get("reference_model") else 1)
+        return f"about {per} ({n} answers + {n} judgements{' , doubled for the reference model' if per > 2 * n else ''})"
+
+    def prepare(self, run: Run, units: list[Unit]) -> None:
+        self.ensure_bank(run)
+
+    def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
+        scores = state.get("scores") or {}
+        ref = state.get("reference_scores") or {}
+        return {"session_id": state.get("session_id"), "model": state.get("model"), "paradigm": state.get("paradigm"),
+                "allocated": state.get("allocated"), "answered": state.get("answered"),
+                "S": scores.get("S"), "N": scores.get("N"), "unscored": scores.get("unscored"),
+                "disciplines": scores.get("disciplines"), "stars": scores.get("stars"),
+                "judge_status": scores.get("judge_status"), "R": state.get("relative"),
+                "S_ref": ref.get("S"), "reference_session_id": state.get("reference_session_id")}
+
+    def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
+        ok = [r for r in records if r["status"] == "ok" and r.get("S") is not None]
+        per_paradigm = {p: mean([r["S"] for r in ok if r["paradigm"] == p]) for p in PARADIGMS
+                        if any(r["paradigm"] == p for r in ok)}
+        rs = [r["R"] for r in ok if r.get("R") is not None]
+        disciplines: dict[str, list[float]] = {}
+        for r in ok:
+            for d, v in (r.get("disciplines") or {}).items():
+                disciplines.setdefault(d, []).append(v)
+        return {
+            "sessions_scored": len(ok),
+            "S": mean([r["S"] for r in ok]) if ok else None,
+            "R": mean(rs) if rs else None,
+            "answers_scored": sum(r.get("N") or 0 for r in ok),
+            "answers_unscored": sum(r.get("unscored") or 0 for r in ok),
+            "paradigms": per_paradigm,
+            "paradigm_variance": population_variance(list(per_paradigm.values())) if len(per_paradigm) > 1 else None,
+            "disciplines": {d: mean(v) for d, v in sorted(disciplines.items())},
+            "leaderboard": [{k: r[k] for k in ("model", "S", "R", "sessions")}
+                            for r in analyses.leaderboard(bank_of(self._ctx(run)))],
+        }
+
+    def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+        metrics = summary["metrics"]
+        ok = [r for r in records if r["status"] == "ok"]
+        blocks: list[Block] = [Table(
+            ["session", "model", "paradigm", "N", "unscored", "S", "S_ref", "R"],
+            [[r["unit_id"], r.get("model"), r.get("paradigm"), r.get("N"), r.get("unscored"), r.get("S"),
+              r.get("S_ref"), r.get("R")] for r in ok],
+            caption="Sessions: absolute score S (eq. 1), reference score and relative score R (eq. 2)")]
+        if metrics.get("disciplines"):
+            d = metrics["disciplines"]
+            path = bar_chart(figure_path(run.run_dir, "disciplines"), list(d), list(d.values()),
+                             title="Per-discipline score (10-point scale)", ylabel="score / 10")
+            blocks += [Table(list(d), [list(d.values())], caption="Per-discipline scores (10-point scale)"),
+                       Figure(path, "Per-discipline scores of this run")]
+        blocks += leaderboard_blocks(run, analyses.leaderboard(bank_of(self._ctx(run))))
+        return blocks
+
+    # -- other modes -----------------------------------------------------------------------------
+    def custom_run(self, run: Run) -> bool:
+        p = run.params
+        modes = [m for m in ("serve", "import_only", "export", "leaderboard", "stability", "kappa", "contamination")
+                 if p.get(m)]
+        if not modes:
+            return False
+        blocks: list[Block] = []
+        summary: dict[str, Any] = {"run_id": run.run_dir.name, "protocol": self.name, "modes": modes}
+        if p.get("bank") or modes == ["serve"]:
+            self.ensure_bank(run)
+        bank = bank_of(self._ctx(run))
+        if p.get("export"):
+            count = export_bank(bank, Path(p["export"]), layout=p.get("export_layout") or "native")
+            run.console.print(f"exported {count} questions to {p['export']}")
+            summary["exported"] = count
+        if p.get("leaderboard"):
+            rows = analyses.leaderboard(bank)
+            print_leaderboard(run, rows)
+            summary["leaderboard"] = rows
+            blocks += leaderboard_blocks(run, rows)
+        if p.get("stability"):
+            result = analyses.stability_from_bank(
+                bank, sizes=_sizes(p.get("sizes") or "1000,2000,4000"), trials=int(p.get("trials") or 3),
+                reference=self._reference_label(run), seed=run.config.seed)
+            summary["stability"] = result
+            blocks += stability_blocks(run, result)
+        if p.get("kappa"):
+            result = analyses.kappa_from_labels(bank, Path(p["kappa"]))
+            summary["kappa"] = result
+            run.console.print(f"judge vs human labels: {json.dumps(result)}")
+            blocks += [Heading("Judge agreement (appendix D.2)"),
+                       Table(list(result), [list(result.values())], caption="Cohen's kappa, judge vs human labels")]
+        if p.get("contamination"):
+            public = analyses.public_questions(Path(p["contamination"]))
+            ours = [q.question for q in bank.all_questions(active_only=True)]
+            result = analyses.contamination_test(run.services.llm("target"), {"public": public, "bank": ours},
+                                                 per_set=int(p.get("questions") or 1000), seed=run.config.seed)
+            summary["contamination"] = result
+            rows = [[name, r["tested"], r["recalled"], r["rate"]] for name, r in result.items()]
+            for row in rows:
+                run.console.print(f"replay {row[0]}: {row[2]}/{row[1]} recalled ({row[3]:.1%})")
+            blocks += [Heading("Contamination replay test (Finding 6)"),
+                       Table(["set", "tested", "recalled (>=2 of 3)", "rate"], rows,
+                             caption=f"Target {run.services.model_label('target')}")]
+        if p.get("serve"):
+            self.serve(run)
+        (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
+        if blocks:
+            write_report(run.run_dir, f"llmeval {', '.join(modes)} {run.run_dir.name}", blocks)
+            run.console.print(f"report: {run.run_dir / 'report.md'}")
+        return True
+
+    def _reference_label(self, run: Run) -> str | None:
+        ref = run.params.get("reference_model")
+        return extra_label(run.services, "reference", ref) if ref else None
+
+    def serve(self, run: Run) -> None:
+        import uvicorn
+
+        from protocols.llmeval.server import ExamServer, create_app
+
+        ctx = self._ctx(run)
+        server = ExamServer(ctx, secret=os.environ.get("DYNEVAL_LLMEVAL_JWT_SECRET") or secrets.token_hex(32),
+                            rate=float(run.params.get("rate_limit") or 20.0))
+        token_file = run.run_dir / "admin_token"
+        token_file.write_text(server.admin_token() + "\n", encoding="utf-8")
+        token_file.chmod(0o600)
+        port = int(run.params.get("port") or 8765)
+        run.console.print(f"exam server on http://127.0.0.1:{port}  (admin token in {token_file})")
+        uvicorn.run(create_app(server), host="127.0.0.1", port=port, log_level="warning")
+
+
+def print_leaderboard(run: Run, rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table as RichTable
+
+    table = RichTable(title="llmeval leaderboard")
+    for col in ("#", "model", "R", "S", "sessions", "runs", "answers"):
+        table.add_column(col)
+    for i, r in enumerate(rows, start=1):
+        table.add_row(str(i), r["model"], "-" if r["R"] is None else f"{r['R']:.2f}", f"{r['S']:.2f}",
+                      str(r["sessions"]), str(r["runs"]), str(r["answers"]))
+    run.console.print(table)
+
+
+def leaderboard_blocks(run: Run, rows: list[dict[str, Any]]) -> list[Block]:
+    """Table 1 style (R, S, per discipline) and Table 2 style (per paradigm, mean, variance)."""
+    if not rows:
+        return [Text("The bank holds no scored session yet.")]
+    discs = sorted({d for r in rows for d in r["disciplines"]})
+    blocks: list[Block] = [Heading("Leaderboard (all models and runs in the bank)"), Table(
+        ["model", "R", "S", *discs, "sessions", "runs"],
+        [[r["model"], r["R"], r["S"], *[r["disciplines"].get(d) for d in discs], r["sessions"], r["runs"]]
+         for r in rows],
+        caption="R: relative score (eq. 2), S: absolute score (eq. 1), disciplines on a 10-point scale")]
+    paras = [p for p in PARADIGMS if any(p in r["paradigms"] for r in rows)]
+    blocks.append(Table(["model", *paras, "mean", "variance"],
+                        [[r["model"], *[r["paradigms"].get(p) for p in paras], r["paradigm_mean"],
+                          r["paradigm_variance"]] for r in rows],
+                        caption="Absolute score per prompting paradigm (Table 2 style; population variance)"))
+    if discs and len(rows) > 0:
+        path = heatmap(figure_path(run.run_dir, "leaderboard_disciplines"), [r["model"][:30] for r in rows], discs,
+                       [[r["disciplines"].get(d, 0.0) for d in discs] for r in rows],
+                       title="Per-discipline scores (10-point scale)")
+        blocks.append(Figure(path, "Per-discipline scores of every model"))
+    return blocks
+
+
+def stability_blocks(run: Run, result: dict[str, Any]) -> list[Block]:
+    from runtime.report import line_chart
+
+    models = sorted(result["full"])
+    blocks: list[Block] = [Heading("Ranking stability (appendix D.1, Table 9, Figure 5)"),
+                           Text(f"{result['pool']} questions judged for every model; reference {result['reference']}.")]
+    rows = []
+    for m in models:
+        trials = [t[m] for size in result["sizes"].values() for t in size["trials"]]
+        rows.append([m, *trials, result["mean"][m], result["variance"][m]])
+    heads = [f"n={s['n']} #{i + 1}" for s in result["sizes"].values() for i in range(len(s["trials"]))]
+    blocks.append(Table(["model", *heads, "mean", "variance"], rows,
+                        caption="Relative scores per resample (sample variance, as in Table 9)"))
+    sizes = list(result["sizes"].values())
+    blocks.append(Table(["n", "Spearman (relative)", "Spearman (Elo)"],
+                        [[s["n"], s["spearman_relative"], s["spearman_elo"]] for s in sizes],
+                        caption="Rank agreement with the full-pool ranking"))
+    if len(sizes) > 1 and sizes[0]["spearman_relative"] is not None:
+        path = line_chart(figure_path(run.run_dir, "stability"),
+                          {"relative": [s["spearman_relative"] for s in sizes],
+                           "Elo": [s["spearman_elo"] for s in sizes]},
+                          x=[s["n"] for s in sizes], title="Ranking agreement vs sample size", xlabel="questions",
+                          ylabel="Spearman rho")
+        blocks.append(Figure(path, "Relative ranking vs Elo (Figure 5 style)"))
+    blocks.append(Code(json.dumps({"ranking": result["ranking"]}, indent=1)))
+    return blocks

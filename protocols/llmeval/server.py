@@ -1,0 +1,251 @@
+"""The LLMEval-3 exam server: FastAPI over the same question bank and nodes as the batch graph.
+
+Section 2.2 "Secure Anti-Cheating Architecture" and appendix F (Algorithm 1):
+
+* Outer layer (access control): every request carries a JWT (HMAC-SHA256) with
+  ``sub`` (user id), ``role`` (``admin`` or ``examinee``), ``session_id``,
+  ``permissions``, ``iat`` and ``exp``. A bad signature, a malformed or an
+  expired token -> 401; an unknown user, a missing permission or another
+  examinee's session -> 403 (RBAC: a token sees only its own session).
+* Inner layer (process control): the bank's quota (allocated / pending /
+  completed) - questions come one at a time in the fixed order, an answer is
+  accepted once for the pending slot (resubmission or skipping ahead -> 409),
+  nothing beyond the allocation (-> 429). Payloads are built from a whitelist:
+  answers and explanations never leave the server.
+* Rate limiting: a token bucket per user; over the limit -> 429 with Retry-After.
+
+Sessions are created with the ``open_session`` node and scored by running the
+exam graph (judge + score nodes) on the session once it is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+import secrets
+import threading
+import time
+import uuid
+from typing import Any
+
+import jwt
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from nodes.llmeval.common import bank_of
+from nodes.llmeval.examinee import build_messages, fewshot_examples
+from nodes.llmeval.session import open_session
+from state.llmeval import PARADIGMS, LLMEvalContext
+from stores.question_bank import QuotaError
+
+ALGORITHM = "HS256"
+PERMISSIONS = {"admin": ["sessions:create", "sessions:read", "sessions:score", "leaderboard:read"],
+               "examinee": ["questions:read", "answers:write"]}
+
+
+class NewSession(BaseModel):
+    model: str = Field(min_length=1, max_length=200)
+    questions: int | None = Field(None, ge=1, le=100000)
+    paradigm: str = "zero-shot"
+    stratified: bool = False
+    examinee: str | None = Field(None, max_length=200)
+
+
+class Answer(BaseModel):
+    position: int = Field(ge=0)
+    answer: str = Field(max_length=100000)
+
+
+class TokenBucket:
+    """``rate`` requests per second per key with bursts up to ``burst``."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._state: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """0 when allowed, else seconds to wait."""
+        with self._lock:
+            now = time.monotonic()
+            tokens, last = self._state.get(key, (float(self.burst), now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            if tokens >= 1:
+                self._state[key] = (tokens - 1, now)
+                return 0.0
+            self._state[key] = (tokens, now)
+            return (1 - tokens) / self.rate
+
+
+class ExamServer:
+    """State of one server process: signing secret, registered users, rate limiter, bank and graph."""
+
+    def __init__(self, ctx: LLMEvalContext, *, secret: str | None = None, token_ttl_s: int = 3600,
+                 rate: float = 20.0, burst: int = 40) -> None:
+        self.ctx = ctx
+        self.secret = secret or secrets.token_hex(32)
+        self.ttl = token_ttl_s
+        self.bank = bank_of(ctx)
+        self.limiter = TokenBucket(rate, burst)
+        self.users: dict[str, dict[str, Any]] = {"admin": {"role": "admin", "session_id": None}}
+        self._users_lock = threading.Lock()
+        self.log: deque[dict[str, Any]] = deque(maxlen=10000)  # access log (Algorithm 1, line 29)
+
+    # -- tokens (Algorithm 1, lines 1-6) -----------------------------------------------------
+    def issue(self, sub: str, role: str, session_id: str | None = None, ttl_s: int | None = None) -> str:
+        now = int(time.time())
+        payload = {"sub": sub, "role": role, "session_id": session_id, "permissions": PERMISSIONS[role],
+                   "iat": now, "exp": now + (self.ttl if ttl_s is None else ttl_s), "jti": uuid.uuid4().hex}
+        return jwt.encode(payload, self.secret, algorithm=ALGORITHM)
+
+    def admin_token(self) -> str:
+        return self.issue("admin", "admin")
+
+    # -- verification (Algorithm 1, lines 12-29) ----------------------------------------------
+    def claims(self, request: Request) -> dict[str, Any]:
+        header = request.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        try:
+            claims = jwt.decode(header[7:].strip(), self.secret, algorithms=[ALGORITHM],
+                                options={"require": ["exp", "iat", "sub", "role"]})
+        except jwt.ExpiredSignatureError:
+            raise HTTPException(401, "token expired", headers={"WWW-Authenticate": "Bearer"}) from None
+        except jwt.InvalidTokenError as exc:
+            raise HTTPException(401, f"invalid token: {exc}", headers={"WWW-Authenticate": "Bearer"}) from None
+        with self._users_lock:
+            user = self.users.get(str(claims["sub"]))
+        if user is None or user["role"] != claims["role"]:
+            raise HTTPException(403, "unknown user or role")
+        wait = self.limiter.take(str(claims["sub"]))
+        if wait:
+            raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": f"{max(1, round(wait))}"})
+        self.log.append({"sub": claims["sub"], "ts": time.time(), "session_id": claims.get("session_id"),
+                         "path": request.url.path})
+        return claims
+
+    def require(self, claims: dict[str, Any], permission: str, session_id: str | None = None) -> None:
+        if permission not in (claims.get("permissions") or []) or permission not in PERMISSIONS[claims["role"]]:
+            raise HTTPException(403, f"permission {permission!r} required")
+        if claims["role"] == "examinee":
+            with self._users_lock:
+                own = self.users.get(str(claims["sub"]), {}).get("session_id")
+            if session_id is None or claims.get("session_id") != session_id or own != session_id:
+                raise HTTPException(403, "this token is not valid for that session")
+
+    # -- operations ----------------------------------------------------------------------------
+    def create_session(self, body: NewSession) -> dict[str, Any]:
+        if body.paradigm not in PARADIGMS:
+            raise HTTPException(422, f"paradigm must be one of {', '.join(PARADIGMS)}")
+        session_id = f"srv-{uuid.uuid4().hex[:16]}"
+        examinee = body.examinee or f"examinee-{session_id}"
+        ctx = dataclasses.replace(self.ctx, questions=body.questions or self.ctx.questions, paradigm=body.paradigm,
+                                  stratified=body.stratified, reference_model="")
+        try:
+            state = open_session({"session_id": session_id, "model": body.model, "paradigm": body.paradigm},
+                                 Runtime(context=ctx))
+        except ValueError as exc:
+            raise HTTPException(409, str(exc)) from None
+        self.bank.set_owner(session_id, examinee)
+        with self._users_lock:
+            self.users[examinee] = {"role": "examinee", "session_id": session_id}
+        return {"session_id": session_id, "examinee": examinee, "allocated": state["allocated"],
+                "token": self.issue(examinee, "examinee", session_id)}
+
+    def status(self, session_id: str) -> dict[str, Any]:
+        session = self.bank.session(session_id)
+        if session is None:
+            raise HTTPException(404, "no such session")
+        return {"session_id": session_id, "model": session["model"], "paradigm": session["paradigm"],
+                "quota": self.bank.quota(session_id), "scored": session["scores"] is not None}
+
+    def next_question(self, session_id: str) -> dict[str, Any]:
+        try:
+            item = self.bank.next_item(session_id)
+        except QuotaError as exc:
+            raise _quota_http(exc) from None
+        session = self.bank.session(session_id) or {}
+        paradigm = session.get("paradigm", "zero-shot")
+        examples = fewshot_examples(self.bank, session) if paradigm == "few-shot" else ""
+        messages = [{"role": {"human": "user"}.get(m.type, m.type), "content": m.content}
+                    for m in build_messages(item, paradigm, examples)]
+        return {**item, "paradigm": paradigm, "messages": messages}
+
+    def answer(self, session_id: str, body: Answer) -> dict[str, Any]:
+        try:
+            quota = self.bank.submit(session_id, body.position, body.answer)
+        except QuotaError as exc:
+            raise _quota_http(exc) from None
+        return {"accepted": True, "position": body.position, "quota": quota}
+
+    def score(self, session_id: str) -> dict[str, Any]:
+        from graphs.llmeval import builder
+
+        quota = self.bank.quota(session_id)
+        if self.bank.session(session_id) is None:
+            raise HTTPException(404, "no such session")
+        if quota["completed"] < quota["allocated"]:
+            raise HTTPException(409, f"session not finished: {quota['completed']}/{quota['allocated']} answered")
+        graph = builder.compile(name="llmeval")
+        final = graph.invoke({"session_id": session_id}, {"configurable": {"thread_id": session_id}},
+                             context=dataclasses.replace(self.ctx, reference_model=""))
+        return {"session_id": session_id, "scores": final.get("scores")}
+
+
+def _quota_http(exc: QuotaError) -> HTTPException:
+    code = {"exhausted": 429, "resubmission": 409, "out_of_order": 409, "unknown": 404}.get(exc.kind, 409)
+    return HTTPException(code, {"error": exc.kind, "message": str(exc)})
+
+
+def create_app(server: ExamServer) -> FastAPI:
+    """The FastAPI application of an :class:`ExamServer`."""
+    app = FastAPI(title="dyneval llmeval exam server", version="1")
+    app.state.exam = server
+    claims = server.claims
+
+    @app.exception_handler(HTTPException)
+    async def _errors(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True, "questions": server.bank.count()}
+
+    @app.post("/admin/sessions")
+    def create(body: NewSession, c: dict = Depends(claims)) -> dict[str, Any]:
+        server.require(c, "sessions:create")
+        return server.create_session(body)
+
+    @app.get("/sessions/{session_id}")
+    def status(session_id: str, c: dict = Depends(claims)) -> dict[str, Any]:
+        if c["role"] == "admin":
+            server.require(c, "sessions:read")
+        else:
+            server.require(c, "questions:read", session_id)
+        return server.status(session_id)
+
+    @app.get("/sessions/{session_id}/next")
+    def next_question(session_id: str, c: dict = Depends(claims)) -> dict[str, Any]:
+        server.require(c, "questions:read", session_id)
+        return server.next_question(session_id)
+
+    @app.post("/sessions/{session_id}/answers")
+    def answer(session_id: str, body: Answer, c: dict = Depends(claims)) -> dict[str, Any]:
+        server.require(c, "answers:write", session_id)
+        return server.answer(session_id, body)
+
+    @app.post("/admin/sessions/{session_id}/score")
+    def score(session_id: str, c: dict = Depends(claims)) -> dict[str, Any]:
+        server.require(c, "sessions:score")
+        return server.score(session_id)
+
+    @app.get("/admin/leaderboard")
+    def leaderboard(c: dict = Depends(claims)) -> dict[str, Any]:
+        from protocols.llmeval.analyses import leaderboard as board
+
+        server.require(c, "leaderboard:read")
+        return {"rows": board(server.bank)}
+
+    return app

@@ -1,0 +1,85 @@
+"""LLMEval-3 (seed 002) state, structured-output schemas and run context.
+
+One graph thread = one exam session of one model (section 2.2): sample the
+questions, deliver them in the fixed order to the target, optionally replay the
+same questions to a reference model (equation 2), judge every answer 0-3
+(Figure 11) and score (equation 1).
+
+The questions, the reference answers and the examinee's answers live in the
+question bank (:mod:`stores.question_bank`), not in the graph state: the state
+only carries ids and counts, so nothing the target could read holds an answer.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypedDict
+
+from pydantic import BaseModel, Field
+
+from state.context import BaseContext, described
+
+Paradigm = Literal["zero-shot", "few-shot", "cot"]
+PARADIGMS: tuple[str, ...] = ("zero-shot", "few-shot", "cot")
+#: Maximum stars of the Figure 11 rubric (s_max of equation 1).
+S_MAX = 3
+
+
+class LLMEvalState(TypedDict, total=False):
+    """State of one exam session (ids and counts only; questions and answers stay in the bank)."""
+
+    session_id: str
+    model: str
+    paradigm: str
+    reference_session_id: str
+    allocated: int
+    answered: int
+    reference_answered: int
+    judged: int
+    judge_failures: int
+    scores: dict[str, Any]
+    reference_scores: dict[str, Any]
+    relative: float | None
+    notes: Annotated[list[str], operator.add]
+
+
+class JudgeRating(BaseModel):
+    """The judge's verdict on one answer (Figure 11): stars 0-3 and the reason for them."""
+
+    rating: int = Field(ge=0, le=3, description="stars: 0, 1, 2 or 3")
+    reason: str = Field(description="why this rating was given, in one or two sentences")
+
+
+class TFStatements(BaseModel):
+    """True/false statements derived from a material-analysis question (appendix A.2 rewrite)."""
+
+    statements: list[str] = Field(description="self-contained statements about the material, 2 to 5")
+    truths: list[bool] = Field(description="for each statement in order: is it true?")
+
+
+@dataclass(kw_only=True)
+class LLMEvalContext(BaseContext):
+    """Parameters of an LLMEval-3 exam session (section 2.2, 2.3, appendix B)."""
+
+    questions: int = described(1000, "Questions per exam session (the paper samples N = 1000).")
+    paradigm: str = described("zero-shot", "Prompting paradigm: zero-shot, few-shot (Figure 9) or cot (Figure 10).")
+    stratified: bool = described(False, "Sample each discipline in proportion to its share of the bank.")
+    reference_model: str = described("", "Reference (SOTA) model replaying the same questions for the relative "
+                                         "score R = S / S_ref x 100 (equation 2); empty = no relative score.")
+    fewshot_k: int = described(3, "Worked examples in a few-shot prompt, drawn from outside the session.")
+    batch_size: int = described(20, "Questions answered per graph step (progress is kept in the bank).")
+    judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).")
+    bank_db: str = described("", "Question bank: SQLite file or postgresql:// DSN; empty = the configured "
+                                 "PostgreSQL DSN, else <out>/_cache/llmeval_bank.sqlite.")
+
+
+class SessionResult(TypedDict, total=False):
+    session_id: str
+    model: str
+    paradigm: str
+    n: int
+    S: float
+    disciplines: dict[str, float]
+    R: float | None
+    S_ref: float | None

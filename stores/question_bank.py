@@ -1,0 +1,489 @@
+"""The llmeval question bank: a real database (SQLite by default, PostgreSQL when a DSN is given).
+
+LLMEval-3 (seed 002) keeps a private bank of questions (section 2.1, appendix A)
+and serves each model a freshly sampled, non-repeating exam (section 2.2). This
+module holds everything that must live in the database so that the batch graph,
+the HTTP exam server and the analyses share one source of truth:
+
+* ``llmeval_questions``: UUID, discipline, sub-discipline, question type, question,
+  answer, explanation, source, created-at, a normalised content hash, the parent
+  UUID of augmented variants (appendix A.2) and an ``active`` flag.
+* ``llmeval_sessions``: one exam session (model, paradigm, seed, size, cycle,
+  few-shot example ids, mirror-of for reference-model replays, final scores).
+* ``llmeval_items``: the fixed, ordered question list of a session with the
+  quota state of every slot (``allocated`` -> ``pending`` -> ``completed``), the
+  examinee's answer and the judge's stars and reason.
+
+Quota rules (the "inner layer" of section 2.2): a session's questions are
+allocated once, delivered strictly in order, one pending at a time; an answer is
+accepted only for the pending slot and only once; nothing beyond the allocation
+is ever delivered. Delivered payloads are built from a whitelist that never
+contains the answer or the explanation.
+
+Writes are serialised by a process-wide lock per database (SQLite allows one
+writer; the lock also keeps the check-then-update of the quota atomic), and run
+inside transactions, so concurrent examinees (the exam server) cannot lose or
+duplicate answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import threading
+import unicodedata
+import uuid as uuidlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+metadata = sa.MetaData()
+
+questions = sa.Table(
+    "llmeval_questions", metadata,
+    sa.Column("uuid", sa.String(64), primary_key=True),
+    sa.Column("discipline", sa.String(128), nullable=False, index=True),
+    sa.Column("sub_discipline", sa.String(128), nullable=False, default=""),
+    sa.Column("qtype", sa.String(32), nullable=False),
+    sa.Column("question", sa.Text, nullable=False),
+    sa.Column("options", sa.Text, nullable=False, default="[]"),  # JSON list (multiple choice only)
+    sa.Column("answer", sa.Text, nullable=False),
+    sa.Column("explanation", sa.Text, nullable=False, default=""),
+    sa.Column("source", sa.String(256), nullable=False, default=""),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("content_hash", sa.String(64), nullable=False, index=True),
+    sa.Column("parent_uuid", sa.String(64), nullable=True),
+    sa.Column("active", sa.Boolean, nullable=False, default=True),
+)
+
+sessions = sa.Table(
+    "llmeval_sessions", metadata,
+    sa.Column("session_id", sa.String(200), primary_key=True),
+    sa.Column("model", sa.String(256), nullable=False, index=True),
+    sa.Column("paradigm", sa.String(32), nullable=False),
+    sa.Column("seed", sa.String(64), nullable=False),
+    sa.Column("n", sa.Integer, nullable=False),
+    sa.Column("stratified", sa.Boolean, nullable=False, default=False),
+    sa.Column("cycle", sa.Integer, nullable=False, default=0),
+    sa.Column("fewshot", sa.Text, nullable=False, default="[]"),
+    sa.Column("mirror_of", sa.String(200), nullable=True),
+    sa.Column("run_id", sa.String(200), nullable=False, default=""),
+    sa.Column("owner", sa.String(200), nullable=True),  # examinee user id (exam server)
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("scores", sa.Text, nullable=True),  # JSON, written when scored
+)
+
+items = sa.Table(
+    "llmeval_items", metadata,
+    sa.Column("session_id", sa.String(200), sa.ForeignKey("llmeval_sessions.session_id"), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("question_uuid", sa.String(64), sa.ForeignKey("llmeval_questions.uuid"), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, default="allocated"),
+    sa.Column("response", sa.Text, nullable=True),
+    sa.Column("delivered_at", sa.String(40), nullable=True),
+    sa.Column("answered_at", sa.String(40), nullable=True),
+    sa.Column("stars", sa.Integer, nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("judge_status", sa.String(24), nullable=True),
+    sa.UniqueConstraint("session_id", "question_uuid", name="uq_llmeval_item_question"),
+)
+
+QTYPES = ("mcq", "true_false", "fill_blank", "short_answer", "term", "material", "open")
+STATUSES = ("allocated", "pending", "completed")
+#: Fields an examinee may ever see (whitelist: no answer, no explanation, no source).
+DELIVERED_FIELDS = ("session_id", "position", "question_id", "discipline", "sub_discipline", "qtype", "question")
+
+_locks: dict[str, threading.RLock] = {}
+_locks_guard = threading.Lock()
+
+
+class QuotaError(Exception):
+    """An examinee asked for more than its quota or tried to answer out of turn.
+
+    ``kind`` is ``exhausted`` (no questions left: HTTP 429), ``resubmission`` or
+    ``out_of_order`` (HTTP 409), or ``unknown`` (no such session: HTTP 404).
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def normalize_text(text: str) -> str:
+    """Case-, width-, punctuation- and whitespace-insensitive form of a question (for exact-duplicate hashing)."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = re.sub(r"[^\w\s]", " ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def content_hash(question: str, options: Iterable[str] = ()) -> str:
+    """SHA-256 of the normalised question (and options): equal for exact duplicates."""
+    key = normalize_text(question) + "\x1f" + "\x1f".join(normalize_text(o) for o in options)
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def bank_url(location: str | Path) -> str:
+    """A SQLAlchemy URL: a ``postgresql://`` DSN is kept (psycopg 3 driver), anything else is a SQLite file."""
+    text = str(location)
+    if text.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    if "://" in text:
+        return text
+    Path(text).parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{text}"
+
+
+@dataclass
+class Question:
+    uuid: str
+    discipline: str
+    sub_discipline: str
+    qtype: str
+    question: str
+    answer: str
+    explanation: str = ""
+    source: str = ""
+    options: list[str] | None = None
+    parent_uuid: str | None = None
+    created_at: str = ""
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid, "discipline": self.discipline, "sub_discipline": self.sub_discipline,
+            "qtype": self.qtype, "question": self.question, "options": json.dumps(self.options or [],
+                                                                                   ensure_ascii=False),
+            "answer": self.answer, "explanation": self.explanation, "source": self.source,
+            "created_at": self.created_at or now(), "content_hash": content_hash(self.question, self.options or []),
+            "parent_uuid": self.parent_uuid, "active": True,
+        }
+
+
+def _question(row: Any) -> Question:
+    return Question(uuid=row.uuid, discipline=row.discipline, sub_discipline=row.sub_discipline, qtype=row.qtype,
+                    question=row.question, answer=row.answer, explanation=row.explanation, source=row.source,
+                    options=json.loads(row.options or "[]"), parent_uuid=row.parent_uuid, created_at=row.created_at)
+
+
+class QuestionBank:
+    """Questions, exam sessions and their quota in one SQL database."""
+
+    def __init__(self, location: str | Path) -> None:
+        self.url = bank_url(location)
+        kwargs: dict[str, Any] = {"future": True}
+        if self.url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 60}
+        self.engine: Engine = sa.create_engine(self.url, **kwargs)
+        if self.url.startswith("sqlite"):
+            @sa.event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA busy_timeout=60000")
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.close()
+        with _locks_guard:
+            self._lock = _locks.setdefault(self.url, threading.RLock())
+        with self._lock:
+            metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- questions ---------------------------------------------------------------------------
+    def add_questions(self, qs: Iterable[Question]) -> int:
+        rows = [q.row() for q in qs]
+        if not rows:
+            return 0
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(questions.insert(), rows)
+        return len(rows)
+
+    def set_active(self, uuids: Iterable[str], active: bool) -> None:
+        ids = list(uuids)
+        if not ids:
+            return
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(questions.update().where(questions.c.uuid.in_(ids)).values(active=active))
+
+    def has_uuid(self, uid: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(questions.c.uuid).where(questions.c.uuid == uid)).first() is not None
+
+    def uuids_with_hash(self, digest: str) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.scalars(sa.select(questions.c.uuid).where(questions.c.content_hash == digest)))
+
+    def get(self, uid: str) -> Question | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(questions).where(questions.c.uuid == uid)).first()
+        return _question(row) if row else None
+
+    def all_questions(self, *, active_only: bool = False) -> list[Question]:
+        query = sa.select(questions).order_by(questions.c.uuid)
+        if active_only:
+            query = query.where(questions.c.active.is_(True))
+        with self.engine.connect() as conn:
+            return [_question(r) for r in conn.execute(query)]
+
+    def count(self, *, active_only: bool = True) -> int:
+        query = sa.select(sa.func.count()).select_from(questions)
+        if active_only:
+            query = query.where(questions.c.active.is_(True))
+        with self.engine.connect() as conn:
+            return int(conn.scalar(query) or 0)
+
+    def disciplines(self) -> dict[str, int]:
+        query = (sa.select(questions.c.discipline, sa.func.count()).where(questions.c.active.is_(True))
+                 .group_by(questions.c.discipline))
+        with self.engine.connect() as conn:
+            return {d: int(c) for d, c in conn.execute(query)}
+
+    # -- sessions ----------------------------------------------------------------------------
+    def session(self, session_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).first()
+        if row is None:
+            return None
+        out = dict(row._mapping)
+        out["fewshot"] = json.loads(out["fewshot"] or "[]")
+        out["scores"] = json.loads(out["scores"]) if out["scores"] else None
+        return out
+
+    def sessions_of(self, model: str | None = None) -> list[dict[str, Any]]:
+        query = sa.select(sessions.c.session_id).order_by(sessions.c.created_at, sessions.c.session_id)
+        if model is not None:
+            query = query.where(sessions.c.model == model)
+        with self.engine.connect() as conn:
+            ids = list(conn.scalars(query))
+        return [s for s in (self.session(i) for i in ids) if s]
+
+    def _seen(self, conn: Any, model: str, cycle: int) -> set[str]:
+        """Questions a model has met in its current cycle (session items and few-shot examples)."""
+        rows = conn.execute(sa.select(sessions.c.session_id, sessions.c.fewshot)
+                            .where(sessions.c.model == model, sessions.c.cycle == cycle,
+                                   sessions.c.mirror_of.is_(None))).all()
+        seen: set[str] = set()
+        for sid, fewshot in rows:
+            seen.update(json.loads(fewshot or "[]"))
+        if rows:
+            seen.update(conn.scalars(sa.select(items.c.question_uuid)
+                                     .where(items.c.session_id.in_([r[0] for r in rows]))))
+        return seen
+
+    def _cycle(self, conn: Any, model: str) -> int:
+        return int(conn.scalar(sa.select(sa.func.max(sessions.c.cycle))
+                               .where(sessions.c.model == model, sessions.c.mirror_of.is_(None))) or 0)
+
+    def create_session(self, session_id: str, *, model: str, n: int, seed: str, paradigm: str = "zero-shot",
+                       stratified: bool = False, fewshot_k: int = 0, run_id: str = "",
+                       owner: str | None = None) -> dict[str, Any]:
+        """Allocate a session's questions (section 2.2, Dynamic Question Sampling); idempotent per id.
+
+        Sampling is seeded by ``seed``, without replacement, and skips every question
+        the model met in earlier sessions of its current cycle; when fewer than ``n``
+        unseen questions remain, the remaining ones are all taken and a new cycle
+        starts (the bank is exhausted for this model). ``stratified`` splits ``n``
+        over disciplines in proportion to their size (largest remainder). Few-shot
+        examples come from outside the session.
+        """
+        if n < 1:
+            raise ValueError("a session needs at least one question")
+        with self._lock, self.engine.begin() as conn:
+            existing = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).first()
+            if existing is not None:
+                return self.session(session_id) or {}
+            rng = random.Random(seed)
+            pool_rows = conn.execute(sa.select(questions.c.uuid, questions.c.discipline)
+                                     .where(questions.c.active.is_(True)).order_by(questions.c.uuid)).all()
+            if not pool_rows:
+                raise ValueError("the question bank is empty")
+            discipline_of = {u: d for u, d in pool_rows}
+            cycle = self._cycle(conn, model)
+            seen = self._seen(conn, model, cycle)
+            fresh = [u for u, _ in pool_rows if u not in seen]
+            n = min(n, len(pool_rows))
+            if len(fresh) >= n:
+                chosen = _sample(rng, fresh, n, discipline_of if stratified else None)
+            else:  # bank exhausted for this model: take what is left, then start a new cycle
+                chosen = list(fresh)
+                rng.shuffle(chosen)
+                cycle += 1
+                rest = [u for u, _ in pool_rows if u not in set(chosen)]
+                chosen += _sample(rng, rest, n - len(chosen), discipline_of if stratified else None)
+            rng.shuffle(chosen)  # the fixed delivery order
+            outside = [u for u, _ in pool_rows if u not in set(chosen)]
+            fewshot = rng.sample(outside, min(fewshot_k, len(outside))) if fewshot_k else []
+            conn.execute(sessions.insert().values(
+                session_id=session_id, model=model, paradigm=paradigm, seed=str(seed), n=len(chosen),
+                stratified=stratified, cycle=cycle, fewshot=json.dumps(fewshot), mirror_of=None, run_id=run_id,
+                owner=owner, created_at=now()))
+            conn.execute(items.insert(), [{"session_id": session_id, "position": i, "question_uuid": u,
+                                           "status": "allocated"} for i, u in enumerate(chosen)])
+        return self.session(session_id) or {}
+
+    def create_mirror(self, session_id: str, source_id: str, *, model: str, run_id: str = "") -> dict[str, Any]:
+        """A replay of ``source_id``'s exact questions, order and few-shot examples for a reference model
+        (equation 2 compares with the reference model "on the same question set"); idempotent."""
+        with self._lock, self.engine.begin() as conn:
+            if conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first():
+                return self.session(session_id) or {}
+            src = conn.execute(sa.select(sessions).where(sessions.c.session_id == source_id)).first()
+            if src is None:
+                raise QuotaError("unknown", f"no session {source_id}")
+            conn.execute(sessions.insert().values(
+                session_id=session_id, model=model, paradigm=src.paradigm, seed=src.seed, n=src.n,
+                stratified=src.stratified, cycle=0, fewshot=src.fewshot, mirror_of=source_id, run_id=run_id,
+                created_at=now()))
+            rows = conn.execute(sa.select(items.c.position, items.c.question_uuid)
+                                .where(items.c.session_id == source_id).order_by(items.c.position)).all()
+            conn.execute(items.insert(), [{"session_id": session_id, "position": p, "question_uuid": u,
+                                           "status": "allocated"} for p, u in rows])
+        return self.session(session_id) or {}
+
+    def question_ids(self, session_id: str) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.scalars(sa.select(items.c.question_uuid).where(items.c.session_id == session_id)
+                                     .order_by(items.c.position)))
+
+    def quota(self, session_id: str) -> dict[str, int]:
+        """Allocated / pending / completed counts of a session (``allocated`` = the whole allocation)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(items.c.status, sa.func.count()).where(items.c.session_id == session_id)
+                                .group_by(items.c.status)).all()
+        counts = {s: 0 for s in STATUSES}
+        counts.update({s: int(c) for s, c in rows})
+        return {"allocated": sum(counts.values()), "undelivered": counts["allocated"],
+                "pending": counts["pending"], "completed": counts["completed"]}
+
+    def next_item(self, session_id: str) -> dict[str, Any]:
+        """The next question in the fixed order, stripped of answer and explanation.
+
+        A pending (delivered, unanswered) slot is delivered again rather than a new
+        one; :class:`QuotaError` ``exhausted`` when every slot is completed.
+        """
+        with self._lock, self.engine.begin() as conn:
+            if conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() \
+                    is None:
+                raise QuotaError("unknown", f"no session {session_id}")
+            row = conn.execute(sa.select(items.c.position, items.c.question_uuid, items.c.status)
+                               .where(items.c.session_id == session_id, items.c.status != "completed")
+                               .order_by(items.c.position).limit(1)).first()
+            if row is None:
+                raise QuotaError("exhausted", f"session {session_id}: every allocated question is answered")
+            if row.status == "allocated":
+                conn.execute(items.update().where(items.c.session_id == session_id,
+                                                  items.c.position == row.position)
+                             .values(status="pending", delivered_at=now()))
+            q = conn.execute(sa.select(questions).where(questions.c.uuid == row.question_uuid)).one()
+        return stripped_payload(session_id, row.position, q)
+
+    def submit(self, session_id: str, position: int, response: str) -> dict[str, int]:
+        """Record the answer of the pending slot ``position``; no resubmission, no skipping ahead."""
+        with self._lock, self.engine.begin() as conn:
+            row = conn.execute(sa.select(items.c.status).where(items.c.session_id == session_id,
+                                                               items.c.position == position)).first()
+            if row is None:
+                if conn.execute(sa.select(sessions.c.session_id)
+                                .where(sessions.c.session_id == session_id)).first() is None:
+                    raise QuotaError("unknown", f"no session {session_id}")
+                raise QuotaError("exhausted", f"session {session_id}: position {position} is beyond the quota")
+            if row.status == "completed":
+                raise QuotaError("resubmission", f"session {session_id}: position {position} is already answered")
+            if row.status != "pending":
+                raise QuotaError("out_of_order", f"session {session_id}: position {position} was not delivered "
+                                                 "yet; answer the questions in the order they are given")
+            conn.execute(items.update().where(items.c.session_id == session_id, items.c.position == position)
+                         .values(status="completed", response=response, answered_at=now()))
+        return self.quota(session_id)
+
+    # -- judging -----------------------------------------------------------------------------
+    def judged_items(self, session_id: str) -> list[dict[str, Any]]:
+        """Every slot of a session with its question (answer included: server side only)."""
+        query = (sa.select(items, questions.c.discipline, questions.c.sub_discipline, questions.c.qtype,
+                           questions.c.question, questions.c.answer, questions.c.explanation)
+                 .join(questions, questions.c.uuid == items.c.question_uuid)
+                 .where(items.c.session_id == session_id).order_by(items.c.position))
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
+    def set_judgement(self, session_id: str, position: int, stars: int | None, reason: str, status: str) -> None:
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(items.update().where(items.c.session_id == session_id, items.c.position == position)
+                         .values(stars=stars, reason=reason, judge_status=status))
+
+    def set_owner(self, session_id: str, owner: str) -> None:
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(sessions.update().where(sessions.c.session_id == session_id).values(owner=owner))
+
+    def set_scores(self, session_id: str, scores: dict[str, Any]) -> None:
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(sessions.update().where(sessions.c.session_id == session_id)
+                         .values(scores=json.dumps(scores, ensure_ascii=False)))
+
+    def answers_by_model(self) -> dict[str, dict[str, list[int]]]:
+        """model -> question uuid -> judged stars (every judged answer of every session)."""
+        query = (sa.select(sessions.c.model, items.c.question_uuid, items.c.stars)
+                 .join(sessions, sessions.c.session_id == items.c.session_id)
+                 .where(items.c.stars.is_not(None)))
+        out: dict[str, dict[str, list[int]]] = {}
+        with self.engine.connect() as conn:
+            for model, qid, stars in conn.execute(query):
+                out.setdefault(model, {}).setdefault(qid, []).append(int(stars))
+        return out
+
+    def iter_export(self) -> Iterator[Question]:
+        yield from self.all_questions()
+
+
+def _sample(rng: random.Random, pool: list[str], n: int, discipline_of: dict[str, str] | None) -> list[str]:
+    """``n`` ids without replacement; stratified by discipline (largest-remainder quotas) when asked."""
+    n = min(n, len(pool))
+    if not discipline_of:
+        return rng.sample(pool, n)
+    groups: dict[str, list[str]] = {}
+    for u in pool:
+        groups.setdefault(discipline_of[u], []).append(u)
+    total = len(pool)
+    exact = {d: n * len(g) / total for d, g in groups.items()}
+    quota = {d: int(x) for d, x in exact.items()}
+    leftover = n - sum(quota.values())
+    for d in sorted(groups, key=lambda d: (-(exact[d] - quota[d]), d))[:leftover]:
+        quota[d] += 1
+    chosen: list[str] = []
+    for d in sorted(groups):
+        chosen += rng.sample(groups[d], min(quota[d], len(groups[d])))
+    return chosen
+
+
+def stripped_payload(session_id: str, position: int, q: Any) -> dict[str, Any]:
+    """What an examinee receives for one question: whitelisted fields only (section 2.2, inner layer).
+
+    Multiple-choice options are part of the question text the examinee must see;
+    the answer, explanation and source never are.
+    """
+    text = question_text(q.question, json.loads(q.options or "[]"))
+    payload = {"session_id": session_id, "position": position, "question_id": q.uuid, "discipline": q.discipline,
+               "sub_discipline": q.sub_discipline, "qtype": q.qtype, "question": text}
+    assert tuple(payload) == DELIVERED_FIELDS
+    return payload
+
+
+def question_text(question: str, options: list[str] | None) -> str:
+    """The question as shown to an examinee: its text, then lettered options for multiple choice."""
+    if not options:
+        return question
+    return question + "\n" + "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
+
+
+def new_uuid() -> str:
+    return str(uuidlib.uuid4())
