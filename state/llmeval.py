@@ -68,7 +68,7 @@ class LLMEvalContext(BaseContext):
     reference_model: str = described("", "Reference (SOTA) model replaying the same questions for the relative "
                                          "score R = S / S_ref x 100 (equation 2); empty = no relative score.")
     fewshot_k: int = described(3, "Worked examples in a few-shot prompt, drawn from outside the session.")
-    batch_size: int = described(20, "Questions answered per graph step (progress is kept in the bank).")
+    answer_batch: int = described(20, "Questions answered per graph step (progress is kept in the bank).")
     judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).")
     bank_db: str = described("", "Question bank: SQLite file or postgresql:// DSN; empty = the configured "
                                  "PostgreSQL DSN, else <out>/_cache/llmeval_bank.sqlite.")

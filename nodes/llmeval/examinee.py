@@ -43,7 +43,7 @@ def build_messages(payload: dict[str, Any], paradigm: str, examples: str = "") -
     return load_prompt("llmeval/examinee_zero_shot").render(question=payload["question"])
 
 
-def answer_batch(bank: QuestionBank, session_id: str, llm: RoleLLM, limit: int) -> int:
+def answer_in_order(bank: QuestionBank, session_id: str, llm: RoleLLM, limit: int) -> int:
     """Deliver up to ``limit`` questions in order to ``llm`` and store its answers; returns how many."""
     session = bank.session(session_id) or {}
     paradigm = session.get("paradigm", "zero-shot")
@@ -63,10 +63,10 @@ def answer_batch(bank: QuestionBank, session_id: str, llm: RoleLLM, limit: int) 
 
 
 def answer_questions(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
-    """The target answers the next ``batch_size`` questions of its session (fixed order, one at a time)."""
+    """The target answers the next ``answer_batch`` questions of its session (fixed order, one at a time)."""
     ctx = runtime.context
     bank = bank_of(ctx)
-    answer_batch(bank, state["session_id"], services_of(ctx).llm("target"), int(ctx.batch_size))
+    answer_in_order(bank, state["session_id"], services_of(ctx).llm("target"), int(ctx.answer_batch))
     return {"answered": bank.quota(state["session_id"])["completed"]}
 
 
@@ -75,5 +75,5 @@ def answer_reference(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> d
     ctx = runtime.context
     bank = bank_of(ctx)
     ref_id = state["reference_session_id"]
-    answer_batch(bank, ref_id, extra_llm(services_of(ctx), "reference", ctx.reference_model), int(ctx.batch_size))
+    answer_in_order(bank, ref_id, extra_llm(services_of(ctx), "reference", ctx.reference_model), int(ctx.answer_batch))
     return {"reference_answered": bank.quota(ref_id)["completed"]}

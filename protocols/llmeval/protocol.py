@@ -69,7 +69,7 @@ class LLMEvalProtocol(Protocol):
         group.add_argument("--stratified", action="store_true", default=None, help="stratify sampling by discipline")
         group.add_argument("--reference-model", metavar="REF", help="reference model replaying each session's "
                                                                      "questions for the relative score R")
-        group.add_argument("--batch-size", type=int, help="questions answered per graph step (default 20)")
+        group.add_argument("--answer-batch", type=int, help="questions answered per graph step (default 20)")
         group.add_argument("--judge-concurrency", type=int, help="answers judged at once (default 4)")
         group.add_argument("--serve", action="store_true", default=None,
                            help="start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")

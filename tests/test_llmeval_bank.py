@@ -1,0 +1,285 @@
+"""Question bank: import with per-record validation, duplicates, export, augmentation (A.2), sampling, quota."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from protocols.llmeval.augment import check_format, expand_mcq
+from protocols.llmeval.bankio import NearDuplicateIndex, export_bank, import_file, parse_record
+from stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError
+from stores.vectors import chroma_client
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
+#: ``run.main`` restricted to llmeval: run.py puts every protocol's flags in one parser, so a clash between
+#: two other protocols' flags would otherwise break these CLI tests (see the report to the lead).
+CLI = [sys.executable, "-c", "import sys, protocols, run; "
+       "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))"]
+
+
+def bank_with_sample(tmp_path: Path, **kw) -> QuestionBank:
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    report = import_file(bank, SAMPLE, **kw)
+    assert report.imported == 36 and not report.errors
+    return bank
+
+
+def write_jsonl(path: Path, lines: list) -> Path:
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_import_of_a_file_with_bad_records_imports_the_good_ones_and_reports_each_bad_one(tmp_path):
+    good = {"discipline": "Science", "question": "What is the boiling point of water at sea level in Celsius?",
+            "answer": "100"}
+    path = write_jsonl(tmp_path / "mixed.jsonl", [
+        good,                                                                           # 1 ok
+        "{not json",                                                                    # 2 bad JSON
+        {"discipline": "Law", "question": "Who signs a bill into law in the US?"},      # 3 no answer
+        {"discipline": "Science", "question": "Pick one ( )", "options": ["a", "b", "c", "d"], "answer": "E"},  # 4
+        {"discipline": "History", "qtype": "fill_blank", "question": "___ and ___ fought.", "answer": "Rome"},  # 5
+        {"question": "A question without a discipline?", "answer": "yes"},              # 6 no discipline
+        {"discipline": "Art", "qtype": "poem", "question": "Write a haiku", "answer": "..."},  # 7 unknown type
+        {"uuid": "u-1", "discipline": "Art", "question": "Which colour do blue and yellow make?", "answer": "green"},
+        {"uuid": "u-1", "discipline": "Art", "question": "Which colour do red and white make?", "answer": "pink"},
+        {**good, "question": "what is the BOILING point of water at sea level, in celsius"},  # 10 exact dup
+    ])
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    report = import_file(bank, path)
+    assert report.read == 10
+    assert report.imported == 2 and bank.count() == 2
+    bad = {(p.record, p.field) for p in report.errors}
+    assert bad == {(2, "record"), (3, "answer"), (4, "answer"), (5, "answer"), (6, "discipline"), (7, "qtype"),
+                   (9, "uuid")}
+    assert [(d["record"], d["kind"]) for d in report.duplicates] == [(10, "exact")]
+    lines = report.lines()
+    assert len(lines) == 7 + 1 + 1  # one line per bad record, one per duplicate, one summary
+    assert all(str(path) in line for line in lines)
+    assert "2 imported, 7 rejected, 1 duplicates skipped" in lines[-1]
+
+
+def test_llmeval_record_layout_and_csv_are_imported(tmp_path):
+    llmeval = write_jsonl(tmp_path / "llmeval.jsonl", [
+        {"category": "Engineering", "sub_category": "Computer Science", "question_uuid": "a4b9-1",
+         "dialog": [{"role": "user", "content": "True or false: a hash table lookup is always O(n)."}],
+         "hint": "false"},
+        {"category": "Engineering", "sub_category": "Computer Science", "question_uuid": "a4b9-2",
+         "dialog": {"role": "user", "content": "Name the data structure used by breadth-first search."},
+         "hint": "a queue"},
+        {"category": "Engineering", "question_uuid": "a4b9-3", "dialog": [{"role": "assistant", "content": "x"}],
+         "hint": "y"},
+    ])
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    report = import_file(bank, llmeval)
+    assert report.imported == 2
+    assert [(p.record, p.field) for p in report.errors] == [(3, "dialog")]
+    q = bank.get("a4b9-1")
+    assert (q.discipline, q.sub_discipline, q.qtype, q.answer) == ("Engineering", "Computer Science", "true_false",
+                                                                   "false")
+    path = tmp_path / "q.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["discipline", "question", "options", "answer"])
+        w.writeheader()
+        w.writerow({"discipline": "Science", "question": "Which planet is largest? ( )",
+                    "options": json.dumps(["Mars", "Jupiter", "Venus"]), "answer": "B"})
+        w.writerow({"discipline": "Science", "question": "", "options": "", "answer": "x"})
+    report = import_file(bank, path)
+    assert report.imported == 1 and [(p.record, p.field) for p in report.errors] == [(2, "question")]
+    mcq = [q for q in bank.all_questions() if q.qtype == "mcq"][0]
+    assert mcq.options == ["Mars", "Jupiter", "Venus"]
+
+
+def test_export_round_trips_through_both_layouts(tmp_path):
+    bank = bank_with_sample(tmp_path)
+    for layout, name in (("native", "out.jsonl"), ("llmeval", "out_llmeval.jsonl"), ("native", "out.csv")):
+        path = tmp_path / name
+        assert export_bank(bank, path, layout=layout) == 36
+        other = QuestionBank(tmp_path / f"{name}.sqlite")
+        report = import_file(other, path)
+        assert report.imported == 36, report.lines()[:3]
+        a = {q.uuid: (q.question, q.answer, q.discipline, q.qtype, q.options) for q in bank.all_questions()}
+        b = {q.uuid: (q.question, q.answer, q.discipline, q.qtype, q.options) for q in other.all_questions()}
+        assert a == b
+
+
+VOCAB = "alpha beta gamma delta epsilon zeta eta one two three four five six seven".split()
+
+
+def bag_of_words(texts):
+    """A deterministic stand-in embedding: word counts over a fixed vocabulary."""
+    return [[float(t.lower().split().count(w)) for w in VOCAB] for t in texts]
+
+
+def test_near_duplicates_are_found_through_the_chroma_index(tmp_path):
+    path = write_jsonl(tmp_path / "near.jsonl", [
+        {"discipline": "X", "question": "alpha beta gamma delta epsilon zeta", "answer": "1"},
+        {"discipline": "X", "question": "alpha beta gamma delta epsilon eta", "answer": "2"},
+        {"discipline": "X", "question": "one two three four five six", "answer": "3"},
+    ])
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), bag_of_words)
+    report = import_file(bank, path, index=index, threshold=0.8)
+    assert report.imported == 2
+    assert [(d["record"], d["kind"]) for d in report.duplicates] == [(2, "near")]
+    assert report.duplicates[0]["similarity"] == pytest.approx(5 / 6, abs=1e-4)  # cosine of 5 shared words out of 6
+    # a later file is checked against what the index already holds
+    again = write_jsonl(tmp_path / "again.jsonl", [{"discipline": "X", "question": "one two three four five seven",
+                                                    "answer": "4"}])
+    report = import_file(bank, again, index=index, threshold=0.8)
+    assert report.imported == 0 and report.duplicates[0]["kind"] == "near"
+
+
+def test_near_duplicate_paraphrase_is_caught_with_the_offline_embeddings(tmp_path):
+    from stores.vectors import embedding_function
+
+    index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), embedding_function())
+    bank = bank_with_sample(tmp_path, index=index, threshold=0.9)  # the sample has no near duplicates
+    assert index.collection.count() == 36
+    path = write_jsonl(tmp_path / "para.jsonl", [
+        {"discipline": "Engineering", "question": "True or false: a stack removes its elements in first in, first "
+                                                  "out order. Explain your reasoning.", "answer": "false"},
+        {"discipline": "Science", "question": "Which gas do green plants release during photosynthesis?",
+         "answer": "oxygen"},
+    ])
+    report = import_file(bank, path, index=index, threshold=0.9)
+    assert [d["record"] for d in report.duplicates] == [1]
+    assert report.imported == 1
+
+
+def test_mcq_with_n_options_becomes_n_true_false_variants(tmp_path):
+    q = Question(uuid="p1", discipline="Engineering", sub_discipline="CS", qtype="mcq",
+                 question="A complete binary tree of height 3 has at most ( ) nodes.", options=["3", "7", "8", "15"],
+                 answer="B")
+    variants = expand_mcq(q)
+    assert len(variants) == 4
+    assert [v.answer for v in variants] == ["false", "true", "false", "false"]
+    assert all(v.qtype == "true_false" and v.parent_uuid == "p1" for v in variants)
+    assert all('"' + o + '"' in v.question for o, v in zip(q.options, variants))
+    assert len({v.uuid for v in variants}) == 4 and expand_mcq(q)[0].uuid == variants[0].uuid
+    # import with augmentation: the variants replace their parent in sampling
+    bank = bank_with_sample(tmp_path, augment=True)
+    mcqs = [x for x in bank.all_questions() if x.qtype == "mcq"]
+    kids = [x for x in bank.all_questions() if x.parent_uuid]
+    assert len(kids) == sum(len(m.options) for m in mcqs)
+    assert bank.count() == 36 - len(mcqs) + len(kids)
+    assert all(m.uuid not in {x.uuid for x in bank.all_questions(active_only=True)} for m in mcqs)
+
+
+def test_format_validation_checks_option_counts_and_answer_slots():
+    def q(**kw):
+        base = dict(uuid="x", discipline="d", sub_discipline="", qtype="mcq", question="q ( )", answer="A",
+                    options=["a", "b"])
+        base.update(kw)
+        return Question(**base)
+
+    assert check_format(q()) == []
+    assert check_format(q(options=["a"]))[0][0] == "options"
+    assert check_format(q(options=["a", "a"]))[0][0] == "options"
+    assert check_format(q(answer="C"))[0][0] == "answer"
+    assert check_format(q(qtype="fill_blank", options=None, question="___ and ___", answer="a; b")) == []
+    assert check_format(q(qtype="fill_blank", options=None, question="___ and ___", answer="a"))[0][0] == "answer"
+    assert check_format(q(qtype="true_false", options=None, answer="maybe"))[0][0] == "answer"
+    parsed, problems = parse_record({"discipline": "d", "question": "q", "answer": "A", "options": "x||y"}, "f")
+    assert parsed and parsed.qtype == "mcq" and parsed.options == ["x", "y"] and not problems
+
+
+def test_sampling_is_seeded_and_without_replacement(tmp_path):
+    bank = bank_with_sample(tmp_path)
+    a = bank.create_session("a", model="m1", n=12, seed="0:u1")
+    other = QuestionBank(tmp_path / "b2.sqlite")
+    import_file(other, SAMPLE)
+    b = other.create_session("a", model="m1", n=12, seed="0:u1")
+    c = other.create_session("c", model="m2", n=12, seed="1:u1")
+    assert a["n"] == 12
+    ids_a, ids_b, ids_c = bank.question_ids("a"), other.question_ids("a"), other.question_ids("c")
+    assert ids_a == ids_b  # same seed, same bank -> same questions in the same order
+    assert ids_a != ids_c
+    assert len(set(ids_a)) == 12
+    assert bank.create_session("a", model="m1", n=12, seed="other")["seed"] == "0:u1"  # idempotent
+
+
+def test_sessions_of_one_model_do_not_repeat_until_the_bank_is_exhausted(tmp_path):
+    bank = bank_with_sample(tmp_path)  # 36 questions
+    seen: list[str] = []
+    for i in range(3):
+        bank.create_session(f"s{i}", model="m", n=12, seed=f"0:s{i}")
+        seen += bank.question_ids(f"s{i}")
+    assert len(seen) == 36 and len(set(seen)) == 36  # three sessions cover the bank exactly once
+    bank.create_session("other", model="m2", n=12, seed="0:x")  # another model is independent
+    assert len(bank.question_ids("other")) == 12
+    # a fourth session of m starts a new cycle
+    bank.create_session("s3", model="m", n=10, seed="0:s3")
+    assert bank.session("s3")["cycle"] == 1 and len(set(bank.question_ids("s3"))) == 10
+    # partial exhaustion: 30 of 36 seen, the next session takes the 6 unseen ones first
+    b2 = QuestionBank(tmp_path / "b3.sqlite")
+    import_file(b2, SAMPLE)
+    b2.create_session("x1", model="m", n=30, seed="1")
+    first = set(b2.question_ids("x1"))
+    b2.create_session("x2", model="m", n=10, seed="2")
+    second = b2.question_ids("x2")
+    unseen = {q.uuid for q in b2.all_questions()} - first
+    assert unseen <= set(second) and len(set(second)) == 10
+
+
+def test_few_shot_examples_come_from_outside_the_session(tmp_path):
+    bank = bank_with_sample(tmp_path)
+    s = bank.create_session("fs", model="m", n=20, seed="3", paradigm="few-shot", fewshot_k=3)
+    assert len(s["fewshot"]) == 3 and not set(s["fewshot"]) & set(bank.question_ids("fs"))
+
+
+def test_stratified_sampling_follows_discipline_shares(tmp_path):
+    bank = bank_with_sample(tmp_path)
+    shares = bank.disciplines()
+    bank.create_session("st", model="m", n=18, seed="5", stratified=True)
+    got = Counter(bank.get(u).discipline for u in bank.question_ids("st"))
+    assert sum(got.values()) == 18
+    for d, count in shares.items():  # largest remainder: each discipline within one of its exact share
+        assert abs(got.get(d, 0) - 18 * count / 36) < 1
+
+
+def test_quota_delivers_in_order_and_rejects_extras_and_resubmissions(tmp_path):
+    bank = bank_with_sample(tmp_path)
+    bank.create_session("q", model="m", n=3, seed="1")
+    first = bank.next_item("q")
+    assert tuple(first) == DELIVERED_FIELDS and first["position"] == 0
+    assert bank.next_item("q")["position"] == 0  # the pending question again, not a new one
+    with pytest.raises(QuotaError) as e:
+        bank.submit("q", 1, "skipping ahead")
+    assert e.value.kind == "out_of_order"
+    assert bank.submit("q", 0, "a0") == {"allocated": 3, "undelivered": 2, "pending": 0, "completed": 1}
+    with pytest.raises(QuotaError) as e:
+        bank.submit("q", 0, "again")
+    assert e.value.kind == "resubmission"
+    for pos in (1, 2):
+        assert bank.next_item("q")["position"] == pos
+        bank.submit("q", pos, f"a{pos}")
+    with pytest.raises(QuotaError) as e:
+        bank.next_item("q")
+    assert e.value.kind == "exhausted"
+    with pytest.raises(QuotaError) as e:
+        bank.submit("q", 3, "beyond")
+    assert e.value.kind == "exhausted"
+    assert [i["response"] for i in bank.judged_items("q")] == ["a0", "a1", "a2"]
+
+
+def test_cli_import_only_reports_bad_records_and_missing_file_exits_2(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [
+        {"discipline": "Science", "question": "What is H2O commonly called?", "answer": "water"},
+        {"discipline": "Science", "question": "no answer here"},
+    ])
+    cmd = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "runs"), "--import-only",
+           "--near-dup-threshold", "0"]
+    ok = subprocess.run([*cmd, "--bank", str(path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "record 2, field 'answer': missing reference answer" in ok.stdout
+    assert "1 imported, 1 rejected" in ok.stdout
+    bad = subprocess.run([*cmd, "--bank", str(tmp_path / "missing.jsonl")], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "missing.jsonl" in bad.stderr and "Traceback" not in bad.stderr
