@@ -1,0 +1,107 @@
+"""Interactive Extension (seed 000, section 3.2; Algorithm 1, lines 20-29; Algorithm 4, line 20).
+
+Per round: the knowledge path (:func:`nodes.judgeagent.knowledge.sample_knowledge`) -> one question with a
+concise answer at the current difficulty (Table 12) -> the target answers -> judgement -> the running score
+``sc_B / RND_total`` decides the next round's difficulty. Unlike the authors' published code, the difficulty
+is re-decided after every round.
+
+A generation the evaluator cannot produce (no valid structure after the repair attempt, an empty question
+or answer, or an "answer" longer than a short phrase) is recorded as ``status = "generation_failed"``: the
+target is not asked, the score and the difficulty stay as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+
+from prompts import load_prompt
+from runtime.errors import ModelError
+from runtime.services import services_of
+from state.judgeagent import ExtendedQuestion, JudgeAgentContext, JudgeAgentState
+from nodes.judgeagent.common import clip
+from nodes.judgeagent.grading import next_difficulty
+from nodes.judgeagent.judging import judge_free
+from nodes.judgeagent.knowledge import keyword_entities
+
+MAX_ANSWER_CHARS = 160
+MAX_CONTEXT_CHARS = 2400
+
+
+def focus_entities(path: dict[str, Any]) -> str:
+    names = [e for e in path.get("entities", []) if e] or keyword_entities(path.get("text", ""), limit=3)
+    return ", ".join(dict.fromkeys(names)) or "the main topic"
+
+
+def generate_question(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
+    """GENERATE_QUESTION(t, M) with the difficulty requirements of Table 12."""
+    svc = services_of(runtime.context)
+    path = state["path"]
+    difficulty = state["difficulty"]
+    messages = load_prompt("judgeagent/evaluator_generate_question").render(
+        difficulty=difficulty, entity=focus_entities(path), context=clip(path["text"], MAX_CONTEXT_CHARS))
+    try:
+        out = svc.llm("evaluator").structured(ExtendedQuestion, messages, step="generate_question")
+    except ModelError as exc:
+        return {"generated": {"status": "generation_failed", "reason": str(exc)[:300]}}
+    question, answer = out.question.strip(), out.answer.strip()
+    if len(question) < 8 or not answer:
+        return {"generated": {"status": "generation_failed", "reason": "empty question or answer"}}
+    if len(answer) > MAX_ANSWER_CHARS:
+        return {"generated": {"status": "generation_failed", "reason": "answer is not concise"}}
+    return {"generated": {"status": "ok", "question": question, "answer": answer}}
+
+
+def ask_target(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
+    """QUERY_LLM(q_e, M_t) (Algorithm 1, line 22)."""
+    gen = state["generated"]
+    if gen.get("status") != "ok":
+        return {}
+    svc = services_of(runtime.context)
+    reply = svc.llm("target").text(load_prompt("judgeagent/target_answer_free").render(question=gen["question"]),
+                                   step="extended_answer")
+    return {"generated": {**gen, "reply": reply}}
+
+
+def estimate_capability(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
+    """Algorithm 1, lines 23-28: judge, update ``sc_B`` and ``RND_total``, decide the next difficulty."""
+    ctx = runtime.context
+    svc = services_of(ctx)
+    gen = state["generated"]
+    path = state["path"]
+    k = len(state.get("rounds", [])) + 1
+    difficulty = state["difficulty"]
+    score, answered = state["score"], state["answered"]
+    record: dict[str, Any] = {
+        "round": k, "difficulty": difficulty, "status": gen.get("status"),
+        "path": {key: path.get(key) for key in ("mode", "seed_entity", "entities", "chunks", "truncated")},
+        "context": clip(path.get("text", ""), 1500),
+    }
+    if gen.get("status") == "ok":
+        verdict = judge_free(svc, gen["question"], gen["answer"], gen.get("reply", ""), step="extended_judge")
+        gain = ctx.control().gain(difficulty) if verdict["correct"] else 0.0
+        score, answered = score + gain, answered + 1
+        record.update(question=gen["question"], answer=gen["answer"], reply=gen.get("reply", ""), gain=gain,
+                      **verdict)
+    else:
+        record["reason"] = gen.get("reason")
+    nxt = next_difficulty(ctx, score, answered) if gen.get("status") == "ok" else difficulty
+    avg = score / answered if answered else 0.0
+    record.update(avg_after=avg, next_difficulty=nxt)
+    return {"rounds": [record], "score": score, "answered": answered, "difficulty": nxt,
+            "trajectory": [*state.get("trajectory", []), {"after": k, "avg": avg, "next": nxt}],
+            "generated": None}
+
+
+def route_after_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
+                        ) -> Literal["extract_question_entities", "sample_knowledge", "feedback"]:
+    ctx = runtime.context
+    if ctx.no_extension or ctx.rounds <= 0:
+        return "feedback"
+    return "sample_knowledge" if ctx.no_context_graph else "extract_question_entities"
+
+
+def route_after_round(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
+                      ) -> Literal["sample_knowledge", "feedback"]:
+    return "sample_knowledge" if len(state.get("rounds", [])) < runtime.context.rounds else "feedback"

@@ -1,0 +1,144 @@
+"""Knowledge side of JudgeAgent: entity labelling (Table 11), the context graph (Algorithm 3) and knowledge
+path sampling (Algorithm 4).
+
+Entity labelling sends ``extract_batch`` numbered texts per evaluator call (the paper labels many sentences
+at once). Entities are kept only when they occur in their text (a weak model invents some). When the model
+gives no valid structure or no usable entity for a text, a deterministic keyword extractor supplies the
+entities of that text instead (capitalised phrases, then the most frequent long content words), and the
+node records ``source = "keyword"``; so the embedded 135M model, which labels poorly, still yields a
+connected graph, and the report shows how many entities came from each source.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from prompts import load_prompt
+from runtime.errors import ModelError
+from runtime.services import Services, services_of
+from state.judgeagent import BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
+from stores.context_graph import ContextGraph, Document, load_knowledge_base, open_context_graph
+from nodes.judgeagent.common import parallel_map, question_text, rng_for
+
+SAMPLE_KB = Path(__file__).resolve().parents[2] / "samples" / "judgeagent" / "kb"
+
+_STOP = {
+    "a", "an", "the", "and", "or", "but", "if", "of", "in", "on", "at", "to", "for", "by", "with", "from",
+    "as", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those",
+    "which", "what", "who", "whom", "whose", "when", "where", "why", "how", "not", "no", "yes", "do", "does",
+    "did", "has", "have", "had", "can", "could", "would", "should", "may", "might", "will", "shall", "than",
+    "then", "there", "their", "they", "them", "he", "she", "his", "her", "we", "our", "you", "your", "i",
+    "also", "into", "about", "after", "before", "during", "over", "under", "between", "most", "more",
+    "many", "much", "some", "such", "only", "other", "each", "both", "all", "any", "one", "two", "three",
+    "first", "second", "while", "because", "although", "however", "within", "without", "through", "around",
+    "following", "called", "known", "used", "using", "made", "make", "often", "usually", "later",
+}
+_CAPS = re.compile(r"\b[A-Z][\w'\-]*(?:\s+(?:of|de|la|du|van|von)?\s*[A-Z][\w'\-]*)*")
+
+
+def keyword_entities(text: str, limit: int = 8) -> list[str]:
+    """Fallback entities of a text: capitalised phrases, then frequent content words (6+ letters)."""
+    found: list[str] = []
+    for m in _CAPS.finditer(text):
+        words = m.group(0).split()
+        while words and words[0].lower() in _STOP:
+            words = words[1:]
+        phrase = " ".join(words).strip("'-")
+        if len(phrase) > 1 and phrase.lower() not in _STOP and phrase.lower() not in {f.lower() for f in found}:
+            found.append(phrase)
+    counts = Counter(w for w in re.findall(r"[a-z][a-z\-]{5,}", text.lower()) if w not in _STOP)
+    for word, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(found) >= limit:
+            break
+        if not any(word in f.lower() for f in found):
+            found.append(word)
+    return found[:limit]
+
+
+def _usable(entities: list[str], text: str) -> list[str]:
+    low = text.lower()
+    out: list[str] = []
+    for e in entities:
+        e = re.sub(r"\s+", " ", str(e)).strip(" .,;:'\"")
+        e = re.sub(r"^(?:the|a|an)\s+", "", e, flags=re.IGNORECASE)  # "The Voss Canal" = "Voss Canal"
+        if 2 <= len(e) <= 80 and e.lower() in low and e.lower() not in _STOP and e.lower() not in \
+                {o.lower() for o in out}:
+            out.append(e)
+    return out
+
+
+def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str = "extract_entities"
+                   ) -> list[tuple[list[str], str]]:
+    """Table 11 over ``texts``, ``batch`` texts per call (calls run concurrently); ``(entities, source)`` each."""
+    groups = [texts[i:i + max(1, batch)] for i in range(0, len(texts), max(1, batch))]
+
+    def one(group: list[str]) -> list[tuple[list[str], str]]:
+        numbered = "\n".join(f"[{n}] {t}" for n, t in enumerate(group, 1))
+        messages = load_prompt("judgeagent/evaluator_extract_entities").render(texts=numbered)
+        by_n: dict[int, list[str]] = {}
+        try:
+            labels = svc.llm("evaluator").structured(EntityLabels, messages, step=step)
+            for item in labels.labeled:
+                by_n.setdefault(item.n, []).extend(item.entities)
+        except ModelError:
+            pass
+        out = []
+        for n, text in enumerate(group, 1):
+            ents = _usable(by_n.get(n, []), text)
+            out.append((ents, "llm") if ents else (keyword_entities(text), "keyword"))
+        return out
+
+    return [r for part in parallel_map(one, groups) for r in part]
+
+
+def kb_documents(ctx: JudgeAgentContext) -> list[Document]:
+    return load_knowledge_base(ctx.kb or SAMPLE_KB)
+
+
+def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: None) -> ContextGraph:
+    """The run's context graph for ``ctx.kb`` (built once per run, cached across runs by corpus hash)."""
+    kb = str(Path(ctx.kb).resolve()) if ctx.kb else str(SAMPLE_KB)
+
+    def build() -> ContextGraph:
+        return open_context_graph(
+            kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=svc.model_label("evaluator"),
+            extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph"),
+            chroma=svc.chroma, embed=svc.embeddings(), log=log)
+
+    return svc.cached(f"judgeagent:graph:{kb}", build)
+
+
+# -- nodes -------------------------------------------------------------------------------------
+
+def extract_question_entities(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
+    """Algorithm 4, lines 3-7: entities of the batch's base questions (one Table 11 call for the batch)."""
+    ctx = runtime.context
+    svc = services_of(ctx)
+    qs = [BaseQuestion(**q) for q in state["batch"]]
+    texts = [question_text(q) for q in qs]
+    labelled = label_entities(svc, texts, batch=len(texts), step="question_entities")
+    seeds = [{"entity": e, "question": t, "source": src} for t, (ents, src) in zip(texts, labelled) for e in ents]
+    return {"question_entities": seeds}
+
+
+def sample_knowledge(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
+    """Algorithm 4, lines 8-19 (or random chunks for the "w/o context graph" ablation); seeded per round."""
+    ctx = runtime.context
+    graph = context_graph(services_of(ctx), ctx)
+    k = len(state.get("rounds", [])) + 1
+    rng = rng_for(ctx.seed, "path", k)
+    seeds = [(s["entity"], s["question"]) for s in state.get("question_entities", [])]
+    if ctx.no_context_graph:
+        path = graph.random_path(ctx.hops, rng)
+    elif not seeds or graph.g.number_of_nodes() == 0:
+        path = graph.random_path(ctx.hops, rng)
+        path["mode"] = "random (no entities)"
+    else:
+        path = graph.sample_path(seeds, ctx.hops, rng, k=ctx.top_k)
+    path["text"] = graph.path_text(path)
+    return {"path": path}

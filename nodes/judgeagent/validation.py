@@ -1,0 +1,50 @@
+"""Validation of the evaluation (seed 000, section 4; Algorithm 2; Table 14).
+
+The target answers the batch's base questions again with the batch's suggestions; correctness is checked
+exactly as in Benchmark Grading. The first answer is the one from Benchmark Grading (the paper keeps "the
+responses to seed questions unchanged"), so the target is not asked twice for the same thing. A batch whose
+feedback failed or came back empty has no suggestions and is not validated (the graph skips this node).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.graph import END
+from langgraph.runtime import Runtime
+
+from prompts import load_prompt
+from runtime.services import services_of
+from state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
+from nodes.judgeagent.common import clip, parallel_map, question_text
+from nodes.judgeagent.judging import grade_reply, unwrap_json_answer
+
+SUGGESTION_CHARS = 2000
+CHOICE_HINT = "The answer must be the letter of the correct option."
+FREE_HINT = "The answer must be short: a word or a phrase."
+
+
+def validate(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
+    svc = services_of(runtime.context)
+    suggestions = clip(state["feedback"].get("suggestions", ""), SUGGESTION_CHARS)
+    base = {b["id"]: b for b in state["base"]}
+    prompt = load_prompt("judgeagent/target_answer_with_suggestions")
+
+    def one(q: BaseQuestion) -> dict[str, Any]:
+        messages = prompt.render(question=question_text(q), suggestions=suggestions,
+                                 format_hint=CHOICE_HINT if q.options else FREE_HINT)
+        reply = svc.llm("target").text(messages, step="validation_answer")
+        verdict = grade_reply(svc, question_text(q), q.answer, unwrap_json_answer(reply), q.options,
+                              step="validation_judge")
+        return {"id": q.id, "difficulty": q.difficulty, "correct1": bool(base[q.id]["correct"]),
+                "correct2": bool(verdict["correct"]), "reply2": reply, "how2": verdict["how"]}
+
+    return {"validation": parallel_map(one, [BaseQuestion(**x) for x in state["batch"]])}
+
+
+def route_after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
+                         ) -> Literal["validate", "__end__"]:
+    fb = state.get("feedback") or {}
+    if runtime.context.no_validation or fb.get("status") != "ok":
+        return END
+    return "validate"

@@ -1,0 +1,214 @@
+"""JudgeAgent (seeds 000 and 001): knowledge-driven, difficulty-adaptive dynamic evaluation.
+
+One unit = one batch of ``--batch-size`` base questions (default 3) = one thread of ``graphs/judgeagent.py``:
+Benchmark Grading, ``--rounds`` Interactive Extension rounds over the context graph (default 3, ``--hops``
+chunks per knowledge path), Evaluation Feedback and the Algorithm 2 validation. Batches run concurrently
+(``--concurrency``) and a killed run resumes without redoing finished batches (the runner).
+
+Knowledge base (``prepare``): ``--kb PATH`` (folder of .txt/.md, or JSONL of documents); else the reference
+texts of the planned questions (``references`` field); else, for the shipped sample questions, the shipped
+sample articles. The context graph is cached under ``<out>/_cache`` by corpus hash and extraction model, so
+a second run on the same corpus makes no extraction call; ``--build-kb-only`` builds it and stops.
+
+Ablations (section 4.5 / seed 001 Table 3): ``--no-context-graph``, ``--no-difficulty-adaptation``
+(``--fixed-difficulty``), ``--no-extension``.
+
+Embedded model: SmolLM2-135M as the evaluator labels entities, writes questions and judges poorly; the
+results then only show that the pipeline runs (the runner prints the smoke-test warning). Entities it cannot
+label come from the keyword fallback of :mod:`nodes.judgeagent.knowledge`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from langgraph.graph import StateGraph
+
+from nodes.judgeagent.knowledge import SAMPLE_KB, context_graph
+from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches
+from protocols.judgeagent.report import build_report
+from protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_scores, overall_score,
+                                          validation_by_label)
+from runtime.errors import InputError
+from runtime.protocol import Protocol, Run, Unit
+from runtime.report import Block
+from state.judgeagent import DIFFICULTIES, BaseQuestion, DifficultyConfigError, DifficultyControl, JudgeAgentContext
+
+
+class JudgeAgentProtocol(Protocol):
+    name = "judgeagent"
+    description = "JudgeAgent: benchmark grading, knowledge-driven adaptive extension, feedback and validation"
+    context_cls = JudgeAgentContext
+    roles = ("target", "evaluator")
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        group.add_argument("--kb", help="knowledge base: folder of .txt/.md files or JSONL of {id,title,text}")
+        group.add_argument("--data", help="base questions: JSONL, JSON or CSV (default: shipped sample)")
+        group.add_argument("--fields", help="field names, e.g. question=QUESTION,answer=final_decision,"
+                                            "references=CONTEXTS (NAME=F1+F2 joins fields)")
+        group.add_argument("--choices", help="the same options for every question, e.g. yes,no,maybe")
+        group.add_argument("--hf-dataset", dest="hf_dataset", help="Hugging Face dataset id[:config] (needs network)")
+        group.add_argument("--hf-split", dest="hf_split", help="split of --hf-dataset (default test)")
+        group.add_argument("--batch-size", dest="batch_size", type=int, help="N_B questions per batch (default 3)")
+        group.add_argument("--rounds", type=int, help="RND_e extension rounds per batch (default 3)")
+        group.add_argument("--hops", type=int, help="H hops per knowledge path (default 3)")
+        group.add_argument("--gains", help="score gains easy,medium,hard (default 1,1.5,2; Appendix B)")
+        group.add_argument("--thresholds", help="thresholds t12,t23 (default 0.5,1; Appendix B)")
+        group.add_argument("--extract-batch", dest="extract_batch", type=int,
+                           help="chunks per entity-extraction call (default 5)")
+        group.add_argument("--build-kb-only", dest="build_kb_only", action="store_true", default=None,
+                           help="build (or load) the context graph, print its statistics and stop")
+        group.add_argument("--no-context-graph", dest="no_context_graph", action="store_true", default=None,
+                           help="ablation: random knowledge-base chunks instead of context-graph paths")
+        group.add_argument("--no-difficulty-adaptation", dest="no_difficulty_adaptation", action="store_true",
+                           default=None, help="ablation: all generated questions at --fixed-difficulty")
+        group.add_argument("--fixed-difficulty", dest="fixed_difficulty", choices=list(DIFFICULTIES),
+                           help="difficulty without adaptation (default medium)")
+        group.add_argument("--no-extension", dest="no_extension", action="store_true", default=None,
+                           help="ablation: no interactive extension (grading -> feedback -> validation)")
+        group.add_argument("--no-validation", dest="no_validation", action="store_true", default=None,
+                           help="skip the Algorithm 2 re-answer with suggestions")
+
+    def builder(self) -> StateGraph:
+        from graphs.judgeagent import builder
+
+        return builder
+
+    # -- inputs --------------------------------------------------------------------------------
+    def _check_params(self, run: Run) -> None:
+        p = run.params
+        try:
+            DifficultyControl.parse(p.get("gains"), p.get("thresholds"))
+        except DifficultyConfigError as exc:
+            raise InputError(str(exc), field="--gains/--thresholds") from None
+        for name in ("rounds", "hops", "extract_batch"):
+            if p.get(name) is not None and p[name] < (0 if name == "rounds" else 1):
+                raise InputError(f"must be at least {0 if name == 'rounds' else 1}", field=f"--{name.replace('_', '-')}")
+        if p.get("kb") and not Path(p["kb"]).exists():
+            raise InputError("knowledge base not found", file=p["kb"], field="--kb")
+
+    def plan(self, run: Run) -> list[Unit]:
+        self._check_params(run)
+        questions, source = load_questions(run.params)
+        if not (run.params.get("kb") or run.params.get("no_extension") or any(q.references for q in questions)
+                or not (run.params.get("data") or run.params.get("hf_dataset"))):
+            raise InputError("no knowledge base: pass --kb or map a references field with --fields",
+                             file=source, field="--kb")
+        units = []
+        for i, batch in enumerate(split_batches(questions, int(run.params.get("batch_size") or 3)), 1):
+            units.append(Unit(id=f"batch-{i:04d}", input={"batch": [q.model_dump() for q in batch]},
+                              meta={"questions": [q.id for q in batch], "source": source}))
+        return units
+
+    def expected_calls(self, run: Run) -> str:
+        n = int(run.params.get("batch_size") or 3)
+        r = 0 if run.params.get("no_extension") else int(run.params.get("rounds") or 3)
+        return (f"{n} base answers (+ judge calls for free-form), 1 entity call, {r} x (generate, answer, "
+                f"judge if not matched), 1 feedback, {n} validation answers; graph build: chunks/extract_batch "
+                "calls on first use only")
+
+    def resolve_kb(self, run: Run, questions: list[BaseQuestion]) -> str:
+        """The knowledge base path for this run (writes the references corpus when it is used)."""
+        if run.params.get("kb"):
+            return str(run.params["kb"])
+        refs = [q for q in questions if q.references]
+        if refs:
+            path = run.run_dir / "data" / "kb_references.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8") as fh:
+                for q in refs:
+                    fh.write(json.dumps({"id": f"q:{q.id}", "title": f"references of {q.id}",
+                                         "text": "\n\n".join(q.references)}, ensure_ascii=False) + "\n")
+            return str(path)
+        return str(SAMPLE_KB)
+
+    def prepare(self, run: Run, units: list[Unit]) -> None:
+        self._check_params(run)
+        questions = [BaseQuestion(**q) for u in units for q in u.input["batch"]]
+        run.params["kb"] = self.resolve_kb(run, questions)
+        if run.params.get("no_extension"):
+            return
+        ctx = self.context(run)
+        graph = context_graph(run.services, ctx, log=run.console.print)
+        stats = graph.stats()
+        (run.run_dir / "kb_stats.json").write_text(json.dumps({"kb": run.params["kb"], **stats}, indent=2),
+                                                   encoding="utf-8")
+        run.console.print(f"context graph: {stats}")
+
+    def custom_run(self, run: Run) -> bool:
+        if not run.params.get("build_kb_only"):
+            return False
+        self._check_params(run)
+        questions: list[BaseQuestion] = []
+        if not run.params.get("kb"):
+            questions, _ = load_questions(run.params)
+        run.params["kb"] = self.resolve_kb(run, questions)
+        graph = context_graph(run.services, self.context(run), log=run.console.print)
+        stats = {"kb": run.params["kb"], "folder": str(graph.folder), **graph.stats()}
+        (run.run_dir / "kb_stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
+        run.console.print(f"context graph ready: {stats}")
+        return True
+
+    # -- results -------------------------------------------------------------------------------
+    def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "questions": unit.meta.get("questions", []),
+            "base": state.get("base", []),
+            "score": state.get("score", 0.0),
+            "answered": state.get("answered", 0),
+            "trajectory": state.get("trajectory", []),
+            "rounds": state.get("rounds", []),
+            "question_entities": state.get("question_entities", []),
+            "feedback": state.get("feedback", {}),
+            "validation": state.get("validation", []),
+        }
+
+    def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
+        ok = [r for r in records if r["status"] == "ok"]
+        rounds = 0 if run.params.get("no_extension") else int(run.params.get("rounds") or 3)
+        n_questions = sum(len(r["base"]) for r in ok)
+        tokens = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in ok)
+        seconds = sum(r.get("wall_s", 0.0) for r in ok)
+        gen = [x for r in ok for x in r["rounds"]]
+        hows: dict[str, int] = {}
+        for r in ok:
+            for x in [*r["base"], *[g for g in r["rounds"] if g.get("status") == "ok"]]:
+                hows[x.get("how", "?")] = hows.get(x.get("how", "?"), 0) + 1
+        validated = [v for r in ok for v in r["validation"]]
+        return {
+            "batches": len(ok),
+            "base_questions": n_questions,
+            "score": overall_score(ok),
+            "base_accuracy": accuracy(ok),
+            "dynamic_scores": dynamic_scores(ok, rounds),
+            "difficulty_distribution": difficulty_distribution(ok),
+            "validation": validation_by_label(validated) if validated else None,
+            "validated_batches": sum(1 for r in ok if r["validation"]),
+            "feedback_status": _count(r["feedback"].get("status", "none") for r in ok),
+            "leak_suspects": [q for r in ok for q in r["feedback"].get("leak_suspects", [])],
+            "generation": {"rounds": len(gen), "failed": sum(1 for x in gen if x.get("status") != "ok"),
+                           "path_modes": _count(x["path"].get("mode") for x in gen)},
+            "judged_by": hows,
+            "efficiency": {"avg_tokens_per_seed_question": tokens / n_questions if n_questions else None,
+                           "avg_seconds_per_seed_question": seconds / n_questions if n_questions else None},
+            "settings": {k: run.params.get(k) for k in ("kb", "batch_size", "rounds", "hops", "gains", "thresholds",
+                                                       "no_context_graph", "no_difficulty_adaptation",
+                                                       "fixed_difficulty", "no_extension")},
+        }
+
+    def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+        return build_report(run, summary["metrics"], records)
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[str(v)] = out.get(str(v), 0) + 1
+    return out
+
+
+__all__ = ["JudgeAgentProtocol", "SAMPLE_DATA"]

@@ -1,0 +1,140 @@
+"""The JudgeAgent report: overall score, Table 1-style validation, Table 3-style dynamic scores and
+difficulty distribution, Table 5-style efficiency, difficulty-trajectory plots, per-batch flaws and
+suggestions."""
+
+from __future__ import annotations
+
+from statistics import mean
+from typing import Any
+
+from runtime.protocol import Run
+from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
+from state.judgeagent import DIFFICULTIES
+
+LEVEL = {"easy": 1, "medium": 2, "hard": 3}
+
+
+def pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.2f}"
+
+
+def num(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
+def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+    ok = [r for r in records if r["status"] == "ok"]
+    blocks: list[Block] = [Heading("JudgeAgent evaluation", 2)]
+    settings = m.get("settings", {})
+    ablations = [name for name in ("no_context_graph", "no_difficulty_adaptation", "no_extension")
+                 if settings.get(name)]
+    blocks.append(Text(f"Batches: {m['batches']}, base questions: {m['base_questions']}. Knowledge base: "
+                       f"{settings.get('kb')}. Ablations: {', '.join(ablations) or 'none'}."))
+    blocks.append(Table(["metric", "value"], [
+        ["JudgeAgent score (sum of gains / questions answered, Algorithm 1)", num(m["score"])],
+        ["Base accuracy (Benchmark Grading)", pct(m["base_accuracy"])],
+        ["Generated questions (failed generations)", f"{m['generation']['rounds']} "
+                                                     f"({m['generation']['failed']})"],
+        ["Answers judged by (code / evaluator / judge_error / empty)", str(m["judged_by"])],
+        ["Feedback status per batch", str(m["feedback_status"])],
+        ["Base questions whose free-form answer the feedback quotes", ", ".join(m["leak_suspects"]) or "none"],
+    ], caption="Overall"))
+
+    # Table 1 style
+    val = m.get("validation")
+    blocks.append(Heading("Validation with suggestions (Algorithm 2, Table 1 style)", 3))
+    if val:
+        rows = []
+        for label, v in val.items():
+            rows.append([label, v["n"], pct(v["acc1"]), pct(v["acc2"]), pct(v["cr"]), pct(v["cte"]),
+                         pct(v["cr_given_wrong"]), pct(v["cte_given_right"])])
+        blocks.append(Table(["questions", "n", "ACC1", "ACC2", "CR", "CtE", "CR | wrong", "CtE | right"], rows,
+                            caption=f"All values in percent; {m['validated_batches']} validated batches"))
+        blocks.append(Text(
+            "CR and CtE follow Algorithm 2: wrong->right and right->wrong counts over ALL base questions "
+            "(so ACC2 = ACC1 + CR - CtE). 'CR | wrong' is wrong->right over the initially wrong questions and "
+            "'CtE | right' is right->wrong over the initially right questions (conditional rates). ACC1 uses "
+            "the Benchmark Grading answers; ACC2 the answers given with the batch's suggestions (Table 14)."))
+    else:
+        blocks.append(Text("No batch was validated (feedback failed or validation was switched off)."))
+
+    # Table 3 style
+    ds = m["dynamic_scores"]
+    dist = m["difficulty_distribution"]
+    keys = list(ds)
+    blocks.append(Heading("Dynamic difficulty scores (Table 3 style)", 3))
+    blocks.append(Table(["ACC (%)", *keys, *[f"{d} (%)" for d in DIFFICULTIES]],
+                        [[pct(m["base_accuracy"]), *[num(ds[k]) for k in keys],
+                          *[pct(dist["share"][d]) for d in DIFFICULTIES]]],
+                        caption=("base = pooled score of the base questions, @K = pooled running score after "
+                                 f"the K-th extension round; distribution over {dist['total']} generated questions")))
+
+    # Table 5 style
+    eff = m["efficiency"]
+    blocks.append(Table(["avg tokens per seed question", "avg seconds per seed question"],
+                        [[num(eff["avg_tokens_per_seed_question"]), num(eff["avg_seconds_per_seed_question"])]],
+                        caption="Efficiency (Table 5 style): batch tokens and wall time divided by base questions"))
+
+    blocks.extend(_figures(run, ok))
+    blocks.extend(_batches(ok))
+    return blocks
+
+
+def _figures(run: Run, ok: list[dict[str, Any]]) -> list[Block]:
+    out: list[Block] = []
+    trajs = [r["trajectory"] for r in ok if r.get("trajectory")]
+    if not trajs or max(len(t) for t in trajs) < 2:
+        return out
+    steps = max(len(t) for t in trajs)
+    labels = ["base", *[f"@{k}" for k in range(1, steps)]]
+    if len(trajs) <= 12:
+        series = {r["unit_id"]: [t["avg"] for t in r["trajectory"]] for r in ok if r.get("trajectory")}
+        band = None
+    else:
+        cols = [[t[i]["avg"] for t in trajs if len(t) > i] for i in range(steps)]
+        series = {"mean": [mean(c) for c in cols]}
+        band = {"mean": ([min(c) for c in cols], [max(c) for c in cols])}
+    path = line_chart(figure_path(run.run_dir, "judgeagent_score_trajectory"), series, x=labels, band=band,
+                      title="Running difficulty score per batch", xlabel="after", ylabel="avg score")
+    out.append(Figure(path, "Running difficulty score after the base questions and each extension round"))
+    levels = {r["unit_id"]: [LEVEL.get(x["difficulty"], 0) for x in r["rounds"]] for r in ok if r["rounds"]}
+    if levels:
+        if len(levels) > 12:
+            n = max(len(v) for v in levels.values())
+            levels = {"mean": [mean(v[i] for v in levels.values() if len(v) > i) for i in range(n)]}
+        path = line_chart(figure_path(run.run_dir, "judgeagent_difficulty_trajectory"), levels,
+                          title="Difficulty of the generated question per round (1 easy, 2 medium, 3 hard)",
+                          xlabel="round", ylabel="difficulty")
+        out.append(Figure(path, "Difficulty trajectory of the generated questions"))
+    return out
+
+
+def _batches(ok: list[dict[str, Any]]) -> list[Block]:
+    out: list[Block] = [Heading("Per batch: knowledge flaws and suggestions", 3)]
+    for r in ok:
+        fb = r.get("feedback") or {}
+        inner: list[Block] = []
+        inner.append(Table(["question", "difficulty", "correct", "judged by", "answer (clipped)"],
+                           [[b["id"], b.get("difficulty") or "-", b["correct"], b.get("how"),
+                             str(b.get("reply", ""))[:120]] for b in r["base"]], caption="Base questions"))
+        if r["rounds"]:
+            inner.append(Table(
+                ["round", "difficulty", "path", "question", "reference", "correct", "avg after", "next"],
+                [[x["round"], x["difficulty"], " > ".join(x["path"].get("entities") or [])
+                  or x["path"].get("mode"), x.get("question", x.get("reason", ""))[:160],
+                  x.get("answer", ""), x.get("correct", ""), num(x.get("avg_after")), x.get("next_difficulty")]
+                 for x in r["rounds"]], caption="Interactive extension"))
+        if fb.get("status") == "ok":
+            inner.append(Table(["field", "text"], [[k, fb.get(k, "")] for k in
+                                                   ("flaws_knowledge", "flaws_capability",
+                                                    "comprehensive_performance", "suggestions")],
+                               caption="Evaluation feedback (Table 13)"))
+        else:
+            inner.append(Code(f"feedback {fb.get('status')}: {fb.get('reason', '')}"))
+        if r["validation"]:
+            inner.append(Table(["question", "before", "after"],
+                               [[v["id"], v["correct1"], v["correct2"]] for v in r["validation"]],
+                               caption="Validation"))
+        out.append(Details(f"{r['unit_id']} (score {num(r['score'] / r['answered'] if r['answered'] else None)})",
+                           inner))
+    return out

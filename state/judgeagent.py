@@ -1,0 +1,189 @@
+"""JudgeAgent (seed 000, section 3; appendices B, C, F, G): state, schemas, difficulty control, context.
+
+One graph thread = one batch of base questions (Algorithm 1, lines 7-33):
+Benchmark Grading -> ``rounds`` x Interactive Extension (knowledge path over the
+context graph, question at the current difficulty, target answer, judgement,
+running score, next difficulty) -> Evaluation Feedback (Table 13) -> Validation
+(Algorithm 2, Table 14).
+
+Roles: the JudgeAgent core LLM is the ``evaluator`` (entity extraction, question
+generation, free-form judging, feedback); the model under test is the ``target``.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypedDict
+
+from pydantic import BaseModel, Field
+
+from state.context import BaseContext, described
+
+Difficulty = Literal["easy", "medium", "hard"]
+DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+
+
+# -- difficulty control (Appendix B) -----------------------------------------------------------
+
+class DifficultyConfigError(ValueError):
+    """Gains / thresholds that break the conditions of Appendix B, Eq. 4."""
+
+
+@dataclass(frozen=True)
+class DifficultyControl:
+    """The linear difficulty-control mechanism of section 3.1 / Appendix B.
+
+    ``avg_s = sum(c_i * n_it) / sum(n_it + n_if)``; next difficulty is easy when
+    ``avg_s <= t12``, medium when ``avg_s <= t23``, else hard. A question without
+    a difficulty label gains ``c2`` when answered correctly (rule R2).
+    """
+
+    gains: tuple[float, float, float] = (1.0, 1.5, 2.0)
+    thresholds: tuple[float, float] = (0.5, 1.0)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self, tol: float = 1e-9) -> None:
+        """Refuse a configuration that breaks Appendix B, Eq. 4 (R1-R4)."""
+        c1, c2, c3 = self.gains
+        t12, t23 = self.thresholds
+        problems = []
+        if not (c1 < c2 < c3):
+            problems.append(f"gains must increase (c1 < c2 < c3), got {c1}, {c2}, {c3}")
+        if abs(c1 + c3 - 2 * c2) > tol:
+            problems.append(f"balance rule R1 needs c1 + c3 = 2*c2, got {c1} + {c3} != 2*{c2}")
+        if abs(t12 - c2 / 3) > tol:
+            problems.append(f"threshold t12 must be c2/3 = {c2 / 3:.6g}, got {t12}")
+        if abs(t23 - 2 * c2 / 3) > tol:
+            problems.append(f"threshold t23 must be 2*c2/3 = {2 * c2 / 3:.6g}, got {t23}")
+        if not c1 > t12:
+            problems.append(f"improvability rule R3 needs c1 > t12, got {c1} <= {t12}")
+        if not c2 > t23:
+            problems.append(f"improvability rule R3 needs c2 > t23, got {c2} <= {t23}")
+        if problems:
+            raise DifficultyConfigError("; ".join(problems))
+
+    def gain(self, difficulty: str | None) -> float:
+        """Score gain ``c_it`` of a correct answer at ``difficulty`` (``c2`` when unlabeled)."""
+        if difficulty in DIFFICULTIES:
+            return self.gains[DIFFICULTIES.index(difficulty)]
+        return self.gains[1]
+
+    def next_difficulty(self, score: float, answered: int) -> str:
+        """DECIDE_DIFFICULTY of Algorithm 1: the level for the next generated question."""
+        avg = score / answered if answered else 0.0
+        if avg <= self.thresholds[0]:
+            return "easy"
+        if avg <= self.thresholds[1]:
+            return "medium"
+        return "hard"
+
+    @classmethod
+    def parse(cls, gains: str | None, thresholds: str | None) -> DifficultyControl:
+        """From ``"1,1.5,2"`` and ``"0.5,1"`` (raises :class:`DifficultyConfigError`)."""
+        try:
+            g = tuple(float(x) for x in (gains or "1,1.5,2").split(","))
+            t = tuple(float(x) for x in (thresholds or "0.5,1").split(","))
+        except ValueError as exc:
+            raise DifficultyConfigError(f"gains/thresholds must be comma-separated numbers: {exc}") from None
+        if len(g) != 3 or len(t) != 2:
+            raise DifficultyConfigError("need three gains (easy,medium,hard) and two thresholds (t12,t23)")
+        return cls(gains=g, thresholds=t)  # type: ignore[arg-type]
+
+
+# -- base questions ----------------------------------------------------------------------------
+
+class BaseQuestion(BaseModel):
+    """One question of the base benchmark (Algorithm 1 input: question, answer, difficulty)."""
+
+    id: str
+    question: str
+    answer: str = Field(description="gold answer: an option letter for multiple choice, else free text")
+    options: list[str] | None = None
+    difficulty: Difficulty | None = None
+    references: list[str] = Field(default_factory=list, description="reference texts (knowledge base source)")
+
+    @property
+    def is_choice(self) -> bool:
+        return bool(self.options)
+
+
+# -- structured outputs (kept small and flat for the 135M model) --------------------------------
+
+class ChunkEntities(BaseModel):
+    """Entities of one numbered text (Table 11: entity list per sentence group)."""
+
+    n: int = Field(description="number of the text")
+    entities: list[str] = Field(description="named entities and key concepts in that text")
+
+
+class EntityLabels(BaseModel):
+    """Table 11 output: one entry per numbered text."""
+
+    labeled: list[ChunkEntities]
+
+
+class ExtendedQuestion(BaseModel):
+    """Table 12 output: one generated question with a concise answer."""
+
+    question: str
+    answer: str = Field(description="a word or short phrase")
+
+
+class Verdict(BaseModel):
+    """Free-form judgement: does the response give the reference answer?"""
+
+    correct: bool
+
+
+class Feedback(BaseModel):
+    """Table 13 output fields."""
+
+    flaws_knowledge: str = Field(description="missing background knowledge")
+    flaws_capability: str = Field(description="flaws in logic and capability")
+    comprehensive_performance: str = Field(description="overall performance on all questions")
+    suggestions: str = Field(description="guidance that helps answer the same questions better")
+
+
+# -- graph state -------------------------------------------------------------------------------
+
+class JudgeAgentState(TypedDict, total=False):
+    """One batch (Algorithm 1, loop body)."""
+
+    batch: list[dict[str, Any]]  # BaseQuestion dicts
+    base: list[dict[str, Any]]  # per base question: answer, correct, how, difficulty
+    score: float  # sc_B, running
+    answered: int  # RND_total
+    difficulty: str  # d_e for the next generated question
+    trajectory: list[dict[str, Any]]  # [{"after": "base"|k, "avg": .., "next": ..}]
+    question_entities: list[dict[str, str]]  # [{"entity", "question", "source"}]
+    path: dict[str, Any]  # current round's sampled knowledge path
+    generated: dict[str, Any] | None  # current round's question + answer
+    rounds: Annotated[list[dict[str, Any]], operator.add]
+    feedback: dict[str, Any]
+    validation: list[dict[str, Any]]
+
+
+# -- context -----------------------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class JudgeAgentContext(BaseContext):
+    """Parameters of one JudgeAgent batch (section 4 defaults: N_B = 3, RND_e = 3)."""
+
+    kb: str = described("", "Knowledge base: folder of .txt/.md files or JSONL of documents; empty = shipped sample.")
+    rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).")
+    hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).")
+    top_k: int = described(5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).")
+    gains: str = described("1,1.5,2", "Score gains c1,c2,c3 for easy,medium,hard (Appendix B).")
+    thresholds: str = described("0.5,1", "Thresholds t12,t23 between difficulty levels (Appendix B).")
+    extract_batch: int = described(5, "Chunks per entity-extraction call (Table 11 labels many texts at once).")
+    no_context_graph: bool = described(False, "Ablation: random knowledge-base chunks instead of graph paths.")
+    no_difficulty_adaptation: bool = described(False, "Ablation: every generated question at fixed_difficulty.")
+    fixed_difficulty: str = described("medium", "Difficulty used when difficulty adaptation is off.")
+    no_extension: bool = described(False, "Ablation: no interactive extension (grading -> feedback).")
+    no_validation: bool = described(False, "Skip the Algorithm 2 re-answer with suggestions.")
+
+    def control(self) -> DifficultyControl:
+        return DifficultyControl.parse(self.gains, self.thresholds)
