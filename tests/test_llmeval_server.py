@@ -1,0 +1,242 @@
+"""The exam server: JWT outer layer (401/403), quota inner layer (409/429), answer stripping, rate limit,
+scoring through the graph, and a bounded load test with concurrent examinees on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+from fastapi.testclient import TestClient
+
+from protocols.llmeval.bankio import import_file
+from protocols.llmeval.server import ExamServer, create_app
+from state.llmeval import LLMEvalContext
+from stores.question_bank import QuestionBank
+from tests.conftest import make_services
+from tests.fakes import ScriptedChat
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
+SECRET = "test-secret-of-at-least-32-bytes-length!"
+
+
+def judge(messages, tool):
+    return {"rating": 2, "reason": "fine"}
+
+
+def make_server(tmp_path: Path, **kw) -> ExamServer:
+    bank_path = tmp_path / "bank.sqlite"
+    import_file(QuestionBank(bank_path), SAMPLE)
+    svc = make_services(tmp_path, protocol="llmeval", chats={"evaluator": ScriptedChat(judge),
+                                                             "target": ScriptedChat(lambda m, t: "unused")})
+    ctx = LLMEvalContext(services=svc, bank_db=str(bank_path), questions=5)
+    return ExamServer(ctx, secret=SECRET, **kw)
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def exam(tmp_path):
+    server = make_server(tmp_path)
+    client = TestClient(create_app(server))
+    admin = auth(server.admin_token())
+    return server, client, admin
+
+
+def new_session(client, admin, **body) -> dict:
+    r = client.post("/admin/sessions", json={"model": "remote-model", **body}, headers=admin)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_whole_session_over_http_never_transmits_answers_or_explanations(exam):
+    server, client, admin = exam
+    created = new_session(client, admin, questions=5, paradigm="few-shot")
+    me = auth(created["token"])
+    sid = created["session_id"]
+    bank = server.bank
+    secrets_ = []
+    for u in bank.question_ids(sid):
+        q = bank.get(u)
+        secrets_.append(q.explanation)
+        if len(q.answer) > 6 and q.answer.lower() not in q.question.lower():
+            secrets_.append(q.answer)
+    bodies = [json.dumps(created)]
+    for i in range(5):
+        r = client.get(f"/sessions/{sid}/next", headers=me)
+        assert r.status_code == 200
+        payload = r.json()
+        bodies.append(r.text)
+        assert payload["position"] == i
+        assert set(payload) == {"session_id", "position", "question_id", "discipline", "sub_discipline", "qtype",
+                                "question", "paradigm", "messages"}
+        r = client.post(f"/sessions/{sid}/answers", json={"position": i, "answer": f"my answer {i}"}, headers=me)
+        bodies.append(r.text)
+        assert r.status_code == 200
+    bodies.append(client.get(f"/sessions/{sid}", headers=me).text)
+    bodies.append(client.get(f"/sessions/{sid}/next", headers=me).text)
+    for body in bodies:
+        for key in ('"answer":', '"explanation":', '"hint":', '"stars":'):
+            assert key not in body
+        for secret in secrets_:
+            assert secret not in body
+    scored = client.post(f"/admin/sessions/{sid}/score", headers=admin)
+    assert scored.status_code == 200 and scored.json()["scores"]["S"] == pytest.approx(200 / 3)
+    rows = client.get("/admin/leaderboard", headers=admin).json()["rows"]
+    assert rows[0]["model"] == "remote-model" and rows[0]["sessions"] == 1
+
+
+def test_examinee_token_cannot_read_or_answer_another_session_and_cannot_act_as_admin(exam):
+    _, client, admin = exam
+    a, b = new_session(client, admin), new_session(client, admin)
+    token_a = auth(a["token"])
+    for method, path, body in (("get", f"/sessions/{b['session_id']}", None),
+                               ("get", f"/sessions/{b['session_id']}/next", None),
+                               ("post", f"/sessions/{b['session_id']}/answers", {"position": 0, "answer": "x"}),
+                               ("post", "/admin/sessions", {"model": "x"}),
+                               ("post", f"/admin/sessions/{a['session_id']}/score", None),
+                               ("get", "/admin/leaderboard", None)):
+        r = client.request(method, path, json=body, headers=token_a)
+        assert r.status_code == 403, (path, r.status_code, r.text)
+    assert client.get(f"/sessions/{a['session_id']}/next", headers=token_a).status_code == 200
+
+
+def test_over_quota_and_resubmission_are_rejected(exam):
+    _, client, admin = exam
+    s = new_session(client, admin, questions=2)
+    me, sid = auth(s["token"]), s["session_id"]
+    assert client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "early"},
+                       headers=me).status_code == 409  # not delivered yet
+    assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 0
+    assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 0  # no second question while pending
+    assert client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "skip"},
+                       headers=me).status_code == 409  # out of order
+    assert client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "a"}, headers=me).status_code == 200
+    r = client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "again"}, headers=me)
+    assert r.status_code == 409 and r.json()["detail"]["error"] == "resubmission"
+    client.get(f"/sessions/{sid}/next", headers=me)
+    assert client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "b"}, headers=me).status_code == 200
+    r = client.get(f"/sessions/{sid}/next", headers=me)
+    assert r.status_code == 429 and r.json()["detail"]["error"] == "exhausted"
+    assert client.post(f"/sessions/{sid}/answers", json={"position": 2, "answer": "extra"},
+                       headers=me).status_code == 429
+    status = client.get(f"/sessions/{sid}", headers=me).json()["quota"]
+    assert status == {"allocated": 2, "undelivered": 0, "pending": 0, "completed": 2}
+    unfinished = new_session(client, admin, questions=2)
+    assert client.post(f"/admin/sessions/{unfinished['session_id']}/score", headers=admin).status_code == 409
+
+
+def test_expired_forged_and_missing_tokens_get_401(exam):
+    server, client, admin = exam
+    s = new_session(client, admin)
+    path = f"/sessions/{s['session_id']}/next"
+    expired = server.issue(s["examinee"], "examinee", s["session_id"], ttl_s=-10)
+    claims = jwt.decode(s["token"], SECRET, algorithms=["HS256"])
+    forged = jwt.encode(claims, "another-secret-another-secret-12345", algorithm="HS256")
+    unsigned = jwt.encode({**claims, "role": "admin"}, None, algorithm="none")
+    tampered = s["token"][:-4] + ("AAAA" if not s["token"].endswith("AAAA") else "BBBB")
+    for token in (expired, forged, unsigned, tampered, "not-a-jwt"):
+        r = client.get(path, headers=auth(token))
+        assert r.status_code == 401, (token[:20], r.status_code)
+    assert client.get(path).status_code == 401
+    assert "expired" in client.get(path, headers=auth(expired)).json()["detail"]
+    # a validly signed token of a user the server never registered: 403 (Algorithm 1, line 22)
+    ghost = server.issue("ghost", "examinee", s["session_id"])
+    assert client.get(path, headers=auth(ghost)).status_code == 403
+
+
+def test_requests_beyond_the_rate_limit_get_429(tmp_path):
+    server = make_server(tmp_path, rate=1.0, burst=3)
+    client = TestClient(create_app(server))
+    admin = auth(server.admin_token())
+    s = client.post("/admin/sessions", json={"model": "m"}, headers=admin).json()
+    me = auth(s["token"])
+    codes = [client.get(f"/sessions/{s['session_id']}", headers=me).status_code for _ in range(5)]
+    assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
+    r = client.get(f"/sessions/{s['session_id']}", headers=me)
+    assert r.status_code == 429 and "rate limit" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
+
+
+def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, record_property):
+    """Bounded load test on 127.0.0.1: 32 examinee clients x 8 questions, each also trying one resubmission."""
+    import uvicorn
+
+    from runtime.embedded import free_port
+
+    server = make_server(tmp_path, rate=10000.0, burst=10000)
+    port = free_port()
+    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning",
+                                       limit_concurrency=200))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert uv.started
+    base = f"http://127.0.0.1:{port}"
+    clients, per = 32, 8
+    try:
+        with httpx.Client(base_url=base, timeout=30) as admin_http:
+            admin = auth(server.admin_token())
+            sessions = [admin_http.post("/admin/sessions", json={"model": f"load-{i}", "questions": per},
+                                        headers=admin).json() for i in range(clients)]
+        latencies: list[float] = []
+        lock = threading.Lock()
+        stop_at = time.monotonic() + 90  # the whole test is bounded in time
+
+        def examinee(s: dict) -> dict:
+            me, sid = auth(s["token"]), s["session_id"]
+            sent, codes = {}, []
+            with httpx.Client(base_url=base, timeout=30) as http:
+                while time.monotonic() < stop_at:
+                    t0 = time.perf_counter()
+                    r = http.get(f"/sessions/{sid}/next", headers=me)
+                    t1 = time.perf_counter()
+                    if r.status_code == 429:
+                        break
+                    pos = r.json()["position"]
+                    text = f"{sid}:{pos}:{r.json()['question_id']}"
+                    a = http.post(f"/sessions/{sid}/answers", json={"position": pos, "answer": text}, headers=me)
+                    t2 = time.perf_counter()
+                    codes.append(a.status_code)
+                    sent[pos] = text
+                    if pos == 0:  # one resubmission attempt per client
+                        codes.append(http.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "dup"},
+                                               headers=me).status_code)
+                    with lock:
+                        latencies.extend([t1 - t0, t2 - t1])
+            return {"sid": sid, "sent": sent, "codes": codes}
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=clients) as pool:
+            results = list(pool.map(examinee, sessions))
+        elapsed = time.perf_counter() - started
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=10)
+    bank = server.bank
+    for res in results:
+        assert sorted(res["sent"]) == list(range(per)), res["sid"]
+        assert res["codes"].count(200) == per and res["codes"].count(409) == 1
+        items = bank.judged_items(res["sid"])
+        assert [i["status"] for i in items] == ["completed"] * per
+        assert [i["response"] for i in items] == [res["sent"][p] for p in range(per)]  # nothing lost or swapped
+        assert [i["response"].split(":")[2] for i in items] == bank.question_ids(res["sid"])
+    requests = len(latencies) + clients  # + the resubmission attempts
+    figures = {"clients": clients, "questions_per_client": per, "answers_stored": clients * per,
+               "requests": requests, "seconds": round(elapsed, 2), "requests_per_s": round(requests / elapsed, 1),
+               "latency_p50_ms": round(statistics.median(latencies) * 1000, 1),
+               "latency_p95_ms": round(sorted(latencies)[int(0.95 * len(latencies))] * 1000, 1)}
+    record_property("load_test", json.dumps(figures))
+    print("\nllmeval exam server load test:", json.dumps(figures))
+    (tmp_path / "load_test.json").write_text(json.dumps(figures))
+    assert elapsed < 90
