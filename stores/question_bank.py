@@ -321,8 +321,13 @@ class QuestionBank:
                 rest = [u for u, _ in pool_rows if u not in set(chosen)]
                 chosen += _sample(rng, rest, n - len(chosen), discipline_of if stratified else None)
             rng.shuffle(chosen)  # the fixed delivery order
-            outside = [u for u, _ in pool_rows if u not in set(chosen)]
-            fewshot = rng.sample(outside, min(fewshot_k, len(outside))) if fewshot_k else []
+            # few-shot examples: outside the session, preferably questions the model has already met
+            # (an example shown with its answer is "seen", so fresh questions are only spent when needed)
+            taken = set(chosen)
+            met = [u for u, _ in pool_rows if u in seen and u not in taken]
+            other = [u for u, _ in pool_rows if u not in seen and u not in taken]
+            fewshot = rng.sample(met, min(fewshot_k, len(met)))
+            fewshot += rng.sample(other, min(fewshot_k - len(fewshot), len(other)))
             conn.execute(sessions.insert().values(
                 session_id=session_id, model=model, paradigm=paradigm, seed=str(seed), n=len(chosen),
                 stratified=stratified, cycle=cycle, fewshot=json.dumps(fewshot), mirror_of=None, run_id=run_id,

@@ -234,8 +234,7 @@ class LLMEvalProtocol(Protocol):
             return False
         blocks: list[Block] = []
         summary: dict[str, Any] = {"run_id": run.run_dir.name, "protocol": self.name, "modes": modes}
-        if p.get("bank") or modes == ["serve"]:
-            self.ensure_bank(run)
+        self.ensure_bank(run)  # imports --bank, or the shipped sample into an empty bank
         bank = bank_of(self._ctx(run))
         if p.get("export"):
             count = export_bank(bank, Path(p["export"]), layout=p.get("export_layout") or "native")
