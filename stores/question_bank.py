@@ -268,10 +268,9 @@ class QuestionBank:
         return [s for s in (self.session(i) for i in ids) if s]
 
     def _seen(self, conn: Any, model: str, cycle: int) -> set[str]:
-        """Questions a model has met in its current cycle (session items and few-shot examples)."""
+        """Questions a model has met in its current cycle (session items, reference replays, few-shot examples)."""
         rows = conn.execute(sa.select(sessions.c.session_id, sessions.c.fewshot)
-                            .where(sessions.c.model == model, sessions.c.cycle == cycle,
-                                   sessions.c.mirror_of.is_(None))).all()
+                            .where(sessions.c.model == model, sessions.c.cycle == cycle)).all()
         seen: set[str] = set()
         for sid, fewshot in rows:
             seen.update(json.loads(fewshot or "[]"))
@@ -345,9 +344,10 @@ class QuestionBank:
             src = conn.execute(sa.select(sessions).where(sessions.c.session_id == source_id)).first()
             if src is None:
                 raise QuotaError("unknown", f"no session {source_id}")
-            conn.execute(sessions.insert().values(
+            conn.execute(sessions.insert().values(  # the replayed questions count as met by the reference model
                 session_id=session_id, model=model, paradigm=src.paradigm, seed=src.seed, n=src.n,
-                stratified=src.stratified, cycle=0, fewshot=src.fewshot, mirror_of=source_id, run_id=run_id,
+                stratified=src.stratified, cycle=self._cycle(conn, model), fewshot=src.fewshot, mirror_of=source_id,
+                run_id=run_id,
                 created_at=now()))
             rows = conn.execute(sa.select(items.c.position, items.c.question_uuid)
                                 .where(items.c.session_id == source_id).order_by(items.c.position)).all()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from protocols.llmeval.augment import check_format, expand_mcq
+from protocols.llmeval.augment import check_format, expand_mcq, redundant_variants
 from protocols.llmeval.bankio import NearDuplicateIndex, export_bank, import_file, parse_record
 from stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError
 from stores.vectors import chroma_client
@@ -163,6 +163,9 @@ def test_mcq_with_n_options_becomes_n_true_false_variants(tmp_path):
     assert all(v.qtype == "true_false" and v.parent_uuid == "p1" for v in variants)
     assert all('"' + o + '"' in v.question for o, v in zip(q.options, variants))
     assert len({v.uuid for v in variants}) == 4 and expand_mcq(q)[0].uuid == variants[0].uuid
+    # redundancy check among split questions: a variant repeating an earlier one (up to case/punctuation)
+    twin = Question(**{**variants[1].__dict__, "uuid": "twin", "question": variants[1].question.upper()})
+    assert [v.uuid for v in redundant_variants([*variants, twin])] == ["twin"]
     # import with augmentation: the variants replace their parent in sampling
     bank = bank_with_sample(tmp_path, augment=True)
     mcqs = [x for x in bank.all_questions() if x.qtype == "mcq"]
@@ -283,3 +286,47 @@ def test_cli_import_only_reports_bad_records_and_missing_file_exits_2(tmp_path):
     bad = subprocess.run([*cmd, "--bank", str(tmp_path / "missing.jsonl")], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_material_questions_are_rewritten_into_checked_true_false_statements(tmp_path):
+    from nodes.llmeval.augment import rewrite_material
+    from tests.conftest import make_services
+    from tests.fakes import ScriptedChat
+
+    q = Question(uuid="m1", discipline="Economics", sub_discipline="Macro", qtype="material",
+                 question="Read the report on inflation in the material and analyse its causes.",
+                 answer="Demand grew faster than supply; energy prices rose; wages followed prices.")
+    good = ScriptedChat(lambda m, t: {"statements": ["Demand grew faster than supply in the report.",
+                                                     "Energy prices fell during the period described."],
+                                      "truths": [True, False]})
+    variants, problem = rewrite_material(make_services(tmp_path, chats={"teacher": good}), q)
+    assert problem is None and [v.answer for v in variants] == ["true", "false"]
+    assert all(v.qtype == "true_false" and v.parent_uuid == "m1" for v in variants)
+    assert "Demand grew faster" in variants[0].question
+    uneven = ScriptedChat(lambda m, t: {"statements": ["One statement only here.", "Another statement here."],
+                                        "truths": [True]})
+    variants, problem = rewrite_material(make_services(tmp_path, chats={"teacher": uneven}), q)
+    assert variants == [] and "truth values" in problem
+
+
+def test_the_bank_works_on_postgresql(postgres_dsn, tmp_path):
+    import sqlalchemy as sa
+
+    dsn = postgres_dsn.rsplit("/", 1)[0] + "/llmeval_test"
+    admin = sa.create_engine(postgres_dsn.replace("postgresql://", "postgresql+psycopg://"),
+                             isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text("DROP DATABASE IF EXISTS llmeval_test"))
+        conn.execute(sa.text("CREATE DATABASE llmeval_test"))
+    admin.dispose()
+    bank = QuestionBank(dsn)
+    assert bank.url.startswith("postgresql+psycopg://")
+    report = import_file(bank, SAMPLE)
+    assert report.imported == 36 and bank.count() == 36
+    bank.create_session("pg", model="m", n=4, seed="1")
+    item = bank.next_item("pg")
+    bank.submit("pg", item["position"], "x")
+    with pytest.raises(QuotaError):
+        bank.submit("pg", item["position"], "again")
+    assert bank.quota("pg")["completed"] == 1
+    bank.close()

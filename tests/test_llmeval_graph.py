@@ -149,6 +149,9 @@ def test_relative_score_uses_the_reference_model_on_the_same_questions(tmp_path)
     assert final["relative"] == pytest.approx(s / 100.0 * 100)
     stored = bank.session("rel")["scores"]
     assert stored["R"] == pytest.approx(final["relative"]) and stored["S_ref"] == pytest.approx(100.0)
+    # the replayed questions count as met by the reference model: its own next session avoids them
+    bank.create_session("own", model="fake:reference", n=20, seed="x")
+    assert not set(bank.question_ids("own")) & set(bank.question_ids("rel"))
 
 
 def test_an_endpoint_failure_mid_session_resumes_without_losing_or_repeating_answers(tmp_path):

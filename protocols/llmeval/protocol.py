@@ -170,8 +170,9 @@ class LLMEvalProtocol(Protocol):
 
     def expected_calls(self, run: Run) -> str:
         n = int(run.params.get("questions") or 1000)
-        per = 2 * n * (2 if run.params.get("reference_model") else 1)
-        return f"about {per} ({n} answers + {n} judgements{' , doubled for the reference model' if per > 2 * n else ''})"
+        if run.params.get("reference_model"):
+            return f"about {4 * n}: {n} answers and {n} judgements each for the target and the reference model"
+        return f"about {2 * n}: {n} answers and {n} judgements (plus judge repairs)"
 
     def prepare(self, run: Run, units: list[Unit]) -> None:
         self.ensure_bank(run)
