@@ -52,6 +52,9 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         max_retries=0,
         rate_limiter=limiter,
         stream_usage=False,
+        # langchain-openai sends the limit as `max_completion_tokens`, which llama-cpp-python's server ignores;
+        # without `max_tokens` the embedded model may generate up to its whole context window.
+        extra_body={"max_tokens": spec.max_tokens} if spec.provider == "embedded" and spec.max_tokens else None,
     )
 
 
