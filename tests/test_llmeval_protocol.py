@@ -206,3 +206,20 @@ def test_public_agieval_set_is_readable_for_the_replay_test(shared_data):
     texts = public_questions(path)
     assert len(texts) == len([x for x in path.read_text().splitlines() if x.strip()])
     assert sum(mask_tail(t) is not None for t in texts) > len(texts) * 0.9
+
+
+def test_dry_run_lists_one_session_per_paradigm_and_bad_flags_exit_2(tmp_path):
+    base = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "runs")]
+    dry = subprocess.run([*base, "--dry-run", "--questions", "5", "--paradigm", "all", "--sessions", "2"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    flat = " ".join(dry.stdout.split())  # rich wraps long lines
+    assert "units: 6" in flat and "about 10: 5 answers and 5 judgements" in flat
+    for unit in ("zero-shot-1", "few-shot-2", "cot-2"):
+        assert unit in dry.stdout
+    bad = subprocess.run([*base, "--dry-run", "--reference-model", "no-such-model"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "no-such-model" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([*base, "--kappa", str(tmp_path / "none.jsonl"), "--near-dup-threshold", "0"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "labels file not found" in bad.stderr
