@@ -70,6 +70,7 @@ class LLMEvalContext(BaseContext):
     fewshot_k: int = described(3, "Worked examples in a few-shot prompt, drawn from outside the session.")
     answer_batch: int = described(20, "Questions answered per graph step (progress is kept in the bank).")
     judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).")
+    sample_if_empty: bool = described(True, "Import the shipped sample bank when the bank is empty (Studio).")
     bank_db: str = described("", "Question bank: SQLite file or postgresql:// DSN; empty = the configured "
                                  "PostgreSQL DSN, else <out>/_cache/llmeval_bank.sqlite.")
 

@@ -246,3 +246,11 @@ def test_open_session_node_is_idempotent_and_usable_outside_a_graph(tmp_path):
     assert first["allocated"] == again["allocated"] == 5
     with pytest.raises(ValueError):
         open_session({"session_id": "bad", "paradigm": "telepathy"}, Runtime(context=ctx))
+
+
+def test_a_graph_on_an_empty_bank_uses_the_shipped_sample_as_in_studio(tmp_path):
+    ctx = ctx_for(tmp_path, tmp_path / "empty.sqlite", {"target": ScriptedChat(lambda m, t: "false"),
+                                                         "evaluator": ScriptedChat(star_judge)}, questions=3)
+    final = run_session(ctx, "studio")
+    assert final["allocated"] == 3 and final["scores"]["N"] == 3
+    assert QuestionBank(tmp_path / "empty.sqlite").count() == 36

@@ -22,11 +22,29 @@ def bank_location(ctx: Any, svc: Services) -> str:
     return str(svc.cache_dir / "llmeval_bank.sqlite")
 
 
+#: The shipped original sample bank (36 questions over 10 disciplines).
+SAMPLE_BANK = Path(__file__).resolve().parents[2] / "samples" / "llmeval" / "bank.jsonl"
+
+
 def bank_of(ctx: Any) -> QuestionBank:
-    """The run's :class:`QuestionBank` (opened once per run and location)."""
+    """The run's :class:`QuestionBank` (opened once per run and location).
+
+    With ``ctx.sample_if_empty`` an empty bank gets the shipped sample (exact-duplicate
+    checks only), so the graph also runs on its own, e.g. stepping through a session in
+    Studio; ``run.py`` turns it off and imports ``--bank`` (or the sample) itself.
+    """
     svc = services_of(ctx)
     location = bank_location(ctx, svc)
-    return svc.cached(f"llmeval:bank:{location}", lambda: QuestionBank(location))
+
+    def open_bank() -> QuestionBank:
+        from protocols.llmeval.bankio import import_file
+
+        bank = QuestionBank(location)
+        if getattr(ctx, "sample_if_empty", False) and bank.count(active_only=False) == 0:
+            import_file(bank, SAMPLE_BANK)
+        return bank
+
+    return svc.cached(f"llmeval:bank:{location}", open_bank)
 
 
 def chroma_folder(ctx: Any, svc: Services) -> Path:

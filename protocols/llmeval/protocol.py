@@ -29,7 +29,7 @@ from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart,
 from state.llmeval import PARADIGMS, LLMEvalContext
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"
+SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.llmeval.common.SAMPLE_BANK
 
 
 def _sizes(text: str) -> list[int]:
@@ -92,8 +92,13 @@ class LLMEvalProtocol(Protocol):
         return builder
 
     # -- bank ------------------------------------------------------------------------------------
+    def context(self, run: Run) -> LLMEvalContext:
+        ctx = super().context(run)
+        ctx.sample_if_empty = False  # the CLI imports --bank (or the sample) itself, with a report
+        return ctx  # type: ignore[return-value]
+
     def _ctx(self, run: Run) -> LLMEvalContext:
-        return self.context(run)  # type: ignore[return-value]
+        return self.context(run)
 
     def import_bank(self, run: Run, path: Path) -> ImportReport:
         """Import one file (validated per record, near duplicates skipped) and print its report."""
