@@ -95,6 +95,10 @@ def test_code_checks_bound_the_judge_for_true_false_and_multiple_choice():
     assert response_verdict("It depends.") is None
     assert response_letters("The answer is C because ...") == "C"
     assert response_letters("(B) log2 n") == "B"
+    assert response_letters("Answer: D. satire") == "D" and response_letters("I pick option A.") == "A"
+    assert response_letters("C") == "C" and response_letters("B.\nbecause ...") == "B"
+    assert response_letters("A metaphor compares two things.") is None  # the article is not an option
+    assert response_letters("The answer is a tragedy.") is None
     tf = {"qtype": "true_false", "answer": "false", "question": "q", "explanation": ""}
     assert code_verdict({**tf, "response": "true, because"}) is False
     assert code_verdict({**tf, "response": "False."}) is True

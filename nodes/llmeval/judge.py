@@ -27,7 +27,9 @@ from state.llmeval import JudgeRating, LLMEvalContext, LLMEvalState
 from stores.question_bank import QuestionBank, question_text
 
 _TF = re.compile(r"\b(true|false|correct|incorrect|yes|no)\b", re.I)
-_LETTER = re.compile(r"(?:answer(?: is|:)?\s*\(?|^\s*\(?|option\s+)([A-J])\b\)?", re.I | re.M)
+#: "answer is C", "Answer: (C)", "option C", or a line starting "C." / "(C)" / "C" alone (not the article "A ...")
+_LETTER = re.compile(r"(?:(?i:\banswer)(?:\s+(?i:is)|:)?\s*\(?([A-J])\b|(?i:\boption)\s+\(?([A-J])\b"
+                     r"|^\s*\(?([A-J])(?:[.):\]]|\s*$))", re.M)
 
 
 def response_verdict(response: str) -> bool | None:
@@ -41,7 +43,7 @@ def response_verdict(response: str) -> bool | None:
 def response_letters(response: str) -> str | None:
     """The option letter an answer commits to ("C", "Answer: C", "(C) ..."), or ``None``."""
     m = _LETTER.search(response)
-    return m.group(1).upper() if m else None
+    return next(g for g in m.groups() if g) if m else None
 
 
 def code_verdict(item: dict[str, Any]) -> bool | None:

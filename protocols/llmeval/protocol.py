@@ -53,8 +53,9 @@ class LLMEvalProtocol(Protocol):
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
         group.add_argument("--bank", metavar="FILE", help="import a JSONL/JSON/CSV question file into the bank "
                                                           "(native or LLMEval record layout) before the run")
-        group.add_argument("--bank-db", metavar="DB", help="question bank: SQLite file or postgresql:// DSN "
-                                                           "(default: --postgres-dsn, else OUT/_cache/llmeval_bank.sqlite)")
+        group.add_argument("--bank-db", metavar="DB",
+                           help="question bank: SQLite file or postgresql:// DSN "
+                                "(default: --postgres-dsn, else OUT/_cache/llmeval_bank.sqlite)")
         group.add_argument("--augment", action="store_true", default=None,
                            help="on import, expand each multiple-choice question into true/false variants (A.2)")
         group.add_argument("--rewrite", action="store_true", default=None,
