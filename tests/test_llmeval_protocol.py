@@ -223,3 +223,23 @@ def test_dry_run_lists_one_session_per_paradigm_and_bad_flags_exit_2(tmp_path):
     bad = subprocess.run([*base, "--kappa", str(tmp_path / "none.jsonl"), "--near-dup-threshold", "0"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "labels file not found" in bad.stderr
+
+
+def test_import_with_augmentation_and_rewrite_through_the_protocol(tmp_path):
+    bank_file = tmp_path / "mixed.jsonl"
+    bank_file.write_text("\n".join(json.dumps(r) for r in [
+        {"discipline": "Economics", "qtype": "material", "question": "Read the material on the 1970s oil shock and "
+         "analyse why inflation rose.", "answer": "Oil prices quadrupled, raising costs; wages followed prices."},
+        {"discipline": "Science", "question": "Water boils at ( ) degrees Celsius at sea level.",
+         "options": ["90", "100", "110"], "answer": "B"},
+    ]))
+    teacher = ScriptedChat(lambda m, t: {"statements": ["Oil prices rose sharply in the 1970s oil shock.",
+                                                        "Wages fell as prices rose in the material."],
+                                         "truths": [True, False]})
+    _, run_dir, console = run_protocol(tmp_path, {"bank": str(bank_file), "augment": True, "rewrite": True,
+                                                  "import_only": True}, {"teacher": teacher})
+    bank = QuestionBank(tmp_path / "runs" / "_cache" / "llmeval_bank.sqlite")
+    kids = [q for q in bank.all_questions() if q.parent_uuid]
+    assert sorted(q.answer for q in kids) == ["false", "false", "false", "true", "true"]  # 3 MCQ + 2 rewritten
+    assert bank.count() == 2 + 3 + 2 - 1  # the MCQ parent is replaced by its variants
+    assert "2 imported" in console.export_text() and (run_dir / "import_report.txt").exists()
