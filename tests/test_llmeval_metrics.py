@@ -105,3 +105,21 @@ def test_replay_needs_two_of_three_matching_completions():
     assert not replay_match("in a field far away", tail)
     assert recalled([True, True, False]) and not recalled([True, False, False])
     assert mask_tail("too short") is None
+
+
+def test_stability_scores_each_model_on_its_own_questions_against_the_reference():
+    """The paper's design: models get different samples; the reference replays each one (equation 2)."""
+    ref = {f"q{i}": 3 for i in range(60)}
+    matrix = {"ref": ref,
+              "good": {f"q{i}": (3 if i % 10 else 0) for i in range(0, 20)},       # 90 % on q0-q19
+              "fair": {f"q{i}": (3 if i % 2 else 0) for i in range(20, 40)},       # 50 % on q20-q39
+              "poor": {f"q{i}": (3 if i % 5 == 0 else 0) for i in range(40, 60)},  # 20 % on q40-q59
+              "stranger": {"x1": 3}}                                              # shares nothing with ref
+    out = stability(matrix, reference="ref", sizes=[10, 20], trials=4, seed=2)
+    assert out["skipped"] == ["stranger"] and out["pools"] == {"ref": 60, "good": 20, "fair": 20, "poor": 20}
+    assert out["full"] == {"ref": 100.0, "good": pytest.approx(90.0), "fair": pytest.approx(50.0),
+                           "poor": pytest.approx(20.0)}
+    assert out["ranking"] == ["ref", "good", "fair", "poor"]
+    assert all(t["good"] == pytest.approx(90.0) for t in out["sizes"]["20"]["trials"])  # the whole pool
+    assert out["sizes"]["20"]["spearman_relative"] == pytest.approx(1.0)
+    assert out["sizes"]["20"]["spearman_elo"] > 0.5

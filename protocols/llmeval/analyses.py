@@ -70,7 +70,7 @@ def score_matrix(bank: QuestionBank) -> dict[str, dict[str, float]]:
 
 def stability_from_bank(bank: QuestionBank, *, sizes: list[int], trials: int, reference: str | None,
                         seed: int = 0, models: list[str] | None = None) -> dict[str, Any]:
-    """Table 9 / Figure 5 on the largest group of models sharing judged questions with the reference."""
+    """Table 9 / Figure 5: every model resampled on the questions it shares with the reference model."""
     matrix = score_matrix(bank)
     if models:
         matrix = {m: v for m, v in matrix.items() if m in models}
@@ -78,17 +78,14 @@ def stability_from_bank(bank: QuestionBank, *, sizes: list[int], trials: int, re
         raise InputError("ranking stability needs judged answers of at least two models (run sessions with "
                          "--reference-model, or several targets on the same --out)", field="--stability")
     if reference is None:
-        reference = max(matrix, key=lambda m: absolute_score(list(matrix[m].values())))
+        reference = max(matrix, key=lambda m: len(matrix[m]))  # the model that replayed the most questions
     if reference not in matrix:
         raise InputError(f"reference model {reference!r} has no judged answers; models: {', '.join(matrix)}",
                          field="--reference-model")
-    ref_qs = set(matrix[reference])
-    sharing = {m: v for m, v in matrix.items() if len(ref_qs & set(v)) > 0}
-    common = set.intersection(*(set(v) for v in sharing.values()))
-    if not common:  # keep the models that share the most questions with the reference
-        best = max((m for m in sharing if m != reference), key=lambda m: len(ref_qs & set(sharing[m])))
-        sharing = {reference: matrix[reference], best: matrix[best]}
-    return stability(sharing, reference=reference, sizes=sizes, trials=trials, seed=seed)
+    try:
+        return stability(matrix, reference=reference, sizes=sizes, trials=trials, seed=seed)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--stability") from None
 
 
 def read_labels(path: Path) -> list[dict[str, Any]]:

@@ -161,50 +161,58 @@ def stability(matrix: dict[str, dict[str, float]], *, reference: str, sizes: Seq
               seed: int = 0) -> dict[str, Any]:
     """Ranking stability under resampling (appendix D.1, Table 9; Figure 5).
 
-    ``matrix`` maps model -> question id -> stars on a common question pool. For each
-    size n and trial, n questions are drawn without replacement; every model's
-    relative score R (equation 2, against ``reference`` on the same draw) and an Elo
-    rating from the pairwise outcomes on the draw (in a shuffled order) are computed.
-    Reported: R per trial, mean and sample variance of R per model over all draws,
-    and per size the mean Spearman rho of the relative-score ranking and of the Elo
-    ranking against the ranking on the full pool.
+    ``matrix`` maps model -> question id -> stars. As in the paper, each model is
+    scored on its own sample, relative to the ``reference`` model on the same
+    questions (equation 2): a model's pool is the questions it shares with the
+    reference (the reference replays every session). For each size n and trial,
+    every model draws n questions (at most its pool) without replacement; its R on
+    the draw and an Elo rating from pairwise outcomes (each model against the
+    reference on its draw, and any two models on the questions their draws share,
+    in a shuffled order) are computed. Reported: R per trial, mean and sample
+    variance of R per model over all draws, and per size the mean Spearman rho of
+    the relative-score ranking and of the Elo ranking against the full-pool ranking.
     """
     if reference not in matrix:
         raise ValueError(f"reference model {reference!r} has no judged answers")
-    pool = sorted(set.intersection(*(set(v) for v in matrix.values())))
-    if not pool:
-        raise ValueError("the models share no judged question")
-    models = sorted(matrix)
+    ref = matrix[reference]
+    pools = {m: sorted(set(v) & set(ref)) for m, v in matrix.items()}
+    skipped = sorted(m for m, pool in pools.items() if not pool)
+    models = sorted(m for m, pool in pools.items() if pool)
+    if len(models) < 2:
+        raise ValueError("no model shares a judged question with the reference")
     rng = random.Random(seed)
 
-    def rel(qs: Sequence[str]) -> dict[str, float]:
-        ref = absolute_score([matrix[reference][q] for q in qs])
-        return {m: relative_score(absolute_score([matrix[m][q] for q in qs]), ref) or 0.0 for m in models}
+    def rel(m: str, qs: Sequence[str]) -> float:
+        return relative_score(absolute_score([matrix[m][q] for q in qs]),
+                              absolute_score([ref[q] for q in qs])) or 0.0
 
-    full = rel(pool)
+    full = {m: rel(m, pools[m]) for m in models}
     full_list = [full[m] for m in models]
     per_size: dict[str, Any] = {}
     all_r: dict[str, list[float]] = {m: [] for m in models}
     for size in sizes:
-        n = min(size, len(pool))
         rows, rho_rel, rho_elo = [], [], []
         for _ in range(trials):
-            draw = rng.sample(pool, n)
-            r = rel(draw)
-            matches = pairwise_outcomes(matrix, draw)
+            draws = {m: rng.sample(pools[m], min(size, len(pools[m]))) for m in models}
+            r = {m: rel(m, draws[m]) for m in models}
+            matches = []
+            for a, b in itertools.combinations(models, 2):
+                shared = draws[a] if b == reference else draws[b] if a == reference else \
+                    sorted(set(draws[a]) & set(draws[b]))
+                matches += pairwise_outcomes({a: matrix[a], b: matrix[b]}, shared)
             rng.shuffle(matches)
             ratings = elo(matches, players=models)
             rows.append(r)
             for m in models:
                 all_r[m].append(r[m])
-            if len(models) > 1:
-                rho_rel.append(spearman([r[m] for m in models], full_list))
-                rho_elo.append(spearman([ratings[m] for m in models], full_list))
-        per_size[str(size)] = {"n": n, "trials": rows,
-                               "spearman_relative": mean(rho_rel) if rho_rel else None,
-                               "spearman_elo": mean(rho_elo) if rho_elo else None}
+            rho_rel.append(spearman([r[m] for m in models], full_list))
+            rho_elo.append(spearman([ratings[m] for m in models], full_list))
+        per_size[str(size)] = {"n": min(size, max(len(p) for p in pools.values())), "trials": rows,
+                               "spearman_relative": mean(rho_rel), "spearman_elo": mean(rho_elo)}
     return {
-        "pool": len(pool),
+        "pool": min(len(pools[m]) for m in models),
+        "pools": {m: len(pools[m]) for m in models},
+        "skipped": skipped,
         "reference": reference,
         "full": full,
         "ranking": sorted(models, key=lambda m: -full[m]),
