@@ -344,7 +344,10 @@ def stability_blocks(run: Run, result: dict[str, Any]) -> list[Block]:
 
     models = sorted(result["full"])
     blocks: list[Block] = [Heading("Ranking stability (appendix D.1, Table 9, Figure 5)"),
-                           Text(f"{result['pool']} questions judged for every model; reference {result['reference']}.")]
+                           Text(f"Reference {result['reference']}; questions each model shares with it: "
+                                f"{json.dumps(result['pools'])}"
+                                + (f"; skipped (nothing shared): {', '.join(result['skipped'])}"
+                                   if result["skipped"] else "") + ".")]
     rows = []
     for m in models:
         trials = [t[m] for size in result["sizes"].values() for t in size["trials"]]
