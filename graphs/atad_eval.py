@@ -1,0 +1,15 @@
+"""ATAD evaluation phase (seed 003, section 2.2.3; Table 3 review): one model x one benchmark problem per thread."""
+
+from langgraph.graph import END, START, StateGraph
+
+from nodes.atad.evaluation import answer_item, review_item, route_kind
+from state.atad import EvalContext, EvalState
+
+builder = StateGraph(EvalState, context_schema=EvalContext)
+builder.add_node("answer_item", answer_item)
+builder.add_node("review_item", review_item)
+builder.add_conditional_edges(START, route_kind)
+builder.add_edge("answer_item", END)
+builder.add_edge("review_item", END)
+
+graph = builder.compile(name="atad_eval")

@@ -1,0 +1,37 @@
+"""Helpers shared by the ATAD nodes: prompt variables of a unit and the difficulty ladder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.atad.problems import structure_text
+from state.atad import TASKS, AtadContext, parse_ladder
+
+
+def ladder(ctx: AtadContext) -> list[tuple[str, int]]:
+    return parse_ladder(ctx.difficulty_ladder)
+
+
+def level_name(ctx: AtadContext, index: int) -> str:
+    levels = ladder(ctx)
+    return levels[min(index, len(levels) - 1)][0]
+
+
+def challenge_text(challenge: str | None) -> str:
+    if challenge:
+        return f"Build the anomaly on this challenge factor: {challenge}."
+    return "No particular challenge factor is required."
+
+
+def task_vars(state: dict[str, Any]) -> dict[str, str]:
+    """Prompt variables describing the unit's task (Tables 6 and 7)."""
+    spec = TASKS[state["task"]]
+    return {
+        "style": state.get("style") or "GRE",
+        "task_id": spec.id,
+        "task_name": spec.name,
+        "topic": state.get("topic") or spec.topics[0],
+        "anomaly": spec.anomaly,
+        "structure": structure_text(spec.id),
+        "challenge": challenge_text(state.get("challenge")),
+    }

@@ -1,0 +1,88 @@
+"""Orchestrator agent (ATAD section 2.1, Appendix D.2): validation and escalation feedback.
+
+``validate`` uses the initial-validation prompt (D.2.1) for base problems and the
+difficulty-scaled prompt (D.2.3, lenient by default) for harder variants. An
+unusable verdict counts as a rejection: the problem could not be validated.
+``escalate`` turns the student's explanation into feedback for the teacher (D.2.2)
+and moves the unit up the difficulty ladder.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from nodes.atad.common import ladder, level_name
+from nodes.atad.outcome import after_rejection
+from nodes.atad.problems import render_with_answer
+from prompts import load_prompt
+from runtime.errors import ModelError
+from runtime.services import services_of
+from state.atad import TASKS, AtadContext, AtadState, EscalationFeedback, Verdict, level_for
+from nodes.atad.problems import structure_text
+
+LENIENT = ("While keeping quality standards, be lenient: accept problems that are reasonable and solvable, "
+           "even with minor imperfections.")
+STRICT = "Apply the same standard as for a base problem."
+
+
+def validate(state: AtadState, runtime: Runtime[AtadContext],
+             ) -> Command[Literal["accept", "generate", "discard", "finalize"]]:
+    """Approve the candidate or reject it with feedback (labels a and e of Figure 2)."""
+    ctx = runtime.context
+    task = state["task"]
+    spec = TASKS[task]
+    scaled = state.get("phase", "init") == "escalate"
+    common = {"task_id": spec.id, "task_name": spec.name, "anomaly": spec.anomaly,
+              "structure": structure_text(task), "problem": render_with_answer(task, state["candidate"])}
+    if scaled:
+        messages = load_prompt("atad/orchestrator_validate_scaled").render(
+            **common, level=level_name(ctx, state.get("level", 0)),
+            leniency=LENIENT if ctx.lenient_escalation else STRICT)
+    else:
+        messages = load_prompt("atad/orchestrator_validate").render(**common)
+    error = None
+    try:
+        verdict = services_of(ctx).llm("orchestrator").structured(
+            Verdict, messages, step="orchestrator:validate_scaled" if scaled else "orchestrator:validate")
+        approved, feedback = verdict.approved, verdict.feedback.strip()
+    except ModelError as exc:
+        approved, feedback, error = False, "The reviewer could not judge this problem; write a clearer one.", str(exc)
+    event = {"step": "validate", "phase": state.get("phase", "init"), "level": level_name(ctx, state.get("level", 0)),
+             "attempt": state.get("attempts", 0), "approved": approved, "feedback": feedback,
+             "lenient": scaled and ctx.lenient_escalation, "error": error}
+    update: dict[str, Any] = {"approved": approved, "history": [event]}
+    if approved:
+        return Command(update=update, goto="accept")
+    update["feedback"] = feedback or "Rejected without a reason; make the anomaly clearer and unambiguous."
+    return Command(update=update, goto=after_rejection(state, ctx))
+
+
+def escalate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
+    """Feedback for a harder variant from the student's explanation (label c), then the next tier."""
+    ctx = runtime.context
+    task = state["task"]
+    explanation = state.get("last_explanation") or "(no explanation)"
+    error = None
+    if ctx.no_orchestrator:  # ablation: the teacher sees the student's explanation directly
+        feedback = {"analysis": explanation, "suggestions": [], "increase": ""}
+    else:
+        spec = TASKS[task]
+        messages = load_prompt("atad/orchestrator_escalate").render(
+            task_id=spec.id, task_name=spec.name, level=level_name(ctx, state.get("current_level", 0)),
+            problem=render_with_answer(task, state["current"]), explanation=explanation)
+        try:
+            fb = services_of(ctx).llm("orchestrator").structured(EscalationFeedback, messages,
+                                                                 step="orchestrator:escalate")
+            feedback = fb.model_dump()
+        except ModelError as exc:
+            error = str(exc)
+            feedback = {"analysis": explanation, "suggestions": [], "increase": ""}
+    successes = state.get("successes", 0) + 1
+    level = level_for(ladder(ctx), successes)
+    return {"escalation": feedback, "successes": successes, "level": level, "phase": "escalate", "attempts": 0,
+            "feedback": "", "candidate": None,
+            "history": [{"step": "escalate", "from_level": level_name(ctx, state.get("current_level", 0)),
+                         "to_level": level_name(ctx, level), "feedback": feedback, "error": error}]}

@@ -1,0 +1,84 @@
+"""Bookkeeping nodes of the ATAD loop: structure check, acceptance, finalization, discard.
+
+``check_structure`` is the code check of Table 6 that runs before any orchestrator
+call; ``after_rejection`` decides, for every rejected candidate, between another
+teacher attempt, discarding the item (initialization, section 2.2.1) and
+finalizing the last validated problem (escalation, section 2.2.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from nodes.atad.common import level_name
+from nodes.atad.problems import structure_errors
+from state.atad import AtadContext, AtadState
+
+RejectRoute = Literal["generate", "discard", "finalize"]
+
+
+def after_rejection(state: AtadState, ctx: AtadContext) -> RejectRoute:
+    """Where a rejected candidate leads: retry, discard (init) or keep the last validated problem."""
+    attempts = state.get("attempts", 0)
+    if state.get("phase", "init") == "init":
+        return "generate" if attempts < ctx.max_init_loops else "discard"
+    return "generate" if attempts < ctx.max_level_attempts else "finalize"
+
+
+def check_structure(state: AtadState, runtime: Runtime[AtadContext],
+                    ) -> Command[Literal["validate", "accept", "generate", "discard", "finalize"]]:
+    """Check the candidate's structure in code; malformed candidates never reach the orchestrator."""
+    ctx = runtime.context
+    task = state["task"]
+    candidate = state.get("candidate")
+    if state.get("candidate_unusable") or candidate is None:
+        errors = [f"teacher_output: {state.get('teacher_error') or 'no problem returned'}"]
+    else:
+        errors = structure_errors(task, candidate, target_coherent=state.get("target_coherent"))
+    event = {"step": "generate", "phase": state.get("phase", "init"), "level": level_name(ctx, state.get("level", 0)),
+             "attempt": state.get("attempts", 0), "problem": candidate, "structure_errors": errors}
+    update: dict[str, Any] = {"candidate_errors": errors, "history": [event]}
+    if errors:
+        update["feedback"] = "The problem is malformed: " + "; ".join(e.split(": ", 1)[-1] for e in errors)
+        return Command(update=update, goto=after_rejection(state, ctx))
+    return Command(update=update, goto="accept" if ctx.no_orchestrator else "validate")
+
+
+def accept(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
+    """The validated candidate replaces the current problem (and becomes the base problem at init)."""
+    update: dict[str, Any] = {"current": state["candidate"], "current_level": state.get("level", 0),
+                              "feedback": "",
+                              "history": [{"step": "accept", "level": level_name(runtime.context,
+                                                                                 state.get("level", 0))}]}
+    if state.get("phase", "init") == "init":
+        update["base"] = state["candidate"]
+    return update
+
+
+def acceptance_of(state: AtadState, ctx: AtadContext) -> str:
+    """Why an item was finalized (stored on every finalized benchmark item)."""
+    if state.get("last_correct") is False:
+        return "student_failed"
+    if state.get("student_loops", 0) >= ctx.max_student_loops:
+        return "student_loop_cap"
+    return "escalation_rejected"
+
+
+def finalize(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
+    """Adopt the last validated problem as the benchmark item (section 2.2.2, label d)."""
+    ctx = runtime.context
+    acceptance = acceptance_of(state, ctx)
+    return {"status": "finalized", "acceptance": acceptance,
+            "history": [{"step": "finalize", "acceptance": acceptance,
+                         "level": level_name(ctx, state.get("current_level", 0))}]}
+
+
+def discard(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
+    """No base problem passed within ``max_init_loops``: the item is discarded with its history."""
+    last = "; ".join(state.get("candidate_errors") or []) or state.get("feedback") or "rejected by the orchestrator"
+    reason = f"no valid base problem after {state.get('attempts', 0)} attempt(s); last: {last}"
+    return {"status": "discarded", "acceptance": None, "discard_reason": reason,
+            "history": [{"step": "discard", "reason": reason}]}

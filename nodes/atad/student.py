@@ -1,0 +1,48 @@
+"""Student agent (ATAD section 2.2.2, label b): solves the current problem; correctness is checked in code.
+
+An unparseable answer is a wrong answer (the student failed to give one); endpoint
+faults (``InfraError``) propagate so the runner retries the unit instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from nodes.atad.common import level_name
+from nodes.atad.problems import answer_format, is_correct, question_text, render
+from prompts import load_prompt
+from runtime.errors import ModelError
+from runtime.llm import RoleLLM
+from state.atad import TASKS, AtadContext, AtadState, IndexAnswer, OrderAnswer
+from runtime.services import services_of
+
+
+def solve_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str) -> dict[str, Any]:
+    """Ask ``llm`` to solve ``problem``: ``{predicted, explanation, correct, parse_error}``."""
+    spec = TASKS[task]
+    messages = load_prompt("atad/student_solve").render(
+        task_name=spec.name, question=question_text(task), problem=render(task, problem),
+        answer_format=answer_format(task))
+    order = spec.kind == "order"
+    try:
+        reply = llm.structured(OrderAnswer if order else IndexAnswer, messages, step=step)
+    except ModelError as exc:
+        return {"predicted": None, "explanation": "", "correct": False, "parse_error": str(exc)}
+    predicted = reply.coherent if order else reply.answer
+    return {"predicted": predicted, "explanation": reply.explanation.strip(),
+            "correct": is_correct(task, problem, predicted), "parse_error": None}
+
+
+def solve(state: AtadState, runtime: Runtime[AtadContext]) -> Command[Literal["escalate", "finalize"]]:
+    """One student attempt; failure or the loop cap finalizes the item, success escalates."""
+    ctx = runtime.context
+    result = solve_problem(services_of(ctx).llm("student"), state["task"], state["current"], step="student:solve")
+    loops = state.get("student_loops", 0) + 1
+    update = {"student_loops": loops, "last_correct": result["correct"], "last_explanation": result["explanation"],
+              "history": [{"step": "solve", "level": level_name(ctx, state.get("current_level", 0)), **result}]}
+    if not result["correct"] or loops >= ctx.max_student_loops:
+        return Command(update=update, goto="finalize")
+    return Command(update=update, goto="escalate")

@@ -1,0 +1,216 @@
+"""ATAD (seed 003): agent-centric text anomaly detection benchmarks, generated and evaluated.
+
+Generation (default mode): one unit = one problem = one thread of ``graphs/atad.py``;
+``--per-task N`` units for each task type of ``--tasks`` (default T1-T7). Each unit's
+inputs are seeded from ``--seed`` and its id: the topic from the task's domains
+(Table 7) and a challenge factor with probability ``--challenge-prob`` (0.5, Appendix C).
+At the end ``benchmark.jsonl`` is written into the run directory (final and base
+problems with all metadata; see :mod:`protocols.atad.benchmark`).
+
+Evaluation (``--evaluate MODEL ... --benchmark FILE ...`` and/or ``--review MODEL ...``):
+handled in :meth:`AtadProtocol.custom_run`, which runs a second, small graph
+(``graphs/atad_eval.py``) through the same batch runner. One evaluation unit = one
+model x one problem version (final, and base when it differs from final; a base
+identical to its final problem reuses that answer instead of asking twice) or one
+reviewer x one final problem. So the evaluation phase is concurrent and resumable
+exactly like generation (``--resume RUN_ID`` on the evaluation run). Its report has
+Tables 1, 2, 3 and 5 and Figure 4 (see :mod:`protocols.atad.evaluation`).
+
+Embedded model: SmolLM2-135M as teacher and orchestrator only shows that the
+pipeline runs. Loops are small by default (3 base attempts, 2 attempts per
+escalation step, 5 student loops); with the embedded model the student usually
+fails at once, so ``--per-task 1`` costs about 3-10 calls per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+from typing import Any
+
+from langgraph.graph import StateGraph
+
+from protocols.atad.benchmark import item_record, write_benchmark
+from protocols.atad.metrics import generation_stats, mean
+from runtime.errors import InputError
+from runtime.protocol import Protocol, Run, Unit
+from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
+from state.atad import ACCEPTANCE_TEXT, DEFAULT_LADDER, TASK_IDS, TASKS, AtadContext, parse_ladder
+
+BENCHMARK_FILE = "benchmark.jsonl"
+
+
+def parse_tasks(text: str | None) -> list[str]:
+    if not text:
+        return list(TASK_IDS)
+    tasks = [t.strip().upper() for t in str(text).split(",") if t.strip()]
+    bad = [t for t in tasks if t not in TASK_IDS]
+    if bad or not tasks:
+        raise InputError(f"unknown task(s) {bad or text!r}; choose from {','.join(TASK_IDS)}", field="--tasks")
+    return list(dict.fromkeys(tasks))
+
+
+class AtadProtocol(Protocol):
+    name = "atad"
+    description = "ATAD: teacher / orchestrator / student text anomaly benchmark generation and evaluation"
+    context_cls = AtadContext
+    roles = ("teacher", "orchestrator", "student")
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        group.add_argument("--per-task", dest="per_task", type=int, help="problems per task type (default 10)")
+        group.add_argument("--tasks", help="comma-separated task types, e.g. T1,T3 (default T1-T7)")
+        group.add_argument("--no-orchestrator", dest="no_orchestrator", action="store_true", default=None,
+                           help="ablation: generate without orchestrator validation (Table 3)")
+        group.add_argument("--max-init-loops", dest="max_init_loops", type=int,
+                           help="teacher attempts for a base problem before discarding (default 3)")
+        group.add_argument("--max-student-loops", dest="max_student_loops", type=int,
+                           help="student attempts per problem (default 5)")
+        group.add_argument("--max-level-attempts", dest="max_level_attempts", type=int,
+                           help="harder variants per escalation step before keeping the last validated (default 2)")
+        group.add_argument("--difficulty-ladder", dest="difficulty_ladder",
+                           help=f"tiers NAME:MIN_SUCCESSES,... (default {DEFAULT_LADDER})")
+        group.add_argument("--problem-style", dest="problem_style", help="exam style of the problems (default GRE)")
+        group.add_argument("--challenge-prob", dest="challenge_prob", type=float,
+                           help="probability of adding a challenge factor to a problem (default 0.5)")
+        group.add_argument("--evaluate", nargs="+", metavar="MODEL",
+                           help="evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)")
+        group.add_argument("--benchmark", nargs="+", metavar="FILE",
+                           help="benchmark JSONL file(s) to evaluate or review (one per generator)")
+        group.add_argument("--review", nargs="+", metavar="MODEL",
+                           help="quality review of --benchmark problems by these reviewer models (Table 3)")
+
+    def builder(self) -> StateGraph:
+        from graphs.atad import builder
+
+        return builder
+
+    # -- generation ---------------------------------------------------------------------------
+    def _check_params(self, run: Run) -> None:
+        p = run.params
+        for name in ("per_task", "max_init_loops", "max_student_loops", "max_level_attempts"):
+            if p.get(name) is not None and int(p[name]) < 1:
+                raise InputError("must be at least 1", field="--" + name.replace("_", "-"))
+        prob = p.get("challenge_prob")
+        if prob is not None and not 0.0 <= float(prob) <= 1.0:
+            raise InputError("must be between 0 and 1", field="--challenge-prob")
+        try:
+            parse_ladder(p.get("difficulty_ladder") or DEFAULT_LADDER)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--difficulty-ladder") from None
+
+    def plan(self, run: Run) -> list[Unit]:
+        self._check_params(run)
+        p = run.params
+        per_task = int(p.get("per_task") or 10)
+        prob = 0.5 if p.get("challenge_prob") is None else float(p["challenge_prob"])
+        style = p.get("problem_style") or "GRE"
+        units = []
+        for task in parse_tasks(p.get("tasks")):
+            spec = TASKS[task]
+            for i in range(per_task):
+                uid = f"{task}-{i:04d}"
+                rng = random.Random(f"{run.config.seed}:{uid}")
+                topic = rng.choice(spec.topics)
+                challenge = rng.choice(spec.challenge_factors) if rng.random() < prob else None
+                target = rng.random() < 0.5 if spec.kind == "order" else None
+                units.append(Unit(id=uid, input={"task": task, "topic": topic, "challenge": challenge,
+                                                 "style": style, "target_coherent": target},
+                                  meta={"task": task, "topic": topic, "challenge": challenge}))
+        return units
+
+    def expected_calls(self, run: Run) -> str:
+        ctx = self.context(run)
+        worst = ctx.max_init_loops * 2 + ctx.max_student_loops * (2 + 2 * ctx.max_level_attempts)
+        return f"3-{worst} (x2 with structured-output repairs)"
+
+    def custom_run(self, run: Run) -> bool:
+        if not (run.params.get("evaluate") or run.params.get("review")):
+            return False
+        from protocols.atad.evaluation import run_evaluation
+
+        run_evaluation(run)
+        return True
+
+    def _levels(self, run: Run) -> list[tuple[str, int]]:
+        return parse_ladder(run.params.get("difficulty_ladder") or DEFAULT_LADDER)
+
+    def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
+        # the runner passes no run here; ladder and models are stamped in by summarize()
+        return {"item": state}
+
+    def _items(self, run: Run, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        generator = {r: run.services.model_label(r) for r in self.roles}
+        orchestrator = not run.params.get("no_orchestrator")
+        levels = self._levels(run)
+        return [item_record(r["unit_id"], r["item"], levels=levels, orchestrator=orchestrator, generator=generator)
+                for r in records if r["status"] == "ok"]
+
+    def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
+        order = {u: i for i, u in enumerate(sorted(r["unit_id"] for r in records))}
+        records = sorted(records, key=lambda r: order[r["unit_id"]])
+        items = self._items(run, records)
+        path = write_benchmark(run.run_dir / BENCHMARK_FILE, items)
+        stats = generation_stats(items)
+        ok = [r for r in records if r["status"] == "ok"]
+        finalized_ids = {i["id"] for i in items if i["item_status"] == "finalized"}
+        fin_records = [r for r in ok if r["unit_id"] in finalized_ids]
+        n_fin = len(finalized_ids)
+        total_wall = sum(r.get("wall_s", 0.0) for r in records)
+        total_calls = sum((r.get("usage") or {}).get("calls", 0) for r in records)
+        stats["per_finalized"] = {
+            # everything spent (discarded and errored units included) per finalized problem
+            "wall_s": round(total_wall / n_fin, 3) if n_fin else None,
+            "llm_calls": round(total_calls / n_fin, 3) if n_fin else None,
+            # what a finalized problem itself took
+            "own_wall_s": round(mean(r.get("wall_s", 0.0) for r in fin_records), 3) if fin_records else None,
+            "own_llm_calls": round(mean((r.get("usage") or {}).get("calls", 0) for r in fin_records), 3)
+            if fin_records else None,
+        }
+        stats["benchmark_file"] = str(path)
+        stats["orchestrator"] = not run.params.get("no_orchestrator")
+        run.console.print(f"benchmark: [bold]{path}[/] ({n_fin} finalized, {stats['discarded']} discarded)")
+        return stats
+
+    def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+        m = summary["metrics"]
+        items = self._items(run, records)
+        blocks: list[Block] = [Text(
+            f"Benchmark file: {m['benchmark_file']} ({m['finalized']} finalized, {m['discarded']} discarded; "
+            f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). Per finalized problem: "
+            f"{m['per_finalized']['wall_s']} s wall and {m['per_finalized']['llm_calls']} LLM calls "
+            "(all units' cost divided by the finalized ones).")]
+        blocks.append(Table(["task", "name", "finalized", "discarded"],
+                            [[t, TASKS[t].name, v["finalized"], v["discarded"]] for t, v in m["per_task"].items()],
+                            caption="Items per task type"))
+        if m["acceptance"]:
+            blocks.append(Table(["acceptance", "meaning", "items"],
+                                [[k, ACCEPTANCE_TEXT.get(k, k), v] for k, v in m["acceptance"].items()],
+                                caption="Acceptance status of finalized items"))
+        levels = [name for name, _ in self._levels(run)]
+        if m["difficulty"]:
+            counts = [m["difficulty"].get(name, 0) for name in levels]
+            blocks.append(Figure(bar_chart(figure_path(run.run_dir, "atad_difficulty"), levels, counts,
+                                           title="Difficulty reached by finalized problems", ylabel="items"),
+                                 "Difficulty reached"))
+        if m["rejection_reasons"]:
+            reasons = m["rejection_reasons"]
+            blocks.append(Figure(bar_chart(figure_path(run.run_dir, "atad_rejections"), list(reasons),
+                                           list(reasons.values()), title="Rejection reasons", ylabel="count"),
+                                 "Why candidates were rejected (structure checks in code, orchestrator verdicts)"))
+            blocks.append(Table(["reason", "count"], [[k, v] for k, v in reasons.items()], caption="Rejections"))
+        rows = [[i["id"], i["topic"], i["challenge"] or "", i["item_status"], i["acceptance"] or "",
+                 i["difficulty"] or "", i["student_loops"], i["teacher_attempts"], (i["discard_reason"] or "")[:120]]
+                for i in items]
+        blocks.append(Table(["item", "topic", "challenge", "status", "acceptance", "difficulty", "student loops",
+                             "teacher attempts", "discard reason"], rows, caption="Items"))
+        examples = [i for i in items if i["item_status"] == "finalized"][:3]
+        if examples:
+            from nodes.atad.problems import render_with_answer
+
+            blocks.append(Heading("Example problems", level=3))
+            for i in examples:
+                blocks.append(Details(f"{i['id']} ({i['task_name']}, {i['difficulty']})",
+                                      [Code(render_with_answer(i["task"], i["problem"]))]))
+        return blocks

@@ -1,0 +1,103 @@
+"""The ATAD benchmark file: one JSON line per generated item (final and base problems, all metadata).
+
+Every line carries ``item_status`` (finalized / discarded) and, for finalized
+items, ``acceptance`` (student_failed / student_loop_cap / escalation_rejected):
+consumers filter on them. ``answer`` is the 1-based number of the anomalous
+sentence or choice, or the T2 boolean ``coherent``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nodes.atad.problems import gold, structure_errors
+from runtime.errors import InputError
+from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
+
+
+def item_record(unit_id: str, state: dict[str, Any], *, levels: list[tuple[str, int]], orchestrator: bool,
+                generator: dict[str, str]) -> dict[str, Any]:
+    """The benchmark record of one finished generation thread."""
+    task = state["task"]
+    finalized = state.get("status") == "finalized"
+    final, base = state.get("current"), state.get("base")
+    level = state.get("current_level", 0) if finalized else None
+    history = state.get("history") or []
+    difficulty = levels[min(level, len(levels) - 1)][0] if level is not None else None
+    return {
+        "id": unit_id,
+        "task": task,
+        "task_name": TASKS[task].name,
+        "topic": state.get("topic"),
+        "challenge": state.get("challenge"),
+        "style": state.get("style"),
+        "item_status": state.get("status"),
+        "acceptance": state.get("acceptance"),
+        "acceptance_text": ACCEPTANCE_TEXT.get(state.get("acceptance") or ""),
+        "difficulty": difficulty,
+        "level": level,
+        "student_loops": state.get("student_loops", 0),
+        "student_successes": state.get("successes", 0),
+        "problem": final if finalized else None,
+        "answer": gold(task, final) if finalized and final else None,
+        "base_problem": base,
+        "base_answer": gold(task, base) if base else None,
+        "base_difficulty": levels[0][0] if base else None,
+        "problem_meta": {"source": state.get("style"), "topic": state.get("topic"),
+                         "anomaly_type": state.get("challenge"), "difficulty": difficulty},
+        "orchestrator": orchestrator,
+        "generator": generator,
+        "teacher_attempts": sum(1 for e in history if e.get("step") == "generate"),
+        "validations": [e for e in history if e.get("step") == "validate"],
+        "discard_reason": state.get("discard_reason"),
+        "history": history,
+    }
+
+
+def write_benchmark(path: Path, items: list[dict[str, Any]]) -> Path:
+    """Write (replace) the benchmark file atomically; items in the given order."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for item in items:
+            fh.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_benchmark(path: str | Path) -> list[dict[str, Any]]:
+    """Read and check a benchmark file; bad input raises :class:`InputError` naming file, record and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("benchmark file not found", file=str(path), field="--benchmark")
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not valid JSON ({exc.msg})", file=str(path), record=n) from None
+            if not isinstance(item, dict):
+                raise InputError("a record must be a JSON object", file=str(path), record=n)
+            for key in ("id", "task", "item_status"):
+                if key not in item:
+                    raise InputError("missing field", file=str(path), record=n, field=key)
+            if item["task"] not in TASK_IDS:
+                raise InputError(f"unknown task {item['task']!r}", file=str(path), record=n, field="task")
+            if item["id"] in seen:
+                raise InputError(f"duplicate id {item['id']!r}", file=str(path), record=n, field="id")
+            seen.add(item["id"])
+            if item["item_status"] == "finalized":
+                for key in ("problem", "base_problem"):
+                    problem = item.get(key)
+                    if not isinstance(problem, dict):
+                        raise InputError("missing problem", file=str(path), record=n, field=key)
+                    errors = structure_errors(item["task"], problem)
+                    if errors:
+                        raise InputError(f"malformed problem: {errors[0]}", file=str(path), record=n, field=key)
+            items.append(item)
+    return items

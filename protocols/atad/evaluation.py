@@ -1,0 +1,294 @@
+"""ATAD evaluation phase (section 2.2.3, label g) and quality review (section 4.4).
+
+:func:`run_evaluation` is called from ``AtadProtocol.custom_run`` when
+``--evaluate`` or ``--review`` is given. It plans evaluation units over the
+benchmark files and hands them to the ordinary batch runner with
+:class:`AtadEvalProtocol` (graph ``graphs/atad_eval.py``): concurrency,
+checkpoints, ``--resume`` and the usage accounting come for free.
+
+Units (ids are stable, so a resumed evaluation skips finished work):
+``ans-m<i>-b<j>-<item>-final`` and, when the base problem differs from the
+final one, ``ans-m<i>-b<j>-<item>-base``; ``rev-r<i>-b<j>-<item>`` for reviews.
+
+Outputs (``summary.json`` metrics and the report):
+Table 1 (accuracy per task T1-T7 and average, averaged over benchmark files),
+Table 2 (base vs final accuracy per benchmark file), Table 5 (per generator
+file, per task) with the generator x evaluated-model matrix, Table 3 (reviewer
+scores and approval, and accuracy, with vs without orchestrator) and Figure 4
+(accuracy vs number of samples per task, band = std of task-wise deviations from
+the full benchmark). Unparseable answers count as wrong; ``infra_error`` units
+never enter any accuracy.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from langgraph.graph import StateGraph
+from rich.table import Table as RichTable
+
+from nodes.atad.evaluation import model_llm
+from prompts import load_prompt
+from protocols.atad.benchmark import load_benchmark
+from protocols.atad.metrics import average_tables, consistency_curve, curve_sizes, per_task_accuracy, review_summary
+from runtime.errors import InfraError, InputError
+from runtime.protocol import Protocol, Run, Unit
+from runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
+from state.atad import TASK_IDS, EvalContext
+
+
+def _fmt(v: Any) -> Any:
+    return round(v, 2) if isinstance(v, float) else ("-" if v is None else v)
+
+
+def _file_labels(benchmarks: list[list[dict[str, Any]]], paths: list[str]) -> list[str]:
+    """Column label per benchmark file: generator (teacher) model, '(no orch.)' for the ablation."""
+    labels = []
+    for items, path in zip(benchmarks, paths):
+        first = next(iter(items), {})
+        label = (first.get("generator") or {}).get("teacher") or path
+        if first and not first.get("orchestrator", True):
+            label += " (no orch.)"
+        labels.append(label)
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for label in labels:
+        seen[label] += 1
+        out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
+    return out
+
+
+def plan_units(params: dict[str, Any]) -> list[Unit]:
+    """Evaluation and review units over the benchmark files (no LLM calls)."""
+    paths = list(params.get("benchmark") or [])
+    if not paths:
+        raise InputError("--evaluate / --review need --benchmark FILE [FILE ...]", field="--benchmark")
+    models = list(params.get("evaluate") or [])
+    reviewers = list(params.get("review") or [])
+    benchmarks = [load_benchmark(p) for p in paths]
+    labels = _file_labels(benchmarks, paths)
+    units: list[Unit] = []
+    for bi, items in enumerate(benchmarks):
+        finalized = [i for i in items if i["item_status"] == "finalized"]
+        for pos, item in enumerate(finalized):
+            common = {"bench": bi, "bench_label": labels[bi], "bench_file": paths[bi], "item": item["id"],
+                      "task": item["task"], "pos": pos, "orchestrator": bool(item.get("orchestrator", True))}
+            same = item["base_problem"] == item["problem"]
+            for mi, model in enumerate(models):
+                versions = ["final"] if same else ["final", "base"]
+                for version in versions:
+                    problem = item["problem"] if version == "final" else item["base_problem"]
+                    units.append(Unit(
+                        id=f"ans-m{mi}-b{bi}-{item['id']}-{version}",
+                        input={"kind": "answer", "model": model, "task": item["task"], "problem": problem},
+                        meta={**common, "kind": "answer", "model": model, "version": version, "base_is_final": same}))
+            for ri, reviewer in enumerate(reviewers):
+                units.append(Unit(id=f"rev-r{ri}-b{bi}-{item['id']}",
+                                  input={"kind": "review", "model": reviewer, "task": item["task"],
+                                         "problem": item["problem"]},
+                                  meta={**common, "kind": "review", "model": reviewer}))
+    return units
+
+
+class AtadEvalProtocol(Protocol):
+    """The evaluation phase as a batch of (model, problem) units; driven by ``AtadProtocol``."""
+
+    name = "atad"
+    description = "ATAD evaluation phase: accuracy of models on generated benchmarks (Tables 1, 2, 3, 5; Figure 4)"
+    context_cls = EvalContext
+    roles = ()
+
+    def builder(self) -> StateGraph:
+        from graphs.atad_eval import builder
+
+        return builder
+
+    def plan(self, run: Run) -> list[Unit]:
+        return plan_units(run.params)
+
+    def expected_calls(self, run: Run) -> str:
+        return "1 (2 with a structured-output repair)"
+
+    def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
+        return {"correct": state.get("correct"), "predicted": state.get("predicted"),
+                "explanation": state.get("explanation"), "parse_error": state.get("parse_error"),
+                "review": state.get("review")}
+
+    def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return evaluation_metrics(records)
+
+    def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+        return evaluation_report(run, summary["metrics"])
+
+
+def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """All evaluation tables from the unit records (only status ``ok`` counts)."""
+    ok = [r for r in records if r["status"] == "ok"]
+    answers = [r for r in ok if r["meta"]["kind"] == "answer"]
+    reviews = [r for r in ok if r["meta"]["kind"] == "review"]
+    models = list(dict.fromkeys(r["meta"]["model"] for r in records if r["meta"]["kind"] == "answer"))
+    benches = sorted({(r["meta"]["bench"], r["meta"]["bench_label"], r["meta"]["orchestrator"]) for r in records})
+    final: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
+    base: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
+    for r in answers:
+        m = r["meta"]
+        (final if m["version"] == "final" else base)[(m["model"], m["bench"])][m["item"]] = r
+    per_file: dict[str, dict[str, Any]] = {}
+    table2: dict[str, dict[str, Any]] = {}
+    curves: dict[str, dict[str, Any]] = {}
+    table1: dict[str, Any] = {}
+    for model in models:
+        tables = []
+        for bi, label, _ in benches:
+            fin = final.get((model, bi), {})
+            rows = [(r["meta"]["task"], bool(r["correct"])) for r in fin.values()]
+            table = per_task_accuracy(rows)
+            per_file.setdefault(label, {})[model] = table
+            tables.append(table)
+            base_rows = []
+            for item, r in fin.items():
+                if r["meta"]["base_is_final"]:
+                    base_rows.append((r["meta"]["task"], bool(r["correct"])))
+                elif item in base.get((model, bi), {}):
+                    base_rows.append((r["meta"]["task"], bool(base[(model, bi)][item]["correct"])))
+            table2.setdefault(model, {})[label] = {"base": per_task_accuracy(base_rows)["avg"],
+                                                   "final": table["avg"], "n": table["n"]}
+            by_task: dict[str, list[bool]] = defaultdict(list)
+            for r in sorted(fin.values(), key=lambda r: r["meta"]["pos"]):
+                by_task[r["meta"]["task"]].append(bool(r["correct"]))
+            longest = max((len(v) for v in by_task.values()), default=0)
+            curves.setdefault(model, {})[label] = consistency_curve(by_task, curve_sizes(longest))
+        table1[model] = average_tables([t for t in tables if t["n"]])
+    table3: dict[str, Any] = {"reviews": {}, "performance": {}}
+    for reviewer in dict.fromkeys(r["meta"]["model"] for r in reviews):
+        for orch in (False, True):
+            rs = [r["review"] for r in reviews if r["meta"]["model"] == reviewer and r["meta"]["orchestrator"] == orch]
+            if rs:
+                table3["reviews"].setdefault(reviewer, {})["with" if orch else "without"] = review_summary(rs)
+    for model in models:
+        for orch in (False, True):
+            tabs = [per_file[label][model] for bi, label, o in benches if o == orch and per_file[label][model]["n"]]
+            if tabs:
+                table3["performance"].setdefault(model, {})["with" if orch else "without"] = average_tables(tabs)["avg"]
+    return {
+        "models": models,
+        "benchmarks": [label for _, label, _ in benches],
+        "table1": table1,
+        "table2": table2,
+        "table5": per_file,
+        "table3": table3,
+        "consistency": curves,
+        "parse_errors": sum(1 for r in answers if r.get("parse_error")),
+        "answers": len(answers),
+        "reviews": len(reviews),
+        "excluded_infra_errors": sum(1 for r in records if r["status"] != "ok"),
+    }
+
+
+def _task_rows(tables: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    return [[name, *[_fmt(t.get(k)) for k in TASK_IDS], _fmt(t.get("avg")), t.get("n", 0)]
+            for name, t in tables.items()]
+
+
+def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
+    headers = ["model", *TASK_IDS, "Avg.", "n"]
+    blocks: list[Block] = [Text(
+        f"{m['answers']} answers ({m['parse_errors']} unparseable, counted wrong), {m['reviews']} reviews; "
+        f"{m['excluded_infra_errors']} units with endpoint errors excluded from every metric. Accuracy in %.")]
+    if m["models"]:
+        blocks.append(Table(headers, _task_rows(m["table1"]),
+                            caption="Table 1: accuracy per task on the final problems (mean over benchmark files)"))
+        vals = [[m["table1"][mo].get(t) or 0.0 for t in TASK_IDS] for mo in m["models"]]
+        blocks.append(Figure(heatmap(figure_path(run.run_dir, "atad_task_heatmap"), m["models"], list(TASK_IDS),
+                                     vals, title="Accuracy per task (%)"), "Per-task accuracy"))
+        rows = [[mo, label, _fmt(v["base"]), _fmt(v["final"]),
+                 _fmt(v["base"] - v["final"]) if v["base"] is not None and v["final"] is not None else "-"]
+                for mo, files in m["table2"].items() for label, v in files.items()]
+        blocks.append(Table(["model", "benchmark", "base", "final", "drop"], rows,
+                            caption="Table 2: accuracy on base vs final problems"))
+        labels = [f"{mo} | {label}" for mo, files in m["table2"].items() for label in files]
+        drops = [(v["base"] or 0.0) - (v["final"] or 0.0) for files in m["table2"].values() for v in files.values()]
+        blocks.append(Figure(bar_chart(figure_path(run.run_dir, "atad_base_final_drop"), labels, drops,
+                                       title="Base -> final accuracy drop", ylabel="percentage points"),
+                             "Accuracy drop from base to final problems"))
+        for label, tables in m["table5"].items():
+            blocks.append(Table(headers, _task_rows(tables), caption=f"Table 5: benchmark generated by {label}"))
+        if len(m["benchmarks"]) > 1:
+            matrix = [[mo, *[_fmt(m["table5"][b][mo]["avg"]) for b in m["benchmarks"]]] for mo in m["models"]]
+            blocks.append(Table(["evaluated model", *m["benchmarks"]], matrix,
+                                caption="Generator x evaluated model: average accuracy"))
+        for model, files in m["consistency"].items():
+            for label, points in files.items():
+                if len(points) < 2:
+                    continue
+                avg = [p["avg"] for p in points]
+                band = ([p["avg"] - p["std"] for p in points], [p["avg"] + p["std"] for p in points])
+                path = figure_path(run.run_dir, f"atad_consistency_{abs(hash((model, label))) % 10**8}")
+                blocks.append(Figure(line_chart(path, {model: avg}, x=[p["n"] for p in points], band={model: band},
+                                                title=f"Consistency on {label}", xlabel="samples per task",
+                                                ylabel="avg accuracy (%)"),
+                                     f"Figure 4: {model} on {label}; band = std of task-wise deviations from the "
+                                     "full benchmark"))
+    t3 = m["table3"]
+    if t3["reviews"] or any(len(v) > 1 for v in t3["performance"].values()):
+        rows = []
+        for name in dict.fromkeys([*t3["performance"], *t3["reviews"]]):
+            perf = t3["performance"].get(name, {})
+            rev = t3["reviews"].get(name, {})
+            row = [name, _fmt(perf.get("without")), _fmt(perf.get("with"))]
+            for key in ("validity", "coherence", "fairness", "approval"):
+                row += [_fmt((rev.get("without") or {}).get(key)), _fmt((rev.get("with") or {}).get(key))]
+            rows.append(row)
+        blocks.append(Table(["model", "acc w/o orch.", "acc w/ orch.", "validity w/o", "validity w/",
+                             "coherence w/o", "coherence w/", "fairness w/o", "fairness w/", "approval % w/o",
+                             "approval % w/"], rows, caption="Table 3: performance and problem quality"))
+    return blocks
+
+
+def preflight_models(run: Run, refs: list[str]) -> None:
+    """One ping per evaluated / reviewing model before any real tokens are spent."""
+    for ref in dict.fromkeys(refs):
+        if ref in run.services.chat_overrides:
+            continue
+        try:
+            model_llm(run.services, ref).text(load_prompt("common/ping").render(), step="preflight", max_retries=1)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--evaluate") from None
+        except InfraError as exc:
+            raise InputError(f"model {ref} does not answer: {exc}", field="--evaluate") from None
+
+
+def print_tables(run: Run, metrics: dict[str, Any], models: list[str]) -> None:
+    """The per-task table (Table 1) and base vs final (Table 2) on the console."""
+    if not models:
+        return
+    table = RichTable(title="ATAD accuracy per task (%), final problems")
+    for h in ["model", *TASK_IDS, "Avg.", "n"]:
+        table.add_column(h)
+    for row in _task_rows({m: metrics["table1"].get(m, {"n": 0}) for m in models}):
+        table.add_row(*[str(x) for x in row])
+    run.console.print(table)
+    t2 = RichTable(title="Base vs final accuracy (%)")
+    for h in ["model", "benchmark", "base", "final"]:
+        t2.add_column(h)
+    for mo, files in metrics["table2"].items():
+        for label, v in files.items():
+            t2.add_row(mo, label, str(_fmt(v["base"])), str(_fmt(v["final"])))
+    run.console.print(t2)
+
+
+def run_evaluation(run: Run) -> dict[str, Any]:
+    """Evaluate / review through the batch runner; prints the per-task table."""
+    from runtime.runner import execute
+
+    refs = [*(run.params.get("evaluate") or []), *(run.params.get("review") or [])]
+    if not run.resumed:
+        plan_units(run.params)  # bad files or flags fail before any ping
+    preflight_models(run, refs)
+    summary = execute(AtadEvalProtocol(), run, skip_preflight=True)
+    if summary and not summary["units"]:
+        run.console.print("[yellow]the benchmark file(s) hold no finalized problem: nothing to evaluate")
+    if summary:
+        print_tables(run, summary["metrics"], run.params.get("evaluate") or [])
+    return summary

@@ -1,0 +1,113 @@
+"""Pure metric functions of ATAD (seed 003): accuracy tables (Tables 1, 2, 5), the consistency curve
+(Figure 4, Appendix F), review scores (Table 3) and generation statistics. No I/O, no models."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Any, Iterable, Sequence
+
+from state.atad import TASK_IDS
+
+
+def mean(values: Iterable[float]) -> float | None:
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def per_task_accuracy(rows: Iterable[tuple[str, bool]]) -> dict[str, Any]:
+    """``[(task, correct), ...]`` -> ``{"T1": 0.5, ..., "avg": mean over the tasks present, "n": count}``.
+
+    Accuracy is in percent like the paper's tables; the average is the mean of the
+    task columns (Table 1's "Avg."), not of the pooled items.
+    """
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for task, correct in rows:
+        by_task[task].append(bool(correct))
+    out: dict[str, Any] = {t: 100.0 * sum(v) / len(v) for t in TASK_IDS if (v := by_task.get(t))}
+    out["avg"] = mean(out[t] for t in TASK_IDS if t in out)
+    out["n"] = sum(len(v) for v in by_task.values())
+    return out
+
+
+def average_tables(tables: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Table 1 from Table 5: per task, the mean over benchmark files that have the task."""
+    out: dict[str, Any] = {}
+    for t in TASK_IDS:
+        vals = [tab[t] for tab in tables if t in tab]
+        if vals:
+            out[t] = sum(vals) / len(vals)
+    out["avg"] = mean(out[t] for t in TASK_IDS if t in out)
+    out["n"] = sum(tab.get("n", 0) for tab in tables)
+    return out
+
+
+def consistency_curve(by_task: dict[str, Sequence[bool]], sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """Figure 4 / Appendix F: accuracy on the first ``n`` samples per task, for each ``n`` in ``sizes``.
+
+    For each n: per-task accuracy on the first n items (all items if a task has
+    fewer), their mean ``avg``, and ``std`` = population standard deviation over
+    tasks of (accuracy at n - accuracy on all items).
+    """
+    full = {t: 100.0 * sum(v) / len(v) for t, v in by_task.items() if v}
+    points = []
+    for n in sizes:
+        accs = {t: 100.0 * sum(v[:n]) / len(v[:n]) for t, v in by_task.items() if v}
+        if not accs:
+            continue
+        devs = [accs[t] - full[t] for t in accs]
+        points.append({"n": n, "avg": sum(accs.values()) / len(accs),
+                       "std": statistics.pstdev(devs) if len(devs) > 1 else 0.0, "per_task": accs})
+    return points
+
+
+def curve_sizes(max_n: int, steps: int = 10) -> list[int]:
+    """Sample sizes for the consistency curve: about ``steps`` evenly spaced sizes ending at ``max_n``."""
+    if max_n <= 0:
+        return []
+    step = max(1, -(-max_n // steps))
+    sizes = list(range(step, max_n, step))
+    return sizes + [max_n]
+
+
+def review_summary(reviews: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Table 3 quality columns: mean validity / coherence / fairness (1-5) and approval rate (%)."""
+    reviews = [r for r in reviews if r]
+    if not reviews:
+        return {"validity": None, "coherence": None, "fairness": None, "approval": None, "n": 0}
+    return {
+        "validity": mean(r["validity"] for r in reviews),
+        "coherence": mean(r["coherence"] for r in reviews),
+        "fairness": mean(r["fairness"] for r in reviews),
+        "approval": 100.0 * sum(bool(r["approved"]) for r in reviews) / len(reviews),
+        "n": len(reviews),
+    }
+
+
+def generation_stats(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Counts over generated items (the ``result`` records of finished units)."""
+    finalized = [i for i in items if i.get("item_status") == "finalized"]
+    reasons: Counter[str] = Counter()
+    for item in items:
+        for event in item.get("history") or []:
+            if event.get("step") == "generate":
+                for err in event.get("structure_errors") or []:
+                    reasons[err.split(":", 1)[0]] += 1
+            elif event.get("step") == "validate" and not event.get("approved"):
+                reasons["orchestrator_error" if event.get("error") else "orchestrator_rejected"] += 1
+    per_task: dict[str, dict[str, int]] = {}
+    for item in items:
+        row = per_task.setdefault(item["task"], {"finalized": 0, "discarded": 0})
+        row["finalized" if item.get("item_status") == "finalized" else "discarded"] += 1
+    return {
+        "items": len(items),
+        "finalized": len(finalized),
+        "discarded": len(items) - len(finalized),
+        "acceptance": dict(Counter(i["acceptance"] for i in finalized)),
+        "difficulty": dict(Counter(i["difficulty"] for i in finalized)),
+        "rejection_reasons": dict(reasons.most_common()),
+        "per_task": dict(sorted(per_task.items())),
+        "mean_student_loops": mean(i["student_loops"] for i in finalized),
+        "mean_level": mean(i["level"] for i in finalized),
+        "mean_teacher_attempts": mean(i["teacher_attempts"] for i in items),
+    }
