@@ -155,7 +155,7 @@ def test_expired_forged_and_missing_tokens_get_401(exam):
 
 
 def test_requests_beyond_the_rate_limit_get_429(tmp_path):
-    server = make_server(tmp_path, rate=1.0, burst=3)
+    server = make_server(tmp_path, rate=0.01, burst=3)  # one token per 100 s: no refill during the test
     client = TestClient(create_app(server))
     admin = auth(server.admin_token())
     s = client.post("/admin/sessions", json={"model": "m"}, headers=admin).json()
