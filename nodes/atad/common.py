@@ -26,6 +26,11 @@ def challenge_text(challenge: str | None) -> str:
 def task_vars(state: dict[str, Any]) -> dict[str, str]:
     """Prompt variables describing the unit's task (Tables 6 and 7)."""
     spec = TASKS[state["task"]]
+    challenge = challenge_text(state.get("challenge"))
+    target = state.get("target_coherent")
+    if target is not None:  # T2: the seeded label keeps the benchmark balanced
+        challenge += (" Present the sentences in a coherent order and set coherent=true." if target else
+                      " Present the sentences in a scrambled, incoherent order and set coherent=false.")
     return {
         "style": state.get("style") or "GRE",
         "task_id": spec.id,
@@ -33,5 +38,5 @@ def task_vars(state: dict[str, Any]) -> dict[str, str]:
         "topic": state.get("topic") or spec.topics[0],
         "anomaly": spec.anomaly,
         "structure": structure_text(spec.id),
-        "challenge": challenge_text(state.get("challenge")),
+        "challenge": challenge,
     }
