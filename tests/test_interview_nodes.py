@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from nodes.interview import checks
 from nodes.interview.grader import grade, single_turn_judge
-from nodes.interview.interviewee import answer, conversation
+from nodes.interview.interviewee import answer
 from nodes.interview.interviewer import ask_followup, give_feedback, modify_question, summarize_session
 from state.interview import InterviewContext
 from tests.conftest import make_services

@@ -19,8 +19,8 @@ from typing import Any
 from state.interview import FEEDBACK_KINDS
 
 _NUM = re.compile(r"(?<![\w.])[-+]?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s?/\s?\d+(?:\.\d+)?)?%?")
-_FINAL = re.compile(r"(?:final answer|answer is|answer:|####|the answer)\s*[:=]?\s*(.+)", re.IGNORECASE)
-_SYMBOLIC = re.compile(r"(\d\s*[a-zA-Z]\b|\b[a-zA-Z]\s*[*+\-/^]|\b[xyzwnkmpqrt]\b)")
+_FINAL = re.compile(r"(?:final answer|answer is|answer:|####)\s*[:=]?\s*(.+)", re.IGNORECASE)
+_SYMBOLIC = re.compile(r"(\d[a-zA-Z]\b|\b[a-zA-Z]\s*[*+\-/^]\s*\w|\b[xyzwnk]\b)")
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("the a an and or of to in on for with by is are was were be been it this that as at from "
                   "which who what when where why how its their there these those into than then can will "
