@@ -39,9 +39,11 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
     for task, t in m["by_task"].items():
         if len(m["by_task"]) > 1:
             series[task] = t["score_at_n"]
+    if m.get("judge") is not None:
+        series["single-turn judge (all)"] = [m["judge"]] * n_max
     path = line_chart(figure_path(run.run_dir, "interview_score_at_n"), series, title="Score@n",
-                      xlabel="interaction n", ylabel="score", x=list(range(1, n_max + 1)))
-    blocks.append(Figure(path, "Score@n by interaction (the judge score is in the table)"))
+                      xlabel="interaction", ylabel="score", x=[f"@{n}" for n in range(1, n_max + 1)])
+    blocks.append(Figure(path, "Score@n by interaction; the flat line is the single-turn judge score"))
 
     fa = m["followup_accuracy"]
     blocks.append(Table(["seed solved", "seed failed", "overall", "follow-ups (solved/failed)"],
