@@ -1,0 +1,40 @@
+"""End to end on the embedded SmolLM2-135M (a smoke test: the model is far too weak to be a real teacher):
+generation through run.py writes one benchmark record per task type, and --evaluate prints the per-task table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.integration
+def test_generate_then_evaluate_on_the_embedded_model(embedded_url, tmp_path):
+    gen = subprocess.run([sys.executable, "run.py", "--protocol", "atad", "--per-task", "1", "--out", str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert gen.returncode == 0, gen.stderr[-2000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "_cache"]
+    bench = run_dir / "benchmark.jsonl"
+    items = [json.loads(line) for line in bench.read_text().splitlines()]
+    assert sorted(i["task"] for i in items) == ["T1", "T2", "T3", "T4", "T5", "T6", "T7"]
+    for item in items:
+        assert item["item_status"] in {"finalized", "discarded"}
+        assert item["history"], "every item keeps its history"
+        if item["item_status"] == "finalized":
+            assert item["acceptance"] and item["problem"] and item["base_problem"]
+        else:
+            assert item["discard_reason"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "per_finalized" in summary["metrics"] and summary["status_counts"].get("ok") == 7
+
+    ev = subprocess.run([sys.executable, "run.py", "--protocol", "atad", "--evaluate", "local", "--benchmark",
+                         str(bench), "--out", str(tmp_path / "eval")], cwd=REPO, capture_output=True, text=True,
+                        timeout=600)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert "ATAD accuracy per task" in ev.stdout
+    assert "T1" in ev.stdout and "Avg." in ev.stdout
