@@ -68,7 +68,7 @@ def test_cli_bad_data_exits_2_with_one_line(tmp_path):
 def _execute(tmp_path, params, p=0.5, run_id=None):
     data = tmp_path / "seeds.jsonl"
     if not data.exists():
-        data.write_text("".join(json.dumps(math_seed(i)) + "\n" for i in range(6)))
+        data.write_text("".join(json.dumps(math_seed(i, "easy" if i < 3 else "hard")) + "\n" for i in range(6)))
     config = RunConfig(protocol="interview", out=str(tmp_path / "runs"), params={"data": str(data), **params},
                        concurrency=2)
     chats = {"target": simulated_interviewee(p, salt="proto"), "evaluator": ScriptedChat(interviewer),
@@ -95,6 +95,10 @@ def test_batch_run_writes_the_interview_report(tmp_path):
                     "Follow-up accuracy within solved and failed"):
         assert heading in report, heading
     assert (run.run_dir / "figures" / "interview_score_at_n.png").exists()
+    assert "Score@n by difficulty level" in report
+    levels = m["by_level"]
+    assert sum(v["sessions"] for v in levels.values()) == 12 and set(levels) == {"easy", "hard"}
+    assert levels["easy"]["run_to_run"]["repeats"] == 2
 
 
 def test_resume_skips_finished_sessions(tmp_path):

@@ -167,6 +167,10 @@ class InterviewProtocol(Protocol):
             "followup_accuracy": metrics.followup_accuracy(ok),
             "by_task": {t: {"sessions": len(rs), "judge": metrics.judge_score(rs),
                             "score_at_n": metrics.score_at_n(rs, n_max)} for t, rs in metrics.by_task(ok).items()},
+            "by_level": {lv: {"sessions": len(rs), "judge": metrics.judge_score(rs),
+                              "score_at_n": metrics.score_at_n(rs, n_max),
+                              "run_to_run": metrics.run_to_run_std(rs, n_max)}
+                         for lv, rs in metrics.by_level(ok).items()},
             "error_types": metrics.error_distribution(ok),
             "verbosity_bias": metrics.verbosity_bias(ok, n_max),
             "run_to_run": metrics.run_to_run_std(ok, n_max),

@@ -211,3 +211,12 @@ def by_task(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     for r in ok_records(records):
         groups[r.get("task", "generic")].append(r)
     return dict(sorted(groups.items()))
+
+
+def by_level(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Sessions grouped by the seed question's difficulty level (only those that have one)."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in ok_records(records):
+        if r.get("level") not in (None, ""):
+            groups[str(r["level"])].append(r)
+    return dict(sorted(groups.items()))

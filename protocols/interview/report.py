@@ -39,6 +39,13 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
     for task, t in m["by_task"].items():
         if len(m["by_task"]) > 1:
             series[task] = t["score_at_n"]
+    if m.get("by_level"):
+        blocks.append(Table(["level", "sessions", "Judge", *[f"@{n}" for n in range(1, n_max + 1)],
+                             "std over repeats @1..@n"],
+                            [[lv, t["sessions"], _f(t["judge"]), *map(_f, t["score_at_n"]),
+                              ", ".join(str(_f(x)) for x in t["run_to_run"]["std"]) if t.get("run_to_run") else ""]
+                             for lv, t in m["by_level"].items()],
+                            caption="Score@n by difficulty level (section 7 compares easy and hard levels)"))
     if m.get("judge") is not None:
         series["single-turn judge (all)"] = [m["judge"]] * n_max
     path = line_chart(figure_path(run.run_dir, "interview_score_at_n"), series, title="Score@n",
