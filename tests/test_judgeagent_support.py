@@ -75,7 +75,7 @@ class SimulatedTarget:
     def __init__(self, p: float, gold: dict[str, str], seed: int = 0) -> None:
         self.p = p
         self.gold = gold  # question stem -> gold letter / answer for base questions
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.lock = threading.Lock()
         self.prompts: list[str] = []
 
@@ -83,7 +83,8 @@ class SimulatedTarget:
         text = last_text(messages)
         with self.lock:
             self.prompts.append(all_text(messages))
-            right = self.rng.random() < self.p
+        # a draw per (seed, prompt): reproducible whatever order concurrent calls arrive in
+        right = random.Random(f"{self.seed}:{text}").random() < self.p
         m = re.search(r"Generated question number (\d+)", text)
         if m:
             return f"ans{m.group(1)}" if right else "I do not know"
@@ -93,6 +94,19 @@ class SimulatedTarget:
                     return gold if right else ("A" if gold != "A" else "B")
                 return gold if right else "something else"
         return "no idea"
+
+
+def run_batch(svc: Any, batch: list[Any], kb: Path, thread: str = "u1", **params: Any) -> dict[str, Any]:
+    """Run one JudgeAgent thread on ``batch`` (BaseQuestion objects) with an in-memory checkpointer."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from graphs.judgeagent import builder
+    from state.judgeagent import JudgeAgentContext
+
+    ctx = JudgeAgentContext(services=svc, kb=str(kb), **params)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    return graph.invoke({"batch": [q.model_dump() for q in batch]}, {"configurable": {"thread_id": thread}},
+                        context=ctx)
 
 
 def fake_services(tmp_path: Path, evaluator: Any, target: Any, params: dict[str, Any] | None = None) -> Any:

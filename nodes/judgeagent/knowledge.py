@@ -12,6 +12,7 @@ connected graph, and the report shows how many entities came from each source.
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,14 @@ def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: No
             extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph"),
             chroma=svc.chroma, embed=svc.embeddings(), log=log)
 
-    return svc.cached(f"judgeagent:graph:{kb}", build)
+    # Services.cached holds the services lock while building, and building needs svc.llm / svc.chroma (which
+    # take that lock too): keep our own per-run lock and holder instead.
+    lock = svc.cached(f"judgeagent:graph-lock:{kb}", threading.Lock)
+    holder = svc.cached(f"judgeagent:graph:{kb}", dict)
+    with lock:
+        if "graph" not in holder:
+            holder["graph"] = build()
+    return holder["graph"]
 
 
 # -- nodes -------------------------------------------------------------------------------------
