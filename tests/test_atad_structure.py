@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.atad.problems import is_correct, normalize, render, structure_errors
+from nodes.atad.problems import copies_example, is_correct, normalize, render, structure_errors
 from state.atad import level_for, parse_ladder
 
 FIVE = ["Alpha rises.", "Beta falls.", "Gamma waits.", "Delta turns.", "Epsilon ends."]
@@ -119,3 +119,11 @@ def test_default_ladder_escalates_after_one_two_and_four_successes():
 def test_bad_ladders_are_refused(bad):
     with pytest.raises(ValueError):
         parse_ladder(bad)
+
+
+def test_verbatim_copies_of_the_format_example_are_flagged():
+    copied = {"sentences": ["Bees collect nectar.", "They turn it into honey.", "Own one.", "Own two.", "Own three."],
+              "answer": 3}
+    assert copies_example("T5", copied)
+    assert not copies_example("T5", VALID["T5"])
+    assert not copies_example("T3", VALID["T3"])

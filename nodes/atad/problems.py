@@ -198,3 +198,18 @@ def question_text(task: str) -> str:
 
 def answer_format(task: str) -> str:
     return ANSWER_FORMAT[TASKS[task].kind == "order"]
+
+
+def copies_example(task: str, problem: dict[str, Any] | None) -> bool:
+    """True when at least two options repeat the format example verbatim (weak teachers copy it).
+
+    Not a rejection reason (the example is a well-formed problem); it is flagged on the
+    benchmark record so consumers can drop such items.
+    """
+    import json
+
+    if not problem:
+        return False
+    example = json.loads(EXAMPLE_TEXT[TASKS[task].kind])
+    shown = {x.lower().strip() for x in example.get("sentences", []) + example.get("choices", []) if x != "..."}
+    return len(shown.intersection(str(x).lower().strip() for x in options_of(task, problem))) >= 2
