@@ -108,3 +108,7 @@ def test_math_modification_must_hide_a_value_and_add_none():
     assert "hidden" in modification_problem("math", original, "A train goes 80 km/h for 2 hours. How far?")
     assert "introduces" in modification_problem("math", original, "A train travels at 95 km/h for x hours.")
     assert modification_problem("paraphrase", "Say hi.", "  ") == "empty question"
+    solution = "The Earth has seasons because its rotation axis is tilted relative to the plane of its orbit."
+    copied = "The Earth has seasons because its rotation axis is tilted relative to the plane?"
+    assert modification_problem("factual", "Why seasons?", copied, solution) == "copies the reference solution"
+    assert modification_problem("factual", "Why seasons?", "How does axial tilt change daylight?", solution) is None

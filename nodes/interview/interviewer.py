@@ -35,12 +35,19 @@ def strategy_for(task: str, ctx: InterviewContext) -> str:
     return {"math": "math", "factual": "factual"}.get(task, "paraphrase")
 
 
-def modification_problem(strategy: str, original: str, modified: str) -> str | None:
-    """Why a modified question is unusable (None = usable); checked in code (Appendix C.4.1 criteria)."""
+def modification_problem(strategy: str, original: str, modified: str, solution: str = "") -> str | None:
+    """Why a modified question is unusable (None = usable); checked in code (Appendix C.4.1 criteria).
+
+    Any strategy: not empty, not the original, and not a copy of the reference solution
+    (8 consecutive words of it give the answer away). Math: at least one given value
+    hidden and no new value introduced.
+    """
     if not modified.strip():
         return "empty question"
     if _norm(modified) == _norm(original):
         return "identical to the original question"
+    if solution and len(_norm(solution).split()) > 8 and checks.leaks_answer(modified, solution):
+        return "copies the reference solution"
     if strategy == "math":
         before = [v for v, _ in checks.numbers_in(original)]
         after = [v for v, _ in checks.numbers_in(modified)]
@@ -70,7 +77,7 @@ def modify_question(state: InterviewState, runtime: Runtime[InterviewContext]) -
         messages = prompt_obj.render(**{k: v for k, v in values.items() if k in prompt_obj.variables})
         try:
             out = services_of(ctx).llm(INTERVIEWER).structured(ModifiedQuestion, messages, step="modify")
-            problem = modification_problem(strategy, seed["question"], out.question)
+            problem = modification_problem(strategy, seed["question"], out.question, seed.get("solution") or "")
             if problem:
                 info.update(status="rejected", reason=problem, proposed=out.question)
             else:
