@@ -145,11 +145,9 @@ class AtadProtocol(Protocol):
         orchestrator = not run.params.get("no_orchestrator")
         levels = self._levels(run)
         return [item_record(r["unit_id"], r["item"], levels=levels, orchestrator=orchestrator, generator=generator)
-                for r in records if r["status"] == "ok"]
+                for r in sorted(records, key=lambda r: r["unit_id"]) if r["status"] == "ok"]
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
-        order = {u: i for i, u in enumerate(sorted(r["unit_id"] for r in records))}
-        records = sorted(records, key=lambda r: order[r["unit_id"]])
         items = self._items(run, records)
         path = write_benchmark(run.run_dir / BENCHMARK_FILE, items)
         stats = generation_stats(items)
