@@ -168,6 +168,9 @@ class AtadProtocol(Protocol):
         }
         stats["benchmark_file"] = str(path)
         stats["orchestrator"] = not run.params.get("no_orchestrator")
+        # cost first and the long per-task breakdown last, so the console summary shows what matters
+        per_task = stats.pop("per_task")
+        stats = {"per_finalized": stats.pop("per_finalized"), **stats, "per_task": per_task}
         run.console.print(f"benchmark: [bold]{path}[/] ({n_fin} finalized, {stats['discarded']} discarded)")
         return stats
 
