@@ -157,7 +157,8 @@ def text_hash(text: str) -> str:
 
 def entity_key(name: str) -> str:
     """Normalised node key of an entity name (case, spacing and surrounding punctuation ignored)."""
-    return re.sub(r"\s+", " ", name).strip(" .,;:'\"()[]").lower()
+    key = re.sub(r"\s+", " ", name).strip(" .,;:'\"()[]").lower()
+    return re.sub(r"^(?:the|a|an) ", "", key)
 
 
 def _slug(text: str) -> str:
