@@ -134,3 +134,8 @@ def test_plan_refuses_gains_that_break_appendix_b_and_data_without_knowledge(tmp
         JudgeAgentProtocol().plan(_open(tmp_path, {}, data=str(data)))
     units = JudgeAgentProtocol().plan(_open(tmp_path, {}, batch_size=4))
     assert [len(u.input["batch"]) for u in units] == [4, 4, 4, 3]
+
+
+def test_hugging_face_dataset_without_the_package_or_network_is_a_clear_input_error():
+    with pytest.raises(InputError, match="pip install datasets|cannot load"):
+        load_questions({"hf_dataset": "no-such-user/no-such-dataset", "hf_split": "test"})
