@@ -22,8 +22,8 @@ from state.judgeagent import BaseQuestion, Feedback, JudgeAgentContext, JudgeAge
 from nodes.judgeagent.common import clip, question_text
 from nodes.judgeagent.judging import normalize
 
-REPLY_CHARS = 300
-QUESTION_CHARS = 700
+REPLY_CHARS = 200
+QUESTION_CHARS = 500
 
 
 def _verdict(correct: bool) -> str:
