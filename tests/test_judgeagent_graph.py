@@ -173,3 +173,18 @@ def test_failed_feedback_skips_validation(tmp_path, kb):
     svc = fake_services(tmp_path, broken, lambda m, t: "B")
     out = run_batch(svc, [mc(1)], kb, rounds=1)
     assert out["feedback"]["status"] == "failed" and not out.get("validation")
+
+
+def test_a_question_copied_from_the_prompt_examples_is_rejected(tmp_path, kb):
+    ev = FakeEvaluator()
+    base = ev.__call__
+
+    def echo(messages, tool):
+        if tool and tool["function"]["name"] == "ExtendedQuestion":
+            return {"question": "The Voss Canal links Lake Orden with which port?", "answer": "Harl"}
+        return base(messages, tool)
+
+    svc = fake_services(tmp_path, echo, lambda m, t: "B")
+    out = run_batch(svc, [mc(1)], kb, rounds=1)
+    assert out["rounds"][0]["status"] == "generation_failed"
+    assert out["rounds"][0]["reason"] == "question copied from the prompt"

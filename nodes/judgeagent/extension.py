@@ -6,7 +6,7 @@ concise answer at the current difficulty (Table 12) -> the target answers -> jud
 is re-decided after every round.
 
 A generation the evaluator cannot produce (no valid structure after the repair attempt, an empty question
-or answer, or an "answer" longer than a short phrase) is recorded as ``status = "generation_failed"``: the
+or answer, an "answer" longer than a short phrase, or a question copied from the prompt's own examples) is recorded as ``status = "generation_failed"``: the
 target is not asked, the score and the difficulty stay as they were.
 """
 
@@ -22,7 +22,7 @@ from runtime.services import services_of
 from state.judgeagent import ExtendedQuestion, JudgeAgentContext, JudgeAgentState
 from nodes.judgeagent.common import clip
 from nodes.judgeagent.grading import next_difficulty
-from nodes.judgeagent.judging import judge_free
+from nodes.judgeagent.judging import judge_free, normalize
 from nodes.judgeagent.knowledge import keyword_entities
 
 MAX_ANSWER_CHARS = 160
@@ -39,8 +39,9 @@ def generate_question(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext
     svc = services_of(runtime.context)
     path = state["path"]
     difficulty = state["difficulty"]
+    context = clip(path["text"], MAX_CONTEXT_CHARS)
     messages = load_prompt("judgeagent/evaluator_generate_question").render(
-        difficulty=difficulty, entity=focus_entities(path), context=clip(path["text"], MAX_CONTEXT_CHARS))
+        difficulty=difficulty, entity=focus_entities(path), context=context)
     try:
         out = svc.llm("evaluator").structured(ExtendedQuestion, messages, step="generate_question")
     except ModelError as exc:
@@ -50,6 +51,9 @@ def generate_question(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext
         return {"generated": {"status": "generation_failed", "reason": "empty question or answer"}}
     if len(answer) > MAX_ANSWER_CHARS:
         return {"generated": {"status": "generation_failed", "reason": "answer is not concise"}}
+    instructions = normalize(" ".join(str(m.content) for m in messages).replace(context, " "))
+    if normalize(question) in instructions:  # a small model echoing the prompt's examples or wording
+        return {"generated": {"status": "generation_failed", "reason": "question copied from the prompt"}}
     return {"generated": {"status": "ok", "question": question, "answer": answer}}
 
 
