@@ -66,7 +66,8 @@ def test_langgraph_dev_lists_every_protocol_graph_and_runs_one_unit(langgraph_de
         assert graphs >= {"atad", "judgeagent", "interview", "llmeval"}
         assert set(json.loads((REPO / "langgraph.json").read_text())["graphs"]) == graphs
 
-        schemas = client.get(f"/assistants/{STUDIO_GRAPH}/schemas").json()
+        assistant = next(a["assistant_id"] for a in assistants if a["graph_id"] == STUDIO_GRAPH)
+        schemas = client.get(f"/assistants/{assistant}/schemas").json()
         assert "target" in json.dumps(schemas.get("context_schema") or schemas.get("config_schema"))
 
         protocol = protocol_class(STUDIO_GRAPH)()
