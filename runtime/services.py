@@ -41,6 +41,7 @@ class Services:
     _chats: dict[str, tuple[BaseChatModel, Any]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _key_locks: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
 
     def spec(self, role: str) -> ModelSpec:
         return self.config.spec_for(role)
@@ -73,6 +74,8 @@ class Services:
     def cached(self, key: str, build: Any) -> Any:
         """A per-run lazily built resource (vector store, graph, bank), built once under a lock."""
         with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:  # not under the services lock: a builder may itself ask for llm() or chroma()
             if key not in self._cache:
                 self._cache[key] = build()
             return self._cache[key]

@@ -69,3 +69,9 @@ def test_result_store_keeps_the_last_record_per_unit_and_skips_a_torn_line(tmp_p
         fh.write('{"unit_id": "c", "sta')  # killed mid-write
     latest = store.latest()
     assert {k: v["status"] for k, v in latest.items()} == {"a": "ok", "b": "ok"}
+
+
+def test_cached_builder_may_use_other_services_without_deadlock(tmp_path):
+    services = make_services(tmp_path)
+    inner = services.cached("outer", lambda: services.cached("inner", lambda: 41) + 1)
+    assert inner == 42 and services.cached("outer", lambda: 0) == 42
