@@ -14,6 +14,7 @@ from typing import Any
 
 from nodes.atad.problems import copies_example, gold, structure_errors
 from runtime.errors import InputError
+from runtime.inputs import jsonl_objects
 from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
 
 
@@ -74,31 +75,22 @@ def load_benchmark(path: str | Path) -> list[dict[str, Any]]:
         raise InputError("benchmark file not found", file=str(path), field="--benchmark")
     items: list[dict[str, Any]] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", file=str(path), record=n) from None
-            if not isinstance(item, dict):
-                raise InputError("a record must be a JSON object", file=str(path), record=n)
-            for key in ("id", "task", "item_status"):
-                if key not in item:
-                    raise InputError("missing field", file=str(path), record=n, field=key)
-            if item["task"] not in TASK_IDS:
-                raise InputError(f"unknown task {item['task']!r}", file=str(path), record=n, field="task")
-            if item["id"] in seen:
-                raise InputError(f"duplicate id {item['id']!r}", file=str(path), record=n, field="id")
-            seen.add(item["id"])
-            if item["item_status"] == "finalized":
-                for key in ("problem", "base_problem"):
-                    problem = item.get(key)
-                    if not isinstance(problem, dict):
-                        raise InputError("missing problem", file=str(path), record=n, field=key)
-                    errors = structure_errors(item["task"], problem)
-                    if errors:
-                        raise InputError(f"malformed problem: {errors[0]}", file=str(path), record=n, field=key)
-            items.append(item)
+    for n, item in jsonl_objects(path):
+        for key in ("id", "task", "item_status"):
+            if key not in item:
+                raise InputError("missing field", file=str(path), record=n, field=key)
+        if item["task"] not in TASK_IDS:
+            raise InputError(f"unknown task {item['task']!r}", file=str(path), record=n, field="task")
+        if item["id"] in seen:
+            raise InputError(f"duplicate id {item['id']!r}", file=str(path), record=n, field="id")
+        seen.add(item["id"])
+        if item["item_status"] == "finalized":
+            for key in ("problem", "base_problem"):
+                problem = item.get(key)
+                if not isinstance(problem, dict):
+                    raise InputError("missing problem", file=str(path), record=n, field=key)
+                errors = structure_errors(item["task"], problem)
+                if errors:
+                    raise InputError(f"malformed problem: {errors[0]}", file=str(path), record=n, field=key)
+        items.append(item)
     return items

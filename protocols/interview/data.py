@@ -10,13 +10,13 @@ worked solution and a final ``#### <number>`` line -> math) and MT-Bench records
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from runtime.errors import InputError
+from runtime.inputs import jsonl_objects
 from state.interview import TASK_TYPES, SeedQuestion
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "interview" / "seeds.jsonl"
@@ -28,19 +28,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
     if path.suffix.lower() == ".csv":
         with path.open(encoding="utf-8", newline="") as fh:
             return [dict(row) for row in csv.DictReader(fh)]
-    out = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", file=str(path), record=n) from None
-            if not isinstance(value, dict):
-                raise InputError("a record must be a JSON object", file=str(path), record=n)
-            out.append(value)
-    return out
+    return [value for _, value in jsonl_objects(path)]
 
 
 def normalize(raw: dict[str, Any], index: int, task_override: str | None = None) -> dict[str, Any]:

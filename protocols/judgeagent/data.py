@@ -19,6 +19,7 @@ from typing import Any, Iterable
 from pydantic import ValidationError
 
 from runtime.errors import InputError
+from runtime.inputs import jsonl_objects
 from state.judgeagent import DIFFICULTIES, BaseQuestion
 from nodes.judgeagent.common import LETTERS
 from nodes.judgeagent.judging import normalize
@@ -59,18 +60,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         raise InputError(f"invalid JSON: {exc.msg} (line {exc.lineno})", file=str(path)) from None
     except UnicodeDecodeError:
         raise InputError("not UTF-8 text", file=str(path)) from None
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON: {exc.msg}", file=str(path), record=n) from None
-        if not isinstance(rec, dict):
-            raise InputError("record is not a JSON object", file=str(path), record=n)
-        out.append(rec)
-    return out
+    return [rec for _, rec in jsonl_objects(path, iter(text.splitlines()))]
 
 
 def hf_records(dataset_id: str, split: str) -> list[dict[str, Any]]:
