@@ -26,12 +26,16 @@ from runtime.runner import execute, open_run  # noqa: E402
 from state.config import ROLES  # noqa: E402
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
-    """The parser, and for each protocol the ``dest`` names of its own flags."""
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, and the epilog (every protocol's options) kept as laid out."""
+
+
+def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
+    """The options every protocol shares."""
     parser = argparse.ArgumentParser(
         prog="run.py",
         description="Evaluate LLMs with dynamic protocols (JudgeAgent, ATAD, LLM-as-an-Interviewer, LLMEval-3).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter, **kwargs,
     )
     parser.add_argument("--protocol", required=True, help=f"one of: {', '.join(REGISTRY)}")
     parser.add_argument("--config", help="TOML or YAML config file (models, roles, stores, params)")
@@ -50,13 +54,41 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
     stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")
     stores.add_argument("--embedding-model", help="sentence-transformers model name or path")
-    dests: dict[str, list[str]] = {}
-    for name, cls in available().items():
-        group = parser.add_argument_group(f"{name} options", cls.description)
-        before = len(group._group_actions)
-        cls.add_arguments(group)
-        dests[name] = [a.dest for a in group._group_actions[before:]]
-    return parser, dests
+    return parser
+
+
+def _protocol_group(parser: argparse.ArgumentParser, name: str, cls: type) -> list[str]:
+    """Add one protocol's options; return their ``dest`` names."""
+    group = parser.add_argument_group(f"{name} options", cls.description)
+    cls.add_arguments(group)
+    return [a.dest for a in group._group_actions]
+
+
+def build_parser(protocol: str | None) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The parser for one protocol, and the ``dest`` names of that protocol's own flags.
+
+    Protocols own their flag names (two may both define ``--data``), so only the
+    chosen protocol's options are added. Without a known ``--protocol`` the help
+    lists every protocol's options in the epilog, each from its own parser.
+    """
+    found = available()
+    if protocol in found:
+        parser = _common_parser()
+        return parser, _protocol_group(parser, protocol, found[protocol])
+    sections = []
+    for name, cls in found.items():
+        sub = argparse.ArgumentParser(prog=f"run.py --protocol {name}", add_help=False, usage=argparse.SUPPRESS,
+                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        _protocol_group(sub, name, cls)
+        sections.append(sub.format_help().strip())
+    return _common_parser(epilog="\n\n".join(sections)), []
+
+
+def _chosen_protocol(argv: list[str] | None) -> str | None:
+    """``--protocol`` read ahead of the full parse (its options depend on it)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--protocol")
+    return pre.parse_known_args(argv)[0].protocol
 
 
 def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict[str, Any]:
@@ -75,11 +107,11 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
 def main(argv: list[str] | None = None) -> int:
     console = Console()
     errors = Console(stderr=True)
-    parser, dests = build_parser()
+    parser, dests = build_parser(_chosen_protocol(argv))
     args = parser.parse_args(argv)
     try:
         cls = protocol_class(args.protocol)
-        flags = flags_from_args(args, dests.get(args.protocol, []))
+        flags = flags_from_args(args, dests)
         config_file = args.config
         if args.resume:
             out = args.out or (read_config_file(args.config).get("out") if args.config else None) or "runs"

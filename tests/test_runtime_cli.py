@@ -63,6 +63,21 @@ def test_help_documents_common_and_protocol_options():
     for option in ("--protocol", "--config", "--target", "--evaluator", "--teacher", "--limit", "--concurrency",
                    "--seed", "--out", "--resume", "--dry-run", "--chroma-url", "--postgres-dsn"):
         assert option in proc.stdout
+    for section in ("judgeagent options", "interview options", "atad options", "llmeval options"):
+        assert section in proc.stdout
+
+
+def test_two_protocols_may_own_the_same_flag_name():
+    """judgeagent and interview both define --data: each run gets its own protocol's --data."""
+    from run import build_parser
+
+    for name in ("judgeagent", "interview"):
+        parser, dests = build_parser(name)
+        args = parser.parse_args(["--protocol", name, "--data", "x.jsonl"])
+        assert "data" in dests and args.data == "x.jsonl"
+    parser, dests = build_parser("interview")
+    with pytest.raises(SystemExit):  # a judgeagent-only flag is not an interview flag
+        parser.parse_args(["--protocol", "interview", "--kb", "docs"])
 
 
 def test_dry_run_prints_plan_and_spends_nothing(tmp_path):

@@ -25,27 +25,6 @@ from state.interview import MODIFICATION_STRATEGIES, TASK_TYPES, InterviewContex
 _input_lock = threading.Lock()
 
 
-class _SharedFlags:
-    """Adds flags to run.py's single parser, tolerating an option another protocol already defined.
-
-    All protocols share one parser, so ``--data`` may already belong to another
-    protocol. Then our action keeps the same ``dest`` under ``--interview-data``:
-    ``--data`` still fills ``params["data"]`` (same dest), and our dest list has it.
-    """
-
-    def __init__(self, group: argparse._ArgumentGroup) -> None:
-        self.group = group
-
-    def add_argument(self, *flags: str, **kwargs: Any) -> argparse.Action:
-        taken = self.group._option_string_actions  # shared with the parser
-        free = [f for f in flags if f not in taken]
-        if not free:
-            kwargs.setdefault("dest", flags[0].lstrip("-").replace("-", "_"))
-            free = [f"--interview-{flags[0].lstrip('-')}"]
-            kwargs["help"] = f"{kwargs.get('help', '')} (also {flags[0]})"
-        return self.group.add_argument(*free, **kwargs)
-
-
 def unit_id(seed_id: str, repeat: int, repeats: int) -> str:
     return seed_id if repeats == 1 else f"{seed_id}~r{repeat}"
 
@@ -58,8 +37,7 @@ class InterviewProtocol(Protocol):
     roles = ("target", "evaluator", "grader")
 
     @classmethod
-    def add_arguments(cls, parent: argparse._ArgumentGroup) -> None:
-        group = _SharedFlags(parent)
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
         group.add_argument("--data", help="seed questions (JSONL or CSV: question, solution, answer, task, level); "
                                           "default: the shipped sample")
         group.add_argument("--task", choices=TASK_TYPES, help="treat every seed question as this task type")
