@@ -43,14 +43,14 @@ def is_endpoint_fault(exc: BaseException) -> bool:
     return is_transient(exc) or isinstance(exc, (openai.OpenAIError, httpx.HTTPError))
 
 
-def current_unit() -> str:
-    """The thread id of the graph run this call belongs to ('-' outside a graph)."""
+def current_unit(default: str = "-") -> str:
+    """The thread id of the graph run this call belongs to (``default`` outside a graph)."""
     try:
         from langgraph.config import get_config
 
-        return str(get_config().get("configurable", {}).get("thread_id", "-"))
+        return str(get_config().get("configurable", {}).get("thread_id") or default)
     except RuntimeError:
-        return "-"
+        return default
 
 
 def _message_dicts(messages: list[BaseMessage]) -> list[dict[str, Any]]:

@@ -13,9 +13,10 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from prompts import load_prompt
+from runtime.concurrency import parallel_map
 from runtime.services import services_of
 from state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
-from nodes.judgeagent.common import options_block, parallel_map, question_text
+from nodes.judgeagent.common import options_block, question_text
 from nodes.judgeagent.judging import grade_reply
 
 

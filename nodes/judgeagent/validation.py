@@ -14,9 +14,10 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from prompts import load_prompt
+from runtime.concurrency import parallel_map
 from runtime.services import services_of
 from state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
-from nodes.judgeagent.common import clip, parallel_map, question_text
+from nodes.judgeagent.common import clip, question_text
 from nodes.judgeagent.judging import grade_reply, unwrap_json_answer
 
 SUGGESTION_CHARS = 2000

@@ -80,13 +80,3 @@ def extra_label(svc: Services, role: str, ref: str) -> str:
     if role in svc.chat_overrides:
         return f"fake:{role}"
     return model_label(parse_model_ref(ref, svc.config.models))
-
-
-def thread_id(default: str) -> str:
-    """The graph thread id of the running node (``default`` outside a graph run)."""
-    try:
-        from langgraph.config import get_config
-
-        return str(get_config().get("configurable", {}).get("thread_id") or default)
-    except RuntimeError:
-        return default

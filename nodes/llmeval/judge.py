@@ -13,13 +13,13 @@ in ``judge_failures`` (it never silently counts as 0 or 3).
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from nodes.llmeval.common import bank_of
 from prompts import load_prompt
+from runtime.concurrency import parallel_map
 from runtime.errors import ModelError
 from runtime.llm import RoleLLM
 from runtime.services import services_of
@@ -96,8 +96,7 @@ def judge_session(bank: QuestionBank, session_id: str, llm: RoleLLM, concurrency
         stars, reason, status = judge_item(llm, item)
         bank.set_judgement(session_id, item["position"], stars, reason, status)
 
-    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="judge") as pool:
-        list(pool.map(one, todo))
+    parallel_map(one, todo, workers=concurrency)
     items = bank.judged_items(session_id)
     return sum(i["stars"] is not None for i in items), sum(i["judge_status"] == "failed" for i in items)
 

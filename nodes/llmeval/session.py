@@ -6,7 +6,8 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.common import bank_of, extra_label, thread_id
+from nodes.llmeval.common import bank_of, extra_label
+from runtime.llm import current_unit
 from runtime.services import services_of
 from state.llmeval import PARADIGMS, LLMEvalContext, LLMEvalState
 
@@ -18,7 +19,7 @@ def open_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[
     ctx = runtime.context
     svc = services_of(ctx)
     bank = bank_of(ctx)
-    unit = thread_id(state.get("session_id") or "session")
+    unit = current_unit(state.get("session_id") or "session")
     session_id = state.get("session_id") or unit
     paradigm = state.get("paradigm") or ctx.paradigm
     if paradigm not in PARADIGMS:

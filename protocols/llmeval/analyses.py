@@ -13,13 +13,13 @@ import csv
 import dataclasses
 import json
 import random
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from protocols.llmeval.metrics import (absolute_score, cohen_kappa, discipline_scores, mask_tail, mean,
                                        population_variance, recalled, replay_match, stability)
 from prompts import load_prompt
+from runtime.concurrency import parallel_map
 from runtime.errors import InputError
 from runtime.llm import RoleLLM
 from state.llmeval import PARADIGMS
@@ -188,8 +188,7 @@ def contamination_test(llm: RoleLLM, sets: dict[str, list[str]], *, per_set: int
             return {"prefix": prefix[-80:], "tail": tail, "hits": sum(hits), "recalled": recalled(hits, needed),
                     "first": completions[0][:120]}
 
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            rows = list(pool.map(one, chosen))
+        rows = parallel_map(one, chosen, workers=concurrency)
         n_rec = sum(r["recalled"] for r in rows)
         out[name] = {"tested": len(rows), "skipped_short": len(split) - len(usable), "recalled": n_rec,
                      "rate": n_rec / len(rows) if rows else 0.0, "examples": rows[:5]}
