@@ -11,12 +11,10 @@ measured in this one run.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,35 +23,22 @@ from rich.console import Console  # noqa: E402
 
 from runtime.runner import execute, open_run  # noqa: E402
 from state.config import RunConfig  # noqa: E402
+from tests.fake_endpoint import completion, serve, url_of  # noqa: E402
 from tests.toy_protocol import ToyProtocol  # noqa: E402
 
 
-def serve(latency: float) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            time.sleep(latency)
-            if body.get("tools"):
-                name = body["tools"][0]["function"]["name"]
-                message = {"role": "assistant", "content": None, "tool_calls": [{
-                    "id": "c1", "type": "function", "function": {"name": name, "arguments": '{"correct": true}'}}]}
-            else:
-                message = {"role": "assistant", "content": "an answer"}
-            data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                               "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                               "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+def serve_with_latency(latency: float) -> ThreadingHTTPServer:
+    """Answers every request after ``latency`` seconds: a tool call when tools are offered, else text."""
 
-        def log_message(self, *args):
-            pass
+    def respond(body: dict) -> tuple[int, dict]:
+        time.sleep(latency)
+        if body.get("tools"):
+            name = body["tools"][0]["function"]["name"]
+            return 200, completion({"role": "assistant", "content": None, "tool_calls": [{
+                "id": "c1", "type": "function", "function": {"name": name, "arguments": '{"correct": true}'}}]})
+        return 200, completion("an answer")
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve(respond)
 
 
 def main() -> None:
@@ -61,8 +46,8 @@ def main() -> None:
     parser.add_argument("--units", type=int, default=16)
     parser.add_argument("--latency", type=float, default=0.2, help="seconds per request at the fake endpoint")
     args = parser.parse_args()
-    server = serve(args.latency)
-    url = f"http://127.0.0.1:{server.server_port}/v1"
+    server = serve_with_latency(args.latency)
+    url = url_of(server)
     models = {"fake": {"model": "m", "base_url": url, "concurrency": 64}}
     timings: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as out:

@@ -3,9 +3,7 @@ retries with backoff, fault classification, structured-output repair, event logg
 
 from __future__ import annotations
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -16,6 +14,7 @@ from runtime.events import EventLog
 from runtime.llm import RetryPolicy, RoleLLM
 from runtime.models import build_chat_model
 from state.config import ModelSpec
+from tests.fake_endpoint import completion, serve, url_of
 from tests.fakes import ScriptedChat
 
 
@@ -24,37 +23,19 @@ class Answer(BaseModel):
     score: int
 
 
-def _completion(content: str) -> dict:
-    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
-
-
 @pytest.fixture
 def flaky_endpoint():
     """An OpenAI-compatible endpoint on 127.0.0.1 answering with a scripted list of status codes."""
     script: list[int] = []
     seen: list[dict] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append(body)
-            status = script.pop(0) if script else 200
-            payload = _completion("pong") if status == 200 else {"error": {"message": f"status {status}"}}
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(body: dict) -> tuple[int, dict]:
+        seen.append(body)
+        status = script.pop(0) if script else 200
+        return status, completion("pong") if status == 200 else {"error": {"message": f"status {status}"}}
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1", script, seen
+    server = serve(respond)
+    yield url_of(server), script, seen
     server.shutdown()
 
 

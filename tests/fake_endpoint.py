@@ -1,0 +1,42 @@
+"""A fake OpenAI-compatible chat endpoint on 127.0.0.1 (tests and bench scripts)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+def completion(message: dict[str, Any] | str) -> dict[str, Any]:
+    """A chat.completion body; a string becomes a plain assistant message."""
+    if isinstance(message, str):
+        message = {"role": "assistant", "content": message}
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
+
+
+def serve(respond: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> ThreadingHTTPServer:
+    """Serve every POST with ``respond(request_body) -> (status, json_body)`` on a free loopback port."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            status, payload = respond(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def url_of(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_port}/v1"
