@@ -97,7 +97,8 @@ def test_resume_redoes_infra_errors_only_and_never_duplicates_finished_units(tmp
     assert summary["units"] == 4 and summary["status_counts"] == {"ok": 4}
 
 
-def test_killed_run_continues_from_checkpoint_without_repeating_nodes(tmp_path):
+@pytest.mark.parametrize("checkpoints", ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
+def test_killed_run_continues_from_checkpoint_without_repeating_nodes(tmp_path, request, checkpoints):
     state = {"kill": True}
 
     def judge(m, t):
@@ -107,47 +108,21 @@ def test_killed_run_continues_from_checkpoint_without_repeating_nodes(tmp_path):
 
     target_chat = ScriptedChat(lambda m, t: "a")
     chats = {"target": target_chat, "evaluator": ScriptedChat(judge)}
-    run = _open(tmp_path, chats, units=3)
-    run.config.concurrency = 1
-    with pytest.raises(Killed):
-        execute(ToyProtocol(), run, skip_preflight=True)
-    asked = [last_text(m) for m, _ in target_chat.calls]
-    assert "question 1" in asked
+    stores = {"postgres_dsn": request.getfixturevalue("postgres_dsn")} if checkpoints == "postgres" else {}
 
-    state["kill"] = False
-    resumed = _open(tmp_path, chats, run_id=run.run_dir.name, units=3)
-    resumed.config.concurrency = 1
-    summary = execute(ToyProtocol(), resumed, skip_preflight=True)
-    asked = [last_text(m) for m, _ in target_chat.calls]
-    # every question was put to the target exactly once across both processes' work
-    assert sorted(asked) == ["question 0", "question 1", "question 2"]
-    assert summary["status_counts"] == {"ok": 3}
-    ids = [r["unit_id"] for r in _records(run.run_dir)]
-    assert sorted(ids) == ["q0", "q1", "q2"]
-
-
-@pytest.mark.integration
-def test_killed_run_resumes_from_postgres_checkpoints(tmp_path, postgres_dsn):
-    state = {"kill": True}
-
-    def judge(m, t):
-        if "question 1" in last_text(m) and state["kill"]:
-            raise Killed()
-        return {"correct": True}
-
-    target_chat = ScriptedChat(lambda m, t: "a")
-    chats = {"target": target_chat, "evaluator": ScriptedChat(judge)}
-
-    def open_pg(run_id=None):
-        config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 3}, concurrency=1,
-                           stores={"postgres_dsn": postgres_dsn})
+    def open_(run_id=None):
+        config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 3}, concurrency=1, stores=stores)
         return open_run(ToyProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats)
 
-    run = open_pg()
+    run = open_()
     with pytest.raises(Killed):
         execute(ToyProtocol(), run, skip_preflight=True)
-    assert not (run.run_dir / "checkpoints.sqlite").exists()
+    assert "question 1" in [last_text(m) for m, _ in target_chat.calls]
+    assert (run.run_dir / "checkpoints.sqlite").exists() == (checkpoints == "sqlite")
+
     state["kill"] = False
-    summary = execute(ToyProtocol(), open_pg(run.run_dir.name), skip_preflight=True)
+    summary = execute(ToyProtocol(), open_(run.run_dir.name), skip_preflight=True)
+    # every question was put to the target exactly once across both processes' work
     assert sorted(last_text(m) for m, _ in target_chat.calls) == ["question 0", "question 1", "question 2"]
     assert summary["status_counts"] == {"ok": 3}
+    assert sorted(r["unit_id"] for r in _records(run.run_dir)) == ["q0", "q1", "q2"]
