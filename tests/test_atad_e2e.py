@@ -1,5 +1,7 @@
 """End to end on the embedded SmolLM2-135M (a smoke test: the model is far too weak to be a real teacher):
-generation through run.py writes one benchmark record per task type, and --evaluate prints the per-task table."""
+generation through run.py writes one benchmark record per task type (the 135M teacher mostly copies the format
+example, which is rejected, so items are often all discarded), and --evaluate scores the model on the shipped
+hand-written sample benchmark and prints the per-task table."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from nodes.atad.problems import structure_errors
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,9 +36,16 @@ def test_generate_then_evaluate_on_the_embedded_model(embedded_url, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "per_finalized" in summary["metrics"] and summary["status_counts"].get("ok") == 7
 
+    for item in items:
+        if item["item_status"] == "finalized":
+            assert not structure_errors(item["task"], item["problem"]), item["problem"]
+
     ev = subprocess.run([sys.executable, "run.py", "--protocol", "atad", "--evaluate", "local", "--benchmark",
-                         str(bench), "--out", str(tmp_path / "eval")], cwd=REPO, capture_output=True, text=True,
-                        timeout=600)
+                         str(REPO / "samples" / "atad" / "benchmark.jsonl"), "--out", str(tmp_path / "eval")],
+                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert "ATAD accuracy per task" in ev.stdout
     assert "T1" in ev.stdout and "Avg." in ev.stdout
+    (eval_dir,) = [p for p in (tmp_path / "eval").iterdir() if p.is_dir() and p.name != "_cache"]
+    records = [json.loads(line) for line in (eval_dir / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 7 and all(r["status"] in {"ok", "model_error"} for r in records)

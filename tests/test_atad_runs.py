@@ -184,3 +184,11 @@ def test_bad_benchmark_file_is_one_clear_input_error(tmp_path):
     run = _open(tmp_path, {}, {"evaluate": ["local"]})
     with pytest.raises(InputError, match="--benchmark"):
         execute(AtadProtocol(), run)
+
+
+def test_benchmark_without_finalized_items_is_an_input_error_not_an_empty_table(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    path.write_text('{"id": "a", "task": "T1", "item_status": "discarded", "discard_reason": "x"}\n')
+    run = _open(tmp_path, {}, {"evaluate": ["local"], "benchmark": [str(path)]})
+    with pytest.raises(InputError, match="bench.jsonl.*no finalized item"):
+        execute(AtadProtocol(), run)

@@ -121,9 +121,15 @@ def test_bad_ladders_are_refused(bad):
         parse_ladder(bad)
 
 
-def test_verbatim_copies_of_the_format_example_are_flagged():
+def test_verbatim_copies_of_the_format_example_are_rejected():
     copied = {"sentences": ["Bees collect nectar.", "They turn it into honey.", "Own one.", "Own two.", "Own three."],
               "answer": 3}
     assert copies_example("T5", copied)
-    assert not copies_example("T5", VALID["T5"])
+    assert [e.split(":")[0] for e in structure_errors("T5", copied)] == ["copies_format_example"]
+    assert not copies_example("T5", VALID["T5"]) and not structure_errors("T5", VALID["T5"])
     assert not copies_example("T3", VALID["T3"])
+
+
+def test_placeholder_choices_count_as_empty():
+    bridge = {**VALID["T4"], "choices": [VALID["T4"]["choices"][0], "...", "...", "…", "- -"]}
+    assert [e.split(":")[0] for e in structure_errors("T4", bridge)] == ["empty_choices"]

@@ -8,6 +8,7 @@ the code names the rejection kind in reports, the message goes back to the teach
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -35,9 +36,11 @@ def normalize(task: str, problem: dict[str, Any]) -> dict[str, Any]:
 
 
 def _distinct_errors(items: list[str], what: str) -> list[str]:
+    """Empty items (nothing but punctuation counts as empty: "...") and duplicates."""
     errors = []
-    if any(not x for x in items):
-        errors.append(f"empty_{what}: {what} {[i + 1 for i, x in enumerate(items) if not x]} are empty")
+    empty = [i + 1 for i, x in enumerate(items) if not re.search(r"\w", x)]
+    if empty:
+        errors.append(f"empty_{what}: {what} {empty} are empty")
     seen: dict[str, int] = {}
     for i, x in enumerate(items, 1):
         key = re.sub(r"\W+", " ", x.lower()).strip()
@@ -56,7 +59,18 @@ def _index_error(answer: Any, n: int) -> list[str]:
 
 
 def structure_errors(task: str, problem: dict[str, Any], *, target_coherent: bool | None = None) -> list[str]:
-    """Reasons why ``problem`` violates the Table 6 structure of ``task`` (empty list = well-formed)."""
+    """Reasons why ``problem`` violates the Table 6 structure of ``task`` (empty list = well-formed).
+
+    A problem that repeats the prompt's format example is no new problem (weak
+    teachers copy it): it is rejected like any other structure fault.
+    """
+    errors = _shape_errors(task, problem, target_coherent)
+    if not errors and copies_example(task, problem):
+        errors.append("copies_format_example: two or more options repeat the format example verbatim")
+    return errors
+
+
+def _shape_errors(task: str, problem: dict[str, Any], target_coherent: bool | None) -> list[str]:
     spec = TASKS[task]
     errors: list[str] = []
     if spec.kind in ("sentences", "order"):
@@ -201,13 +215,7 @@ def answer_format(task: str) -> str:
 
 
 def copies_example(task: str, problem: dict[str, Any] | None) -> bool:
-    """True when at least two options repeat the format example verbatim (weak teachers copy it).
-
-    Not a rejection reason (the example is a well-formed problem); it is flagged on the
-    benchmark record so consumers can drop such items.
-    """
-    import json
-
+    """True when at least two options repeat the format example verbatim (weak teachers copy it)."""
     if not problem:
         return False
     example = json.loads(EXAMPLE_TEXT[TASKS[task].kind])

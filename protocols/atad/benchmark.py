@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nodes.atad.problems import copies_example, gold, structure_errors
+from nodes.atad.problems import gold, structure_errors
 from runtime.errors import InputError
 from runtime.inputs import jsonl_objects
 from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
@@ -48,7 +48,6 @@ def item_record(unit_id: str, state: dict[str, Any], *, levels: list[tuple[str, 
         "base_difficulty": levels[0][0] if base else None,
         "problem_meta": {"source": state.get("style"), "topic": state.get("topic"),
                          "anomaly_type": state.get("challenge"), "difficulty": difficulty},
-        "copies_format_example": copies_example(task, final) if finalized else None,
         "orchestrator": orchestrator,
         "generator": generator,
         "teacher_attempts": sum(1 for e in history if e.get("step") == "generate"),

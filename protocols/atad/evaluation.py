@@ -71,6 +71,9 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
     units: list[Unit] = []
     for bi, items in enumerate(benchmarks):
         finalized = [i for i in items if i["item_status"] == "finalized"]
+        if not finalized:
+            raise InputError("the benchmark holds no finalized item to evaluate", file=str(paths[bi]),
+                             field="--benchmark")
         for pos, item in enumerate(finalized):
             common = {"bench": bi, "bench_label": labels[bi], "bench_file": paths[bi], "item": item["id"],
                       "task": item["task"], "pos": pos, "orchestrator": bool(item.get("orchestrator", True))}

@@ -107,7 +107,6 @@ def generation_stats(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "difficulty": dict(Counter(i["difficulty"] for i in finalized)),
         "rejection_reasons": dict(reasons.most_common()),
         "per_task": dict(sorted(per_task.items())),
-        "copies_format_example": sum(1 for i in finalized if i.get("copies_format_example")),
         "mean_student_loops": mean(i["student_loops"] for i in finalized),
         "mean_level": mean(i["level"] for i in finalized),
         "mean_teacher_attempts": mean(i["teacher_attempts"] for i in items),
