@@ -272,18 +272,24 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
     table.add_row("statuses", ", ".join(f"{k}={v}" for k, v in sorted(summary["status_counts"].items())))
     table.add_row("LLM calls", str(summary["usage"]["calls"]))
     table.add_row("tokens", str(summary["usage"]["prompt_tokens"] + summary["usage"]["completion_tokens"]))
-    for key, value in _flat(summary["metrics"]):
+    rows = _flat(summary["metrics"])
+    for key, value in rows[:_CONSOLE_METRICS]:
         table.add_row(key, value)
+    if len(rows) > _CONSOLE_METRICS:
+        table.add_row("...", f"{len(rows) - _CONSOLE_METRICS} more in summary.json and the report")
     run.console.print(table)
     run.console.print(f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'})")
 
 
-def _flat(metrics: dict[str, Any], prefix: str = "", limit: int = 24) -> list[tuple[str, str]]:
+_CONSOLE_METRICS = 24  # rows of flattened metrics printed on the console
+
+
+def _flat(metrics: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for key, value in metrics.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            rows.extend(_flat(value, name + ".", limit))
+            rows.extend(_flat(value, name + "."))
         elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
             rows.append((name, f"{value:.4g}" if isinstance(value, float) else str(value)))
-    return rows[:limit]
+    return rows
