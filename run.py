@@ -9,6 +9,7 @@ and one line naming the file, record and field.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -71,12 +72,13 @@ def build_parser(protocol: str | None) -> tuple[argparse.ArgumentParser, list[st
     chosen protocol's options are added. Without a known ``--protocol`` the help
     lists every protocol's options in the epilog, each from its own parser.
     """
-    found = available()
-    if protocol in found:
-        parser = _common_parser()
-        return parser, _protocol_group(parser, protocol, found[protocol])
+    if protocol in REGISTRY:
+        with contextlib.suppress(InputError):  # not importable: main() reports it as one line
+            cls = protocol_class(protocol)
+            parser = _common_parser()
+            return parser, _protocol_group(parser, protocol, cls)
     sections = []
-    for name, cls in found.items():
+    for name, cls in available().items():
         sub = argparse.ArgumentParser(prog=f"run.py --protocol {name}", add_help=False, usage=argparse.SUPPRESS,
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _protocol_group(sub, name, cls)
