@@ -28,7 +28,12 @@ from state.config import ROLES  # noqa: E402
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown, and the epilog (every protocol's options) kept as laid out."""
+    """Real defaults shown (not "None": those come from the config or the protocol), epilog kept as laid out."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
@@ -80,7 +85,7 @@ def build_parser(protocol: str | None) -> tuple[argparse.ArgumentParser, list[st
     sections = []
     for name, cls in available().items():
         sub = argparse.ArgumentParser(prog=f"run.py --protocol {name}", add_help=False, usage=argparse.SUPPRESS,
-                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                      formatter_class=_HelpFormatter)
         _protocol_group(sub, name, cls)
         sections.append(sub.format_help().strip())
     return _common_parser(epilog="\n\n".join(sections)), []
