@@ -22,6 +22,18 @@ from state.config import RunConfig
 from state.context import BaseContext
 
 
+#: Statuses that end a unit for good; anything else is redone on resume.
+FINAL_STATUSES = frozenset({"ok", "model_error"})
+#: Statuses whose record holds the unit's results: ``ungraded`` = the graph reached END but some verdicts are
+#: ungraded (a judge failed after retries and one repair); those units are re-judged on resume.
+RESULT_STATUSES = frozenset({"ok", "ungraded"})
+
+
+def with_results(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The unit records that hold results (status ``ok`` or ``ungraded``)."""
+    return [r for r in records if r.get("status") in RESULT_STATUSES]
+
+
 @dataclass
 class Unit:
     """One unit of work = one graph thread (``id`` is the thread id)."""
@@ -90,6 +102,14 @@ class Protocol(ABC):
     def on_interrupt(self, run: Run, unit: Unit, value: Any) -> Any:
         """Answer a graph ``interrupt()`` (e.g. ask a human); the return value resumes the graph."""
         raise RuntimeError(f"{self.name}: unit {unit.id} paused for input, but this run cannot answer it")
+
+    def ungraded(self, state: dict[str, Any]) -> int:
+        """How many verdicts in this graph state are ungraded (a judge failed after retries and one repair).
+
+        A unit that reached END with ungraded verdicts is recorded as ``ungraded``, never as final; on
+        resume it is re-judged from the checkpoint before its first ungraded verdict.
+        """
+        return 0
 
     @abstractmethod
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:

@@ -29,15 +29,12 @@ from prompts import load_prompt
 from runtime.errors import InfraError, InputError, ModelError
 from runtime.events import EventLog, Usage
 from runtime.llm import is_endpoint_fault
-from runtime.protocol import Protocol, Run, Unit
+from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from runtime.report import Heading, Table, Text, write_report
 from runtime.services import Services
 from state.config import ROLES, RunConfig
 from stores.checkpoints import open_checkpointer
 from stores.results import ResultStore
-
-#: Statuses that end a unit for good; anything else is redone on resume.
-FINAL_STATUSES = frozenset({"ok", "model_error"})
 
 SMOKE_TEST_WARNING = (
     "The embedded SmolLM2-135M model is acting as {roles}. It is far too weak to judge other models: "
