@@ -1,34 +1,371 @@
-"""Reading user input files with one clear error per bad record."""
+"""The one data layer: every user file a protocol reads (datasets, benchmarks, banks, knowledge bases).
+
+Reading (:func:`read_records`, :func:`read_text`):
+
+* Formats by suffix: ``.jsonl``/``.ndjson`` (one JSON object per line); ``.json`` (an array of objects, an
+  object per line, or one object mapping ids to record objects, as PubMedQA ships); ``.csv``/``.tsv``
+  (the standard :mod:`csv` module on text opened with ``newline=""``, so quoted fields keep their commas,
+  tabs and line breaks byte-exact, CRLF included); ``.parquet`` only when ``pyarrow`` is installed.
+* Text is strict UTF-8; a leading byte-order mark is dropped (a BOM-prefixed CSV header maps correctly).
+  Non-UTF-8 bytes, binary files (a NUL byte), empty files and files without records raise
+  :class:`InputError` naming the file, the byte offset where it applies, and the flag.
+* Record numbers in messages: the line number for JSON Lines, the 1-based position in a JSON array or a
+  Parquet file, the data row (header not counted) in CSV/TSV, the id for an id-keyed JSON object.
+
+Field mapping (:class:`FieldMap`, the ``--fields`` flag, after inspect_ai's ``FieldSpec``): canonical name
+= the user's column, e.g. ``question=Question,answer=Final Answer``. Unknown canonical names are rejected
+with the valid ones listed; names in ``joinable`` may join several columns with ``+``
+(``references=para_a+para_b``). Unmapped names read the column of the same name.
+
+Typed validation (:meth:`FieldMap.validate`): the protocol's pydantic model of its canonical fields, using
+these value types (explicit rules, never a silent ``str()``):
+
+* :data:`Text` - a string only (questions, solutions, documents). A number, boolean, object or list is an
+  error: a number where a question is expected is a broken record, not a question.
+* :data:`Scalar` - a string, a number or a boolean (answers, ids, levels): ``42`` is a legitimate math
+  answer. Numbers and booleans become their JSON spelling (``42``, ``2.5``, ``true``); an object or a list
+  is an error.
+* :data:`Texts` - a list of scalars (options, reference paragraphs): a single string is one item, nested
+  lists are flattened in order, an object contributes its values in order; objects or nulls inside are
+  errors.
+
+Errors: :class:`InputError` with ``file=``, ``record=``, ``field=`` (the user's column name; the message
+says ``(as question)`` when it was renamed by ``--fields``); the message ends with the flag in brackets (``[--data]``). A missing
+field lists the fields the record does have.
+"""
 
 from __future__ import annotations
 
+import codecs
+import csv
+import io
 import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, Any, Collection, Iterator, Mapping, Sequence, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic_core import PydanticCustomError
 
 from runtime.errors import InputError
 
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
+           ".parquet": "parquet"}
+TEXT_SUFFIXES = (".txt", ".md")
+M = TypeVar("M", bound=BaseModel)
+
+
+def input_error(message: str, *, flag: str, file: str | Path | None = None, record: int | str | None = None,
+                field: str | None = None) -> InputError:
+    """The one-line :class:`InputError` of this layer (the flag in brackets at the end)."""
+    return InputError(f"{message} [{flag}]", file=str(file) if file is not None else None, record=record,
+                      field=field)
+
+
+# -- value types -------------------------------------------------------------------------------
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    if isinstance(value, dict):
+        return "an object " + _short(value)
+    if isinstance(value, (list, tuple)):
+        return "a list " + _short(value)
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise PydanticCustomError("text_type", "expected text, got {kind}", {"kind": _kind(value)})
+
+
+def scalar_text(value: Any) -> str:
+    """A string as is; a number or boolean in its JSON spelling; anything else is an error."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return json.dumps(value)
+    raise PydanticCustomError("scalar_type", "expected text or a number, got {kind}", {"kind": _kind(value)})
+
+
+def _texts(value: Any) -> list[str]:
+    out: list[str] = []
+
+    def walk(v: Any, top: bool) -> None:
+        if isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x, False)
+        elif isinstance(v, dict) and top:
+            for x in v.values():
+                walk(x, False)
+        else:
+            try:
+                out.append(scalar_text(v))
+            except PydanticCustomError:
+                raise PydanticCustomError("texts_type", "expected text or a list of texts, found {kind} inside",
+                                          {"kind": _kind(v)}) from None
+
+    walk(value, True)
+    return out
+
+
+Text = Annotated[str, BeforeValidator(_text)]
+Scalar = Annotated[str, BeforeValidator(scalar_text)]
+Texts = Annotated[list[str], BeforeValidator(_texts)]
+
+
+# -- records -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Record:
+    """One record of a user file: ``n`` is its number in messages (see the module docstring)."""
+
+    file: str
+    n: int | str
+    data: dict[str, Any]
+    flag: str = "--data"
+
+    def error(self, message: str, field: str | None = None) -> InputError:
+        return input_error(message, flag=self.flag, file=self.file, record=self.n, field=field)
+
+    def found(self) -> str:
+        """The fields this record has (for "missing field" messages)."""
+        names = [str(k) for k, v in self.data.items() if not _blank(v)]
+        return ", ".join(names) if names else "no non-empty field"
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _decode(data: bytes, path: Path, flag: str) -> str:
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    nul = data.find(b"\x00", start)
+    if nul >= 0:
+        raise input_error(f"binary file, not text (NUL byte at byte offset {nul})", flag=flag, file=path)
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise input_error(f"not UTF-8 text (byte 0x{data[start + exc.start]:02x} at byte offset "
+                          f"{start + exc.start}); save the file as UTF-8", flag=flag, file=path) from None
+
+
+def _existing(path: str | Path, flag: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise input_error("file not found", flag=flag, file=p)
+    if not p.is_file():
+        raise input_error("not a file", flag=flag, file=p)
+    return p
+
+
+def read_text(path: str | Path, *, flag: str) -> str:
+    """The whole text of a UTF-8 file (BOM dropped, line endings kept); empty, binary or non-UTF-8 = error."""
+    p = _existing(path, flag)
+    text = _decode(p.read_bytes(), p, flag)
+    if not text.strip():
+        raise input_error("file is empty", flag=flag, file=p)
+    return text
+
+
+def read_records(path: str | Path, *, flag: str = "--data") -> list[Record]:
+    """Every record of a JSONL / JSON / CSV / TSV / Parquet file, as :class:`Record` (at least one)."""
+    p = _existing(path, flag)
+    kind = FORMATS.get(p.suffix.lower())
+    if kind is None:
+        raise input_error(f"unsupported file type {p.suffix or '(no suffix)'!r}; use "
+                          f"{', '.join(FORMATS)}", flag=flag, file=p)
+    if kind == "parquet":
+        records = list(_parquet(p, flag))
+    else:
+        text = read_text(p, flag=flag)
+        if kind in ("csv", "tsv"):
+            records = list(_delimited(text, p, flag, "\t" if kind == "tsv" else ","))
+        elif kind == "json" and text.lstrip()[:1] in ("[", "{") and not _object_per_line(text):
+            records = list(_json_document(text, p, flag))
+        else:
+            records = list(_json_lines(text, p, flag))
+    if not records:
+        raise input_error("file holds no records", flag=flag, file=p)
+    return records
+
+
+def _object_per_line(text: str) -> bool:
+    """A ``.json`` file whose first line is a complete JSON value is read as one object per line."""
+    first = text.lstrip().split("\n", 1)[0].strip()
+    try:
+        json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return first.startswith("{") and first != text.strip()
+
+
+def _json_lines(text: str, p: Path, flag: str) -> Iterator[Record]:
+    for n, line in enumerate(io.StringIO(text, newline=None), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise input_error(f"not valid JSON ({exc.msg}, column {exc.colno})", flag=flag, file=p,
+                              record=n) from None
+        if not isinstance(value, dict):
+            raise input_error(f"a record must be a JSON object, got {_kind(value)}", flag=flag, file=p, record=n)
+        yield Record(str(p), n, value, flag)
+
+
+def _json_document(text: str, p: Path, flag: str) -> Iterator[Record]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise input_error(f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})", flag=flag,
+                          file=p) from None
+    if isinstance(data, list):
+        for n, value in enumerate(data, 1):
+            if not isinstance(value, dict):
+                raise input_error(f"a record must be a JSON object, got {_kind(value)}", flag=flag, file=p,
+                                  record=n)
+            yield Record(str(p), n, value, flag)
+        return
+    if data and all(isinstance(v, dict) for v in data.values()):
+        for key, value in data.items():
+            yield Record(str(p), key, {"id": key, **value}, flag)
+        return
+    raise input_error("a JSON file must hold an array of record objects, one object per line, or an object "
+                      "mapping ids to record objects", flag=flag, file=p)
+
+
+def _delimited(text: str, p: Path, flag: str, delimiter: str) -> Iterator[Record]:
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    try:
+        header = next(reader)
+        dupes = sorted({h for h in header if header.count(h) > 1})
+        if dupes:
+            raise input_error(f"duplicate column name(s) {', '.join(map(repr, dupes))} in the header", flag=flag,
+                              file=p, record="header")
+        for n, row in enumerate(reader, 1):
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) != len(header):
+                raise input_error(f"{len(row)} values but the header has {len(header)} columns "
+                                  f"({'check quoting' if len(row) > len(header) else 'missing values'})",
+                                  flag=flag, file=p, record=n)
+            yield Record(str(p), n, dict(zip(header, row)), flag)
+    except csv.Error as exc:
+        raise input_error(f"malformed {'TSV' if delimiter == chr(9) else 'CSV'} ({exc}) near line "
+                          f"{reader.line_num}", flag=flag, file=p) from None
+
+
+def _parquet(p: Path, flag: str) -> Iterator[Record]:
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-not-found,import-untyped]
+    except ImportError:
+        raise input_error("reading .parquet needs pyarrow (pip install pyarrow), or convert the file to JSONL "
+                          "or CSV", flag=flag, file=p) from None
+    try:
+        rows = pq.read_table(p).to_pylist()
+    except Exception as exc:  # noqa: BLE001 - any reader failure is the user's file to fix
+        raise input_error(f"not a readable Parquet file ({exc})", flag=flag, file=p) from None
+    for n, row in enumerate(rows, 1):
+        yield Record(str(p), n, row, flag)
+
+
+# -- field mapping -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Canonical field name -> the user's column(s) (``--fields``); see the module docstring."""
+
+    sources: Mapping[str, tuple[str, ...]]
+    flag: str = "--fields"
+    joinable: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def parse(cls, spec: str | None, canonical: Sequence[str], *, flag: str = "--fields",
+              joinable: Collection[str] = ()) -> FieldMap:
+        """``"question=Q,answer=A"`` -> a map; unknown names, empty or repeated mappings are errors."""
+        sources = {name: (name,) for name in canonical}
+        given: set[str] = set()
+        for part in (p.strip() for p in (spec or "").split(",")):
+            if not part:
+                continue
+            key, sep, value = (s.strip() for s in part.partition("="))
+            cols = tuple(v.strip() for v in value.split("+") if v.strip()) if sep else ()
+            if key not in canonical:
+                raise input_error(f"unknown field name {key!r} in {part!r}; valid names: {', '.join(canonical)}",
+                                  flag=flag)
+            if not cols:
+                raise input_error(f"bad mapping {part!r}; use NAME=COLUMN", flag=flag)
+            if len(cols) > 1 and key not in joinable:
+                raise input_error(f"{key!r} takes one column, got {value!r}"
+                                  + (f" (only {', '.join(sorted(joinable))} join columns with +)" if joinable
+                                     else ""), flag=flag)
+            if key in given:
+                raise input_error(f"{key!r} is mapped twice", flag=flag)
+            given.add(key)
+            sources[key] = cols
+        return cls(sources=sources, flag=flag, joinable=frozenset(joinable))
+
+    def label(self, name: str) -> str:
+        """How messages name a canonical field: the user's column(s), ``+``-joined."""
+        return "+".join(self.sources[name])
+
+    def error(self, rec: Record, name: str, message: str) -> InputError:
+        """An error about canonical field ``name`` of ``rec`` (says which field a renamed column stands for)."""
+        used = "" if self.sources[name] == (name,) else f"(as {name}) "
+        return rec.error(used + message, field=self.label(name))
+
+    def values(self, rec: Record) -> dict[str, Any]:
+        """Canonical name -> value for the fields the record has (blank values count as absent).
+
+        A joinable field mapped to several columns gives the list of their present values.
+        """
+        out: dict[str, Any] = {}
+        for name, cols in self.sources.items():
+            present = [rec.data[c] for c in cols if c in rec.data and not _blank(rec.data[c])]
+            if not present:
+                continue
+            out[name] = present if len(cols) > 1 else present[0]
+        return out
+
+    def missing(self, rec: Record, name: str, why: str = "missing or empty") -> InputError:
+        """The error for a required field the record lacks, listing the fields it has."""
+        hint = "" if name in self.given else f"; map it with {self.flag} {name}=COLUMN"
+        return self.error(rec, name, f"{why}; this record has: {rec.found()}{hint}")
+
+    @property
+    def given(self) -> set[str]:
+        return {n for n, cols in self.sources.items() if cols != (n,)}
+
+    def validate(self, schema: type[M], rec: Record, values: Mapping[str, Any] | None = None) -> M:
+        """``schema`` filled from the record's mapped values (or ``values``); the first error as InputError."""
+        values = self.values(rec) if values is None else values
+        try:
+            return schema.model_validate(dict(values))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else None
+            if name in self.sources and err["type"] == "missing":
+                raise self.missing(rec, name) from None
+            if name in self.sources:
+                raise self.error(rec, name, err["msg"]) from None
+            raise rec.error(err["msg"], field=name) from None
+
+
 
 def jsonl_objects(path: Path, lines: Iterator[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for every non-blank line of a JSONL file.
-
-    A line that is not a JSON object raises :class:`InputError` naming the file and record.
-    ``lines`` reads already loaded text instead of opening ``path``.
-    """
-    def numbered(source: Iterator[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-        for n, line in enumerate(source, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", file=str(path), record=n) from None
-            if not isinstance(value, dict):
-                raise InputError("a record must be a JSON object", file=str(path), record=n)
-            yield n, value
-
-    if lines is not None:
-        yield from numbered(lines)
-        return
-    with Path(path).open(encoding="utf-8") as fh:
-        yield from numbered(fh)
+    """Transitional: ``(line, object)`` of a JSONL file (removed once every reader uses :func:`read_records`)."""
+    records = read_records(path) if lines is None else _json_lines("\n".join(lines), Path(path), "--data")
+    for rec in records:
+        yield int(rec.n), rec.data
