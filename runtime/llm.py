@@ -104,7 +104,7 @@ class RoleLLM:
         parsed, problem = _parsed_or_problem(schema, result)
         if parsed is not None:
             return parsed
-        repair = load_prompt("common/repair").render(error=problem, previous=_raw_text(result))
+        repair = load_prompt("common/repair").render(error=problem, previous=_sent(result))
         retry_messages = [*messages, *repair]
         result = self._call(lambda: bound.invoke(retry_messages), retry_messages, f"{step}:repair",
                             _structured_output, _raw_of)
@@ -151,21 +151,29 @@ def _raw_of(result: dict[str, Any]) -> AIMessage | None:
     return result.get("raw")
 
 
-def _raw_text(result: dict[str, Any]) -> str:
+def _sent(result: dict[str, Any]) -> str:
+    """What the model actually sent: its text and every tool call, malformed ones with their raw arguments."""
     raw = result.get("raw")
     if raw is None:
-        return "(nothing)"
-    calls = getattr(raw, "tool_calls", None)
-    if calls:
-        return json.dumps([c.get("args") for c in calls], ensure_ascii=False)
-    return str(raw.content)[:4000] or "(empty reply)"
+        return "(no message came back)"
+    parts = []
+    text = raw.content if isinstance(raw.content, str) else json.dumps(raw.content, ensure_ascii=False)
+    if text.strip():
+        parts.append(f"text: {text.strip()[:2000]}")
+    for call in getattr(raw, "tool_calls", None) or []:
+        parts.append(f"tool call {call.get('name')} with arguments "
+                     f"{json.dumps(call.get('args'), ensure_ascii=False)[:2000]}")
+    for call in getattr(raw, "invalid_tool_calls", None) or []:
+        parts.append(f"tool call {call.get('name')} with arguments that are not valid JSON: "
+                     f"{str(call.get('args'))[:2000]}")
+    return "\n".join(parts) or "(an empty reply: no text and no tool call)"
 
 
 def _structured_output(result: dict[str, Any]) -> Any:
     parsed = result.get("parsed")
     if isinstance(parsed, BaseModel):
         return parsed.model_dump(mode="json")
-    return {"unparsed": _raw_text(result), "error": str(result.get("parsing_error") or "no structured output")}
+    return {"unparsed": _sent(result), "error": str(result.get("parsing_error") or "no structured output")}
 
 
 def _parsed_or_problem(schema: type[T], result: dict[str, Any]) -> tuple[T | None, str]:
@@ -182,6 +190,15 @@ def _parsed_or_problem(schema: type[T], result: dict[str, Any]) -> tuple[T | Non
         return None, _short_validation(error)
     if error is not None:
         return None, str(error).splitlines()[0][:500]
+    raw = result.get("raw")
+    invalid = getattr(raw, "invalid_tool_calls", None) or []
+    if invalid:
+        why = str(invalid[0].get("error") or "").splitlines()[0][:300] if invalid[0].get("error") else ""
+        return None, (f"the arguments of your {invalid[0].get('name') or schema.__name__} tool call are not valid "
+                      f"JSON{f' ({why})' if why else ''}; call the {schema.__name__} tool with a JSON object "
+                      "holding all fields")
+    if raw is not None and not getattr(raw, "tool_calls", None):
+        return None, f"you replied without calling the {schema.__name__} tool; call it with all fields"
     return None, f"no {schema.__name__} object was returned (call the {schema.__name__} tool with all fields)"
 
 

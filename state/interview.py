@@ -128,8 +128,9 @@ class Turn(TypedDict, total=False):
 class InterviewState(TypedDict, total=False):
     """State of one interview session (one seed question, one thread).
 
-    ``transcript`` is the readable log; ``interactions`` holds one graded record
-    per answer, from which the report computes Score@n and follow-up accuracy.
+    ``transcript`` is the readable log; ``interactions`` holds one record per
+    answer with its verdict (correct / wrong / ungraded, :mod:`state.verdicts`),
+    from which the report computes Score@n and follow-up accuracy.
     """
 
     unit_id: str
@@ -147,6 +148,7 @@ class InterviewState(TypedDict, total=False):
     single_turn: dict[str, Any]              # LLM-as-a-judge on the unmodified question
     session_summary: str
     summary_source: str                      # llm | fallback | disabled
+    stopped: str                             # why the session ended early (an ungraded answer)
 
 
 # -- context -----------------------------------------------------------------------------------

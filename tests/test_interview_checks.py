@@ -87,13 +87,6 @@ def test_factual_status_and_precision():
     assert checks.factual_status([], True) == "incorrect"
 
 
-def test_lexical_fallback_labels_sentences_by_overlap_with_the_reference():
-    solution = "Chlorophyll absorbs light energy. Plants release oxygen and make glucose from carbon dioxide."
-    facts, complete = checks.lexical_facts("Chlorophyll absorbs light energy. Volcanoes erupt lava often.", solution)
-    assert [f["supported"] for f in facts] == [True, False]
-    assert complete is False
-
-
 def test_error_type_labels_are_normalised():
     assert checks.error_type("calculation error") == "Calculation"
     assert checks.error_type("Misinterpretation") == "Misinterpret"

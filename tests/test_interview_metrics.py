@@ -49,7 +49,7 @@ def test_followup_accuracy_within_solved_failed_and_overall():
     # solved sessions a, b, c: 2 of 3 follow-ups right; failed d: 1 of 2
     assert fa["solved"] == pytest.approx(2 / 3) and fa["failed"] == 0.5 and fa["overall"] == 0.6
     assert (fa["n_solved"], fa["n_failed"], fa["n"]) == (3, 2, 5)
-    assert fa["by_type"]["clarification"] == {"accuracy": 0.5, "n": 2}
+    assert fa["by_type"]["clarification"] == {"accuracy": 0.5, "n": 2, "ungraded": 0}
 
 
 def test_error_distribution_counts_every_incorrect_interaction():
@@ -91,3 +91,34 @@ def test_bootstrap_p_is_large_for_the_full_set_and_small_for_a_skewed_subset():
     table = metrics.bootstrap_table(LOG, resamples=500)
     assert [row["size"] for row in table] == [1, 3, 4]
     assert table[-1]["interviewer_p"] == pytest.approx(1.0, abs=0.2)
+
+
+def _ungraded_answer(k):
+    return {"attempt": k, "score": None, "correct": None, "verdict": "ungraded", "answer": "x", "error_type": "N/A",
+            "words": 3, "reason": "ungraded: grader failed", "graded_by": "ungraded"}
+
+
+def test_ungraded_answers_count_neither_for_nor_against_and_show_in_the_denominators():
+    stopped = rec("u", [0.0], judge=None)
+    stopped["seed_interactions"].append(_ungraded_answer(2))
+    stopped.update(seed_scores=[0.0, None], seed_correct=[False, None], seed_solved=None, status="ungraded",
+                   single_turn={"verdict": "ungraded", "score": None, "correct": None, "words": 4})
+    stopped["followup_results"] = [{"type": "rationale", "verdict": "ungraded", "correct": None, "graded_by": "ungraded"}]
+    log = [rec("a", [1.0], judge=1.0, fups=[("rationale", True)]), rec("b", [0.0, 0.0, 0.0], judge=0.0), stopped]
+    rates = metrics.score_at_n_rates(log, 3)
+    # @1: a=1, b=0, u=0 (graded wrong) -> 1/3; @2 and @3: u is ungraded -> over a and b only
+    assert [r["value"] for r in rates] == [pytest.approx(1 / 3), 0.5, 0.5]
+    assert [(r["n"], r["ungraded"]) for r in rates] == [(3, 0), (2, 1), (2, 1)]
+    assert metrics.judge_rate(log) == {"value": 0.5, "n": 2, "ungraded": 1}
+    fa = metrics.followup_accuracy(log)
+    assert (fa["overall"], fa["n"], fa["ungraded"]) == (1.0, 1, 1)
+    assert metrics.error_distribution(log)["total"] == 4   # b's three wrong answers and u's first; never u's second
+    assert metrics.graded_by(log)["ungraded"] == 2
+
+
+def test_nothing_graded_gives_no_number_and_says_how_many_were_ungraded():
+    only = rec("u", [0.0])
+    only["seed_interactions"] = [_ungraded_answer(1)]
+    only.update(seed_scores=[None], seed_correct=[None], seed_solved=None, status="ungraded")
+    assert metrics.score_at_n_rates([only], 2) == [{"value": None, "n": 0, "ungraded": 1}] * 2
+    assert metrics.error_distribution([only])["total"] == 0

@@ -175,12 +175,28 @@ def test_math_grade_needs_the_right_final_number_and_the_graders_approval(tmp_pa
     assert not out["last_grade"]["correct"] and out["last_grade"]["error_type"] == "Concept"
 
 
-def test_math_grade_falls_back_to_the_code_check_when_the_grader_fails(tmp_path):
+def test_a_failed_grader_leaves_a_math_answer_ungraded_even_when_the_number_matches(tmp_path):
     broken = ScriptedChat(lambda m, t: {"garbage": 1})
-    out = grade(_grade_state(SEED, "Final answer: 14"), rt(tmp_path, {"grader": broken}))
-    assert out["last_grade"]["correct"] and out["last_grade"]["graded_by"] == "code"
-    out = grade(_grade_state(SEED, "Final answer: 2x"), rt(tmp_path, {"grader": broken}))
-    assert not out["last_grade"]["correct"] and out["last_grade"]["graded_by"] == "failed"
+    for response in ("Final answer: 14", "Final answer: 15", "Final answer: 2x"):
+        out = grade(_grade_state(SEED, response), rt(tmp_path, {"grader": broken}))
+        g = out["last_grade"]
+        assert (g["verdict"], g["correct"], g["score"], g["graded_by"]) == ("ungraded", None, None, "ungraded")
+        assert "seed_solved" not in out and "ungraded" in out["stopped"]
+        assert out["transcript"][-1]["speaker"] == "system" and "stopped" in out["transcript"][-1]["text"]
+    assert len(broken.calls) == 6   # each answer: the grader and its one repair
+
+
+def test_a_failed_grader_on_the_last_try_does_not_settle_the_seed_as_failed(tmp_path):
+    broken = ScriptedChat(lambda m, t: "no tool call")
+    out = grade(_grade_state(SEED, "Final answer: 3", attempt=3), rt(tmp_path, {"grader": broken}, max_retries=2))
+    assert out["last_grade"]["verdict"] == "ungraded" and "seed_solved" not in out
+
+
+def test_an_empty_answer_is_wrong_without_asking_the_grader(tmp_path):
+    chat = ScriptedChat(lambda m, t: {"correct": True, "error_type": "N/A", "reason": "?"})
+    out = grade(_grade_state(SEED, "   "), rt(tmp_path, {"grader": chat}))
+    assert out["last_grade"]["verdict"] == "wrong" and out["last_grade"]["graded_by"] == "code"
+    assert chat.calls == []
 
 
 def test_last_allowed_attempt_settles_the_seed_outcome_with_its_error_type(tmp_path):
@@ -214,11 +230,17 @@ def test_factual_grade_scores_precision_and_updates_facts_on_retry(tmp_path):
     assert "Rethink the distance claim." in seen[-1]
 
 
-def test_factual_grade_uses_lexical_fallback_when_the_grader_fails(tmp_path):
+def test_factual_answer_is_ungraded_when_the_grader_fails_no_lexical_fallback(tmp_path):
     broken = ScriptedChat(lambda m, t: "no tool call")
     g = grade(_grade_state(FACT_SEED, "The axis of the Earth is tilted. Cheese is made of milk."),
               rt(tmp_path, {"grader": broken}))["last_grade"]
-    assert g["graded_by"] == "fallback:lexical" and g["score"] == 0.5
+    assert (g["verdict"], g["score"], g["graded_by"]) == ("ungraded", None, "ungraded") and "facts" not in g
+
+
+def test_followup_answer_is_ungraded_not_wrong_when_the_grader_fails(tmp_path):
+    broken = ScriptedChat(lambda m, t: {"nope": True})
+    out = grade(_grade_state(SEED, "Because we add first.", q=1, kind="followup"), rt(tmp_path, {"grader": broken}))
+    assert out["last_grade"]["verdict"] == "ungraded" and out["last_grade"]["correct"] is None
 
 
 def test_followup_answers_are_graded_against_the_expected_answer(tmp_path):

@@ -1,12 +1,13 @@
-"""Deterministic checks of the interview, done in code before (or instead of) LLM judgement.
+"""Deterministic checks of the interview, done in code next to (never instead of) LLM judgement.
 
 * final-answer extraction and numeric comparison for math answers (Appendix C.1:
   binary correctness of the final answer),
 * answer-leak detection and redaction for feedback (section 4.2, "Feedback Criteria":
   the interviewer must not provide the correct answer directly; Appendix C.4.1),
 * the follow-up type by task and outcome (Table 1, Appendix D.2.2),
-* the long-form status and score from labelled atomic facts (FActScore precision, App. C.1),
-* a lexical fallback labelling of facts when the grader model gives no usable output.
+* the long-form status and score from labelled atomic facts (FActScore precision, App. C.1).
+
+None of them marks an answer correct on its own: a correct verdict always needs the grader model.
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ _NUM = re.compile(r"(?<![\w.])[-+]?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s?/\s?\d+(?:\.\d+
 _FINAL = re.compile(r"(?:final answer|answer is|answer:|####)\s*[:=]?\s*(.+)", re.IGNORECASE)
 _SYMBOLIC = re.compile(r"(\d[a-zA-Z]\b|\b[a-zA-Z]\s*[*+\-/^]\s*\w|\b[xyzwnk]\b)")
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("the a an and or of to in on for with by is are was were be been it this that as at from "
-                  "which who what when where why how its their there these those into than then can will "
-                  "also has have had not but so such may more most".split())
 REDACTED = "[withheld]"
 
 
@@ -190,30 +188,6 @@ def feedback_kind(value: str) -> str:
 
 
 # -- long-form facts ----------------------------------------------------------------------------
-
-def content_words(text: str) -> set[str]:
-    return {w for w in _norm_words(text) if len(w) > 3 and w not in _STOP}
-
-
-def lexical_facts(response: str, solution: str, *, threshold: float = 0.6) -> tuple[list[dict[str, Any]], bool]:
-    """Fallback labelling when the grader model fails: sentences as facts, supported by word overlap.
-
-    A sentence is supported when at least ``threshold`` of its content words occur
-    in the reference solution; the answer is complete when it covers half of the
-    solution's content words. Recorded as ``graded_by = "fallback:lexical"``.
-    """
-    ref = content_words(solution)
-    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", str(response or "")) if s.strip()][:20]
-    facts = []
-    for s in sentences:
-        words = content_words(s)
-        if not words:
-            continue
-        facts.append({"fact": s, "supported": len(words & ref) / len(words) >= threshold})
-    covered = content_words(response) & ref
-    complete = bool(ref) and len(covered) / len(ref) >= 0.5
-    return facts, complete
-
 
 def precision(facts: list[dict[str, Any]]) -> float:
     """Factual precision: supported facts / all facts (0 when the answer states nothing)."""

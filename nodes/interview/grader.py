@@ -1,16 +1,20 @@
 """The grader (seed 004, Appendix D.2.1 graders; Algorithm 1, lines 12 and 21).
 
+Three outcomes (:mod:`state.verdicts`): correct, wrong, ungraded.
+
 Math: the final number is compared in code with the reference answer, and the
 grader model judges the reasoning and names the error type (Concept,
 Misinterpret, Calculation, N/A); both must agree for a correct verdict
 (Appendix C.1: binary correctness of final answer and solution process).
 Long-form factual: atomic facts with supported/unsupported labels; the score is
 the factual precision, the answer is correct when its status is ``complete``.
-Instruction following / generic: the grader's verdict.
+Instruction following / generic and follow-ups: the grader's verdict.
 
-A grader ModelError never stops the interview: math falls back to the code
-check, factual to a lexical fact labelling, other tasks count as incorrect; the
-fallback is recorded in ``graded_by``.
+An empty answer is wrong without a call. Otherwise a grader that gives no usable
+verdict after retries and one repair (``ModelError``) makes the answer
+``ungraded`` with its reason: it is never graded by the code check alone and
+never counted as wrong; the interview stops there (:mod:`nodes.interview.routing`)
+and resume re-judges it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from prompts import load_prompt
 from runtime.errors import ModelError
 from runtime.services import Services, services_of
 from state.interview import FactGrade, FollowUpGrade, Grade, InterviewContext, InterviewState
+from state.verdicts import is_ungraded, outcome
 
 
 def _facts_text(facts: list[dict[str, Any]]) -> str:
@@ -32,13 +37,30 @@ def _facts_text(facts: list[dict[str, Any]]) -> str:
                      for f in facts) or "(none)"
 
 
+def _verdict(correct: bool | None, score: float | None, **fields: Any) -> dict[str, Any]:
+    return {"verdict": outcome(correct), "correct": correct, "score": score, **fields}
+
+
+def ungraded(exc: ModelError, words: int, **fields: Any) -> dict[str, Any]:
+    """The record of an answer the grader could not grade (never counted for or against the target)."""
+    return _verdict(None, None, error_type="N/A", graded_by="ungraded", words=words,
+                    reason=f"ungraded: the grader gave no usable verdict: {exc}"[:600], **fields)
+
+
+def _empty(words: int) -> dict[str, Any]:
+    return _verdict(False, 0.0, error_type="N/A", graded_by="code", words=words, reason="empty answer")
+
+
 def grade_response(svc: Services, seed: dict[str, Any], question: str, explanation: str, response: str, *,
                    previous_facts: list[dict[str, Any]] | None = None, feedback: str = "",
                    step: str = "grade") -> dict[str, Any]:
-    """Grade one answer to a seed question: ``correct``, ``score``, ``error_type``, ``reason``, ``graded_by``."""
+    """Grade one answer to a seed question: ``verdict``, ``correct``, ``score``, ``error_type``, ``reason``,
+    ``graded_by``."""
     task = seed.get("task", "generic")
     grader = svc.llm("grader")
     words = len(str(response or "").split())
+    if not str(response or "").strip():
+        return _empty(words)
     if task == "factual":
         return _grade_factual(grader, seed, question, response, previous_facts, feedback, step) | {"words": words}
     if task == "math":
@@ -53,24 +75,20 @@ def grade_response(svc: Services, seed: dict[str, Any], question: str, explanati
             answer=seed.get("answer") or "(none)", response=response)
     try:
         g = grader.structured(Grade, messages, step=step)
-        llm_ok, err, reason = bool(g.correct), checks.error_type(g.error_type), g.reason.strip()
-        graded_by = "grader"
     except ModelError as exc:
-        llm_ok, err, reason, graded_by = None, "N/A", f"grader gave no usable verdict: {exc}", "failed"
+        return ungraded(exc, words, check=check)
+    llm_ok, err, reason = bool(g.correct), checks.error_type(g.error_type), g.reason.strip()
     match = check.get("match")
     if match is None:
-        correct = bool(llm_ok)
-    elif llm_ok is None:
-        correct, graded_by = bool(match), "code"
-        reason = f"{check['why']}: extracted {check.get('extracted')!r}" + (" matches" if match else " differs")
+        correct, graded_by = llm_ok, "grader"
     else:
         correct, graded_by = bool(match) and llm_ok, "code+grader"
         if llm_ok and not match:
             reason = f"final answer {check.get('extracted')!r} differs from the reference. {reason}"
     if correct:
         err = "N/A"
-    return {"correct": correct, "score": 1.0 if correct else 0.0, "error_type": err, "reason": reason,
-            "graded_by": graded_by, "check": check, "words": words}
+    return _verdict(correct, 1.0 if correct else 0.0, error_type=err, reason=reason, graded_by=graded_by,
+                    check=check, words=words)
 
 
 def _grade_factual(grader: Any, seed: dict[str, Any], question: str, response: str,
@@ -85,41 +103,52 @@ def _grade_factual(grader: Any, seed: dict[str, Any], question: str, response: s
                                                                 response=response)
     try:
         out = grader.structured(FactGrade, messages, step=step)
-        facts = [{"fact": f.fact.strip(), "supported": bool(f.supported)} for f in out.facts if f.fact.strip()]
-        complete, graded_by = bool(out.complete), "grader"
-        if not facts:
-            raise ModelError("the grader listed no atomic facts")
-    except ModelError:
-        facts, complete = checks.lexical_facts(response, solution)
-        graded_by = "fallback:lexical"
+    except ModelError as exc:
+        return ungraded(exc, 0)
+    facts = [{"fact": f.fact.strip(), "supported": bool(f.supported)} for f in out.facts if f.fact.strip()]
+    complete = bool(out.complete)
     status = checks.factual_status(facts, complete)
     p = checks.precision(facts)
     unsupported = [f["fact"] for f in facts if not f["supported"]]
     reason = f"{sum(f['supported'] for f in facts)}/{len(facts)} facts supported; " + (
         "covers the main points" if complete else "misses main points")
-    return {"correct": status == "complete", "score": round(p, 4), "error_type": "N/A" if status == "complete"
-            else ("Concept" if unsupported else "N/A"), "reason": reason, "graded_by": graded_by,
-            "facts": facts, "complete": complete, "status": status}
+    return _verdict(status == "complete", round(p, 4),
+                    error_type="N/A" if status == "complete" else ("Concept" if unsupported else "N/A"),
+                    reason=reason, graded_by="grader", facts=facts, complete=complete, status=status)
 
 
 def grade_followup(svc: Services, seed: dict[str, Any], cur: dict[str, Any], response: str) -> dict[str, Any]:
     """Grade a follow-up answer against the interviewer's expected answer (section 3.2)."""
+    words = len(str(response or "").split())
+    if not str(response or "").strip():
+        return _empty(words)
     messages = load_prompt("interview/grader_followup").render(
         followup_type=cur.get("type", ""), seed_question=seed.get("question", ""),
         solution=seed.get("solution") or seed.get("answer") or "(none)", question=cur["text"],
         expected=cur.get("expected") or "(not given)", response=response)
-    words = len(str(response or "").split())
     try:
         g = svc.llm("grader").structured(FollowUpGrade, messages, step=f"grade:q{cur['q']}")
-        return {"correct": bool(g.correct), "score": 1.0 if g.correct else 0.0, "error_type": "N/A",
-                "reason": g.reason.strip(), "graded_by": "grader", "words": words}
     except ModelError as exc:
-        return {"correct": False, "score": 0.0, "error_type": "N/A", "graded_by": "failed", "words": words,
-                "reason": f"grader gave no usable verdict (counted as not correct): {exc}"}
+        return ungraded(exc, words)
+    return _verdict(bool(g.correct), 1.0 if g.correct else 0.0, error_type="N/A", reason=g.reason.strip(),
+                    graded_by="grader", words=words)
+
+
+def verdict_text(result: dict[str, Any]) -> str:
+    """How a verdict reads in the transcript."""
+    if is_ungraded(result):
+        return "ungraded"
+    if "status" in result:
+        return f"{result['status']}, precision {result['score']:.2f}"
+    return "correct" if result["correct"] else f"not correct ({result['error_type']})"
 
 
 def grade(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[str, Any]:
-    """Grade the latest answer; record one interaction; settle the seed outcome when it is final."""
+    """Grade the latest answer; record one interaction; settle the seed outcome when it is final.
+
+    An ungraded answer is recorded as such with a note that the session stops there (the feedback and the
+    follow-ups of Algorithm 1 depend on the verdict); ``stopped`` holds the reason.
+    """
     ctx = runtime.context
     svc = services_of(ctx)
     seed, cur, response = state["seed"], state["current"], state.get("last_answer", "")
@@ -134,13 +163,16 @@ def grade(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[str
                                 feedback=fb[-1] if fb else "", step=step)
     record = {"q": cur["q"], "kind": cur["kind"], "type": cur.get("type", "seed"), "attempt": cur["attempt"],
               "answer": response, **result}
-    verdict = "correct" if result["correct"] else f"not correct ({result['error_type']})"
-    if "status" in result:
-        verdict = f"{result['status']}, precision {result['score']:.2f}"
     turn = {"speaker": "grader", "kind": "grade", "q": cur["q"], "attempt": cur["attempt"],
-            "text": f"{verdict}: {result['reason']}"[:600]}
+            "text": f"{verdict_text(result)}: {result['reason']}"[:600]}
     update: dict[str, Any] = {"last_grade": record, "interactions": [record], "transcript": [turn]}
-    if cur["kind"] == "seed" and (result["correct"] or cur["attempt"] > ctx.max_retries):
+    if is_ungraded(result):
+        why = (f"session stopped at question {cur['q']} try {cur['attempt']}: the answer is ungraded "
+               f"(resume re-judges it)")
+        update["stopped"] = why
+        update["transcript"] = [turn, {"speaker": "system", "kind": "note", "q": cur["q"],
+                                       "attempt": cur["attempt"], "text": why}]
+    elif cur["kind"] == "seed" and (result["correct"] or cur["attempt"] > ctx.max_retries):
         update["seed_solved"] = bool(result["correct"])
         update["seed_error_type"] = result["error_type"]
     return update
@@ -158,6 +190,6 @@ def single_turn_judge(state: InterviewState, runtime: Runtime[InterviewContext])
     result = grade_response(services_of(ctx), seed, seed["question"], "", response, step="single_turn:grade")
     result.pop("check", None)
     note = {"speaker": "system", "kind": "note", "q": 0, "attempt": 0,
-            "text": f"single-turn judge on the unmodified question: "
-                    f"{'correct' if result['correct'] else 'not correct'} (score {result['score']})"}
+            "text": f"single-turn judge on the unmodified question: {verdict_text(result)} "
+                    f"(score {result['score']})"}
     return {"single_turn": {"answer": response, **result}, "transcript": [note]}

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 from typing import Literal
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from state.interview import InterviewContext, InterviewState
+from state.verdicts import is_ungraded
 
 
-def after_grade(state: InterviewState,
-                runtime: Runtime[InterviewContext]) -> Literal["give_feedback", "ask_followup", "summarize_session"]:
+def after_grade(state: InterviewState, runtime: Runtime[InterviewContext]
+                ) -> Literal["give_feedback", "ask_followup", "summarize_session", "__end__"]:
     """Wrong and retries left -> feedback (lines 17-23); else a follow-up while questions remain (25-28); else end.
 
     ``attempt`` is 1-based, so ``attempt <= max_retries`` means a retry is still allowed.
     Follow-up questions get retries only with ``retry_followups``.
+
+    An ungraded answer ends the session at once, without feedback, follow-up or summary: Algorithm 1 branches
+    on the verdict (feedback on a wrong answer, the follow-up type by outcome, Table 1), so nothing after it
+    would be sound. The unit is recorded as ``ungraded`` and resume re-judges that answer and goes on.
     """
     ctx = runtime.context
     cur, grade = state["current"], state["last_grade"]
+    if is_ungraded(grade):
+        return END
     retries = ctx.max_retries if (cur["kind"] == "seed" or ctx.retry_followups) else 0
     if not grade["correct"] and cur["attempt"] <= retries:
         return "give_feedback"

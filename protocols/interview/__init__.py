@@ -21,6 +21,7 @@ from runtime.errors import InfraError, InputError, ModelError
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block
 from state.interview import MODIFICATION_STRATEGIES, TASK_TYPES, InterviewContext
+from state.verdicts import is_ungraded
 
 _input_lock = threading.Lock()
 
@@ -109,6 +110,11 @@ class InterviewProtocol(Protocol):
                 raise InfraError("no answer from the human interviewee (input closed); the session is kept at "
                                  "its checkpoint: continue with --resume RUN_ID") from None
 
+    def ungraded(self, state: dict[str, Any]) -> int:
+        """Ungraded answers of the session (interactions and the single-turn judge answer)."""
+        return (sum(1 for i in state.get("interactions", []) if is_ungraded(i))
+                + int(is_ungraded(state.get("single_turn"))))
+
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         inter = state.get("interactions", [])
         seed_inter = sorted((i for i in inter if i["q"] == 0), key=lambda i: i["attempt"])
@@ -124,7 +130,8 @@ class InterviewProtocol(Protocol):
                               if t.get("q") == 0 and t.get("kind") == "question"), seed["question"]),
             "modification": state.get("modification", {}),
             "seed_scores": [i["score"] for i in seed_inter], "seed_correct": [i["correct"] for i in seed_inter],
-            "seed_solved": bool(seed_inter[-1]["correct"]), "solved_at": solved_at,
+            "seed_solved": None if is_ungraded(seed_inter[-1]) else bool(seed_inter[-1]["correct"]),
+            "solved_at": solved_at, "ungraded": self.ungraded(state), "stopped": state.get("stopped", ""),
             "seed_interactions": [_slim(i) for i in seed_inter],
             "followups": state.get("followups", []), "followup_results": [_slim(i) for i in fups],
             "feedbacks": state.get("feedbacks", []), "single_turn": _slim(state.get("single_turn", {})),
@@ -136,12 +143,19 @@ class InterviewProtocol(Protocol):
         ok = metrics.ok_records(records)
         n_max = 1 + int(run.params.get("max_retries") if run.params.get("max_retries") is not None else 2)
         n_max = max([n_max, *(len(r["seed_scores"]) for r in ok)])
-        scores = metrics.score_at_n(ok, n_max)
+        rates = metrics.score_at_n_rates(ok, n_max)
+        scores = [r["value"] for r in rates]
+        judge = metrics.judge_rate(ok)
         out: dict[str, Any] = {
             "sessions": len(ok),
-            "judge": metrics.judge_score(ok),
+            "sessions_ungraded": sum(1 for r in ok if r.get("ungraded")),
+            "answers_ungraded": sum(1 for r in ok for i in [*r["seed_interactions"], *r["followup_results"]]
+                                    if is_ungraded(i)),
+            "judge": judge["value"],
             **{f"score@{n + 1}": s for n, s in enumerate(scores)},
-            "delta": (scores[-1] - scores[0]) if ok else None,
+            "denominators": {"judge": {k: judge[k] for k in ("n", "ungraded")},
+                             **{f"score@{n + 1}": {k: r[k] for k in ("n", "ungraded")} for n, r in enumerate(rates)}},
+            "delta": (scores[-1] - scores[0]) if None not in (scores[-1], scores[0]) else None,
             "followup_accuracy": metrics.followup_accuracy(ok),
             "by_task": {t: {"sessions": len(rs), "judge": metrics.judge_score(rs),
                             "score_at_n": metrics.score_at_n(rs, n_max)} for t, rs in metrics.by_task(ok).items()},
@@ -167,12 +181,13 @@ class InterviewProtocol(Protocol):
         if not ok:
             return "", "none"
         fa = out["followup_accuracy"]
-        at_n = ", ".join("@%d=%.2f" % (n, out["score@%d" % n]) for n in range(1, out["n_max"] + 1))
+        at_n = ", ".join(f"@{n}=" + ("n/a" if out[f"score@{n}"] is None else f"{out[f'score@{n}']:.2f}")
+                         for n in range(1, out["n_max"] + 1))
         overall = "n/a" if fa["overall"] is None else "%.2f" % fa["overall"]
         scores = f"Score@n: {at_n}; follow-up accuracy overall {overall}"
-        if run.params.get("summarize") is False:
+        if run.params.get("summarize") is False or not any(r["session_summary"] for r in ok):
             return _code_overall(ok, out), "code"
-        summaries = "\n".join(f"- {r['session_summary'][:600]}" for r in ok[:40])
+        summaries = "\n".join(f"- {r['session_summary'][:600]}" for r in ok[:40] if r["session_summary"])
         try:
             text = run.services.llm("evaluator").text(
                 load_prompt("interview/interviewer_report_summary").render(summaries=summaries, scores=scores),
@@ -197,13 +212,16 @@ def _slim(i: dict[str, Any]) -> dict[str, Any]:
 
 
 def _code_overall(ok: list[dict[str, Any]], out: dict[str, Any]) -> str:
-    solved = sum(1 for r in ok if r["seed_solved"])
-    first = sum(1 for r in ok if r["seed_correct"][0])
+    graded = [r for r in ok if r["seed_solved"] is not None]
+    solved = sum(1 for r in graded if r["seed_solved"])
+    first = sum(1 for r in graded if r["seed_correct"][0])
     after = solved - first
     errs = {t: v["count"] for t, v in out["error_types"]["types"].items() if v["count"]}
     fa = out["followup_accuracy"]
-    parts = [f"Solved {first}/{len(ok)} seed questions at the first answer and {solved}/{len(ok)} in the end "
-             f"({after} thanks to feedback)."]
+    parts = [f"Solved {first}/{len(graded)} graded seed questions at the first answer and {solved}/{len(graded)} "
+             f"in the end ({after} thanks to feedback)."]
+    if len(graded) < len(ok):
+        parts.append(f"{len(ok) - len(graded)} session(s) stopped at an ungraded answer and are not counted.")
     if errs:
         parts.append("Most frequent error type: " + max(errs, key=errs.get) + ".")
     if fa["n"]:

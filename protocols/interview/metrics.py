@@ -1,7 +1,9 @@
 """Interview Report metrics (seed 004, section 3.2, sections 5 and 7, Appendix C.2). Pure functions of records.
 
-A record is the JSON result of one finished session (``protocols.interview.InterviewProtocol.result``);
-only records with ``status == "ok"`` enter any metric.
+A record is the JSON result of one session (``protocols.interview.InterviewProtocol.result``); records with
+results (status ``ok`` or ``ungraded``, :func:`runtime.protocol.with_results`) enter the metrics. Every answer
+has a verdict (correct / wrong / ungraded, :mod:`state.verdicts`): an ungraded answer never counts for or
+against the target; each rate is taken over graded answers and shows its denominator and ungraded count.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
+from runtime.protocol import with_results
 from state.interview import ERROR_TYPES
+from state.verdicts import is_ungraded, rate
 
 
 def ok_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("status") == "ok"]
+    """The session records that hold results (``ok`` and ``ungraded``)."""
+    return with_results(list(records))
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -25,27 +30,43 @@ def _mean(xs: list[float]) -> float | None:
 
 # -- Score@n -----------------------------------------------------------------------------------
 
-def seed_score_at(seed_scores: list[float], n: int) -> float:
-    """Score of the seed question at the n-th interaction (1-based).
+def seed_score_at(seed_scores: list[float | None], n: int) -> float | None:
+    """Score of the seed question at the n-th interaction (1-based); ``None`` = ungraded.
 
     A session stops retrying once it is solved, so a missing interaction carries the
-    last score forward (solved at @2 -> also solved at @3).
+    last score forward (solved at @2 -> also solved at @3). A session stops at its
+    first ungraded answer, so that answer and every later interaction are ungraded.
     """
     if not seed_scores:
-        return 0.0
-    return float(seed_scores[min(n, len(seed_scores)) - 1])
+        return None
+    value = seed_scores[min(n, len(seed_scores)) - 1]
+    return None if value is None else float(value)
+
+
+def score_at_n_rates(records: list[dict[str, Any]], n_max: int) -> list[dict[str, Any]]:
+    """Score@1..Score@n_max over the sessions graded at that interaction, each with ``n`` and ``ungraded``."""
+    recs = ok_records(records)
+    return [rate(seed_score_at(r["seed_scores"], n) for r in recs) for n in range(1, n_max + 1)]
 
 
 def score_at_n(records: list[dict[str, Any]], n_max: int) -> list[float | None]:
-    """[Score@1, ..., Score@n_max] averaged over sessions (section 3.2 "Problem Solving Ability")."""
-    recs = ok_records(records)
-    return [_mean([seed_score_at(r["seed_scores"], n) for r in recs]) for n in range(1, n_max + 1)]
+    """[Score@1, ..., Score@n_max] averaged over graded sessions (section 3.2 "Problem Solving Ability")."""
+    return [r["value"] for r in score_at_n_rates(records, n_max)]
+
+
+def _judged(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r["single_turn"] for r in ok_records(records)
+            if "score" in (r.get("single_turn") or {}) or is_ungraded(r.get("single_turn"))]
+
+
+def judge_rate(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Single-turn LLM-as-a-Judge score on the unmodified question (Table 2 "Judge") with its counts."""
+    return rate(None if is_ungraded(st) else st["score"] for st in _judged(records))
 
 
 def judge_score(records: list[dict[str, Any]]) -> float | None:
-    """Mean single-turn LLM-as-a-Judge score on the unmodified question (Table 2 "Judge")."""
-    xs = [r["single_turn"]["score"] for r in ok_records(records) if "score" in (r.get("single_turn") or {})]
-    return _mean(xs)
+    """Mean single-turn judge score over the graded single-turn answers."""
+    return judge_rate(records)["value"]
 
 
 # -- follow-ups ----------------------------------------------------------------------------------
@@ -54,30 +75,38 @@ def followup_accuracy(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Follow-up accuracy within solved seed questions, failed ones and overall (section 3.2, Table 3).
 
     Every graded follow-up answer counts once; ``solved`` means the seed question
-    was finally answered correctly.
+    was finally answered correctly. Ungraded follow-up answers are left out of every
+    rate and counted in ``ungraded`` (overall and per type).
     """
     buckets: dict[str, list[float]] = {"solved": [], "failed": []}
-    by_type: dict[str, list[float]] = defaultdict(list)
+    by_type: dict[str, list[float | None]] = defaultdict(list)
+    ungraded = 0
     for r in ok_records(records):
         for i in r.get("followup_results", []):
-            key = "solved" if r.get("seed_solved") else "failed"
-            buckets[key].append(1.0 if i["correct"] else 0.0)
-            by_type[i["type"]].append(1.0 if i["correct"] else 0.0)
+            value = None if is_ungraded(i) else (1.0 if i["correct"] else 0.0)
+            by_type[i["type"]].append(value)
+            if value is None:
+                ungraded += 1
+                continue
+            buckets["solved" if r.get("seed_solved") else "failed"].append(value)
     overall = buckets["solved"] + buckets["failed"]
+    types = {t: rate(v) for t, v in sorted(by_type.items())}
     return {"solved": _mean(buckets["solved"]), "failed": _mean(buckets["failed"]), "overall": _mean(overall),
             "n_solved": len(buckets["solved"]), "n_failed": len(buckets["failed"]), "n": len(overall),
-            "by_type": {t: {"accuracy": _mean(v), "n": len(v)} for t, v in sorted(by_type.items())}}
+            "ungraded": ungraded,
+            "by_type": {t: {"accuracy": v["value"], "n": v["n"], "ungraded": v["ungraded"]} for t, v in types.items()}}
 
 
 # -- errors -----------------------------------------------------------------------------------
 
 def error_distribution(records: list[dict[str, Any]], examples: int = 2) -> dict[str, Any]:
-    """Error types over every incorrect seed-question interaction (section 3.2 (2)), with examples."""
+    """Error types over every wrong seed-question answer (section 3.2 (2)), with examples; ungraded answers
+    are not errors and are left out."""
     counts: Counter[str] = Counter()
     samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in ok_records(records):
         for i in r.get("seed_interactions", []):
-            if i["correct"]:
+            if i.get("correct") is not False:
                 continue
             et = i.get("error_type") if i.get("error_type") in ERROR_TYPES else "N/A"
             counts[et] += 1
@@ -106,16 +135,16 @@ def verbosity_bias(records: list[dict[str, Any]], n_max: int) -> list[dict[str, 
     """Correlation of answer length (words) with score per interaction, and for the single-turn judge.
 
     Section 7 / Appendix H.1: the paper finds r falling and p rising as interactions progress.
-    Interaction n uses the sessions that gave an n-th answer to the seed question.
+    Interaction n uses the sessions that gave a graded n-th answer to the seed question.
     """
     recs = ok_records(records)
     rows = []
-    judge = [(r["single_turn"]["words"], r["single_turn"]["score"]) for r in recs
-             if "score" in (r.get("single_turn") or {})]
+    judge = [(st["words"], st["score"]) for st in _judged(recs) if st.get("score") is not None]
     r_, p_ = pearson([float(a) for a, _ in judge], [float(b) for _, b in judge])
     rows.append({"interaction": "judge", "n": len(judge), "r": r_, "p": p_})
     for n in range(1, n_max + 1):
-        pts = [(i["words"], i["score"]) for r in recs for i in r.get("seed_interactions", []) if i["attempt"] == n]
+        pts = [(i["words"], i["score"]) for r in recs for i in r.get("seed_interactions", [])
+               if i["attempt"] == n and i.get("score") is not None]
         r_, p_ = pearson([float(a) for a, _ in pts], [float(b) for _, b in pts])
         rows.append({"interaction": f"@{n}", "n": len(pts), "r": r_, "p": p_})
     return rows
@@ -173,8 +202,8 @@ def bootstrap_table(records: list[dict[str, Any]], sizes: list[int] | None = Non
                     seed: int = 0) -> list[dict[str, Any]]:
     """Table 7: for each sample size, the bootstrap p of Score@1 (interviewer) and of the judge score."""
     recs = ok_records(records)
-    inter = [seed_score_at(r["seed_scores"], 1) for r in recs]
-    judge = [r["single_turn"]["score"] for r in recs if "score" in (r.get("single_turn") or {})]
+    inter = [x for x in (seed_score_at(r["seed_scores"], 1) for r in recs) if x is not None]
+    judge = [st["score"] for st in _judged(recs) if st.get("score") is not None]
     n = len(inter)
     if n == 0:
         return []
@@ -199,6 +228,7 @@ def feedback_checks(records: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def graded_by(records: list[dict[str, Any]]) -> dict[str, int]:
+    """How each answer was graded: ``grader``, ``code+grader``, ``code`` (empty answer) or ``ungraded``."""
     c: Counter[str] = Counter()
     for r in ok_records(records):
         for i in r.get("seed_interactions", []) + r.get("followup_results", []):

@@ -19,6 +19,12 @@ def _clip(text: str, n: int = 300) -> str:
     return text if len(text) <= n else text[:n] + " ..."
 
 
+def _den(d: dict[str, Any] | None) -> str:
+    if not d:
+        return ""
+    return f"{d['n']}" + (f" ({d['ungraded']})" if d.get("ungraded") else "")
+
+
 def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
     ok = metrics.ok_records(records)
     if not ok:
@@ -32,9 +38,19 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
         rows.append([task, t["sessions"], _f(t["judge"]), *map(_f, s), _f(s[-1] - s[0])])
     all_s = [m[f"score@{n}"] for n in range(1, n_max + 1)]
     rows.append(["all", m["sessions"], _f(m["judge"]), *map(_f, all_s), _f(m["delta"])])
+    den = m.get("denominators", {})
+    rows.append(["graded (ungraded)", "", _den(den.get("judge")),
+                 *[_den(den.get(f"score@{n}")) for n in range(1, n_max + 1)], ""])
     blocks.append(Table(heads, rows, caption="Score@n of the seed questions (Table 2 style): @n = after n-1 rounds "
                                              "of feedback; math = accuracy, factual = precision of atomic facts; "
-                                             "Judge = single-turn LLM-as-a-Judge on the unmodified question"))
+                                             "Judge = single-turn LLM-as-a-Judge on the unmodified question. Each "
+                                             "score is over the graded answers only; the last row gives that "
+                                             "denominator and the ungraded answers left out"))
+    if m.get("sessions_ungraded"):
+        blocks.append(Text(f"{m['sessions_ungraded']} session(s) hold {m.get('answers_ungraded', 0)} ungraded "
+                           "answer(s): the grader gave no usable verdict after retries and one repair. A session "
+                           "stops at its first ungraded answer; ungraded answers count neither for nor against "
+                           "the model, and --resume re-judges them."))
     series = {"interview (all)": all_s}
     for task, t in m["by_task"].items():
         if len(m["by_task"]) > 1:
@@ -53,12 +69,14 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
     blocks.append(Figure(path, "Score@n by interaction; the flat line is the single-turn judge score"))
 
     fa = m["followup_accuracy"]
-    blocks.append(Table(["seed solved", "seed failed", "overall", "follow-ups (solved/failed)"],
-                        [[_f(fa["solved"]), _f(fa["failed"]), _f(fa["overall"]), f"{fa['n_solved']}/{fa['n_failed']}"]],
-                        caption="Follow-up accuracy within solved and failed seed questions (Table 3 style)"))
+    blocks.append(Table(["seed solved", "seed failed", "overall", "graded follow-ups (solved/failed)", "ungraded"],
+                        [[_f(fa["solved"]), _f(fa["failed"]), _f(fa["overall"]), f"{fa['n_solved']}/{fa['n_failed']}",
+                          fa.get("ungraded", 0)]],
+                        caption="Follow-up accuracy within solved and failed seed questions (Table 3 style), over "
+                                "graded follow-up answers"))
     if fa["by_type"]:
-        blocks.append(Table(["follow-up type (Table 1)", "accuracy", "n"],
-                            [[t, _f(v["accuracy"]), v["n"]] for t, v in fa["by_type"].items()],
+        blocks.append(Table(["follow-up type (Table 1)", "accuracy", "n", "ungraded"],
+                            [[t, _f(v["accuracy"]), v["n"], v.get("ungraded", 0)] for t, v in fa["by_type"].items()],
                             caption="Follow-up accuracy by type"))
 
     blocks.append(Heading("2. Error analysis and examples"))
@@ -105,7 +123,8 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
 
     blocks.append(Heading("Interview transcripts"))
     for r in sorted(ok, key=lambda r: r["unit_id"]):
-        outcome = f"solved at @{r['solved_at']}" if r["seed_solved"] else "not solved"
+        outcome = (f"stopped: {r['stopped']}" if r.get("stopped") else
+                   f"solved at @{r['solved_at']}" if r["seed_solved"] else "not solved")
         mod = r.get("modification", {})
         inner: list[Block] = [
             Text(f"Task {r['task']}; modification {mod.get('strategy')} -> {mod.get('status')}; {outcome}; "
