@@ -12,19 +12,27 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from rich.console import Console  # noqa: E402
+from rich.text import Text  # noqa: E402
 
 from protocols import REGISTRY, available, protocol_class  # noqa: E402
-from runtime.config_loader import load_config, read_config_file  # noqa: E402
+from runtime.config_loader import ParamSchema, load_config, read_config_file  # noqa: E402
 from runtime.errors import InputError  # noqa: E402
 from runtime.runner import execute, open_run  # noqa: E402
 from state.config import ROLES  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors are bad input like any other: one line and exit 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(message)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -38,7 +46,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     """The options every protocol shares."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="run.py",
         description="Evaluate LLMs with dynamic protocols (JudgeAgent, ATAD, LLM-as-an-Interviewer, LLMEval-3).",
         formatter_class=_HelpFormatter, **kwargs,
@@ -93,7 +101,7 @@ def build_parser(protocol: str | None) -> tuple[argparse.ArgumentParser, list[st
 
 def _chosen_protocol(argv: list[str] | None) -> str | None:
     """``--protocol`` read ahead of the full parse (its options depend on it)."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = _Parser(add_help=False)
     pre.add_argument("--protocol")
     return pre.parse_known_args(argv)[0].protocol
 
@@ -114,9 +122,10 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
 def main(argv: list[str] | None = None) -> int:
     console = Console()
     errors = Console(stderr=True)
-    parser, dests = build_parser(_chosen_protocol(argv))
-    args = parser.parse_args(argv)
+    config = None
     try:
+        parser, dests = build_parser(_chosen_protocol(argv))
+        args = parser.parse_args(argv)
         cls = protocol_class(args.protocol)
         flags = flags_from_args(args, dests)
         config_file = args.config
@@ -125,12 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             config_file = os.path.join(out, args.resume, "config.json")
             if not os.path.exists(config_file):
                 raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
-        config = load_config(args.protocol, config_file=config_file, flags=flags)
+        config = load_config(args.protocol, config_file=config_file, flags=flags, params=ParamSchema.of(cls))
         protocol = cls()
         run = open_run(protocol, config, run_id=args.resume, console=console)
         execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
     except InputError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        errors.print(Text.assemble(("error:", "red"), f" {exc.blamed(config.sources) if config else exc}"),
+                     highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; continue with --resume RUN_ID")
