@@ -1,43 +1,80 @@
 """Build a :class:`RunConfig` from defaults, a config file, env vars and CLI flags.
 
-Later sources win: defaults < file < ``DYNEVAL_*`` env vars < flags.
+Later sources win: defaults < file < ``DYNEVAL_*`` env vars < flags. Every value
+keeps its provenance through the merge, so an error names the real source: the
+flag (``--concurrency``), the environment variable (``DYNEVAL_CONCURRENCY``) or
+the config file and key (``eval.toml: [models.gpt] temperature``).
+
+Unknown keys are errors, never ignored: a typo in the config file (top level,
+``[models.*]``, ``[stores]``, ``[roles]``, ``[params]``) stops the run with the
+key and the closest known name. ``[params]`` takes the protocol's own flags
+(by their ``dest`` name) and its context fields, checked with the same types.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import difflib
 import os
 import tomllib
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from runtime.errors import InputError
-from state.config import ROLES, RunConfig
+from runtime.models import resolve_api_key
+from state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
+from state.context import BaseContext
 
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
 _ENV_SCALARS = {"LIMIT": "limit", "CONCURRENCY": "concurrency", "SEED": "seed", "OUT": "out"}
 _ENV_STORES = {"CHROMA_URL": "chroma_url", "POSTGRES_DSN": "postgres_dsn", "EMBEDDING_MODEL": "embedding_model"}
 
+Loc = tuple[str, ...]
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML with duplicate keys rejected (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML or YAML config file into a dict (exit-2 error on any problem)."""
+    """Parse a TOML or YAML config file into a dict (exit-2 error naming the file and line)."""
     path = Path(path)
+    kind = "TOML" if path.suffix == ".toml" else "YAML"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise InputError(f"cannot read config file: {exc.strerror or exc}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte offset {exc.start})", file=str(path)) from None
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {exc}".splitlines()[0],
-                         file=str(path)) from None
+        data = tomllib.loads(text) if kind == "TOML" else yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", file=str(path)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}{where}", file=str(path)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError("top level must be a table/mapping", file=str(path))
+        raise InputError(f"the top level must be a table/mapping, not {type(data).__name__}", file=str(path))
     return data
 
 
@@ -69,20 +106,202 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# -- provenance --------------------------------------------------------------------------------------------------
+
+#: Settings that have a command-line flag of their own (besides roles, stores and protocol params).
+_FLAGGED = frozenset({("limit",), ("concurrency",), ("seed",), ("out",)})
+
+
+def _flag_namer(param_flags: Mapping[str, str]) -> Callable[[Loc], str | None]:
+    """Loc -> its command-line flag (``roles.target`` -> ``--target``), or ``None`` for a key without one."""
+    def flag(loc: Loc) -> str | None:
+        if loc[:1] == ("params",) and len(loc) == 2:
+            return param_flags.get(loc[1], "--" + loc[1].replace("_", "-"))
+        if loc in _FLAGGED or (len(loc) == 2 and loc[0] in ("roles", "stores")):
+            return "--" + loc[-1].replace("_", "-")
+        return None
+    return flag
+
+
+def _env_var(loc: Loc) -> str:
+    names = {("roles", r): r.upper() for r in ROLES}
+    names.update({(key,): env for env, key in _ENV_SCALARS.items()})
+    names.update({("stores", key): env for env, key in _ENV_STORES.items()})
+    return ENV_PREFIX + names.get(loc[:2], "")
+
+
+def _file_key(path: str, data: dict[str, Any]) -> Callable[[Loc], str]:
+    """``eval.toml: [models.gpt] temperature`` or ``eval.toml: [models.gpt]`` (TOML), or
+    ``eval.yaml: models.gpt.temperature`` (YAML, JSON)."""
+    def key(loc: Loc) -> str:
+        if not path.endswith(".toml"):
+            return f"{path}: {'.'.join(loc)}"
+        value: Any = data
+        for part in loc:
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, dict):
+            return f"{path}: [{'.'.join(loc)}]"
+        return f"{path}: [{'.'.join(loc[:-1])}] {loc[-1]}" if len(loc) > 1 else f"{path}: {loc[0]}"
+    return key
+
+
+def _paths(data: Mapping[str, Any], prefix: Loc = ()) -> Iterator[Loc]:
+    """Every key path set in ``data``: values, and tables holding at least one (``None`` = not set)."""
+    for key, value in data.items():
+        loc = (*prefix, str(key))
+        if isinstance(value, dict):
+            inner = list(_paths(value, loc))
+            yield from [loc, *inner] if inner else []
+        elif value is not None:
+            yield loc
+
+
+@dataclass
+class _Sources:
+    """Which layer set each key path last, rendered as the place a user would look."""
+
+    where: dict[Loc, str] = dataclasses.field(default_factory=dict)
+
+    def add(self, data: Mapping[str, Any], render: Callable[[Loc], str]) -> None:
+        for loc in _paths(data):
+            self.where[loc] = render(loc)
+
+    def of(self, loc: Loc) -> str:
+        """The source of ``loc`` or of the nearest table holding it."""
+        for n in range(len(loc), 0, -1):
+            if loc[:n] in self.where:
+                return self.where[loc[:n]]
+        return "configuration"
+
+    def by_flag(self, flag_of: Callable[[Loc], str | None]) -> dict[str, str]:
+        """Flag -> real source, for settings whose value did not come from the command line."""
+        return {flag: src for loc, src in self.where.items() if (flag := flag_of(loc)) and src != flag}
+
+
+# -- protocol parameters -----------------------------------------------------------------------------------------
+
+@dataclass
+class ParamSchema:
+    """What ``[params]`` may hold for one protocol: its flags (by ``dest``) and its context fields."""
+
+    protocol: str
+    types: dict[str, Any]
+    choices: dict[str, Any]
+    flags: dict[str, str]
+
+    @classmethod
+    def of(cls, protocol_cls: Any) -> ParamSchema:
+        """From a :class:`runtime.protocol.Protocol` subclass: its ``add_arguments`` and its ``context_cls``."""
+        group = argparse.ArgumentParser(add_help=False).add_argument_group()
+        protocol_cls.add_arguments(group)
+        common = {f.name for f in dataclasses.fields(BaseContext)}
+        hints = typing.get_type_hints(protocol_cls.context_cls)
+        types = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(protocol_cls.context_cls)
+                 if f.name not in common}
+        choices, flags = {}, {}
+        for action in group._group_actions:
+            types[action.dest] = _action_type(action)
+            flags[action.dest] = action.option_strings[0]
+            if action.choices:
+                choices[action.dest] = action.choices
+        return cls(protocol_cls.name, types, choices, flags)
+
+    def check(self, params: dict[str, Any], sources: _Sources) -> dict[str, Any]:
+        """Typed values of ``params`` (from the file); unknown names and wrong types are errors."""
+        out = {}
+        for name, value in params.items():
+            where = sources.of(("params", name))
+            if name not in self.types:
+                close = difflib.get_close_matches(name, self.types, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"see run.py --protocol {self.protocol} --help"
+                raise InputError(f"unknown parameter of {self.protocol}; {hint}", setting=where)
+            try:
+                value = TypeAdapter(self.types[name]).validate_python(value)
+            except ValidationError as exc:
+                raise InputError(_message(exc.errors()[0]), setting=where) from None
+            allowed = self.choices.get(name)
+            if allowed and any(v not in allowed for v in (value if isinstance(value, list) else [value])):
+                raise InputError(f"{value!r} is not one of {', '.join(map(str, allowed))}", setting=where)
+            out[name] = value
+        return out
+
+
+def _action_type(action: argparse.Action) -> Any:
+    """The Python type a flag's value has after argparse (so the file's value is checked the same way)."""
+    if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
+        return bool
+    base = action.type if action.type in (int, float) else str
+    return list[base] if action.nargs in ("+", "*") or isinstance(action.nargs, int) else base
+
+
+# -- loading -----------------------------------------------------------------------------------------------------
+
+_TABLES: dict[Loc, type[BaseModel]] = {(): RunConfig, ("stores",): StoreConfig}
+
+
+def _known_keys(table: Loc) -> list[str]:
+    model = ModelSpec if table[:1] == ("models",) and len(table) == 2 else _TABLES.get(table)
+    return list(model.model_fields) if model else []
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    """A pydantic error as a short sentence, with the offending value when it is a plain scalar."""
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), _known_keys(tuple(map(str, err["loc"][:-1]))), n=1)
+        return "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
+    msg = err["msg"].removeprefix("Value error, ")
+    value = err.get("input")
+    if err["type"] != "value_error" and isinstance(value, (str, int, float)) and len(str(value)) <= 80:
+        msg += f" (got {value!r})"
+    return msg
+
+
+def _loc(err: Mapping[str, Any]) -> Loc:
+    loc = tuple(str(p) for p in err["loc"])
+    error = (err.get("ctx") or {}).get("error")
+    return (*loc, error.key) if isinstance(error, KeyedError) else loc
+
+
 def load_config(protocol: str, *, config_file: str | None, flags: dict[str, Any],
-                environ: Mapping[str, str] | None = None) -> RunConfig:
-    """Resolve the run configuration; any problem becomes one :class:`InputError`."""
+                environ: Mapping[str, str] | None = None, params: ParamSchema | None = None) -> RunConfig:
+    """Resolve the run configuration; any problem becomes one :class:`InputError` naming its real source.
+
+    ``params`` (the protocol's :class:`ParamSchema`) checks ``[params]`` of the config file; without it
+    they are passed through unchecked.
+    """
+    sources = _Sources()
     data: dict[str, Any] = {"protocol": protocol}
-    source = "defaults"
     if config_file:
-        data = merge(data, read_config_file(config_file))
-        data["protocol"] = protocol
-        source = config_file
-    data = merge(data, env_overrides(os.environ if environ is None else environ))
+        file_data = read_config_file(config_file)
+        sources.add(file_data, _file_key(config_file, file_data))
+        if file_data.get("protocol", protocol) != protocol:
+            raise InputError(f"is {file_data['protocol']!r}, but --protocol is {protocol!r}",
+                             setting=sources.of(("protocol",)))
+        if params is not None and isinstance(file_data.get("params"), dict):
+            file_data["params"] = params.check(file_data["params"], sources)
+        data = merge(data, file_data)
+    env = env_overrides(os.environ if environ is None else environ)
+    sources.add(env, _env_var)
+    data = merge(data, env)
+    flag_of = _flag_namer(params.flags if params else {})
+    sources.add(flags, lambda loc: flag_of(loc) or "command line")
     data = merge(data, flags)
     try:
-        return RunConfig.model_validate(data)
+        config = RunConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or None
-        raise InputError(err["msg"].removeprefix("Value error, "), file=source, field=field) from None
+        raise InputError(_message(err), setting=sources.of(_loc(err))) from None
+    config._sources = sources.by_flag(flag_of)
+    _check_api_keys(config, sources)
+    return config
+
+
+def _check_api_keys(config: RunConfig, sources: _Sources) -> None:
+    """A role whose endpoint needs a key from an unset environment variable is bad input, found now."""
+    for role in ROLES:
+        try:
+            resolve_api_key(config.spec_for(role))
+        except InputError as exc:
+            ref = config.role_ref(role)
+            loc = ("models", ref, "api_key_env") if ref in config.models else ("roles", role)
+            raise InputError(exc.message, setting=sources.of(loc)) from None

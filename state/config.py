@@ -7,8 +7,9 @@ Precedence (lowest to highest): built-in defaults < config file (TOML or YAML)
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 Role = Literal["target", "evaluator", "teacher", "orchestrator", "student", "grader"]
 ROLES: tuple[Role, ...] = ("target", "evaluator", "teacher", "orchestrator", "student", "grader")
@@ -26,6 +27,27 @@ ROLE_FALLBACK: dict[str, str] = {
 }
 
 EMBEDDED = "local"
+
+
+class KeyedError(ValueError):
+    """A validation problem at one key inside the value being validated (``roles.target``), so that the
+    configuration loader can name that key and where its value came from."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an endpoint base URL (``None`` = it can)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"base URL {url!r} must be http://HOST[:PORT]/... or https://..."
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0-65535
+    except ValueError as exc:
+        return f"base URL {url!r}: {exc}"
+    return None
 
 
 class ModelSpec(BaseModel):
@@ -46,6 +68,14 @@ class ModelSpec(BaseModel):
     requests_per_second: float | None = Field(None, gt=0)
     concurrency: int = Field(4, ge=1, description="requests in flight at once to this model")
     structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_is_http(cls, url: str | None) -> str | None:
+        problem = url and base_url_problem(url)
+        if problem:
+            raise ValueError(problem)
+        return url
 
     @model_validator(mode="after")
     def _openai_needs_model(self) -> ModelSpec:
@@ -71,10 +101,14 @@ def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
         return embedded_spec()
     if "@" in ref:
         model, _, url = ref.partition("@")
-        if model and url.startswith(("http://", "https://")):
-            return ModelSpec(model=model, base_url=url, api_key_env="OPENAI_API_KEY")
+        problem = "MODEL is empty" if not model else base_url_problem(url)
+        if problem:
+            raise ValueError(f"malformed MODEL@BASE_URL {ref!r}: {problem}")
+        return ModelSpec(model=model, base_url=url, api_key_env="OPENAI_API_KEY")
+    defined = f" (defined: {', '.join(sorted(models))})" if models else ""
     raise ValueError(
-        f"unknown model {ref!r}: use 'local', a name under [models] in the config file, or MODEL@http://host:port/v1"
+        f"unknown model {ref!r}: use 'local', a name under [models] in the config file{defined}, "
+        "or MODEL@http://host:port/v1"
     )
 
 
@@ -103,19 +137,28 @@ class RunConfig(BaseModel):
     stores: StoreConfig = Field(default_factory=StoreConfig)
     params: dict[str, Any] = Field(default_factory=dict, description="protocol-specific parameters")
 
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
     @field_validator("roles")
     @classmethod
-    def _known_roles(cls, roles: dict[str, str]) -> dict[str, str]:
-        unknown = sorted(set(roles) - set(ROLES))
-        if unknown:
-            raise ValueError(f"unknown role(s) {unknown}; roles are {list(ROLES)}")
+    def _roles_resolve(cls, roles: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """Every role is known and names a model that resolves (unset roles follow the default chain)."""
+        models = info.data.get("models")
+        for role, ref in roles.items():
+            if role not in ROLES:
+                raise KeyedError(role, f"unknown role {role!r}; roles are {', '.join(ROLES)}")
+            if models is not None:  # else the models failed validation and are reported instead
+                try:
+                    parse_model_ref(ref, models)
+                except ValueError as exc:
+                    raise KeyedError(role, str(exc)) from None
         return roles
 
-    @model_validator(mode="after")
-    def _refs_resolve(self) -> RunConfig:
-        for role in ROLES:
-            parse_model_ref(self.role_ref(role), self.models)
-        return self
+    @property
+    def sources(self) -> dict[str, str]:
+        """Flag -> where the value really came from, for settings not given on the command line
+        (e.g. ``--concurrency`` -> ``DYNEVAL_CONCURRENCY``); see :meth:`runtime.errors.InputError.blamed`."""
+        return self._sources
 
     def role_ref(self, role: str) -> str:
         """The model reference of a role, following the default chain."""

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.errors import InputError
+
 
 def env_default(name: str, default: str = "") -> Any:
     """A dataclass default read from ``DYNEVAL_<NAME>`` when the context is created."""
@@ -21,9 +23,20 @@ def env_default(name: str, default: str = "") -> Any:
 def described(default: Any, description: str, env: str | None = None) -> Any:
     """A documented context field (Studio shows the description), optionally env-backed."""
     if env:
-        return field(default_factory=lambda: type(default)(os.environ.get(f"DYNEVAL_{env.upper()}", default)),
+        return field(default_factory=lambda: _from_env(f"DYNEVAL_{env.upper()}", default),
                      metadata={"description": description})
     return field(default=default, metadata={"description": description})
+
+
+def _from_env(name: str, default: Any) -> Any:
+    """``default``, or the environment variable's value as the same type (a bad value names the variable)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return type(default)(raw)
+    except ValueError:
+        raise InputError(f"{raw!r} is not a valid {type(default).__name__}", setting=name) from None
 
 
 @dataclass(kw_only=True)

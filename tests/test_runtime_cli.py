@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from runtime.errors import InputError
+
 REPO = Path(__file__).resolve().parents[1]
 TOY = {"DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"}
 
@@ -46,7 +48,15 @@ def test_bad_model_field_in_config_names_file_and_field(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("models:\n  m:\n    model: x\n    max_tokens: -5\nroles:\n  target: m\n")
     _one_line_error(run_cli("--protocol", "toy", "--config", str(cfg), "--out", str(tmp_path)),
-                    "field 'models.m.max_tokens'")
+                    f"{cfg}: models.m.max_tokens: Input should be greater than 0 (got -5)")
+
+
+def test_error_text_is_printed_without_markup_and_argument_errors_are_one_line(tmp_path):
+    """'[models]' in a message survives printing (rich markup would swallow it); argparse's usage dump is gone."""
+    _one_line_error(run_cli("--protocol", "toy", "--target", "gpt-9", "--out", str(tmp_path)),
+                    "a name under [models] in the config file")
+    _one_line_error(run_cli("--protocol", "toy", "--concurrency", "many", "--out", str(tmp_path)),
+                    "argument --concurrency: invalid int value: 'many'")
 
 
 def test_unreachable_endpoint_fails_preflight_with_exit_2_before_any_unit(tmp_path):
@@ -76,7 +86,7 @@ def test_two_protocols_may_own_the_same_flag_name():
         args = parser.parse_args(["--protocol", name, "--data", "x.jsonl"])
         assert "data" in dests and args.data == "x.jsonl"
     parser, dests = build_parser("interview")
-    with pytest.raises(SystemExit):  # a judgeagent-only flag is not an interview flag
+    with pytest.raises(InputError, match="unrecognized arguments: --kb"):  # a judgeagent-only flag
         parser.parse_args(["--protocol", "interview", "--kb", "docs"])
 
 

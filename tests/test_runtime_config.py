@@ -56,19 +56,90 @@ def test_role_defaults_chain_student_to_target_and_judges_to_evaluator():
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("roles = [1", "not valid TOML"),
-    ("[roles]\nboss = 'local'\n", "unknown role"),
-    ("[roles]\ntarget = 'nonsense'\n", "unknown model 'nonsense'"),
-    ("[models.m]\nbase_url = 'http://x'\n", "needs `model`"),
-    ("[models.m]\nmodel = 'x'\ntemperature = 9\n", "models.m.temperature"),
-    ("concurrency = 0\n", "concurrency"),
+    ("seed = 1\nroles = [1 2]\n", "bad.toml: not valid TOML: Unclosed array (at line 2, column 12)"),
+    ("[roles]\nboss = 'local'\n", "bad.toml: [roles] boss: unknown role 'boss'"),
+    ("[roles]\ntarget = 'nonsense'\n", "bad.toml: [roles] target: unknown model 'nonsense'"),
+    ("[models.m]\nbase_url = 'http://x'\n", "bad.toml: [models.m]: an openai-compatible spec needs `model`"),
+    ("[models.m]\nmodel = 'x'\ntemperature = 9\n", "bad.toml: [models.m] temperature: Input should be less"),
+    ("[models.m]\nmodel = 'x'\ntemprature = 0.5\n", "[models.m] temprature: unknown key; did you mean 'temperature'?"),
+    ("concurrency = 0\n", "bad.toml: concurrency: Input should be greater than or equal to 1 (got 0)"),
 ])
-def test_bad_config_is_one_input_error_naming_the_file_and_field(tmp_path, text, needle):
+def test_bad_config_is_one_input_error_naming_the_file_and_key(tmp_path, text, needle):
     path = _write(tmp_path, "bad.toml", text)
     with pytest.raises(InputError) as err:
         load_config("toy", config_file=path, environ={}, flags={})
     message = str(err.value)
-    assert "bad.toml" in message and needle in message and "\n" not in message
+    assert needle in message and "\n" not in message
+
+
+@pytest.mark.parametrize("source", ["file", "env", "flag"])
+def test_a_bad_value_is_blamed_on_the_source_it_came_from(tmp_path, source):
+    """The same bad value from the file, an env var or a flag names that source, and only that one."""
+    path = _write(tmp_path, "c.toml", "concurrency = 0\n" if source == "file" else "seed = 1\n")
+    with pytest.raises(InputError) as err:
+        load_config("toy", config_file=path, environ={"DYNEVAL_CONCURRENCY": "0"} if source == "env" else {},
+                    flags={"concurrency": 0} if source == "flag" else {})
+    blame = {"file": f"{path}: concurrency", "env": "DYNEVAL_CONCURRENCY", "flag": "--concurrency"}[source]
+    assert str(err.value).startswith(blame + ": ")
+
+
+def test_yaml_syntax_error_and_duplicate_key_name_the_line(tmp_path):
+    with pytest.raises(InputError, match=r"c.yaml: not valid YAML: .* \(line 2, column 4\)"):
+        load_config("toy", config_file=_write(tmp_path, "c.yaml", "a: 1\n  b: 2\n"), environ={}, flags={})
+    with pytest.raises(InputError, match=r"d.yaml: not valid YAML: duplicate key 'seed' \(line 2, column 1\)"):
+        load_config("toy", config_file=_write(tmp_path, "d.yaml", "seed: 1\nseed: 2\n"), environ={}, flags={})
+
+
+def test_params_from_the_file_are_typed_like_their_flags_and_typos_rejected(tmp_path):
+    from protocols import protocol_class
+    from runtime.config_loader import ParamSchema
+
+    schema = ParamSchema.of(protocol_class("atad"))
+    good = _write(tmp_path, "good.toml", "[params]\nper_task = '3'\nno_orchestrator = true\ntasks = 'T1'\n"
+                                         "lenient_escalation = false\n")
+    cfg = load_config("atad", config_file=good, environ={}, flags={}, params=schema)
+    assert cfg.params == {"per_task": 3, "no_orchestrator": True, "tasks": "T1", "lenient_escalation": False}
+    for text, needle in [("per_tsk = 3", "[params] per_tsk: unknown parameter of atad; did you mean 'per_task'?"),
+                         ("per_task = 'ten'", "[params] per_task: Input should be a valid integer"),
+                         ("benchmark = 'b.jsonl'", "[params] benchmark: Input should be a valid list"),
+                         ("seed = 3", "[params] seed: unknown parameter")]:
+        bad = _write(tmp_path, "bad.toml", "[params]\n" + text + "\n")
+        with pytest.raises(InputError) as err:
+            load_config("atad", config_file=bad, environ={}, flags={}, params=schema)
+        assert needle in str(err.value)
+
+
+def test_protocol_errors_named_by_flag_are_reblamed_on_the_file_key_or_env_var(tmp_path):
+    path = _write(tmp_path, "c.toml", "[params]\nper_task = 0\n")
+    cfg = load_config("toy", config_file=path, environ={"DYNEVAL_LIMIT": "4"}, flags={"seed": 3})
+    assert str(InputError("must be at least 1", field="--per-task").blamed(cfg.sources)) == \
+        f"{path}: [params] per_task: must be at least 1"
+    assert str(InputError("too many", field="--limit").blamed(cfg.sources)) == "DYNEVAL_LIMIT: too many"
+    assert str(InputError("odd", field="--seed").blamed(cfg.sources)) == "field '--seed': odd"  # really a flag
+
+
+def test_config_naming_another_protocol_is_rejected(tmp_path):
+    with pytest.raises(InputError, match="c.toml: protocol: is 'atad', but --protocol is 'toy'"):
+        load_config("toy", config_file=_write(tmp_path, "c.toml", "protocol = 'atad'\n"), environ={}, flags={})
+
+
+def test_missing_api_key_is_blamed_on_the_setting_that_asks_for_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("MY_KEY", raising=False)
+    with pytest.raises(InputError, match="^--target: environment variable OPENAI_API_KEY .* is not set"):
+        load_config("toy", config_file=None, environ={}, flags={"roles": {"target": "gpt@https://api.example/v1"}})
+    path = _write(tmp_path, "c.toml", "[roles]\nevaluator = 'g'\n[models.g]\nmodel = 'g'\n"
+                                      "base_url = 'https://api.example/v1'\napi_key_env = 'MY_KEY'\n")
+    with pytest.raises(InputError, match=r"c.toml: \[models.g\] api_key_env: environment variable MY_KEY"):
+        load_config("toy", config_file=path, environ={}, flags={})
+
+
+def test_studio_context_names_the_env_var_with_a_bad_value(monkeypatch):
+    from state.context import BaseContext
+
+    monkeypatch.setenv("DYNEVAL_SEED", "abc")
+    with pytest.raises(InputError, match="^DYNEVAL_SEED: 'abc' is not a valid int$"):
+        BaseContext()
 
 
 def test_unreadable_config_file_is_input_error(tmp_path):
