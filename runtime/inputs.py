@@ -25,13 +25,12 @@ these value types (explicit rules, never a silent ``str()``):
 * :data:`Scalar` - a string, a number or a boolean (answers, ids, levels): ``42`` is a legitimate math
   answer. Numbers and booleans become their JSON spelling (``42``, ``2.5``, ``true``); an object or a list
   is an error.
-* :data:`Texts` - a list of scalars (options, reference paragraphs): a single string is one item, nested
-  lists are flattened in order, an object contributes its values in order; objects or nulls inside are
-  errors.
+* :data:`Texts` - a list of scalars (reference paragraphs): a single string is one item, nested lists are
+  flattened in order, nulls are skipped; an object anywhere is an error.
 
-Errors: :class:`InputError` with ``file=``, ``record=``, ``field=`` (the user's column name; the message
-says ``(as question)`` when it was renamed by ``--fields``); the message ends with the flag in brackets (``[--data]``). A missing
-field lists the fields the record does have.
+Errors: :class:`InputError` with ``file=``, ``record=``, ``field=`` (see :func:`input_error`; a record's
+field is the user's column name, and the message says ``(as question)`` when ``--fields`` renamed it). A
+missing field lists the fields the record does have.
 """
 
 from __future__ import annotations
@@ -58,9 +57,15 @@ M = TypeVar("M", bound=BaseModel)
 
 def input_error(message: str, *, flag: str, file: str | Path | None = None, record: int | str | None = None,
                 field: str | None = None) -> InputError:
-    """The one-line :class:`InputError` of this layer (the flag in brackets at the end)."""
-    return InputError(f"{message} [{flag}]", file=str(file) if file is not None else None, record=record,
-                      field=field)
+    """The one-line :class:`InputError` of this layer.
+
+    An error about a whole file or flag names the flag as its field (so a value that came from a config file or
+    an environment variable can be re-blamed on it); a record's error ends with the flag in brackets.
+    """
+    name = str(file) if file is not None else None
+    if record is None and field is None:
+        return InputError(message, file=name, field=flag)
+    return InputError(f"{message} [{flag}]", file=name, record=record, field=field)
 
 
 # -- value types -------------------------------------------------------------------------------
@@ -102,21 +107,18 @@ def scalar_text(value: Any) -> str:
 def _texts(value: Any) -> list[str]:
     out: list[str] = []
 
-    def walk(v: Any, top: bool) -> None:
+    def walk(v: Any) -> None:
         if isinstance(v, (list, tuple)):
             for x in v:
-                walk(x, False)
-        elif isinstance(v, dict) and top:
-            for x in v.values():
-                walk(x, False)
-        else:
+                walk(x)
+        elif v is not None:
             try:
                 out.append(scalar_text(v))
             except PydanticCustomError:
-                raise PydanticCustomError("texts_type", "expected text or a list of texts, found {kind} inside",
+                raise PydanticCustomError("texts_type", "expected text or a list of texts; found {kind}",
                                           {"kind": _kind(v)}) from None
 
-    walk(value, True)
+    walk(value)
     return out
 
 
@@ -329,14 +331,14 @@ class FieldMap:
     def values(self, rec: Record) -> dict[str, Any]:
         """Canonical name -> value for the fields the record has (blank values count as absent).
 
-        A joinable field mapped to several columns gives the list of their present values.
+        A joinable field mapped to several columns gives the list of their values in column order (``None``
+        for a column the record lacks), so a blank column is never silently skipped.
         """
         out: dict[str, Any] = {}
         for name, cols in self.sources.items():
-            present = [rec.data[c] for c in cols if c in rec.data and not _blank(rec.data[c])]
-            if not present:
+            if all(_blank(rec.data.get(c)) for c in cols):
                 continue
-            out[name] = present if len(cols) > 1 else present[0]
+            out[name] = [rec.data.get(c) for c in cols] if len(cols) > 1 else rec.data[cols[0]]
         return out
 
     def missing(self, rec: Record, name: str, why: str = "missing or empty") -> InputError:

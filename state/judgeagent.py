@@ -172,7 +172,9 @@ class JudgeAgentState(TypedDict, total=False):
 class JudgeAgentContext(BaseContext):
     """Parameters of one JudgeAgent batch (section 4 defaults: N_B = 3, RND_e = 3)."""
 
-    kb: str = described("", "Knowledge base: folder of .txt/.md files or JSONL of documents; empty = shipped sample.")
+    kb: str = described("", "Knowledge base: a .txt/.md file, a JSONL/JSON/CSV/TSV file of documents, or a folder "
+                            "of such files; empty = shipped sample.")
+    kb_fields: str = described("", "Field mapping of knowledge-base records, e.g. text=body,title=name,id=doc_id.")
     rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).")
     hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).")
     top_k: int = described(5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).")

@@ -1,8 +1,8 @@
 """The JudgeAgent context graph (seed 000, Appendix C, Algorithms 3 and 4), persisted with Chroma + networkx.
 
-* **Text chunking** (Appendix C): a knowledge base is a folder of ``.txt``/``.md``
-  files, a JSONL file of documents (``{"id", "title", "text"}``), or the reference
-  texts of the base questions (one document per question). Paragraphs (blank-line
+* **Text chunking** (Appendix C): a knowledge base is a ``.txt``/``.md`` file, a
+  JSONL/JSON/CSV/TSV file of documents (``{"id", "title", "text"}``), a folder of
+  such files, or the reference texts of the base questions (one document per question). Paragraphs (blank-line
   separated) are chunks; very short paragraphs are merged with the next one and
   very long ones split at sentence ends. Chunks are grouped into documents.
 * **Node construction / linking** (Algorithm 3): entities are extracted per chunk
@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import random
@@ -34,7 +33,9 @@ from typing import Any, Callable, Iterable, Sequence
 import networkx as nx
 import numpy as np
 
-from runtime.errors import InputError
+from pydantic import BaseModel
+
+from runtime.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
 
 GRAPH_FORMAT = 1
 MIN_CHUNK_CHARS = 200
@@ -88,50 +89,64 @@ def _title_of(path: Path, text: str) -> str:
     return path.stem.replace("_", " ")
 
 
-def load_knowledge_base(path: str | Path) -> list[Document]:
-    """Documents of a knowledge base folder (``.txt``/``.md``) or JSONL/JSON/CSV file of ``{id,title,text}``."""
+KB_FIELDS = ("id", "title", "text")
+KB_FORMATS = (*TEXT_SUFFIXES, *FORMATS)
+
+
+class _RawDocument(BaseModel):
+    """One knowledge-base record (``--kb-fields`` maps these names; ``text`` may join columns with ``+``)."""
+
+    id: Scalar | None = None
+    title: Scalar = ""
+    text: Texts
+
+
+def load_knowledge_base(path: str | Path, fields: str | None = None) -> list[Document]:
+    """Documents of a knowledge base (``--kb``), read strictly through :mod:`runtime.inputs`.
+
+    A ``.txt``/``.md`` file is one document; a JSONL/JSON/CSV/TSV file holds one document per record
+    (``text``, optional ``title`` and ``id``; a list of texts is joined by blank lines; ``fields`` maps other
+    column names); a folder holds such files (hidden files skipped, any other file refused). Binary, non-UTF-8
+    or empty files, records without text and a knowledge base without any text are errors.
+    """
     p = Path(path)
     if not p.exists():
-        raise InputError("knowledge base not found", file=str(p), field="--kb")
-    docs: list[Document] = []
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.suffix.lower() in {".txt", ".md"} and f.is_file())
-        for f in files:
-            text = f.read_text(encoding="utf-8", errors="replace")
-            chunks = split_paragraphs(text)
-            if chunks:
-                docs.append(Document(id=str(f.relative_to(p)), title=_title_of(f, text), chunks=chunks))
-    else:
-        for i, rec in enumerate(_records(p)):
-            text = rec.get("text") or rec.get("content") or rec.get("body")
-            if isinstance(text, list):
-                text = "\n\n".join(str(t) for t in text)
-            if not isinstance(text, str) or not text.strip():
-                raise InputError("document has no text", file=str(p), record=i + 1, field="text")
-            chunks = split_paragraphs(text)
-            docs.append(Document(id=str(rec.get("id", i + 1)), title=str(rec.get("title", "")), chunks=chunks))
+        raise input_error("knowledge base not found", flag="--kb", file=p)
+    fmap = FieldMap.parse(fields, KB_FIELDS, flag="--kb-fields", joinable=("text",))
+    if not p.is_dir():
+        return _file_documents(p, p.name, fmap, prefix="")
+    files = sorted(f for f in p.rglob("*") if f.is_file()
+                   and not any(part.startswith(".") for part in f.relative_to(p).parts))
+    docs = [d for f in files for d in _file_documents(f, str(f.relative_to(p)), fmap, prefix=f"{f.relative_to(p)}:")]
     if not docs:
-        raise InputError("knowledge base holds no text documents (.txt, .md or JSONL records)", file=str(p),
-                         field="--kb")
+        raise input_error(f"knowledge base folder holds no documents ({', '.join(KB_FORMATS)} files)", flag="--kb",
+                          file=p)
     return docs
 
 
-def _records(p: Path) -> Iterable[dict[str, Any]]:
-    if p.suffix.lower() == ".csv":
-        with p.open(encoding="utf-8", newline="") as fh:
-            yield from csv.DictReader(fh)
-        return
-    text = p.read_text(encoding="utf-8")
-    if p.suffix.lower() == ".json":
-        data = json.loads(text)
-        yield from (data if isinstance(data, list) else [{"id": k, **v} for k, v in data.items()])
-        return
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc.msg}", file=str(p), record=n) from None
+def _file_documents(f: Path, name: str, fmap: FieldMap, *, prefix: str) -> list[Document]:
+    suffix = f.suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        text = read_text(f, flag="--kb")
+        chunks = split_paragraphs(text)
+        if not chunks:
+            raise input_error("document holds no text paragraphs (only headings or blank lines)", flag="--kb",
+                              file=f)
+        return [Document(id=name, title=_title_of(f, text), chunks=chunks)]
+    if suffix not in FORMATS:
+        raise input_error(f"unsupported knowledge-base file type {suffix or '(no suffix)'!r}; use "
+                          f"{', '.join(KB_FORMATS)}", flag="--kb", file=f)
+    docs: dict[str, Document] = {}
+    for rec in read_records(f, flag="--kb"):
+        raw = fmap.validate(_RawDocument, rec)
+        chunks = split_paragraphs("\n\n".join(raw.text))
+        if not chunks:
+            raise fmap.missing(rec, "text", "document has no text")
+        doc_id = f"{prefix}{raw.id if raw.id is not None else rec.n}"
+        if doc_id in docs:
+            raise fmap.error(rec, "id", f"duplicate document id {doc_id!r}")
+        docs[doc_id] = Document(id=doc_id, title=raw.title, chunks=chunks)
+    return list(docs.values())
 
 
 def documents_from_references(questions: Sequence[Any]) -> list[Document]:

@@ -115,7 +115,7 @@ def test_field_mapping_joins_fields_and_reads_indices(tmp_path):
     ({"question": "Q?"}, None, "record 1, field 'answer': missing"),
     ({"question": "Q?", "options": ["a", "b"], "answer": "Z"}, None, "not an option letter"),
     ({"question": "Q?", "answer": "x", "difficulty": "extreme"}, None, "difficulty 'extreme'"),
-    ({"question": "Q?", "answer": "x"}, "bogus=1", "bad mapping"),
+    ({"question": "Q?", "answer": "x"}, "bogus=1", "unknown field name 'bogus'.*valid names: id, question"),
 ])
 def test_bad_datasets_name_the_record_and_field(tmp_path, line, fields, message):
     data = tmp_path / "bad.jsonl"

@@ -99,7 +99,7 @@ def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str
 
 
 def kb_documents(ctx: JudgeAgentContext) -> list[Document]:
-    return load_knowledge_base(ctx.kb or SAMPLE_KB)
+    return load_knowledge_base(ctx.kb or SAMPLE_KB, ctx.kb_fields or None)
 
 
 def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: None) -> ContextGraph:

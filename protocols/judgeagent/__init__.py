@@ -5,17 +5,22 @@ Benchmark Grading, ``--rounds`` Interactive Extension rounds over the context gr
 chunks per knowledge path), Evaluation Feedback and the Algorithm 2 validation. Batches run concurrently
 (``--concurrency``) and a killed run resumes without redoing finished batches (the runner).
 
-Knowledge base (``prepare``): ``--kb PATH`` (folder of .txt/.md, or JSONL of documents); else the reference
-texts of the planned questions (``references`` field); else, for the shipped sample questions, the shipped
-sample articles. The context graph is cached under ``<out>/_cache`` by corpus hash and extraction model, so
-a second run on the same corpus makes no extraction call; ``--build-kb-only`` builds it and stops.
+Inputs are read and validated in ``plan`` (before the run spends anything): the questions (``--data``,
+``--fields``; :mod:`protocols.judgeagent.data`) and the knowledge base: ``--kb PATH`` (a .txt/.md file, a
+JSONL/JSON/CSV/TSV file of documents mapped with ``--kb-fields``, or a folder of such files;
+:func:`stores.context_graph.load_knowledge_base`); else the reference texts of the planned questions
+(``references`` field); else, only when no ``--data`` was given, the shipped sample articles. The console,
+``summary.json`` (``inputs``) and the report say which. The context graph is built in ``prepare`` and cached
+under ``<out>/_cache`` by corpus hash and extraction model, so a second run on the same corpus makes no
+extraction call; ``--build-kb-only`` builds it and stops.
 
 Ablations (section 4.5 / seed 001 Table 3): ``--no-context-graph``, ``--no-difficulty-adaptation``
 (``--fixed-difficulty``), ``--no-extension``.
 
 Embedded model: SmolLM2-135M as the evaluator labels entities, writes questions and judges poorly; the
 results then only show that the pipeline runs (the runner prints the smoke-test warning). Entities it cannot
-label come from the keyword fallback of :mod:`nodes.judgeagent.knowledge`.
+label come from the keyword fallback of :mod:`nodes.judgeagent.knowledge`; when no entity at all came from
+the evaluator, the console, ``kb_stats.json``, ``summary.json`` and the report say so.
 """
 
 from __future__ import annotations
@@ -28,14 +33,17 @@ from typing import Any
 from langgraph.graph import StateGraph
 
 from nodes.judgeagent.knowledge import SAMPLE_KB, context_graph
-from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches
+from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
 from protocols.judgeagent.report import build_report
 from protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_scores, overall_score,
                                           validation_by_label)
 from runtime.errors import InputError
 from runtime.protocol import Protocol, Run, Unit
-from runtime.report import Block
+from runtime.report import Block, Text
 from state.judgeagent import DIFFICULTIES, BaseQuestion, DifficultyConfigError, DifficultyControl, JudgeAgentContext
+from stores.context_graph import load_knowledge_base
+
+KB_STATS = "kb_stats.json"
 
 
 class JudgeAgentProtocol(Protocol):
@@ -46,10 +54,14 @@ class JudgeAgentProtocol(Protocol):
 
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        group.add_argument("--kb", help="knowledge base: folder of .txt/.md files or JSONL of {id,title,text}")
-        group.add_argument("--data", help="base questions: JSONL, JSON or CSV (default: shipped sample)")
-        group.add_argument("--fields", help="field names, e.g. question=QUESTION,answer=final_decision,"
-                                            "references=CONTEXTS (NAME=F1+F2 joins fields)")
+        group.add_argument("--kb", help="knowledge base: a .txt/.md file, a JSONL/JSON/CSV/TSV file of documents "
+                                        "{id,title,text}, or a folder of such files")
+        group.add_argument("--kb-fields", dest="kb_fields",
+                           help="column names of --kb records, e.g. text=body,title=name,id=doc_id (text=A+B joins)")
+        group.add_argument("--data", help="base questions: JSONL, JSON, CSV or TSV (default: shipped sample)")
+        group.add_argument("--fields", help="column names: id, question, answer, options, difficulty, references, "
+                                            "e.g. question=QUESTION,answer=final_decision,references=CONTEXTS "
+                                            "(options=A+B+C+D and references=P1+P2 join columns)")
         group.add_argument("--choices", help="the same options for every question, e.g. yes,no,maybe")
         group.add_argument("--hf-dataset", dest="hf_dataset", help="Hugging Face dataset id[:config] (needs network)")
         group.add_argument("--hf-split", dest="hf_split", help="split of --hf-dataset (default test)")
@@ -88,16 +100,37 @@ class JudgeAgentProtocol(Protocol):
         for name in ("rounds", "hops", "extract_batch"):
             if p.get(name) is not None and p[name] < (0 if name == "rounds" else 1):
                 raise InputError(f"must be at least {0 if name == 'rounds' else 1}", field=f"--{name.replace('_', '-')}")
-        if p.get("kb") and not Path(p["kb"]).exists():
-            raise InputError("knowledge base not found", file=p["kb"], field="--kb")
+        if p.get("kb_fields") and not p.get("kb"):
+            raise InputError("--kb-fields maps the records of a --kb file; no --kb was given", field="--kb-fields")
+        if p.get("kb") and not p.get("no_extension"):
+            load_knowledge_base(p["kb"], p.get("kb_fields"))  # validated now; the graph is built in prepare()
+
+    def inputs(self, run: Run, questions: list[BaseQuestion] | None = None) -> dict[str, str]:
+        """Where this run's questions and knowledge base come from (shipped samples only when none was given)."""
+        p = run.params
+        if uses_sample(p):
+            data = f"shipped sample {SAMPLE_DATA} (no --data given)"
+        else:
+            data = f"Hugging Face {p['hf_dataset']}" if p.get("hf_dataset") else str(p["data"])
+        if p.get("no_extension"):
+            kb = "none (--no-extension)"
+        elif p.get("kb"):
+            kb = str(p["kb"])
+        elif questions is not None and any(q.references for q in questions):
+            kb = "the reference texts of the questions (no --kb given)"
+        else:
+            kb = f"shipped sample {SAMPLE_KB} (no --kb given)"
+        return {"questions": data, "knowledge_base": kb}
 
     def plan(self, run: Run) -> list[Unit]:
         self._check_params(run)
         questions, source = load_questions(run.params)
         if not (run.params.get("kb") or run.params.get("no_extension") or any(q.references for q in questions)
-                or not (run.params.get("data") or run.params.get("hf_dataset"))):
+                or uses_sample(run.params)):
             raise InputError("no knowledge base: pass --kb or map a references field with --fields",
                              file=source, field="--kb")
+        for name, where in self.inputs(run, questions).items():
+            run.console.print(f"{name.replace('_', ' ')}: {where}", markup=False, highlight=False)
         units = []
         for i, batch in enumerate(split_batches(questions, int(run.params.get("batch_size") or 3)), 1):
             units.append(Unit(id=f"batch-{i:04d}", input={"batch": [q.model_dump() for q in batch]},
@@ -129,15 +162,11 @@ class JudgeAgentProtocol(Protocol):
     def prepare(self, run: Run, units: list[Unit]) -> None:
         self._check_params(run)
         questions = [BaseQuestion(**q) for u in units for q in u.input["batch"]]
+        source = self.inputs(run, questions)["knowledge_base"]
         run.params["kb"] = self.resolve_kb(run, questions)
         if run.params.get("no_extension"):
             return
-        ctx = self.context(run)
-        graph = context_graph(run.services, ctx, log=run.console.print)
-        stats = graph.stats()
-        (run.run_dir / "kb_stats.json").write_text(json.dumps({"kb": run.params["kb"], **stats}, indent=2),
-                                                   encoding="utf-8")
-        run.console.print(f"context graph: {stats}")
+        self._graph_stats(run, source)
 
     def custom_run(self, run: Run) -> bool:
         if not run.params.get("build_kb_only"):
@@ -146,12 +175,31 @@ class JudgeAgentProtocol(Protocol):
         questions: list[BaseQuestion] = []
         if not run.params.get("kb"):
             questions, _ = load_questions(run.params)
+        source = self.inputs(run, questions)["knowledge_base"]
         run.params["kb"] = self.resolve_kb(run, questions)
-        graph = context_graph(run.services, self.context(run), log=run.console.print)
-        stats = {"kb": run.params["kb"], "folder": str(graph.folder), **graph.stats()}
-        (run.run_dir / "kb_stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
-        run.console.print(f"context graph ready: {stats}")
+        self._graph_stats(run, source)
         return True
+
+    def _graph_stats(self, run: Run, source: str) -> dict[str, Any]:
+        """Build (or load) the context graph; write, print and return its statistics.
+
+        When the evaluator labelled no chunk at all, every entity comes from the keyword fallback: the
+        statistics carry a ``warning`` that the console, ``summary.json`` and the report repeat.
+        """
+        graph = context_graph(run.services, self.context(run), log=run.console.print)
+        stats: dict[str, Any] = {"kb": run.params["kb"], "source": source,
+                                 "folder": str(graph.folder), **graph.stats()}
+        sources = stats["entity_sources"]
+        if stats["chunks"] and not sources.get("llm"):
+            stats["warning"] = (f"the evaluator labelled no entity in any of the {stats['chunks']} knowledge-base "
+                                "chunks; all context-graph entities come from the keyword fallback "
+                                f"({sources.get('keyword', 0)} entities), so knowledge paths follow keywords, "
+                                "not the evaluator's entity labels (Table 11)")
+        (run.run_dir / KB_STATS).write_text(json.dumps(stats, indent=2), encoding="utf-8")
+        run.console.print(f"context graph: {stats}", markup=False, highlight=False)
+        if stats.get("warning"):
+            run.console.print(f"warning: {stats['warning']}", style="yellow", markup=False, highlight=False)
+        return stats
 
     # -- results -------------------------------------------------------------------------------
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
@@ -195,13 +243,31 @@ class JudgeAgentProtocol(Protocol):
             "judged_by": hows,
             "efficiency": {"avg_tokens_per_seed_question": tokens / n_questions if n_questions else None,
                            "avg_seconds_per_seed_question": seconds / n_questions if n_questions else None},
+            "inputs": self._run_inputs(run),
             "settings": {k: run.params.get(k) for k in ("kb", "batch_size", "rounds", "hops", "gains", "thresholds",
                                                        "no_context_graph", "no_difficulty_adaptation",
                                                        "fixed_difficulty", "no_extension")},
         }
 
+    def _run_inputs(self, run: Run) -> dict[str, Any]:
+        """``inputs()`` for the summary: the knowledge base as ``prepare`` recorded it, with any fallback warning."""
+        out: dict[str, Any] = self.inputs(run)
+        path = run.run_dir / KB_STATS
+        if path.exists():
+            stats = json.loads(path.read_text(encoding="utf-8"))
+            out["knowledge_base"] = stats.get("source", out["knowledge_base"])
+            out["entity_sources"] = stats.get("entity_sources")
+            if stats.get("warning"):
+                out["knowledge_base_warning"] = stats["warning"]
+        return out
+
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
-        return build_report(run, summary["metrics"], records)
+        inputs = summary["metrics"].get("inputs", {})
+        blocks: list[Block] = [Text(f"Questions: {inputs.get('questions')}. Knowledge base: "
+                                    f"{inputs.get('knowledge_base')}.")]
+        if inputs.get("knowledge_base_warning"):
+            blocks.append(Text(f"Warning: {inputs['knowledge_base_warning']}."))
+        return blocks + build_report(run, summary["metrics"], records)
 
 
 def _count(values: Any) -> dict[str, int]:

@@ -1,69 +1,70 @@
-"""Base datasets for JudgeAgent: JSONL / JSON / CSV files (or a Hugging Face ``datasets`` id) with
-configurable field names, normalised into :class:`state.judgeagent.BaseQuestion` and split into batches
-(Algorithm 1, ``SPLIT_BATCHES``).
+"""Base datasets for JudgeAgent, read through the data layer (:mod:`runtime.inputs`: JSONL, JSON, CSV, TSV)
+or from a Hugging Face ``datasets`` id, normalised into :class:`state.judgeagent.BaseQuestion` and split into
+batches (Algorithm 1, ``SPLIT_BATCHES``).
 
-Field mapping (``--fields``): ``question=Q,answer=A,options=OPTS,difficulty=D,references=R,id=ID``. A
-canonical field may name several source fields joined with ``+`` (``references=para_a+para_b``,
-``options=A+B+C+D``). ``--choices yes,no,maybe`` gives every question the same options (the gold answer is
-then one of them). Multiple-choice gold answers may be a letter, a 0-based index or the option text; they
-are stored as the letter.
+Field mapping (``--fields``): ``question=Q,answer=A,options=OPTS,difficulty=D,references=R,id=ID``.
+``options`` and ``references`` may join several columns with ``+`` (``references=para_a+para_b``,
+``options=A+B+C+D``). Values: ``question`` is text; ``answer``, ``id`` and ``difficulty`` are text or a
+number; ``options`` is a list, an object (its values in key order, e.g. ``{"A": .., "B": ..}``), a
+``|``-separated string or several columns; ``references`` is text or a (nested) list of texts.
+``--choices yes,no,maybe`` gives every question the same options. A multiple-choice gold answer may be a
+letter, a 0-based index or the option text; it is stored as the letter, and an answer that reads
+differently as an index and as an option text is refused as ambiguous.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, BeforeValidator
+from pydantic_core import PydanticCustomError
 
 from runtime.errors import InputError
-from runtime.inputs import jsonl_objects
+from runtime.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
 from state.judgeagent import DIFFICULTIES, BaseQuestion
 from nodes.judgeagent.common import LETTERS
 from nodes.judgeagent.judging import normalize
 
 SAMPLE_DATA = Path(__file__).resolve().parents[2] / "samples" / "judgeagent" / "questions.jsonl"
 CANONICAL = ("id", "question", "answer", "options", "difficulty", "references")
+JOINABLE = ("options", "references")
 DIFFICULTY_ALIASES = {"1": "easy", "2": "medium", "3": "hard", "e": "easy", "m": "medium", "h": "hard"}
 
 
-def parse_fields(spec: str | None) -> dict[str, list[str]]:
-    """``"question=QUESTION,answer=final_decision"`` -> ``{"question": ["QUESTION"], ...}`` (defaults kept)."""
-    mapping = {name: [name] for name in CANONICAL}
-    for part in filter(None, (p.strip() for p in (spec or "").split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in CANONICAL or not value.strip():
-            raise InputError(f"bad mapping {part!r}; use NAME=FIELD with NAME in {', '.join(CANONICAL)}",
-                             field="--fields")
-        mapping[key] = [v.strip() for v in value.split("+") if v.strip()]
-    return mapping
+def _options(value: Any) -> Any:
+    if isinstance(value, dict):
+        value = [value[k] for k in sorted(value)]
+    elif isinstance(value, str):
+        value = [p.strip() for p in value.split("|")]
+    elif not isinstance(value, list):
+        value = [value]
+    if len(value) < 2 or any(isinstance(v, (dict, list)) for v in value):
+        raise PydanticCustomError("options", "options must be a list (or object, or 'a|b|c' text) of at least two "
+                                  "texts or numbers")
+    blank = [LETTERS[i] for i, v in enumerate(value) if v is None or (isinstance(v, str) and not v.strip())]
+    if blank:
+        raise PydanticCustomError("options", "option {letters} is empty", {"letters": ", ".join(blank)})
+    return [scalar_text(v) for v in value]
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        raise InputError("dataset not found", file=str(path), field="--data")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".csv":
-            with path.open(encoding="utf-8", newline="") as fh:
-                return list(csv.DictReader(fh))
-        text = path.read_text(encoding="utf-8")
-        if suffix == ".json":
-            data = json.loads(text)
-            if isinstance(data, dict):
-                return [{"id": k, **v} if isinstance(v, dict) else {"id": k, "value": v} for k, v in data.items()]
-            return list(data)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg} (line {exc.lineno})", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", file=str(path)) from None
-    return [rec for _, rec in jsonl_objects(path, iter(text.splitlines()))]
+class RawQuestion(BaseModel):
+    """The canonical fields of one dataset record, typed (see the module docstring)."""
+
+    id: Scalar | None = None
+    question: Text
+    answer: Scalar
+    options: Annotated[list[str], BeforeValidator(_options)] | None = None
+    difficulty: Scalar | None = None
+    references: Texts = []
 
 
-def hf_records(dataset_id: str, split: str) -> list[dict[str, Any]]:
+def field_map(spec: str | None) -> FieldMap:
+    """The ``--fields`` mapping of JudgeAgent's canonical names."""
+    return FieldMap.parse(spec, CANONICAL, joinable=JOINABLE)
+
+
+def hf_records(dataset_id: str, split: str) -> list[Record]:
     """Records of a Hugging Face dataset (needs the optional ``datasets`` package and network)."""
     try:
         import datasets  # type: ignore[import-not-found]
@@ -75,112 +76,78 @@ def hf_records(dataset_id: str, split: str) -> list[dict[str, Any]]:
         ds = datasets.load_dataset(name, config or None, split=split)
     except Exception as exc:  # noqa: BLE001 - any loader failure is the user's input to fix
         raise InputError(f"cannot load {dataset_id!r} split {split!r}: {exc}", field="--hf-dataset") from None
-    return [dict(r) for r in ds]
+    return [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
 
 
-def _get(rec: dict[str, Any], names: list[str]) -> list[Any]:
-    return [rec[n] for n in names if n in rec and rec[n] not in (None, "")]
-
-
-def _texts(values: Iterable[Any]) -> list[str]:
-    out: list[str] = []
-    for v in values:
-        if isinstance(v, str):
-            out.append(v)
-        elif isinstance(v, dict):
-            out.extend(_texts(v.values()))
-        elif isinstance(v, (list, tuple)):
-            if all(isinstance(x, str) for x in v):
-                out.extend(v)
-            else:
-                out.extend(_texts(v))
-        elif v is not None:
-            out.append(str(v))
-    return [t for t in out if t.strip()]
-
-
-def _options(values: list[Any]) -> list[str] | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        v = values[0]
-        if isinstance(v, dict):
-            return [str(x) for _, x in sorted(v.items())]
-        if isinstance(v, str):
-            parts = [p.strip() for p in v.split("|")]
-            return parts if len(parts) > 1 else None
-        return [str(x) for x in v]
-    return [str(v) for v in values]
-
-
-def _letter(answer: Any, options: list[str]) -> str | None:
-    if isinstance(answer, bool):
-        return None
-    if isinstance(answer, int) or (isinstance(answer, str) and answer.strip().isdigit()):
-        i = int(answer)
-        return LETTERS[i] if 0 <= i < len(options) else None
-    text = str(answer).strip()
+def _letter(answer: str, options: list[str]) -> tuple[set[str], str]:
+    """Option letters ``answer`` can mean (as a letter, a 0-based index, an option text) and how."""
+    readings: dict[str, str] = {}
+    text = answer.strip()
     if len(text) == 1 and text.upper() in LETTERS[: len(options)]:
-        return text.upper()
+        readings.setdefault(text.upper(), "letter")
+    if text.isdigit() and int(text) < len(options):
+        readings.setdefault(LETTERS[int(text)], "0-based index")
     hits = [LETTERS[i] for i, o in enumerate(options) if normalize(o) == normalize(text)]
-    return hits[0] if len(hits) == 1 else None
+    if len(hits) == 1:
+        readings.setdefault(hits[0], "option text")
+    return set(readings), ", ".join(f"{v} {k}" for k, v in readings.items())
 
 
-def to_question(rec: dict[str, Any], n: int, mapping: dict[str, list[str]], *, file: str,
-                choices: list[str] | None = None) -> BaseQuestion:
-    def need(name: str) -> Any:
-        got = _get(rec, mapping[name])
-        if not got:
-            raise InputError("missing or empty", file=file, record=n, field="+".join(mapping[name]))
-        return got[0]
-
-    question = need("question")
-    answer = need("answer")
-    options = choices or _options(_get(rec, mapping["options"]))
+def to_question(rec: Record, fields: FieldMap, *, choices: list[str] | None = None) -> BaseQuestion:
+    """One record -> a :class:`BaseQuestion`; any problem raises :class:`InputError` naming the record."""
+    raw = fields.validate(RawQuestion, rec)
+    options = choices or raw.options
+    answer = raw.answer
     if options:
-        letter = _letter(answer, options)
-        if letter is None:
-            raise InputError(f"answer {str(answer)[:40]!r} is not an option letter, index or option text",
-                             file=file, record=n, field="+".join(mapping["answer"]))
-        answer = letter
-    diff_raw = _get(rec, mapping["difficulty"])
+        letters, how = _letter(answer, options)
+        if not letters:
+            raise fields.error(rec, "answer", f"answer {answer[:40]!r} is not an option letter, 0-based index "
+                                              "or option text")
+        if len(letters) > 1:
+            raise fields.error(rec, "answer", f"answer {answer[:40]!r} is ambiguous: {how}")
+        answer = letters.pop()
     difficulty = None
-    if diff_raw:
-        d = str(diff_raw[0]).strip().lower()
-        d = DIFFICULTY_ALIASES.get(d, d)
+    if raw.difficulty is not None:
+        d = DIFFICULTY_ALIASES.get(raw.difficulty.strip().lower(), raw.difficulty.strip().lower())
         if d not in DIFFICULTIES:
-            raise InputError(f"difficulty {diff_raw[0]!r} is not one of easy, medium, hard (or 1-3)",
-                             file=file, record=n, field="+".join(mapping["difficulty"]))
+            raise fields.error(rec, "difficulty", f"difficulty {raw.difficulty!r} is not one of easy, medium, "
+                                                  "hard (or 1-3)")
         difficulty = d
-    ids = _get(rec, mapping["id"])
-    try:
-        return BaseQuestion(id=str(ids[0]) if ids else f"q{n}", question=str(question), answer=str(answer),
-                            options=options, difficulty=difficulty,
-                            references=_texts(_get(rec, mapping["references"])))
-    except ValidationError as exc:
-        raise InputError(exc.errors()[0]["msg"], file=file, record=n) from None
+    return BaseQuestion(id=raw.id if raw.id is not None else f"q{rec.n}", question=raw.question, answer=answer,
+                        options=options, difficulty=difficulty,
+                        references=[t for t in raw.references if t.strip()])
 
 
 def load_questions(params: dict[str, Any]) -> tuple[list[BaseQuestion], str]:
-    """The base questions named by the run parameters, and a label of their source."""
-    mapping = parse_fields(params.get("fields"))
+    """The base questions named by the run parameters, and a label of their source.
+
+    Without ``--data`` or ``--hf-dataset`` the shipped sample is read (see :func:`uses_sample`).
+    """
+    fields = field_map(params.get("fields"))
     choices = [c.strip() for c in str(params["choices"]).split(",") if c.strip()] if params.get("choices") else None
+    if choices is not None and len(choices) < 2:
+        raise input_error("give at least two comma-separated choices", flag="--choices")
     if params.get("hf_dataset"):
         records = hf_records(params["hf_dataset"], params.get("hf_split") or "test")
         source = f"hf:{params['hf_dataset']}"
+        if not records:
+            raise input_error("dataset holds no records", flag="--hf-dataset", file=source)
     else:
         path = Path(params.get("data") or SAMPLE_DATA)
-        records = read_records(path)
+        records = read_records(path, flag="--data")
         source = str(path)
-    if not records:
-        raise InputError("dataset holds no records", file=source, field="--data")
-    questions = [to_question(r, n, mapping, file=source, choices=choices) for n, r in enumerate(records, 1)]
+    questions = [to_question(r, fields, choices=choices) for r in records]
     seen: set[str] = set()
-    for n, q in enumerate(questions, 1):
+    for rec, q in zip(records, questions):
         if q.id in seen:
-            raise InputError(f"duplicate id {q.id!r}", file=source, record=n, field="+".join(mapping["id"]))
+            raise fields.error(rec, "id", f"duplicate id {q.id!r}")
         seen.add(q.id)
     return questions, source
+
+
+def uses_sample(params: dict[str, Any]) -> bool:
+    """True when no dataset was given, so the shipped sample questions are used."""
+    return not (params.get("data") or params.get("hf_dataset"))
 
 
 def split_batches(questions: list[BaseQuestion], size: int) -> list[list[BaseQuestion]]:
