@@ -13,6 +13,9 @@ the HTTP exam server and the analyses share one source of truth:
 * ``llmeval_items``: the fixed, ordered question list of a session with the
   quota state of every slot (``allocated`` -> ``pending`` -> ``completed``), the
   examinee's answer and the judge's stars and reason.
+* ``llmeval_examinees`` and ``llmeval_server``: the exam server's registered
+  examinees (name -> session) and its token signing secret, so that tokens,
+  sessions and answers survive a server restart.
 
 Quota rules (the "inner layer" of section 2.2): a session's questions are
 allocated once, delivered strictly in order, one pending at a time; an answer is
@@ -32,6 +35,7 @@ import hashlib
 import json
 import random
 import re
+import secrets
 import threading
 import unicodedata
 import uuid as uuidlib
@@ -92,6 +96,20 @@ items = sa.Table(
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("judge_status", sa.String(24), nullable=True),
     sa.UniqueConstraint("session_id", "question_uuid", name="uq_llmeval_item_question"),
+)
+
+examinees = sa.Table(  # exam-server users: one examinee name, one session (the admin is never an examinee)
+    "llmeval_examinees", metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("session_id", sa.String(200), sa.ForeignKey("llmeval_sessions.session_id"), nullable=False,
+              unique=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+server_settings = sa.Table(  # exam-server state that must survive a restart (the token signing secret)
+    "llmeval_server", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
 )
 
 QTYPES = ("mcq", "true_false", "fill_blank", "short_answer", "term", "material", "open")
@@ -426,9 +444,36 @@ class QuestionBank:
             conn.execute(items.update().where(items.c.session_id == session_id, items.c.position == position)
                          .values(stars=stars, reason=reason, judge_status=status))
 
-    def set_owner(self, session_id: str, owner: str) -> None:
-        with self._lock, self.engine.begin() as conn:
-            conn.execute(sessions.update().where(sessions.c.session_id == session_id).values(owner=owner))
+    # -- exam-server users ----------------------------------------------------------------------
+    def register_examinee(self, name: str, session_id: str) -> None:
+        """Make ``name`` the examinee (and owner) of ``session_id``; :class:`ValueError` if the name is taken."""
+        try:
+            with self._lock, self.engine.begin() as conn:
+                conn.execute(examinees.insert().values(name=name, session_id=session_id, created_at=now()))
+                conn.execute(sessions.update().where(sessions.c.session_id == session_id).values(owner=name))
+        except sa.exc.IntegrityError:
+            raise ValueError(f"examinee {name!r} is already registered") from None
+
+    def examinee_session(self, name: str) -> str | None:
+        """The session of a registered examinee, ``None`` for an unknown name."""
+        with self.engine.connect() as conn:
+            return conn.scalar(sa.select(examinees.c.session_id).where(examinees.c.name == name))
+
+    def server_secret(self) -> str:
+        """The exam server's token signing secret: created once, then read back (tokens survive restarts)."""
+        with self._lock:
+            with self.engine.connect() as conn:
+                value = conn.scalar(sa.select(server_settings.c.value).where(server_settings.c.key == "jwt_secret"))
+            if value is not None:
+                return str(value)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(server_settings.insert().values(key="jwt_secret", value=secrets.token_hex(32)))
+            except sa.exc.IntegrityError:  # another server process created it first
+                pass
+            with self.engine.connect() as conn:
+                return str(conn.scalar(sa.select(server_settings.c.value)
+                                       .where(server_settings.c.key == "jwt_secret")))
 
     def set_scores(self, session_id: str, scores: dict[str, Any]) -> None:
         with self._lock, self.engine.begin() as conn:

@@ -31,13 +31,15 @@ def judge(messages, tool):
     return {"rating": 2, "reason": "fine"}
 
 
-def make_server(tmp_path: Path, **kw) -> ExamServer:
+def make_server(tmp_path: Path, secret: str | None = SECRET, **kw) -> ExamServer:
+    """A server over ``tmp_path/bank.sqlite`` (the sample imported once); ``secret=None``: the bank's own."""
     bank_path = tmp_path / "bank.sqlite"
-    import_file(QuestionBank(bank_path), SAMPLE)
+    if not bank_path.exists():
+        import_file(QuestionBank(bank_path), SAMPLE)
     svc = make_services(tmp_path, protocol="llmeval", chats={"evaluator": ScriptedChat(judge),
                                                              "target": ScriptedChat(lambda m, t: "unused")})
     ctx = LLMEvalContext(services=svc, bank_db=str(bank_path), questions=5)
-    return ExamServer(ctx, secret=SECRET, **kw)
+    return ExamServer(ctx, secret=secret, **kw)
 
 
 def auth(token: str) -> dict[str, str]:
@@ -240,3 +242,98 @@ def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, r
     print("\nllmeval exam server load test:", json.dumps(figures))
     (tmp_path / "load_test.json").write_text(json.dumps(figures))
     assert elapsed < 90
+
+
+def test_examinee_named_admin_is_refused_and_the_admin_keeps_its_rights(exam):
+    server, client, admin = exam
+    for name in ("admin", "Admin", " ADMIN "):
+        r = client.post("/admin/sessions", json={"model": "m", "examinee": name}, headers=admin)
+        assert r.status_code == 422, (name, r.status_code)
+    assert client.get("/admin/leaderboard", headers=admin).status_code == 200
+    assert server.bank.examinee_session("admin") is None
+    # a validly signed examinee token named admin is no user at all
+    s = new_session(client, admin)
+    posing = server.issue("admin", "examinee", s["session_id"])
+    assert client.get(f"/sessions/{s['session_id']}/next", headers=auth(posing)).status_code == 403
+
+
+def test_an_examinee_name_is_registered_once_and_the_first_holder_keeps_its_session(exam):
+    _, client, admin = exam
+    first = new_session(client, admin, examinee="alice")
+    r = client.post("/admin/sessions", json={"model": "m", "examinee": "alice"}, headers=admin)
+    assert r.status_code == 409 and "already registered" in r.text
+    assert client.get(f"/sessions/{first['session_id']}/next", headers=auth(first["token"])).status_code == 200
+
+
+def test_concurrent_duplicate_submissions_accept_exactly_one(exam):
+    server, client, admin = exam
+    s = new_session(client, admin, questions=2)
+    me, sid = auth(s["token"]), s["session_id"]
+    assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 0
+    barrier = threading.Barrier(12)
+
+    def submit(i: int) -> int:
+        barrier.wait()
+        return client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": f"copy {i}"},
+                           headers=me).status_code
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        codes = list(pool.map(submit, range(12)))
+    assert sorted(codes) == [200] + [409] * 11
+    item = server.bank.judged_items(sid)[0]
+    assert item["status"] == "completed" and item["response"].startswith("copy ")
+
+
+def test_a_restarted_server_keeps_examinees_sessions_answers_and_tokens(tmp_path):
+    """Two server processes over one database file, neither given a secret: the second accepts the first's
+    tokens and continues the session exactly where it stopped."""
+    first = make_server(tmp_path, secret=None)  # the signing secret kept in the bank
+    client = TestClient(create_app(first))
+    admin = auth(first.admin_token())
+    s = new_session(client, admin, questions=3, examinee="bob")
+    me, sid = auth(s["token"]), s["session_id"]
+    for pos in (0, 1):
+        assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == pos
+        assert client.post(f"/sessions/{sid}/answers", json={"position": pos, "answer": f"a{pos}"},
+                           headers=me).status_code == 200
+    assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 2  # delivered, unanswered
+    first.bank.close()
+
+    second = make_server(tmp_path, secret=None)
+    assert second.secret == first.secret
+    client = TestClient(create_app(second))
+    assert client.get(f"/sessions/{sid}", headers=me).json()["quota"] == {"allocated": 3, "undelivered": 0,
+                                                                          "pending": 1, "completed": 2}
+    assert client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "again"},
+                       headers=me).status_code == 409
+    assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 2
+    assert client.post(f"/sessions/{sid}/answers", json={"position": 2, "answer": "a2"}, headers=me).status_code == 200
+    assert [i["response"] for i in second.bank.judged_items(sid)] == ["a0", "a1", "a2"]
+    assert client.post("/admin/sessions", json={"model": "m", "examinee": "bob"}, headers=admin).status_code == 409
+    assert client.post(f"/admin/sessions/{sid}/score", headers=admin).status_code == 200
+
+
+def test_an_expired_admin_token_is_replaced_by_one_the_operator_reissues(tmp_path):
+    from run import main
+
+    server = make_server(tmp_path, secret=None)  # the bank's own secret, as `--serve` uses
+    client = TestClient(create_app(server))
+    expired = server.issue("admin", "admin", ttl_s=-1)
+    assert client.get("/admin/leaderboard", headers=auth(expired)).status_code == 401
+    out = tmp_path / "runs"
+    code = main(["--protocol", "llmeval", "--admin-token", "--bank-db", str(tmp_path / "bank.sqlite"),
+                 "--out", str(out), "--skip-preflight"])
+    assert code == 0
+    fresh = next(out.glob("*/admin_token")).read_text().strip()
+    assert client.get("/admin/leaderboard", headers=auth(fresh)).status_code == 200
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "http", "80.5"])
+def test_an_invalid_port_is_one_line_and_exit_2(tmp_path, capsys, port):
+    from run import main
+
+    code = main(["--protocol", "llmeval", "--serve", "--port", port, "--out", str(tmp_path / "runs"),
+                 "--bank-db", str(tmp_path / "bank.sqlite")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--port" in err and "1-65535" in err
+    assert not (tmp_path / "bank.sqlite").exists()

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,17 @@ from state.llmeval import PARADIGMS, LLMEvalContext
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.llmeval.common.SAMPLE_BANK
+
+
+def port_number(value: object) -> int:
+    """The exam server port (``--port``): an integer 1-65535, else :class:`InputError`."""
+    try:
+        port = int(str(value))
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise InputError(f"must be a TCP port number 1-65535, got {value!r}", field="--port")
+    return port
 
 
 def _sizes(text: str) -> list[int]:
@@ -74,7 +83,10 @@ class LLMEvalProtocol(Protocol):
         group.add_argument("--judge-concurrency", type=int, help="answers judged at once (default 4)")
         group.add_argument("--serve", action="store_true", default=None,
                            help="start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
-        group.add_argument("--port", type=int, help="exam server port (default 8765)")
+        group.add_argument("--port", metavar="PORT", help="exam server port, 1-65535 (default 8765)")
+        group.add_argument("--admin-token", action="store_true", default=None,
+                           help="print a fresh exam-server admin token for the bank (tokens expire after an hour) "
+                                "and exit")
         group.add_argument("--rate-limit", type=float, help="exam server requests per second per user (default 20)")
         group.add_argument("--leaderboard", action="store_true", default=None,
                            help="print the leaderboard over every model and run in the bank")
@@ -235,10 +247,14 @@ class LLMEvalProtocol(Protocol):
     # -- other modes -----------------------------------------------------------------------------
     def custom_run(self, run: Run) -> bool:
         p = run.params
-        modes = [m for m in ("serve", "import_only", "export", "leaderboard", "stability", "kappa", "contamination")
-                 if p.get(m)]
+        modes = [m for m in ("serve", "admin_token", "import_only", "export", "leaderboard", "stability", "kappa",
+                             "contamination") if p.get(m)]
         if not modes:
             return False
+        port = port_number(p.get("port") or 8765)
+        if p.get("admin_token"):
+            self.print_admin_token(run)
+            return True
         blocks: list[Block] = []
         summary: dict[str, Any] = {"run_id": run.run_dir.name, "protocol": self.name, "modes": modes}
         self.ensure_bank(run)  # imports --bank, or the shipped sample into an empty bank
@@ -277,7 +293,7 @@ class LLMEvalProtocol(Protocol):
                        Table(["set", "tested", "recalled (>=2 of 3)", "rate"], rows,
                              caption=f"Target {run.services.model_label('target')}")]
         if p.get("serve"):
-            self.serve(run)
+            self.serve(run, port)
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         if blocks:
             write_report(run.run_dir, f"llmeval {', '.join(modes)} {run.run_dir.name}", blocks)
@@ -288,20 +304,34 @@ class LLMEvalProtocol(Protocol):
         ref = run.params.get("reference_model")
         return extra_label(run.services, "reference", ref) if ref else None
 
-    def serve(self, run: Run) -> None:
+    def serve(self, run: Run, port: int) -> None:
         import uvicorn
 
         from protocols.llmeval.server import ExamServer, create_app
 
-        ctx = self._ctx(run)
-        server = ExamServer(ctx, secret=os.environ.get("DYNEVAL_LLMEVAL_JWT_SECRET") or secrets.token_hex(32),
-                            rate=float(run.params.get("rate_limit") or 20.0))
-        token_file = run.run_dir / "admin_token"
-        token_file.write_text(server.admin_token() + "\n", encoding="utf-8")
-        token_file.chmod(0o600)
-        port = int(run.params.get("port") or 8765)
-        run.console.print(f"exam server on http://127.0.0.1:{port}  (admin token in {token_file})")
+        server = ExamServer(self._ctx(run), rate=float(run.params.get("rate_limit") or 20.0))
+        token_file = write_admin_token(run, server)
+        run.console.print(f"exam server on http://127.0.0.1:{port}  (admin token in {token_file}; "
+                          "a fresh one: --admin-token)", highlight=False)
         uvicorn.run(create_app(server), host="127.0.0.1", port=port, log_level="warning")
+
+    def print_admin_token(self, run: Run) -> None:
+        """``--admin-token``: a fresh admin token signed with the bank's secret (valid for a running server)."""
+        from protocols.llmeval.server import ExamServer
+
+        server = ExamServer(self._ctx(run))
+        token_file = write_admin_token(run, server)
+        run.console.print(f"admin token for {server.bank.url.split('://')[0]} bank, valid {server.ttl // 60} "
+                          f"minutes (also in {token_file}):", highlight=False)
+        print(token_file.read_text(encoding="utf-8").strip())
+
+
+def write_admin_token(run: Run, server: Any) -> Path:
+    """A fresh admin token in ``RUN_DIR/admin_token``, readable by its owner only."""
+    token_file = run.run_dir / "admin_token"
+    token_file.write_text(server.admin_token() + "\n", encoding="utf-8")
+    token_file.chmod(0o600)
+    return token_file
 
 
 def print_leaderboard(run: Run, rows: list[dict[str, Any]]) -> None:

@@ -14,6 +14,12 @@ Section 2.2 "Secure Anti-Cheating Architecture" and appendix F (Algorithm 1):
   answers and explanations never leave the server.
 * Rate limiting: a token bucket per user; over the limit -> 429 with Retry-After.
 
+Users: the single ``admin`` (the operator; never an examinee name) and one
+examinee per session. Examinees and the signing secret live in the bank's
+database (``llmeval_examinees``, ``llmeval_server``), so a restarted server keeps
+accepting their tokens; ``run.py --protocol llmeval --admin-token`` re-issues an
+admin token, since tokens expire (one hour by default).
+
 Sessions are created with the ``open_session`` node and scored by running the
 exam graph (judge + score nodes) on the session once it is complete.
 """
@@ -21,9 +27,9 @@ exam graph (judge + score nodes) on the session once it is complete.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-import secrets
+import os
 import threading
+from collections import deque
 import time
 import uuid
 from typing import Any
@@ -32,15 +38,19 @@ import jwt
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from nodes.llmeval.common import bank_of
 from nodes.llmeval.examinee import build_messages, fewshot_examples
 from nodes.llmeval.session import open_session
+from runtime.errors import InputError
 from state.llmeval import PARADIGMS, LLMEvalContext
-from stores.question_bank import QuotaError
+from stores.question_bank import QuestionBank, QuotaError
 
 ALGORITHM = "HS256"
+ADMIN = "admin"
+#: Environment variable with the token signing secret; unset = a secret kept in the bank's database.
+SECRET_ENV = "DYNEVAL_LLMEVAL_JWT_SECRET"
 PERMISSIONS = {"admin": ["sessions:create", "sessions:read", "sessions:score", "leaderboard:read"],
                "examinee": ["questions:read", "answers:write"]}
 
@@ -50,7 +60,14 @@ class NewSession(BaseModel):
     questions: int | None = Field(None, ge=1, le=100000)
     paradigm: str = "zero-shot"
     stratified: bool = False
-    examinee: str | None = Field(None, max_length=200)
+    examinee: str | None = Field(None, min_length=1, max_length=200)
+
+    @field_validator("examinee")
+    @classmethod
+    def _not_admin(cls, name: str | None) -> str | None:
+        if name is not None and name.strip().casefold() == ADMIN:
+            raise ValueError(f"{ADMIN!r} is the administrator, not an examinee name")
+        return name
 
 
 class Answer(BaseModel):
@@ -79,18 +96,27 @@ class TokenBucket:
             return (1 - tokens) / self.rate
 
 
+def signing_secret(bank: QuestionBank) -> str:
+    """The HS256 key: ``DYNEVAL_LLMEVAL_JWT_SECRET`` when set (at least 32 bytes), else the bank's own."""
+    value = os.environ.get(SECRET_ENV, "")
+    if not value:
+        return bank.server_secret()
+    if len(value.encode("utf-8")) < 32:
+        raise InputError(f"environment variable {SECRET_ENV} must hold at least 32 bytes (an HS256 key)")
+    return value
+
+
 class ExamServer:
-    """State of one server process: signing secret, registered users, rate limiter, bank and graph."""
+    """State of one server process: signing secret, rate limiter, bank and graph (users live in the bank)."""
 
     def __init__(self, ctx: LLMEvalContext, *, secret: str | None = None, token_ttl_s: int = 3600,
                  rate: float = 20.0, burst: int = 40) -> None:
         self.ctx = ctx
-        self.secret = secret or secrets.token_hex(32)
-        self.ttl = token_ttl_s
         self.bank = bank_of(ctx)
+        self.secret = secret or signing_secret(self.bank)
+        self.ttl = token_ttl_s
         self.limiter = TokenBucket(rate, burst)
-        self.users: dict[str, dict[str, Any]] = {"admin": {"role": "admin", "session_id": None}}
-        self._users_lock = threading.Lock()
+        self._create_lock = threading.Lock()  # examinee-name check, allocation and registration in one step
         self.log: deque[dict[str, Any]] = deque(maxlen=10000)  # access log (Algorithm 1, line 29)
 
     # -- tokens (Algorithm 1, lines 1-6) -----------------------------------------------------
@@ -101,7 +127,16 @@ class ExamServer:
         return jwt.encode(payload, self.secret, algorithm=ALGORITHM)
 
     def admin_token(self) -> str:
-        return self.issue("admin", "admin")
+        return self.issue(ADMIN, "admin")
+
+    def own_session(self, sub: str, role: str) -> str | None:
+        """The session a registered user may see (``None`` for the admin); :class:`HTTPException` 403 if unknown."""
+        if role == "admin" and sub == ADMIN:
+            return None
+        own = self.bank.examinee_session(sub) if role == "examinee" else None
+        if own is None:
+            raise HTTPException(403, "unknown user or role")
+        return own
 
     # -- verification (Algorithm 1, lines 12-29) ----------------------------------------------
     def claims(self, request: Request) -> dict[str, Any]:
@@ -115,10 +150,7 @@ class ExamServer:
             raise HTTPException(401, "token expired", headers={"WWW-Authenticate": "Bearer"}) from None
         except jwt.InvalidTokenError as exc:
             raise HTTPException(401, f"invalid token: {exc}", headers={"WWW-Authenticate": "Bearer"}) from None
-        with self._users_lock:
-            user = self.users.get(str(claims["sub"]))
-        if user is None or user["role"] != claims["role"]:
-            raise HTTPException(403, "unknown user or role")
+        self.own_session(str(claims["sub"]), str(claims["role"]))
         wait = self.limiter.take(str(claims["sub"]))
         if wait:
             raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": f"{max(1, round(wait))}"})
@@ -130,8 +162,7 @@ class ExamServer:
         if permission not in (claims.get("permissions") or []) or permission not in PERMISSIONS[claims["role"]]:
             raise HTTPException(403, f"permission {permission!r} required")
         if claims["role"] == "examinee":
-            with self._users_lock:
-                own = self.users.get(str(claims["sub"]), {}).get("session_id")
+            own = self.own_session(str(claims["sub"]), "examinee")
             if session_id is None or claims.get("session_id") != session_id or own != session_id:
                 raise HTTPException(403, "this token is not valid for that session")
 
@@ -143,14 +174,15 @@ class ExamServer:
         examinee = body.examinee or f"examinee-{session_id}"
         ctx = dataclasses.replace(self.ctx, questions=body.questions or self.ctx.questions, paradigm=body.paradigm,
                                   stratified=body.stratified, reference_model="")
-        try:
-            state = open_session({"session_id": session_id, "model": body.model, "paradigm": body.paradigm},
-                                 Runtime(context=ctx))
-        except ValueError as exc:
-            raise HTTPException(409, str(exc)) from None
-        self.bank.set_owner(session_id, examinee)
-        with self._users_lock:
-            self.users[examinee] = {"role": "examinee", "session_id": session_id}
+        with self._create_lock:
+            if self.bank.examinee_session(examinee) is not None:
+                raise HTTPException(409, f"examinee {examinee!r} is already registered")
+            try:
+                state = open_session({"session_id": session_id, "model": body.model, "paradigm": body.paradigm},
+                                     Runtime(context=ctx))
+                self.bank.register_examinee(examinee, session_id)
+            except ValueError as exc:
+                raise HTTPException(409, str(exc)) from None
         return {"session_id": session_id, "examinee": examinee, "allocated": state["allocated"],
                 "token": self.issue(examinee, "examinee", session_id)}
 
