@@ -14,12 +14,12 @@ from typing import Any
 from langgraph.graph import StateGraph
 
 from protocols.interview import metrics
-from protocols.interview.data import load_seeds
+from protocols.interview.data import CANONICAL, SAMPLE, load_seeds
 from protocols.interview.report import report_blocks
 from prompts import load_prompt
 from runtime.errors import InfraError, InputError, ModelError
 from runtime.protocol import Protocol, Run, Unit
-from runtime.report import Block
+from runtime.report import Block, Text
 from state.interview import MODIFICATION_STRATEGIES, TASK_TYPES, InterviewContext
 from state.verdicts import is_ungraded
 
@@ -39,8 +39,10 @@ class InterviewProtocol(Protocol):
 
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        group.add_argument("--data", help="seed questions (JSONL or CSV: question, solution, answer, task, level); "
-                                          "default: the shipped sample")
+        group.add_argument("--data", help="seed questions (JSONL, JSON, CSV or TSV: question, solution, answer, task, "
+                                          "level, id); default: the shipped sample")
+        group.add_argument("--fields", help=f"column names of --data, e.g. question=Problem,answer=Final "
+                                            f"(names: {', '.join(CANONICAL)})")
         group.add_argument("--task", choices=TASK_TYPES, help="treat every seed question as this task type")
         group.add_argument("--repeats", type=int, help="interview every seed question K times (run-to-run std)")
         group.add_argument("--max-retries", type=int, help="MAX_RETRIES after a wrong answer (default 2)")
@@ -80,7 +82,8 @@ class InterviewProtocol(Protocol):
         repeats = self._int(run, "repeats", 1, 1)
         self._int(run, "max_retries", 2, 0)
         self._int(run, "max_questions", 2, 1)
-        seeds = load_seeds(run.params.get("data"), run.params.get("task"))
+        seeds = load_seeds(run.params.get("data"), run.params.get("task"), run.params.get("fields"))
+        run.console.print(f"seed questions: {self.inputs(run)}", markup=False, highlight=False)
         units = []
         for k in range(repeats):
             for s in seeds:
@@ -88,6 +91,10 @@ class InterviewProtocol(Protocol):
                 units.append(Unit(id=uid, input={"unit_id": uid, "seed": s.model_dump()},
                                   meta={"seed_id": s.id, "repeat": k, "task": s.task, "level": s.level}))
         return units
+
+    def inputs(self, run: Run) -> str:
+        """Where the seed questions come from (the shipped sample only when no --data was given)."""
+        return str(run.params["data"]) if run.params.get("data") else f"shipped sample {SAMPLE} (no --data given)"
 
     def expected_calls(self, run: Run) -> str:
         r = self._int(run, "max_retries", 2, 0)
@@ -147,6 +154,7 @@ class InterviewProtocol(Protocol):
         scores = [r["value"] for r in rates]
         judge = metrics.judge_rate(ok)
         out: dict[str, Any] = {
+            "inputs": {"seed_questions": self.inputs(run)},
             "sessions": len(ok),
             "sessions_ungraded": sum(1 for r in ok if r.get("ungraded")),
             "answers_ungraded": sum(1 for r in ok for i in [*r["seed_interactions"], *r["followup_results"]]
@@ -197,7 +205,9 @@ class InterviewProtocol(Protocol):
         return (text, "interviewer") if text else (_code_overall(ok, out), "code")
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
-        return report_blocks(run, summary.get("metrics", {}), records)
+        inputs = summary.get("metrics", {}).get("inputs", {})
+        return [Text(f"Seed questions: {inputs.get('seed_questions')}."),
+                *report_blocks(run, summary.get("metrics", {}), records)]
 
 
 def _count(items: Any) -> dict[str, int]:
