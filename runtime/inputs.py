@@ -365,9 +365,3 @@ class FieldMap:
             raise rec.error(err["msg"], field=name) from None
 
 
-
-def jsonl_objects(path: Path, lines: Iterator[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Transitional: ``(line, object)`` of a JSONL file (removed once every reader uses :func:`read_records`)."""
-    records = read_records(path) if lines is None else _json_lines("\n".join(lines), Path(path), "--data")
-    for rec in records:
-        yield int(rec.n), rec.data

@@ -78,6 +78,8 @@ class AtadProtocol(Protocol):
                            help="evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)")
         group.add_argument("--benchmark", nargs="+", metavar="FILE",
                            help="benchmark JSONL file(s) to evaluate or review (one per generator)")
+        group.add_argument("--fields", help="column names of --benchmark records, e.g. id=item_id,task=type "
+                                            "(names: id, task, item_status, problem, base_problem)")
         group.add_argument("--review", nargs="+", metavar="MODEL",
                            help="quality review of --benchmark problems by these reviewer models (Table 3)")
 

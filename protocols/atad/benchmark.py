@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from nodes.atad.problems import gold, structure_errors
-from runtime.errors import InputError
-from runtime.inputs import jsonl_objects
+from runtime.inputs import FieldMap, Scalar, read_records
 from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
+
+CANONICAL = ("id", "task", "item_status", "problem", "base_problem")
 
 
 def item_record(unit_id: str, state: dict[str, Any], *, levels: list[tuple[str, int]], orchestrator: bool,
@@ -67,29 +70,40 @@ def write_benchmark(path: Path, items: list[dict[str, Any]]) -> Path:
     return path
 
 
-def load_benchmark(path: str | Path) -> list[dict[str, Any]]:
-    """Read and check a benchmark file; bad input raises :class:`InputError` naming file, record and field."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("benchmark file not found", file=str(path), field="--benchmark")
+class RawItem(BaseModel):
+    """The fields of a benchmark record the evaluation reads, typed (``--fields`` renames them)."""
+
+    id: Scalar
+    task: Scalar
+    item_status: Literal["finalized", "discarded"]
+    problem: dict[str, Any] | None = None
+    base_problem: dict[str, Any] | None = None
+
+
+def load_benchmark(path: str | Path, fields: str | None = None) -> list[dict[str, Any]]:
+    """Read and check a benchmark file (JSONL, JSON, CSV or TSV through :mod:`runtime.inputs`).
+
+    ``fields`` (``--fields id=item_id,task=type``) maps the names ``id``, ``task``, ``item_status``, ``problem``
+    and ``base_problem``; each item is returned with every field of its record, the mapped ones under their
+    canonical names. Bad input raises :class:`InputError` naming file, record and field.
+    """
+    mapping = FieldMap.parse(fields, CANONICAL)
     items: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for n, item in jsonl_objects(path):
-        for key in ("id", "task", "item_status"):
-            if key not in item:
-                raise InputError("missing field", file=str(path), record=n, field=key)
-        if item["task"] not in TASK_IDS:
-            raise InputError(f"unknown task {item['task']!r}", file=str(path), record=n, field="task")
-        if item["id"] in seen:
-            raise InputError(f"duplicate id {item['id']!r}", file=str(path), record=n, field="id")
-        seen.add(item["id"])
-        if item["item_status"] == "finalized":
+    for rec in read_records(path, flag="--benchmark"):
+        raw = mapping.validate(RawItem, rec)
+        if raw.task not in TASK_IDS:
+            raise mapping.error(rec, "task", f"unknown task {raw.task!r}; use one of {', '.join(TASK_IDS)}")
+        if raw.id in seen:
+            raise mapping.error(rec, "id", f"duplicate id {raw.id!r}")
+        seen.add(raw.id)
+        if raw.item_status == "finalized":
             for key in ("problem", "base_problem"):
-                problem = item.get(key)
-                if not isinstance(problem, dict):
-                    raise InputError("missing problem", file=str(path), record=n, field=key)
-                errors = structure_errors(item["task"], problem)
+                problem = getattr(raw, key)
+                if problem is None:
+                    raise mapping.missing(rec, key, "a finalized item needs its problem")
+                errors = structure_errors(raw.task, problem)
                 if errors:
-                    raise InputError(f"malformed problem: {errors[0]}", file=str(path), record=n, field=key)
-        items.append(item)
+                    raise mapping.error(rec, key, f"malformed problem: {errors[0]}")
+        items.append({**rec.data, **raw.model_dump()})
     return items

@@ -66,7 +66,7 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
         raise InputError("--evaluate / --review need --benchmark FILE [FILE ...]", field="--benchmark")
     models = list(params.get("evaluate") or [])
     reviewers = list(params.get("review") or [])
-    benchmarks = [load_benchmark(p) for p in paths]
+    benchmarks = [load_benchmark(p, params.get("fields")) for p in paths]
     labels = _file_labels(benchmarks, paths)
     units: list[Unit] = []
     for bi, items in enumerate(benchmarks):
