@@ -22,6 +22,9 @@ from state.context import BaseContext, described
 
 Difficulty = Literal["easy", "medium", "hard"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+#: How the target answers base questions without options: auto (chosen from the references), phrase, free.
+AnswerFormat = Literal["auto", "phrase", "free"]
+ANSWER_FORMATS: tuple[str, ...] = ("auto", "phrase", "free")
 
 
 # -- difficulty control (Appendix B) -----------------------------------------------------------
@@ -153,9 +156,10 @@ class JudgeAgentState(TypedDict, total=False):
     """One batch (Algorithm 1, loop body)."""
 
     batch: list[dict[str, Any]]  # BaseQuestion dicts
-    base: list[dict[str, Any]]  # per base question: answer, correct, how, difficulty
+    answer_format: str  # phrase | free: how base questions without options are asked and judged
+    base: list[dict[str, Any]]  # per base question: reply, verdict (correct/wrong/ungraded), correct, how
     score: float  # sc_B, running
-    answered: int  # RND_total
+    answered: int  # RND_total: graded answers only (an ungraded answer counts neither way)
     difficulty: str  # d_e for the next generated question
     trajectory: list[dict[str, Any]]  # [{"after": "base"|k, "avg": .., "next": ..}]
     question_entities: list[dict[str, str]]  # [{"entity", "question", "source"}]
@@ -186,6 +190,10 @@ class JudgeAgentContext(BaseContext):
     fixed_difficulty: str = described("medium", "Difficulty used when difficulty adaptation is off.")
     no_extension: bool = described(False, "Ablation: no interactive extension (grading -> feedback).")
     no_validation: bool = described(False, "Skip the Algorithm 2 re-answer with suggestions.")
+    answer_format: AnswerFormat = described(
+        "auto", "Answers to base questions without options: phrase (a word or a phrase, judged as the same "
+                "fact), free (free-form, judged against the full reference), or auto (free as soon as a "
+                "reference answer is longer than a few words or one sentence).")
 
     def control(self) -> DifficultyControl:
         return DifficultyControl.parse(self.gains, self.thresholds)

@@ -3,7 +3,6 @@ raw arguments, or its plain text, never "(empty reply)"."""
 
 from __future__ import annotations
 
-
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 

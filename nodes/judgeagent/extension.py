@@ -6,8 +6,13 @@ concise answer at the current difficulty (Table 12) -> the target answers -> jud
 is re-decided after every round.
 
 A generation the evaluator cannot produce (no valid structure after the repair attempt, an empty question
-or answer, an "answer" longer than a short phrase, or a question copied from the prompt's own examples) is recorded as ``status = "generation_failed"``: the
-target is not asked, the score and the difficulty stay as they were.
+or answer, an "answer" longer than a short phrase, or a question copied from the prompt's own examples) is
+recorded as ``status = "generation_failed"``: the target is not asked, the score and the difficulty stay as
+they were. A generated answer is concise by construction (Table 12), so the target answers it as a phrase.
+
+An answer the evaluator cannot judge (after retries and one repair) is recorded with ``verdict =
+"ungraded"``: it is left out of ``sc_B`` and ``RND_total`` (Algorithm 1, lines 24-27 count judged answers),
+so the running score and the difficulty stay as they were, exactly as for a failed generation.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ def ask_target(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> d
     if gen.get("status") != "ok":
         return {}
     svc = services_of(runtime.context)
-    reply = svc.llm("target").text(load_prompt("judgeagent/target_answer_free").render(question=gen["question"]),
+    reply = svc.llm("target").text(load_prompt("judgeagent/target_answer_phrase").render(question=gen["question"]),
                                    step="extended_answer")
     return {"generated": {**gen, "reply": reply}}
 
@@ -82,16 +87,18 @@ def estimate_capability(state: JudgeAgentState, runtime: Runtime[JudgeAgentConte
         "path": {key: path.get(key) for key in ("mode", "seed_entity", "entities", "chunks", "truncated")},
         "context": clip(path.get("text", ""), 1500),
     }
+    graded = False
     if gen.get("status") == "ok":
         verdict = judge_free(svc, gen["question"], gen["answer"], gen.get("reply", ""), step="extended_judge")
+        graded = verdict["verdict"] != "ungraded"
         gain = ctx.control().gain(difficulty) if verdict["correct"] else 0.0
-        score, answered = score + gain, answered + 1
+        score, answered = score + gain, answered + int(graded)
         record.update(question=gen["question"], answer=gen["answer"], reply=gen.get("reply", ""), gain=gain,
                       **verdict)
     else:
         record["reason"] = gen.get("reason")
-    nxt = next_difficulty(ctx, score, answered) if gen.get("status") == "ok" else difficulty
-    avg = score / answered if answered else 0.0
+    nxt = next_difficulty(ctx, score, answered, difficulty) if graded else difficulty
+    avg = score / answered if answered else None
     record.update(avg_after=avg, next_difficulty=nxt)
     return {"rounds": [record], "score": score, "answered": answered, "difficulty": nxt,
             "trajectory": [*state.get("trajectory", []), {"after": k, "avg": avg, "next": nxt}],

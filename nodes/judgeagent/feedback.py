@@ -26,8 +26,11 @@ REPLY_CHARS = 200
 QUESTION_CHARS = 500
 
 
-def _verdict(correct: bool) -> str:
-    return "correct" if correct else "incorrect"
+def _verdict(item: dict[str, Any]) -> str:
+    """How a verdict reads in the history; an ungraded answer is shown as such, never as incorrect."""
+    if item.get("verdict") == "ungraded":
+        return "not judged (the judge failed)"
+    return "correct" if item.get("correct") else "incorrect"
 
 
 def feedback_history(state: JudgeAgentState) -> str:
@@ -41,7 +44,7 @@ def feedback_history(state: JudgeAgentState) -> str:
         lines += [f"Q{n} (base question, difficulty {q.difficulty or 'unlabeled'}): "
                   f"{clip(question_text(q), QUESTION_CHARS)}",
                   f"   Model's answer: {clip(b.get('reply', ''), REPLY_CHARS)}",
-                  f"   Judged: {_verdict(bool(b.get('correct')))} (correct answer withheld)"]
+                  f"   Judged: {_verdict(b)} (correct answer withheld)"]
     for r in state.get("rounds", []):
         if r.get("status") != "ok":
             continue
@@ -49,7 +52,7 @@ def feedback_history(state: JudgeAgentState) -> str:
         lines += [f"Q{n} (follow-up question, difficulty {r['difficulty']}): {clip(r['question'], QUESTION_CHARS)}",
                   f"   Correct answer: {r['answer']}",
                   f"   Model's answer: {clip(r.get('reply', ''), REPLY_CHARS)}",
-                  f"   Judged: {_verdict(bool(r.get('correct')))}"]
+                  f"   Judged: {_verdict(r)}"]
     return "\n".join(lines)
 
 

@@ -1,9 +1,15 @@
 """Benchmark Grading (seed 000, section 3.1; Algorithm 1, lines 11-19).
 
 The target answers every base question of the batch (concurrently); correctness is checked in code for
-multiple choice and by the evaluator for free-form answers (:mod:`nodes.judgeagent.judging`). Each correct
-answer adds the gain of its difficulty label (``c2`` when unlabeled, Appendix B rule R2); the average over
-the answered questions decides the first extension difficulty (``DECIDE_DIFFICULTY``).
+option letters and by the evaluator otherwise (:mod:`nodes.judgeagent.judging`). Questions without options
+are asked and judged in the batch's answer format (``phrase`` or ``free``, :func:`judging.answer_format`).
+Each correct answer adds the gain of its difficulty label (``c2`` when unlabeled, Appendix B rule R2); the
+average over the graded answers decides the first extension difficulty (``DECIDE_DIFFICULTY``).
+
+Ungraded answers (the evaluator failed after retries and one repair) are left out of ``sc_B`` and of
+``RND_total`` alike: Appendix B's average is over answers known to be right or wrong. When no base answer
+is graded there is nothing to decide from, so the extension starts at ``medium``, the level of an unlabeled
+question (rule R2), and the unit is recorded as ``ungraded`` for resume to re-judge.
 """
 
 from __future__ import annotations
@@ -17,20 +23,29 @@ from runtime.concurrency import parallel_map
 from runtime.services import services_of
 from state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
 from nodes.judgeagent.common import options_block, question_text
-from nodes.judgeagent.judging import grade_reply
+from nodes.judgeagent.judging import answer_format, grade_reply
+
+#: Starting extension level when no base answer could be graded (the level of an unlabeled question, R2).
+NEUTRAL_DIFFICULTY = "medium"
 
 
-def base_messages(q: BaseQuestion) -> list:
+def base_messages(q: BaseQuestion, fmt: str) -> list:
     if q.options:
         return load_prompt("judgeagent/target_answer_choice").render(question=q.question,
                                                                     options=options_block(q.options))
-    return load_prompt("judgeagent/target_answer_free").render(question=q.question)
+    return load_prompt(f"judgeagent/target_answer_{fmt}").render(question=q.question)
 
 
-def next_difficulty(ctx: JudgeAgentContext, score: float, answered: int) -> str:
-    """The adaptive level, or the fixed one for the "w/o difficulty-adaptive" ablation."""
+def next_difficulty(ctx: JudgeAgentContext, score: float, answered: int, current: str | None = None) -> str:
+    """The adaptive level, or the fixed one for the "w/o difficulty-adaptive" ablation.
+
+    With no graded answer yet (``answered == 0``) the level does not move: ``current``, or
+    :data:`NEUTRAL_DIFFICULTY` before the first decision.
+    """
     if ctx.no_difficulty_adaptation:
         return ctx.fixed_difficulty
+    if answered == 0:
+        return current or NEUTRAL_DIFFICULTY
     return ctx.control().next_difficulty(score, answered)
 
 
@@ -39,16 +54,18 @@ def grade_benchmark(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext])
     svc = services_of(ctx)
     control = ctx.control()
     questions = [BaseQuestion(**q) for q in state["batch"]]
+    fmt = answer_format(ctx.answer_format, questions)
 
     def one(q: BaseQuestion) -> dict[str, Any]:
-        reply = svc.llm("target").text(base_messages(q), step="base_answer")
-        verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, step="base_judge")
+        reply = svc.llm("target").text(base_messages(q, fmt), step="base_answer")
+        verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge")
         gain = control.gain(q.difficulty) if verdict["correct"] else 0.0
         return {"id": q.id, "difficulty": q.difficulty, "reply": reply, "gain": gain, **verdict}
 
     base = parallel_map(one, questions)
     score = sum(b["gain"] for b in base)
-    answered = len(base)
+    answered = sum(1 for b in base if b["verdict"] != "ungraded")
     nxt = next_difficulty(ctx, score, answered)
-    return {"base": base, "score": score, "answered": answered, "difficulty": nxt,
-            "trajectory": [{"after": "base", "avg": score / answered if answered else 0.0, "next": nxt}]}
+    return {"answer_format": fmt, "base": base, "score": score, "answered": answered, "difficulty": nxt,
+            "trajectory": [{"after": "base", "avg": score / answered if answered else None, "next": nxt,
+                            "ungraded": len(base) - answered}]}

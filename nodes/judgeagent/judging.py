@@ -1,10 +1,15 @@
 """Correctness of target answers (Algorithm 1, lines 13 and 23; Algorithm 2, lines 11-12).
 
-Deterministic checks first: a multiple-choice answer is the option letter read from the reply (or the one
-option whose text the reply quotes) compared in code; a free-form answer is accepted in code when it equals
-or contains the reference answer (normalised, whole words). Only the remaining free-form answers go to the
-evaluator (``evaluator_judge`` prompt). A judge that gives no valid verdict after its repair attempt makes
-the answer count as wrong, recorded as ``how = "judge_error"``.
+Three outcomes (:mod:`state.verdicts`): correct, wrong, ungraded.
+
+Deterministic checks first, and only where code can decide: a multiple-choice reply that names an option
+letter is compared with the gold letter in code; an empty reply is wrong; a free-form reply that IS the
+reference after normalisation (nothing more, nothing less) is correct. No substring or keyword rule marks
+an answer correct: "It is not Harl; it is Orden" goes to the evaluator for the reference "Harl", and so does
+a multiple-choice reply that names no letter. The evaluator judges against the full reference with the
+prompt of the run's answer format (``phrase``: the same fact; ``free``: the reference's key points, see
+:func:`answer_format`). A judge that gives no valid verdict after retries and its one repair leaves the
+answer ``ungraded`` with the reason; it never counts as wrong.
 """
 
 from __future__ import annotations
@@ -12,16 +17,21 @@ from __future__ import annotations
 import json
 import re
 import string
-from typing import Any
+from typing import Any, Iterable, Literal
 
 from prompts import load_prompt
 from runtime.errors import ModelError
 from runtime.services import Services
-from state.judgeagent import Verdict
+from state.judgeagent import BaseQuestion, Verdict
+from state.verdicts import outcome
 
 from nodes.judgeagent.common import LETTERS
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
+
+#: A free-form reference with more words than this, or with two sentences, needs a free-form answer.
+PHRASE_MAX_WORDS = 6
 
 
 def normalize(text: str) -> str:
@@ -31,8 +41,31 @@ def normalize(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
+def is_phrase(reference: str) -> bool:
+    """A reference short enough to be asked for as "a word or a phrase" (one sentence, few words)."""
+    text = str(reference or "").strip()
+    return len(text.split()) <= PHRASE_MAX_WORDS and len(_SENTENCE_END.findall(text.rstrip(".!?") + ".")) <= 1
+
+
+def answer_format(requested: str, questions: Iterable[BaseQuestion]) -> Literal["phrase", "free"]:
+    """The answer format of a run: ``phrase`` or ``free`` as requested, or chosen from the data for ``auto``.
+
+    ``auto`` gives ``free`` as soon as one free-form reference is longer than a phrase (:func:`is_phrase`):
+    asking for "a word or a phrase" when the reference is several sentences makes every verdict meaningless,
+    while a free-form answer judged against a short reference still is a fair test.
+    """
+    if requested in ("phrase", "free"):
+        return requested  # type: ignore[return-value]
+    if requested != "auto":
+        raise ValueError(f"answer format must be auto, phrase or free, not {requested!r}")
+    return "free" if any(not q.options and not is_phrase(q.answer) for q in questions) else "phrase"
+
+
 def choice_letter(reply: str, options: list[str]) -> str | None:
-    """The option letter a reply chooses, or None when it names no single option."""
+    """The option letter a reply names ("B", "B.", "(B) ...", "the answer is B"), or None when it names none.
+
+    Option texts are not matched: a reply that only quotes an option ("not Harl") goes to the evaluator.
+    """
     text = str(reply or "").strip()
     if not text:
         return None
@@ -46,18 +79,13 @@ def choice_letter(reply: str, options: list[str]) -> str | None:
         m = re.search(pat, text)
         if m:
             return m.group(1)
-    norm = normalize(text)
-    hits = [LETTERS[i] for i, opt in enumerate(options) if normalize(opt) and re.search(
-        rf"\b{re.escape(normalize(opt))}\b", norm)]
-    return hits[0] if len(hits) == 1 else None
+    return None
 
 
-def contains_answer(reply: str, reference: str) -> bool:
-    """Code check for free-form answers: the normalised reference appears as whole words in the reply."""
-    ref, got = normalize(reference), normalize(reply)
-    if not ref or not got:
-        return False
-    return ref == got or re.search(rf"\b{re.escape(ref)}\b", got) is not None
+def is_exact(reply: str, reference: str) -> bool:
+    """The reply IS the reference after normalisation (the only free-form case code may accept)."""
+    ref = normalize(reference)
+    return bool(ref) and normalize(reply) == ref
 
 
 def unwrap_json_answer(reply: str) -> str:
@@ -74,25 +102,35 @@ def unwrap_json_answer(reply: str) -> str:
     return text
 
 
-def judge_free(svc: Services, question: str, reference: str, reply: str, *, step: str) -> dict[str, Any]:
-    """Free-form correctness: code check, then the evaluator."""
+def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt: str = "phrase",
+               step: str) -> dict[str, Any]:
+    """Free-form correctness: empty -> wrong, exact normalised match -> correct, else the evaluator.
+
+    Returns ``verdict`` (correct / wrong / ungraded), ``correct`` (None when ungraded), ``how`` (``empty``,
+    ``exact``, ``evaluator`` or ``ungraded``) and, when ungraded, ``error``.
+    """
     if not str(reply or "").strip():
-        return {"correct": False, "how": "empty"}
-    if contains_answer(reply, reference):
-        return {"correct": True, "how": "code"}
-    messages = load_prompt("judgeagent/evaluator_judge").render(question=question, reference=reference,
-                                                               response=reply)
+        return {"verdict": "wrong", "correct": False, "how": "empty"}
+    if is_exact(reply, reference):
+        return {"verdict": "correct", "correct": True, "how": "exact"}
+    prompt = "judgeagent/evaluator_judge_free" if fmt == "free" else "judgeagent/evaluator_judge"
+    messages = load_prompt(prompt).render(question=question, reference=reference, response=reply)
     try:
         verdict = svc.llm("evaluator").structured(Verdict, messages, step=step)
     except ModelError as exc:
-        return {"correct": False, "how": "judge_error", "error": str(exc)[:300]}
-    return {"correct": bool(verdict.correct), "how": "evaluator"}
+        return {"verdict": "ungraded", "correct": None, "how": "ungraded", "error": str(exc)[:300]}
+    return {"verdict": outcome(bool(verdict.correct)), "correct": bool(verdict.correct), "how": "evaluator"}
 
 
 def grade_reply(svc: Services, question: str, reference: str, reply: str, options: list[str] | None, *,
-                step: str) -> dict[str, Any]:
-    """Correctness of ``reply``: multiple choice in code, free-form via :func:`judge_free`."""
+                fmt: str = "phrase", step: str) -> dict[str, Any]:
+    """Correctness of ``reply``: an option letter in code, anything else via :func:`judge_free`."""
     if options:
         letter = choice_letter(reply, options)
-        return {"correct": letter == reference, "how": "code", "choice": letter}
-    return judge_free(svc, question, reference, reply, step=step)
+        if letter is not None:
+            return {"verdict": outcome(letter == reference), "correct": letter == reference, "how": "code",
+                    "choice": letter}
+        gold = LETTERS.index(reference) if reference in LETTERS[: len(options)] else None
+        full = f"{reference}. {options[gold]}" if gold is not None else reference
+        return judge_free(svc, question, full, reply, fmt="phrase", step=step) | {"choice": None}
+    return judge_free(svc, question, reference, reply, fmt=fmt, step=step)

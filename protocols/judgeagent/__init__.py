@@ -35,12 +35,14 @@ from langgraph.graph import StateGraph
 from nodes.judgeagent.knowledge import SAMPLE_KB, context_graph
 from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
 from protocols.judgeagent.report import build_report
-from protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_scores, overall_score,
-                                          validation_by_label)
+from nodes.judgeagent.judging import answer_format
+from protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, overall_score,
+                                          ungraded_answers, unvalidated, validation_by_label)
 from runtime.errors import InputError
-from runtime.protocol import Protocol, Run, Unit
+from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Text
-from state.judgeagent import DIFFICULTIES, BaseQuestion, DifficultyConfigError, DifficultyControl, JudgeAgentContext
+from state.judgeagent import ANSWER_FORMATS, DIFFICULTIES, BaseQuestion, DifficultyConfigError, DifficultyControl, JudgeAgentContext
+from state.verdicts import is_ungraded
 from stores.context_graph import load_knowledge_base
 
 KB_STATS = "kb_stats.json"
@@ -84,6 +86,9 @@ class JudgeAgentProtocol(Protocol):
                            help="ablation: no interactive extension (grading -> feedback -> validation)")
         group.add_argument("--no-validation", dest="no_validation", action="store_true", default=None,
                            help="skip the Algorithm 2 re-answer with suggestions")
+        group.add_argument("--answer-format", dest="answer_format", choices=ANSWER_FORMATS,
+                           help="answers to questions without options: phrase, free (judged against the full "
+                                "reference) or auto (default: free when a reference is longer than a phrase)")
 
     def builder(self) -> StateGraph:
         from graphs.judgeagent import builder
@@ -100,6 +105,9 @@ class JudgeAgentProtocol(Protocol):
         for name in ("rounds", "hops", "extract_batch"):
             if p.get(name) is not None and p[name] < (0 if name == "rounds" else 1):
                 raise InputError(f"must be at least {0 if name == 'rounds' else 1}", field=f"--{name.replace('_', '-')}")
+        if p.get("answer_format") not in (None, *ANSWER_FORMATS):
+            raise InputError(f"must be one of {', '.join(ANSWER_FORMATS)}, not {p['answer_format']!r}",
+                             field="--answer-format")
         if p.get("kb_fields") and not p.get("kb"):
             raise InputError("--kb-fields maps the records of a --kb file; no --kb was given", field="--kb-fields")
         if p.get("kb") and not p.get("no_extension"):
@@ -131,6 +139,11 @@ class JudgeAgentProtocol(Protocol):
                              file=source, field="--kb")
         for name, where in self.inputs(run, questions).items():
             run.console.print(f"{name.replace('_', ' ')}: {where}", markup=False, highlight=False)
+        requested = run.params.get("answer_format") or "auto"
+        run.params["answer_format"] = answer_format(requested, questions)
+        run.console.print(f"answer format: {run.params['answer_format']}"
+                          + (" (auto: chosen from the reference answers)" if requested == "auto" else ""),
+                          markup=False, highlight=False)
         units = []
         for i, batch in enumerate(split_batches(questions, int(run.params.get("batch_size") or 3)), 1):
             units.append(Unit(id=f"batch-{i:04d}", input={"batch": [q.model_dump() for q in batch]},
@@ -140,9 +153,9 @@ class JudgeAgentProtocol(Protocol):
     def expected_calls(self, run: Run) -> str:
         n = int(run.params.get("batch_size") or 3)
         r = 0 if run.params.get("no_extension") else int(run.params.get("rounds") or 3)
-        return (f"{n} base answers (+ judge calls for free-form), 1 entity call, {r} x (generate, answer, "
-                f"judge if not matched), 1 feedback, {n} validation answers; graph build: chunks/extract_batch "
-                "calls on first use only")
+        return (f"{n} base answers (+ a judge call for each that is not an option letter or the exact reference), "
+                f"1 entity call, {r} x (generate, answer, judge unless exact), 1 feedback, {n} validation answers "
+                "(+ judge calls likewise); graph build: chunks/extract_batch calls on first use only")
 
     def resolve_kb(self, run: Run, questions: list[BaseQuestion]) -> str:
         """The knowledge base path for this run (writes the references corpus when it is used)."""
@@ -202,9 +215,20 @@ class JudgeAgentProtocol(Protocol):
         return stats
 
     # -- results -------------------------------------------------------------------------------
+    def ungraded(self, state: dict[str, Any]) -> int:
+        """Ungraded answers (base, rounds, validation re-answers), plus 1 for a batch left unvalidated
+        because its feedback failed or came back empty: resume redoes that step like a failed judgement."""
+        answers = [*state.get("base", []), *state.get("rounds", [])]
+        count = sum(1 for x in answers if is_ungraded(x))
+        count += sum(1 for v in state.get("validation", []) if v.get("verdict2") == "ungraded")
+        feedback = state.get("feedback") or {}
+        return count + int(bool(feedback) and feedback.get("status") != "ok")
+
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         return {
             "questions": unit.meta.get("questions", []),
+            "answer_format": state.get("answer_format"),
+            "ungraded": self.ungraded(state),
             "base": state.get("base", []),
             "score": state.get("score", 0.0),
             "answered": state.get("answered", 0),
@@ -216,7 +240,7 @@ class JudgeAgentProtocol(Protocol):
         }
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
-        ok = [r for r in records if r["status"] == "ok"]
+        ok = with_results(records)
         rounds = 0 if run.params.get("no_extension") else int(run.params.get("rounds") or 3)
         n_questions = sum(len(r["base"]) for r in ok)
         tokens = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in ok)
@@ -227,15 +251,21 @@ class JudgeAgentProtocol(Protocol):
             for x in [*r["base"], *[g for g in r["rounds"] if g.get("status") == "ok"]]:
                 hows[x.get("how", "?")] = hows.get(x.get("how", "?"), 0) + 1
         validated = [v for r in ok for v in r["validation"]]
+        dynamic = dynamic_table(ok, rounds)
         return {
             "batches": len(ok),
+            "batches_ungraded": sum(1 for r in ok if r.get("ungraded")),
             "base_questions": n_questions,
+            "answer_format": run.params.get("answer_format"),
             "score": overall_score(ok),
+            "score_denominator": {"n": sum(r["answered"] for r in ok), "ungraded": ungraded_answers(ok)},
             "base_accuracy": accuracy(ok),
-            "dynamic_scores": dynamic_scores(ok, rounds),
+            "dynamic_scores": {k: v["value"] for k, v in dynamic.items()},
+            "dynamic_denominators": {k: {"n": v["n"], "ungraded": v["ungraded"]} for k, v in dynamic.items()},
             "difficulty_distribution": difficulty_distribution(ok),
             "validation": validation_by_label(validated) if validated else None,
             "validated_batches": sum(1 for r in ok if r["validation"]),
+            "unvalidated_batches": unvalidated(ok),
             "feedback_status": _count(r["feedback"].get("status", "none") for r in ok),
             "leak_suspects": [q for r in ok for q in r["feedback"].get("leak_suspects", [])],
             "generation": {"rounds": len(gen), "failed": sum(1 for x in gen if x.get("status") != "ok"),
@@ -246,7 +276,7 @@ class JudgeAgentProtocol(Protocol):
             "inputs": self._run_inputs(run),
             "settings": {k: run.params.get(k) for k in ("kb", "batch_size", "rounds", "hops", "gains", "thresholds",
                                                        "no_context_graph", "no_difficulty_adaptation",
-                                                       "fixed_difficulty", "no_extension")},
+                                                       "fixed_difficulty", "no_extension", "answer_format")},
         }
 
     def _run_inputs(self, run: Run) -> dict[str, Any]:

@@ -7,6 +7,11 @@
   round ``@K`` (Algorithm 1 running ``sc_B / RND_total``, pooled over batches like line 35).
 * :func:`difficulty_distribution` - Table 3: share of generated questions per difficulty.
 * :func:`overall_score` - Algorithm 1, line 35: ``sum sc_B / sum RND_total``.
+
+Three verdicts (:mod:`state.verdicts`): an ungraded answer (the evaluator failed after retries and one
+repair) is in no numerator and no denominator; every rate carries its denominator ``n`` and ``ungraded``.
+A batch whose feedback failed or came back empty is unvalidated: it adds no row to the Algorithm 2 rates and
+is listed by :func:`unvalidated` with its reason.
 """
 
 from __future__ import annotations
@@ -14,22 +19,43 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from state.judgeagent import DIFFICULTIES
+from state.verdicts import is_ungraded, rate
 
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def _graded_row(row: dict[str, Any]) -> bool:
+    return row.get("correct1") is not None and row.get("correct2") is not None
+
+
 def validation_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Algorithm 2 over rows ``{"correct1": bool, "correct2": bool}``."""
-    rows = list(rows)
+    """Algorithm 2 over rows ``{"correct1": bool|None, "correct2": bool|None}``; ``None`` = ungraded.
+
+    ``n`` counts the rows with both verdicts graded; ``ungraded`` the rows left out.
+    """
+    every = list(rows)
+    rows = [r for r in every if _graded_row(r)]
     n = len(rows)
     acc1 = sum(1 for r in rows if r["correct1"])
     acc2 = sum(1 for r in rows if r["correct2"])
     cr = sum(1 for r in rows if r["correct2"] and not r["correct1"])
     ce = sum(1 for r in rows if r["correct1"] and not r["correct2"])
-    return {"n": n, "acc1": _ratio(acc1, n), "acc2": _ratio(acc2, n), "cr": _ratio(cr, n), "cte": _ratio(ce, n),
+    return {"n": n, "ungraded": len(every) - n, "acc1": _ratio(acc1, n), "acc2": _ratio(acc2, n),
+            "cr": _ratio(cr, n), "cte": _ratio(ce, n),
             "cr_given_wrong": _ratio(cr, n - acc1), "cte_given_right": _ratio(ce, acc1)}
+
+
+def unvalidated(records: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Batches whose Algorithm 2 validation did not happen although feedback ran, with the reason."""
+    out = {}
+    for r in records:
+        fb = r.get("feedback") or {}
+        if fb and fb.get("status") != "ok":
+            out[r.get("unit_id", "?")] = (f"feedback {fb.get('status')}"
+                                          + (f": {fb['reason']}" if fb.get("reason") else ""))
+    return out
 
 
 def validation_by_label(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -48,32 +74,43 @@ def overall_score(records: Iterable[dict[str, Any]]) -> float | None:
     return _ratio(sum(r["score"] for r in records), sum(r["answered"] for r in records))
 
 
-def dynamic_scores(records: Iterable[dict[str, Any]], rounds: int) -> dict[str, float | None]:
-    """Pooled running score after the base questions (``base``) and after each round ``@K``.
+def dynamic_table(records: Iterable[dict[str, Any]], rounds: int) -> dict[str, dict[str, Any]]:
+    """Pooled running score after the base questions (``base``) and after each round ``@K``, each with its
+    denominator ``n`` (graded answers so far) and ``ungraded`` (ungraded answers so far).
 
     A record holds ``base`` (per question ``gain``) and ``rounds`` (per round ``status``, ``gain``);
-    failed generations add nothing to either sum.
+    failed generations and ungraded answers add nothing to either sum.
     """
     records = list(records)
     num = [0.0] * (rounds + 1)
     den = [0] * (rounds + 1)
+    left = [0] * (rounds + 1)
     for r in records:
         s = sum(b["gain"] for b in r["base"])
-        a = len(r["base"])
+        u = sum(1 for b in r["base"] if is_ungraded(b))
+        a = len(r["base"]) - u
         num[0] += s
         den[0] += a
+        left[0] += u
         by_round = {x["round"]: x for x in r.get("rounds", [])}
         for k in range(1, rounds + 1):
             x = by_round.get(k)
             if x and x.get("status") == "ok":
-                s += x["gain"]
-                a += 1
+                if is_ungraded(x):
+                    u += 1
+                else:
+                    s += x["gain"]
+                    a += 1
             num[k] += s
             den[k] += a
-    out = {"base": _ratio(num[0], den[0])}
-    for k in range(1, rounds + 1):
-        out[f"@{k}"] = _ratio(num[k], den[k])
-    return out
+            left[k] += u
+    keys = ["base", *[f"@{k}" for k in range(1, rounds + 1)]]
+    return {key: {"value": _ratio(num[i], den[i]), "n": den[i], "ungraded": left[i]} for i, key in enumerate(keys)}
+
+
+def dynamic_scores(records: Iterable[dict[str, Any]], rounds: int) -> dict[str, float | None]:
+    """The values of :func:`dynamic_table`."""
+    return {k: v["value"] for k, v in dynamic_table(records, rounds).items()}
 
 
 def difficulty_distribution(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -87,6 +124,11 @@ def difficulty_distribution(records: Iterable[dict[str, Any]]) -> dict[str, Any]
     return {"counts": counts, "total": total, "share": {d: _ratio(c, total) for d, c in counts.items()}}
 
 
-def accuracy(records: Iterable[dict[str, Any]]) -> float | None:
-    base = [b for r in records for b in r["base"]]
-    return _ratio(sum(1 for b in base if b["correct"]), len(base))
+def accuracy(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Base accuracy over graded base answers, with ``n`` and ``ungraded``."""
+    return rate(None if is_ungraded(b) else bool(b["correct"]) for r in records for b in r["base"])
+
+
+def ungraded_answers(records: Iterable[dict[str, Any]]) -> int:
+    """Ungraded answers of base questions and extension rounds (not validation re-answers)."""
+    return sum(1 for r in records for x in [*r["base"], *r.get("rounds", [])] if is_ungraded(x))

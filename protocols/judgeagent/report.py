@@ -7,11 +7,18 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
-from runtime.protocol import Run
+from runtime.protocol import Run, with_results
 from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
 from state.judgeagent import DIFFICULTIES
+from state.verdicts import show
 
 LEVEL = {"easy": 1, "medium": 2, "hard": 3}
+
+
+def _den(d: dict[str, Any] | None) -> str:
+    if not d:
+        return ""
+    return f"{d['n']}" + (f" ({d['ungraded']})" if d.get("ungraded") else "")
 
 
 def pct(x: float | None) -> str:
@@ -22,20 +29,37 @@ def num(x: float | None) -> str:
     return "" if x is None else f"{x:.3f}"
 
 
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else x
+
+
+FORMATS = {"phrase": "phrase answers (a word or a phrase, judged as the same fact)",
+           "free": "free-form answers (judged by the evaluator against the full reference)"}
+
+
 def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = with_results(records)
     blocks: list[Block] = [Heading("JudgeAgent evaluation", 2)]
     settings = m.get("settings", {})
     ablations = [name for name in ("no_context_graph", "no_difficulty_adaptation", "no_extension")
                  if settings.get(name)]
     blocks.append(Text(f"Batches: {m['batches']}, base questions: {m['base_questions']}. Knowledge base: "
-                       f"{settings.get('kb')}. Ablations: {', '.join(ablations) or 'none'}."))
+                       f"{settings.get('kb')}. Ablations: {', '.join(ablations) or 'none'}. Questions without "
+                       f"options were asked for {FORMATS.get(m.get('answer_format'), m.get('answer_format'))}."))
+    den = m.get("score_denominator") or {}
+    if m.get("batches_ungraded"):
+        blocks.append(Text(f"{m['batches_ungraded']} batch(es) hold ungraded answers or are unvalidated: the "
+                           "evaluator gave no usable verdict or feedback after retries and one repair. Ungraded "
+                           "answers count neither for nor against the model (every rate below is over graded "
+                           "answers and gives its denominator); --resume re-judges them."))
     blocks.append(Table(["metric", "value"], [
-        ["JudgeAgent score (sum of gains / questions answered, Algorithm 1)", num(m["score"])],
-        ["Base accuracy (Benchmark Grading)", pct(m["base_accuracy"])],
+        ["JudgeAgent score (sum of gains / graded answers, Algorithm 1)",
+         f"{num(m['score']) or 'n/a'} (n={den.get('n', '')}, {den.get('ungraded', 0)} ungraded)"],
+        ["Base accuracy (Benchmark Grading)", show(m["base_accuracy"], "{:.2%}")],
         ["Generated questions (failed generations)", f"{m['generation']['rounds']} "
                                                      f"({m['generation']['failed']})"],
-        ["Answers judged by (code / evaluator / judge_error / empty)", str(m["judged_by"])],
+        ["Answers judged by (code = option letter / exact = the reference itself / evaluator / empty / "
+         "ungraded)", str(m["judged_by"])],
         ["Feedback status per batch", str(m["feedback_status"])],
         ["Base questions whose free-form answer the feedback quotes", ", ".join(m["leak_suspects"]) or "none"],
     ], caption="Overall"))
@@ -43,13 +67,16 @@ def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> 
     # Table 1 style
     val = m.get("validation")
     blocks.append(Heading("Validation with suggestions (Algorithm 2, Table 1 style)", 3))
+    unval = m.get("unvalidated_batches") or {}
     if val:
         rows = []
         for label, v in val.items():
-            rows.append([label, v["n"], pct(v["acc1"]), pct(v["acc2"]), pct(v["cr"]), pct(v["cte"]),
-                         pct(v["cr_given_wrong"]), pct(v["cte_given_right"])])
-        blocks.append(Table(["questions", "n", "ACC1", "ACC2", "CR", "CtE", "CR | wrong", "CtE | right"], rows,
-                            caption=f"All values in percent; {m['validated_batches']} validated batches"))
+            rows.append([label, v["n"], v.get("ungraded", 0), pct(v["acc1"]), pct(v["acc2"]), pct(v["cr"]),
+                         pct(v["cte"]), pct(v["cr_given_wrong"]), pct(v["cte_given_right"])])
+        blocks.append(Table(["questions", "n (graded)", "ungraded", "ACC1", "ACC2", "CR", "CtE", "CR | wrong",
+                             "CtE | right"], rows,
+                            caption=f"All values in percent over the n questions graded both times; "
+                                    f"{m['validated_batches']} validated batches, {len(unval)} unvalidated"))
         blocks.append(Text(
             "CR and CtE follow Algorithm 2: wrong->right and right->wrong counts over ALL base questions "
             "(so ACC2 = ACC1 + CR - CtE). 'CR | wrong' is wrong->right over the initially wrong questions and "
@@ -57,15 +84,21 @@ def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> 
             "the Benchmark Grading answers; ACC2 the answers given with the batch's suggestions (Table 14)."))
     else:
         blocks.append(Text("No batch was validated (feedback failed or validation was switched off)."))
+    if unval:
+        blocks.append(Table(["unvalidated batch", "why"], [[u, why] for u, why in sorted(unval.items())],
+                            caption="Batches in no ACC1/ACC2/CR/CtE value above (resume redoes them)"))
 
     # Table 3 style
     ds = m["dynamic_scores"]
     dist = m["difficulty_distribution"]
     keys = list(ds)
     blocks.append(Heading("Dynamic difficulty scores (Table 3 style)", 3))
-    blocks.append(Table(["ACC (%)", *keys, *[f"{d} (%)" for d in DIFFICULTIES]],
-                        [[pct(m["base_accuracy"]), *[num(ds[k]) for k in keys],
-                          *[pct(dist["share"][d]) for d in DIFFICULTIES]]],
+    dd = m.get("dynamic_denominators") or {}
+    blocks.append(Table(["", "ACC (%)", *keys, *[f"{d} (%)" for d in DIFFICULTIES]],
+                        [["value", pct(m["base_accuracy"]["value"]), *[num(ds[k]) for k in keys],
+                          *[pct(dist["share"][d]) for d in DIFFICULTIES]],
+                         ["graded (ungraded)", _den(m["base_accuracy"]), *[_den(dd.get(k)) for k in keys],
+                          *[""] * len(DIFFICULTIES)]],
                         caption=("base = pooled score of the base questions, @K = pooled running score after "
                                  f"the K-th extension round; distribution over {dist['total']} generated questions")))
 
@@ -88,12 +121,12 @@ def _figures(run: Run, ok: list[dict[str, Any]]) -> list[Block]:
     steps = max(len(t) for t in trajs)
     labels = ["base", *[f"@{k}" for k in range(1, steps)]]
     if len(trajs) <= 12:
-        series = {r["unit_id"]: [t["avg"] for t in r["trajectory"]] for r in ok if r.get("trajectory")}
+        series = {r["unit_id"]: [_nan(t["avg"]) for t in r["trajectory"]] for r in ok if r.get("trajectory")}
         band = None
     else:
-        cols = [[t[i]["avg"] for t in trajs if len(t) > i] for i in range(steps)]
-        series = {"mean": [mean(c) for c in cols]}
-        band = {"mean": ([min(c) for c in cols], [max(c) for c in cols])}
+        cols = [[t[i]["avg"] for t in trajs if len(t) > i and t[i]["avg"] is not None] for i in range(steps)]
+        series = {"mean": [mean(c) if c else float("nan") for c in cols]}
+        band = {"mean": ([min(c, default=float("nan")) for c in cols], [max(c, default=float("nan")) for c in cols])}
     path = line_chart(figure_path(run.run_dir, "judgeagent_score_trajectory"), series, x=labels, band=band,
                       title="Running difficulty score per batch", xlabel="after", ylabel="avg score")
     out.append(Figure(path, "Running difficulty score after the base questions and each extension round"))
@@ -114,15 +147,16 @@ def _batches(ok: list[dict[str, Any]]) -> list[Block]:
     for r in ok:
         fb = r.get("feedback") or {}
         inner: list[Block] = []
-        inner.append(Table(["question", "difficulty", "correct", "judged by", "answer (clipped)"],
-                           [[b["id"], b.get("difficulty") or "-", b["correct"], b.get("how"),
+        inner.append(Table(["question", "difficulty", "verdict", "judged by", "answer (clipped)"],
+                           [[b["id"], b.get("difficulty") or "-", b.get("verdict", b["correct"]), b.get("how"),
                              str(b.get("reply", ""))[:120]] for b in r["base"]], caption="Base questions"))
         if r["rounds"]:
             inner.append(Table(
-                ["round", "difficulty", "path", "question", "reference", "correct", "avg after", "next"],
+                ["round", "difficulty", "path", "question", "reference", "verdict", "avg after", "next"],
                 [[x["round"], x["difficulty"], " > ".join(x["path"].get("entities") or [])
                   or x["path"].get("mode"), x.get("question", x.get("reason", ""))[:160],
-                  x.get("answer", ""), x.get("correct", ""), num(x.get("avg_after")), x.get("next_difficulty")]
+                  x.get("answer", ""), x.get("verdict", x.get("correct", "")), num(x.get("avg_after")),
+                  x.get("next_difficulty")]
                  for x in r["rounds"]], caption="Interactive extension"))
         if fb.get("status") == "ok":
             inner.append(Table(["field", "text"], [[k, fb.get(k, "")] for k in
@@ -133,7 +167,8 @@ def _batches(ok: list[dict[str, Any]]) -> list[Block]:
             inner.append(Code(f"feedback {fb.get('status')}: {fb.get('reason', '')}"))
         if r["validation"]:
             inner.append(Table(["question", "before", "after"],
-                               [[v["id"], v["correct1"], v["correct2"]] for v in r["validation"]],
+                               [[v["id"], v.get("verdict1", v["correct1"]), v.get("verdict2", v["correct2"])]
+                                for v in r["validation"]],
                                caption="Validation"))
         out.append(Details(f"{r['unit_id']} (score {num(r['score'] / r['answered'] if r['answered'] else None)})",
                            inner))
