@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import os
 import sys
+import threading
 from typing import Any, NoReturn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -24,7 +25,8 @@ from rich.text import Text  # noqa: E402
 from protocols import REGISTRY, available, protocol_class  # noqa: E402
 from runtime.config_loader import ParamSchema, load_config, read_config_file  # noqa: E402
 from runtime.errors import InputError  # noqa: E402
-from runtime.runner import execute, open_run  # noqa: E402
+from runtime import stop  # noqa: E402
+from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
 from state.config import ROLES  # noqa: E402
 
 
@@ -122,7 +124,7 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
 def main(argv: list[str] | None = None) -> int:
     console = Console()
     errors = Console(stderr=True)
-    config = None
+    config = run = None
     try:
         parser, dests = build_parser(_chosen_protocol(argv))
         args = parser.parse_args(argv)
@@ -142,8 +144,17 @@ def main(argv: list[str] | None = None) -> int:
         errors.print(Text.assemble(("error:", "red"), f" {exc.blamed(config.sources) if config else exc}"),
                      highlight=False, soft_wrap=True)
         return 2
+    except RunInterrupted as exc:
+        console.print(f"interrupted: {exc}; the partial report is in {run.run_dir}", style="yellow",
+                      markup=False, highlight=False)
+        console.print(f"resume with: {exc.resume}", markup=False, highlight=False)
+        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+            stop.exit_now(130)  # a request still in flight must not hold the exit up
+        return 130
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted; continue with --resume RUN_ID")
+        resumable = run is not None and run.run_dir.is_dir()
+        console.print("interrupted" + (f"; resume with: {resume_command(protocol, run)}" if resumable else
+                                       " before the run started"), style="yellow", markup=False, highlight=False)
         return 130
     return 0
 

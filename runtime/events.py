@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stores.files import append_line, drop_torn_tail, read_records
 
 
 @dataclass
@@ -42,7 +43,9 @@ class Usage:
 class EventLog:
     """Append-only JSONL log of every LLM exchange, safe to share between threads.
 
-    ``path=None`` keeps events in memory only (Studio sessions, tests).
+    ``path=None`` keeps events in memory only (Studio sessions, tests). Opening an
+    existing log drops a last line a kill cut short (see ``notes``), so appends
+    start on a fresh line.
     """
 
     path: Path | None = None
@@ -50,6 +53,11 @@ class EventLog:
     _usage: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     keep_in_memory: bool = False
+    notes: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.path is not None and (note := drop_torn_tail(self.path)):
+            self.notes.append(note)
 
     def record(self, *, unit: str, role: str, model: str, step: str, messages: list[dict[str, Any]],
                output: Any, prompt_tokens: int, completion_tokens: int, latency_s: float,
@@ -68,7 +76,6 @@ class EventLog:
             "latency_s": round(latency_s, 3),
             "error": error,
         }
-        line = json.dumps(event, ensure_ascii=False, default=str)
         with self._lock:
             usage = self._usage[unit]
             usage.calls += 1
@@ -79,8 +86,7 @@ class EventLog:
             if self.keep_in_memory or self.path is None:
                 self.records.append(event)
             if self.path is not None:
-                with self.path.open("a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
+                append_line(self.path, event)
 
     def usage(self, unit: str) -> Usage:
         """Usage of one unit so far (a copy)."""
@@ -97,14 +103,10 @@ class EventLog:
 
     def load_existing(self) -> None:
         """Re-count usage from an existing log (resume keeps earlier cost)."""
-        if self.path is None or not self.path.exists():
+        if self.path is None:
             return
-        with self._lock, self.path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    e = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a kill mid-write
+        with self._lock:
+            for e in read_records(self.path, self.notes):
                 u = self._usage[e.get("unit", "-")]
                 u.calls += 1
                 u.failed_calls += e.get("error") is not None

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from prompts import load_prompt
 from runtime.errors import InfraError, ModelError
 from runtime.events import EventLog
+from runtime.stop import raise_if_stopped
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -125,6 +126,7 @@ class RoleLLM:
             started = time.perf_counter()
             try:
                 with self.slots:
+                    raise_if_stopped()  # Ctrl-C: no new request (runtime.stop)
                     result = invoke()
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised if not ours
                 latency = time.perf_counter() - started

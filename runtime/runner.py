@@ -1,23 +1,47 @@
-"""The batch runner: pre-flight, concurrent units (one graph thread each), resume,
-results, summary and report.
+"""The batch runner: run directory, pre-flight, concurrent units (one graph thread each), resume,
+interrupt, results, summary and report.
 
-Resume: a unit whose last record in ``results.jsonl`` is final (``ok`` or
-``model_error``) is skipped; any other unit continues from its last checkpoint
-(or starts, if it never checkpointed). Infrastructure errors are not final: a
-resumed run tries those units again.
+Order of a run: the caller has checked config and flags; :func:`execute` runs the
+protocol's ``plan()`` (every input file, the KB) and keeps the run directory only
+once the inputs are accepted (a rejected input leaves nothing behind, ``--out``
+included); then it prints the run id and resume command, then sends the
+pre-flight request.
+
+A unit is final only when its graph reached END (no task pending in its latest
+checkpoint: ``snapshot.next`` is not enough, LangGraph leaves out of it a task
+whose writes are saved while the step's next checkpoint is not) and its record
+says ``ok`` or ``model_error``. Resume skips final units; every other one
+continues from its last checkpoint (or starts, if it never checkpointed), so
+infrastructure errors are tried again. A unit that reached END with ungraded
+verdicts (``Protocol.ungraded``) is recorded as ``ungraded``; resume re-judges it
+from the checkpoint just before its first ungraded verdict: the runner walks the
+thread's checkpoint lineage (``get_state_history``), finds the earliest
+checkpoint whose values hold an ungraded verdict and invokes the graph from that
+checkpoint's parent, so LangGraph forks the thread there: the judging node runs
+again, everything before it is kept.
+
+Ctrl-C stops launching units at once and sets the stop flag (``runtime.stop``)
+the call layer checks before each request; the runner waits at most
+``STOP_GRACE_S`` for units in flight, writes a partial summary and report, and
+raises :class:`RunInterrupted` with the resume command.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import secrets
+import shlex
+import shutil
+import signal
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from langgraph.types import Command
 from rich.console import Console
@@ -26,6 +50,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 
 from prompts import load_prompt
+from runtime import stop
 from runtime.errors import InfraError, InputError, ModelError
 from runtime.events import EventLog, Usage
 from runtime.llm import is_endpoint_fault
@@ -34,12 +59,24 @@ from runtime.report import Heading, Table, Text, write_report
 from runtime.services import Services
 from state.config import ROLES, RunConfig
 from stores.checkpoints import open_checkpointer
+from stores.files import read_records, write_atomic
 from stores.results import ResultStore
+
+#: Seconds Ctrl-C waits for units in flight (their next request is refused at once) before the partial report.
+STOP_GRACE_S = 5.0
 
 SMOKE_TEST_WARNING = (
     "The embedded SmolLM2-135M model is acting as {roles}. It is far too weak to judge other models: "
     "these results only show that the pipeline runs (a smoke test), not how good the target is."
 )
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C ended the run: a partial summary and report are written; ``resume`` continues it."""
+
+    def __init__(self, run_id: str, resume: str, unfinished: int, total: int) -> None:
+        super().__init__(f"run {run_id} interrupted: {unfinished} of {total} units unfinished")
+        self.run_id, self.resume, self.unfinished, self.total = run_id, resume, unfinished, total
 
 
 def new_run_id(protocol: str) -> str:
@@ -49,13 +86,11 @@ def new_run_id(protocol: str) -> str:
 
 def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, console: Console,
              chat_overrides: dict[str, Any] | None = None, retry_sleep: Any = None) -> Run:
-    """Create (or reopen, for resume) the run directory and its services."""
+    """The run and its services; a resumed run's directory must exist, a new one is made by :func:`execute`."""
     resumed = run_id is not None
     run_dir = Path(config.out) / (run_id or new_run_id(protocol.name))
     if resumed and not run_dir.is_dir():
         raise InputError(f"no run directory {run_dir} to resume", field="--resume")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(config.masked(), indent=2), encoding="utf-8")
     events = EventLog(run_dir / "events.jsonl")
     events.load_existing()
     services = Services(config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {},
@@ -63,21 +98,71 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
     return Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
 
 
-def plan_units(protocol: Protocol, run: Run) -> list[Unit]:
-    """Units of the run; a resumed run reuses the list written when it started."""
+def resume_command(protocol: Protocol, run: Run) -> str:
+    return shlex.join(["python", "run.py", "--protocol", protocol.name, "--resume", run.run_dir.name,
+                       "--out", run.config.out])
+
+
+@contextmanager
+def _kept_only_if_accepted(run: Run) -> Iterator[None]:
+    """Make the run directory; remove it again if an ``InputError`` rejects the inputs before any request.
+
+    Every folder this call creates goes (``--out`` too, if it did not exist), so a
+    rejected input leaves nothing behind. The directory exists before ``plan()``
+    only because the protocols' other modes (``custom_run``) write into it.
+    """
+    made = [p for p in (run.run_dir, *run.run_dir.parents) if not p.exists()]
+    try:
+        try:
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(run.run_dir / "config.json", json.dumps(run.config.masked(), indent=2))
+        except OSError as exc:
+            raise InputError(f"cannot create the run directory {run.run_dir}: {exc.strerror or exc}",
+                             field="--out") from None
+        yield
+    except InputError:
+        if made and run.services.events.total().calls == 0:
+            shutil.rmtree(made[-1], ignore_errors=True)
+        raise
+
+
+def _saved_units(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The units written when the run started, and what is wrong with the file (None if whole)."""
+    problems: list[str] = []
+    saved = list(read_records(path, problems))
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        problems.append(f"{path.name}: its last line is cut short")
+    if not problems and any(set(u) != {"id", "input", "meta"} for u in saved):
+        problems.append(f"{path.name}: a line is not a unit (id, input, meta)")
+    return saved, (problems[0] if problems else None)
+
+
+def plan_units(protocol: Protocol, run: Run, notes: list[str]) -> list[Unit]:
+    """Units of the run; a resumed run reuses the list written (atomically) when it started.
+
+    A ``units.jsonl`` a kill cut (written by an older version) is planned again from
+    the inputs, provided its whole lines agree with the new plan.
+    """
     path = run.run_dir / "units.jsonl"
-    if run.resumed and path.exists():
-        with path.open(encoding="utf-8") as fh:
-            return [Unit(**json.loads(line)) for line in fh if line.strip()]
+    saved, problem = _saved_units(path) if run.resumed and path.exists() else ([], None)
+    if saved and problem is None:
+        return [Unit(**u) for u in saved]
     units = protocol.plan(run)
     if run.config.limit is not None:
         units = units[: run.config.limit]
     ids = [u.id for u in units]
     if len(set(ids)) != len(ids):
         raise RuntimeError(f"{protocol.name}: plan produced duplicate unit ids")
-    with path.open("w", encoding="utf-8") as fh:
-        for u in units:
-            fh.write(json.dumps({"id": u.id, "input": u.input, "meta": u.meta}, ensure_ascii=False) + "\n")
+    planned = [json.loads(json.dumps(asdict(u), ensure_ascii=False, default=str)) for u in units]
+    if problem:
+        whole = [u for u in saved if set(u) == {"id", "input", "meta"}]
+        if planned[: len(whole)] != whole:
+            raise InputError(f"{problem}, and the inputs no longer give the same units: the run cannot be resumed",
+                             file=str(path))
+        notes.append(f"{problem}; planned again from the inputs ({len(units)} units; the {len(whole)} whole "
+                     "lines agree)")
+    write_atomic(path, "".join(json.dumps(u, ensure_ascii=False) + "\n" for u in planned))
     return units
 
 
@@ -119,27 +204,63 @@ def warn_if_smoke_test(protocol: Protocol, run: Run) -> str | None:
     return text
 
 
+def _reached_end(snapshot: Any) -> bool:
+    """The thread has a checkpoint and no task pending in it (finished, or saved but not yet committed)."""
+    return snapshot.metadata is not None and not snapshot.tasks
+
+
+def _before_first_ungraded(protocol: Protocol, graph: Any, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint config to fork from to re-judge: the parent of the earliest ungraded checkpoint.
+
+    Walks the thread's current lineage only (head, then parents), not the
+    branches earlier re-judgements left behind.
+    """
+    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in graph.get_state_history(config)}
+    snapshot, earliest = graph.get_state(config), None
+    while snapshot is not None:
+        if protocol.ungraded(dict(snapshot.values)) > 0:
+            earliest = snapshot
+        parent = snapshot.parent_config
+        snapshot = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
+    return earliest.parent_config if earliest is not None else None
+
+
+_DONE = object()
+
+
 def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any) -> dict[str, Any]:
-    """Run (or continue) one unit to its end and return its result record."""
-    config = {"configurable": {"thread_id": unit.id}, "recursion_limit": 200}
+    """Run (continue, or re-judge) one unit to END and return its record (status ``interrupted`` after Ctrl-C)."""
+    config: dict[str, Any] = {"configurable": {"thread_id": unit.id}, "recursion_limit": 200}
     started = time.perf_counter()
     record: dict[str, Any] = {"unit_id": unit.id, "meta": unit.meta}
     try:
         snapshot = graph.get_state(config)
-        if snapshot.next:
-            payload: Any = None  # continue from the last checkpoint
-        elif snapshot.values:
-            payload = "done"  # finished earlier; only its record was missing
+        start = config
+        if snapshot.metadata is None:
+            payload: Any = unit.input  # never checkpointed
+        elif not _reached_end(snapshot):
+            payload = None  # continue from the last checkpoint, with the writes already saved in it
+        elif protocol.ungraded(dict(snapshot.values)) and (fork := _before_first_ungraded(protocol, graph, config)):
+            payload, start = None, {**config, "configurable": fork["configurable"]}
         else:
-            payload = unit.input
-        while payload != "done":
-            graph.invoke(payload, config, context=context)
+            payload = _DONE  # reached END earlier; only its record was missing
+        while payload is not _DONE:
+            graph.invoke(payload, start, context=context)
+            start = config  # after a fork the thread's head is the new branch
             snapshot = graph.get_state(config)
             pending = [i for task in snapshot.tasks for i in task.interrupts]
             if not pending:
                 break
             payload = Command(resume=protocol.on_interrupt(run, unit, pending[0].value))
-        record.update(status="ok", **protocol.result(unit, dict(graph.get_state(config).values)))
+        snapshot = graph.get_state(config)
+        if not _reached_end(snapshot):
+            raise RuntimeError(f"the graph stopped before END (next: {snapshot.next})")
+        values = dict(snapshot.values)
+        ungraded = protocol.ungraded(values)
+        record.update(status="ungraded" if ungraded else "ok", ungraded_verdicts=ungraded,
+                      **protocol.result(unit, values))
+    except stop.StopRequested:
+        record.update(status="interrupted")
     except ModelError as exc:
         record.update(status="model_error", error=str(exc))
     except InfraError as exc:
@@ -154,63 +275,151 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
 
 
 def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflight: bool = False) -> dict[str, Any]:
-    """Run every unfinished unit concurrently, then write summary.json and the report."""
-    if protocol.custom_run(run):
-        return {}
-    units = plan_units(protocol, run)
+    """Validate the inputs, then run every unfinished unit concurrently and write summary.json and the report."""
+    stop.clear()
+    notes: list[str] = list(run.services.events.notes)
+    with _kept_only_if_accepted(run):
+        if protocol.custom_run(run):
+            return {}
+        units = plan_units(protocol, run, notes)
+    resume = resume_command(protocol, run)
+    run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False)
     if dry_run:
         print_plan(protocol, run, units)
         return {}
     warning = warn_if_smoke_test(protocol, run)
-    if not skip_preflight:
-        preflight(protocol, run)
-    protocol.prepare(run, units)
     results = ResultStore(run.run_dir / "results.jsonl")
-    finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
-    todo = [u for u in units if u.id not in finished]
-    context = protocol.context(run)
     wall_started = time.perf_counter()
-    with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver:
-        graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
-        _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
-    records = [r for uid, r in results.latest().items() if uid in {u.id for u in units}]
-    summary = build_summary(protocol, run, records, wall_s=time.perf_counter() - wall_started, warning=warning)
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
+    try:
+        if not skip_preflight:
+            preflight(protocol, run)
+        protocol.prepare(run, units)
+        finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
+        todo = [u for u in units if u.id not in finished]
+        context = protocol.context(run)
+        with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver:
+            graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
+            _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
+    except KeyboardInterrupt:
+        with _sigint_ignored():
+            stop.request_stop()
+            latest = results.latest()
+            unfinished = sum(latest.get(u.id, {}).get("status") not in FINAL_STATUSES for u in units)
+            interrupted = {"unfinished_units": unfinished, "resume": resume}
+            _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
+        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units)) from None
+    return _finish(protocol, run, units, results, notes, wall_started, warning, None)
+
+
+def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStore, notes: list[str],
+            wall_started: float, warning: str | None, interrupted: dict[str, Any] | None) -> dict[str, Any]:
+    """Write summary.json and the report from the records so far (a partial one after Ctrl-C)."""
+    ids = {u.id for u in units}
+    records = [r for uid, r in results.latest().items() if uid in ids]
+    notes = list(dict.fromkeys([*notes, *results.notes, *run.services.events.notes]))
+    for note in notes:
+        run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+    summary = build_summary(protocol, run, records, wall_s=time.perf_counter() - wall_started, warning=warning,
+                            interrupted=interrupted, notes=notes)
+    write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
     blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
     write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
     print_summary(run, summary)
     return summary
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """A second Ctrl-C does not cut the bounded shutdown (partial report) short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context: Any, results: ResultStore,
              already: int) -> None:
-    lock = threading.Lock()
+    """Run ``todo`` on ``concurrency`` worker threads, appending each unit's record as it ends.
+
+    Workers take the next unit only while the stop flag is down, so Ctrl-C (or any
+    exception reaching this loop) launches nothing more; units in flight get
+    ``STOP_GRACE_S`` to end (their next request is refused), then this returns by
+    re-raising. Workers are daemon threads: a request still blocked then does not
+    hold up the process exit.
+    """
+    queued: queue.SimpleQueue[Unit] = queue.SimpleQueue()
+    for unit in todo:
+        queued.put(unit)
+    ended: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def work() -> None:
+        while not stop.stopped():
+            try:
+                unit = queued.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                ended.put(run_unit(protocol, run, graph, unit, context))
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
+                ended.put(exc)
+                return
+
     cost = Usage()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=run.console,
                   transient=False) as progress:
         task = progress.add_task(protocol.name, total=len(todo) + already, completed=already, status="")
-        with ThreadPoolExecutor(max_workers=run.config.concurrency, thread_name_prefix="unit") as pool:
-            futures = {pool.submit(run_unit, protocol, run, graph, u, context): u for u in todo}
-            for fut in as_completed(futures):
-                record = fut.result()
-                results.append(record)
-                with lock:
-                    u = record["usage"]
-                    cost.add(Usage(u["calls"], u["failed_calls"], u["prompt_tokens"], u["completion_tokens"]))
-                    status = (f"{record['unit_id']}: {record['status']}  "
-                              f"calls {cost.calls}  tokens {cost.prompt_tokens + cost.completion_tokens}")
-                progress.update(task, advance=1, status=status)
-                if record["status"] not in FINAL_STATUSES:
-                    run.console.print(f"[red]{record['unit_id']} {record['status']}: {record.get('error')}")
+
+        def keep(record: dict[str, Any]) -> None:
+            if record["status"] == "interrupted":
+                return  # stopped mid-unit: no record, resume continues it from its checkpoint
+            results.append(record)
+            u = record["usage"]
+            cost.add(Usage(u["calls"], u["failed_calls"], u["prompt_tokens"], u["completion_tokens"]))
+            progress.update(task, advance=1, status=f"{record['unit_id']}: {record['status']}  calls {cost.calls}  "
+                                                    f"tokens {cost.prompt_tokens + cost.completion_tokens}")
+            if record["status"] not in FINAL_STATUSES:
+                run.console.print(f"{record['unit_id']} {record['status']}: {record.get('error', '')}",
+                                  style="red" if record["status"] != "ungraded" else "yellow",
+                                  markup=False, highlight=False)
+
+        workers = [threading.Thread(target=work, name=f"unit-{i}", daemon=True)
+                   for i in range(min(run.config.concurrency, len(todo)))]
+        try:
+            for worker in workers:
+                worker.start()
+            for _ in todo:
+                item = ended.get()
+                if isinstance(item, BaseException):
+                    raise item
+                keep(item)
+        except BaseException:
+            with _sigint_ignored():
+                stop.request_stop()
+                deadline = time.monotonic() + STOP_GRACE_S
+                while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+                    try:
+                        item = ended.get(timeout=0.05)
+                    except queue.Empty:
+                        continue
+                    if isinstance(item, dict):
+                        keep(item)
+            raise
 
 
 def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float,
-                  warning: str | None) -> dict[str, Any]:
+                  warning: str | None, interrupted: dict[str, Any] | None = None,
+                  notes: list[str] | None = None) -> dict[str, Any]:
     """Generic run figures plus the protocol's metrics.
 
     ``usage`` counts every call of the run (pre-flight and preparation included,
     earlier sessions of a resumed run too); ``per_unit`` averages the units' own.
+    ``interrupted`` (Ctrl-C: unfinished units, resume command) marks a partial
+    summary; ``notes`` lists repaired run files (torn lines dropped).
     """
     counts: dict[str, int] = {}
     units = Usage()
@@ -228,6 +437,9 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
         "smoke_test_warning": warning,
         "units": len(records),
         "status_counts": counts,
+        "ungraded_verdicts": sum(r.get("ungraded_verdicts") or 0 for r in records),
+        "interrupted": interrupted,
+        "file_notes": notes or [],
         "usage": run.services.events.total().as_dict(),
         "unit_usage": units.as_dict(),
         "unit_wall_s_total": round(unit_wall, 3),
@@ -246,6 +458,12 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
     blocks: list = []
     if warning:
         blocks.append(Text("WARNING: " + warning))
+    if summary.get("interrupted"):
+        stopped = summary["interrupted"]
+        blocks.append(Text(f"INTERRUPTED (Ctrl-C): a partial report; {stopped['unfinished_units']} units are not "
+                           f"finished. Continue with: {stopped['resume']}"))
+    for note in summary.get("file_notes") or []:
+        blocks.append(Text("Repaired run file: " + note))
     blocks.append(Table(["role", "model"], [[k, v] for k, v in summary["models"].items()], caption="Models"))
     usage = summary["usage"]
     blocks.append(Table(
@@ -254,9 +472,14 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
           usage["calls"], usage["prompt_tokens"], usage["completion_tokens"], usage["llm_seconds"],
           summary["per_unit"]["wall_s"]]],
         caption="Run"))
-    failed = [[r["unit_id"], r["status"], (r.get("error") or "")[:300]] for r in records if r["status"] != "ok"]
+    failed = [[r["unit_id"], r["status"], (r.get("error") or "")[:300]] for r in records
+              if r["status"] not in ("ok", "ungraded")]
     if failed:
         blocks.append(Table(["unit", "status", "reason"], failed, caption="Units that did not finish"))
+    ungraded = [[r["unit_id"], r["ungraded_verdicts"]] for r in records if r["status"] == "ungraded"]
+    if ungraded:
+        blocks.append(Table(["unit", "ungraded verdicts"], ungraded,
+                            caption="Units with ungraded verdicts (a judge failed); resume re-judges them"))
     blocks.append(Heading(protocol.description))
     return blocks
 

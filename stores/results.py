@@ -1,36 +1,31 @@
-"""Per-unit results of a run (``results.jsonl``), appended as units finish.
+"""Per-unit results of a run (``results.jsonl``), appended as units end.
 
-A line is written only when a unit is final (ok, failed or errored), so a
-killed run resumes by skipping exactly the unit ids found here.
+One line per unit end (final, ungraded or failed); the last line of a unit id
+is its current record. Opening the store drops a last line a kill cut short
+(listed in ``notes``): that unit simply has no record and is run again.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any, Iterator
+
+from stores.files import append_line, drop_torn_tail, read_records
 
 
 class ResultStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self.notes: list[str] = [note] if (note := drop_torn_tail(path)) else []
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=str)
-        with self._lock, self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+        with self._lock:
+            append_line(self.path, record)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        if not self.path.exists():
-            return
-        with self.path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a kill; that unit is simply redone
+        return read_records(self.path, self.notes)
 
     def latest(self) -> dict[str, dict[str, Any]]:
         """The last record of each unit id."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import openai
@@ -10,10 +13,13 @@ import httpx
 import pytest
 from rich.console import Console
 
+from runtime.errors import InputError
 from runtime.runner import execute, open_run
 from state.config import RunConfig
 from tests.fakes import ScriptedChat, all_text, last_text
 from tests.toy_protocol import ToyProtocol
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class Killed(BaseException):
@@ -126,3 +132,45 @@ def test_killed_run_continues_from_checkpoint_without_repeating_nodes(tmp_path, 
     assert sorted(last_text(m) for m, _ in target_chat.calls) == ["question 0", "question 1", "question 2"]
     assert summary["status_counts"] == {"ok": 3}
     assert sorted(r["unit_id"] for r in _records(run.run_dir)) == ["q0", "q1", "q2"]
+
+
+def test_rejected_input_leaves_no_run_directory_and_no_out_folder(tmp_path):
+    out = tmp_path / "new" / "runs"
+    config = RunConfig(protocol="toy", out=str(out), params={"units": 0})
+    run = open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True))
+    with pytest.raises(InputError, match="--units"):
+        execute(ToyProtocol(), run, skip_preflight=True)
+    assert not (tmp_path / "new").exists()
+
+
+def test_rejected_input_keeps_an_existing_out_folder_and_its_runs(tmp_path):
+    (tmp_path / "earlier-run").mkdir()
+    config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 0})
+    with pytest.raises(InputError):
+        execute(ToyProtocol(), open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True)),
+                skip_preflight=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["earlier-run"]
+
+
+def test_unwritable_out_is_one_line_naming_out_and_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = subprocess.run([sys.executable, "run.py", "--protocol", "toy", "--out", str(blocker / "runs"),
+                           "--skip-preflight"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--out" in lines[0] and "cannot create the run directory" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_every_run_prints_its_id_and_resume_command_first(tmp_path):
+    console = Console(record=True, width=300)
+    config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 1})
+    run = open_run(ToyProtocol(), config, run_id=None, console=console,
+                   chat_overrides={"target": ScriptedChat(lambda m, t: "a"),
+                                   "evaluator": ScriptedChat(lambda m, t: {"correct": True})})
+    execute(ToyProtocol(), run, skip_preflight=True)
+    first = console.export_text().splitlines()[0]
+    assert run.run_dir.name in first
+    assert f"python run.py --protocol toy --resume {run.run_dir.name} --out {tmp_path}" in first

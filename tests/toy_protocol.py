@@ -10,6 +10,7 @@ from langgraph.runtime import Runtime
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
+from runtime.errors import InputError, ModelError
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Table
 from runtime.services import services_of
@@ -19,12 +20,15 @@ from state.context import BaseContext, described
 @dataclass(kw_only=True)
 class ToyContext(BaseContext):
     units: int = described(3, "how many questions")
+    ungraded_on_judge_failure: bool = described(False, "a judge that fails leaves the verdict ungraded (None)")
 
 
 class ToyState(TypedDict, total=False):
     question: str
     answer: str
-    verdict: bool
+    verdict: bool | None
+    judge_error: str
+    tallied: bool
 
 
 class Verdict(BaseModel):
@@ -38,16 +42,28 @@ def ask(state: ToyState, runtime: Runtime[ToyContext]) -> dict[str, Any]:
 
 def judge(state: ToyState, runtime: Runtime[ToyContext]) -> dict[str, Any]:
     llm = services_of(runtime.context).llm("evaluator")
-    v = llm.structured(Verdict, [HumanMessage(f"{state['question']} -> {state['answer']}")], step="judge")
+    try:
+        v = llm.structured(Verdict, [HumanMessage(f"{state['question']} -> {state['answer']}")], step="judge")
+    except ModelError as exc:
+        if not runtime.context.ungraded_on_judge_failure:
+            raise
+        return {"verdict": None, "judge_error": str(exc)}
     return {"verdict": v.correct}
+
+
+def tally(state: ToyState) -> dict[str, Any]:
+    """A last step after the verdict, so the verdict's checkpoint is not the final one."""
+    return {"tallied": True}
 
 
 builder = StateGraph(ToyState, context_schema=ToyContext)
 builder.add_node("ask", ask)
 builder.add_node("judge", judge)
+builder.add_node("tally", tally)
 builder.add_edge(START, "ask")
 builder.add_edge("ask", "judge")
-builder.add_edge("judge", END)
+builder.add_edge("judge", "tally")
+builder.add_edge("tally", END)
 
 
 class ToyProtocol(Protocol):
@@ -60,16 +76,21 @@ class ToyProtocol(Protocol):
 
     def plan(self, run: Run) -> list[Unit]:
         n = int(run.params.get("units", 3))
+        if n < 1:
+            raise InputError("must be at least 1", field="--units")
         return [Unit(id=f"q{i}", input={"question": f"question {i}"}, meta={"i": i}) for i in range(n)]
 
     def expected_calls(self, run: Run) -> str:
         return "2"
 
+    def ungraded(self, state: dict[str, Any]) -> int:
+        return int("verdict" in state and state["verdict"] is None)
+
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
-        return {"answer": state["answer"], "verdict": state["verdict"]}
+        return {"answer": state.get("answer"), "verdict": state.get("verdict"), "tallied": state.get("tallied")}
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
-        ok = [r for r in records if r["status"] == "ok"]
+        ok = [r for r in records if r["status"] == "ok"]  # ungraded units hold no verdict to count
         return {"accuracy": sum(r["verdict"] for r in ok) / len(ok) if ok else None}
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list:

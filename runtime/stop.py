@@ -1,0 +1,49 @@
+"""The run-wide stop flag Ctrl-C raises: the call layer sends no new request once it is set.
+
+The batch runner sets it on SIGINT; :class:`runtime.llm.RoleLLM` calls
+:func:`raise_if_stopped` right before each request (after waiting for a slot and
+after any retry back-off), so no request starts after the signal. The flag is
+per process, like the signal.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+
+_stop = threading.Event()
+
+
+class StopRequested(BaseException):
+    """Raised in place of a new LLM request after Ctrl-C.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: a node's ``except Exception``
+    must not turn it into a verdict; the node's writes are simply not saved.
+    """
+
+
+def request_stop() -> None:
+    _stop.set()
+
+
+def clear() -> None:
+    _stop.clear()
+
+
+def stopped() -> bool:
+    return _stop.is_set()
+
+
+def raise_if_stopped() -> None:
+    if _stop.is_set():
+        raise StopRequested("the run was interrupted: no new request is sent")
+
+
+def exit_now(code: int) -> None:
+    """Exit without joining threads still blocked in a request (exit handlers still run)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # e.g. stop the embedded llama.cpp server
+    os._exit(code)

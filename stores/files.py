@@ -1,0 +1,86 @@
+"""Run files a kill can cut: whole files written atomically, JSONL logs whose torn last line is dropped.
+
+A JSONL log is only ever appended to, one ``write`` of ``line + "\\n"`` per record.
+A kill can cut the last write short; :func:`drop_torn_tail` removes such a line
+(and says so) before the next append, so every append starts on a fresh line
+and a torn record never swallows the one written after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+_BLOCK = 1 << 16
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one step (temp file in the same folder, then rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return False
+
+
+def drop_torn_tail(path: Path) -> str | None:
+    """Cut off a last line without its newline that is not a whole record; return what was done, if anything.
+
+    A last record that is whole but lacks only its newline gets the newline.
+    """
+    if not path.exists():
+        return None
+    with path.open("rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return None
+        start = size
+        while start > 0:  # find the start of the last line, reading backwards block by block
+            block_start = max(0, start - _BLOCK)
+            fh.seek(block_start)
+            nl = fh.read(start - block_start).rfind(b"\n")
+            if nl >= 0:
+                start = block_start + nl + 1
+                break
+            start = block_start
+        fh.seek(start)
+        tail = fh.read()
+        if _is_record(tail):
+            fh.write(b"\n")
+            return None
+        fh.truncate(start)
+    return f"{path.name}: dropped a last line cut short by a kill ({len(tail)} bytes)"
+
+
+def append_line(path: Path, record: dict[str, Any]) -> None:
+    """Append one record as one JSON line (callers serialise appends to the same file)."""
+    line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+def read_records(path: Path, problems: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The records of a JSONL log; a line that is not a record is skipped and described in ``problems``."""
+    if not path.exists():
+        return
+    with path.open("rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            if _is_record(line):
+                yield json.loads(line)
+            elif problems is not None:
+                problems.append(f"{path.name}: line {number} is not a whole JSON record; skipped")
