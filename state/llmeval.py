@@ -37,7 +37,8 @@ class LLMEvalState(TypedDict, total=False):
     answered: int
     reference_answered: int
     judged: int
-    judge_failures: int
+    ungraded: int             # answers the judge could not rate (no stars; resume re-judges them)
+    reference_ungraded: int   # the same for the reference model's replay
     scores: dict[str, Any]
     reference_scores: dict[str, Any]
     relative: float | None

@@ -15,7 +15,8 @@ from graphs.llmeval import builder
 from nodes.llmeval.judge import code_verdict, judge_item, response_letters, response_verdict
 from protocols.llmeval.analyses import leaderboard, score_matrix
 from protocols.llmeval.bankio import import_file
-from protocols.llmeval.metrics import absolute_score, spearman, stability
+from protocols.llmeval.metrics import spearman, stability
+from protocols.llmeval.protocol import LLMEvalProtocol
 from runtime.errors import InfraError
 from state.llmeval import LLMEvalContext
 from stores.question_bank import QuestionBank
@@ -115,23 +116,19 @@ def test_code_checks_bound_the_judge_for_true_false_and_multiple_choice():
     assert judge_item(svc.llm("grader"), {**mcq, "response": "B"})[0] == 2
 
 
-def test_invalid_judge_output_falls_back_to_code_or_leaves_the_answer_unscored(tmp_path):
+def test_invalid_judge_output_leaves_every_answer_ungraded_even_where_code_could_check_it(tmp_path):
     bank_path = new_bank(tmp_path)
     broken_judge = ScriptedChat(lambda m, t: {"rating": 7, "reason": "out of range"})
     ctx = ctx_for(tmp_path, bank_path, {"target": ScriptedChat(lambda m, t: "true, because of the rules"),
                                         "evaluator": broken_judge}, questions=36)
     final = run_session(ctx, "broken")
-    bank = QuestionBank(bank_path)
-    items = bank.judged_items("broken")
-    tf = [i for i in items if i["qtype"] == "true_false"]
-    free = [i for i in items if i["qtype"] not in ("true_false", "mcq")]
-    assert all(i["judge_status"] == "fallback" for i in tf)
-    assert all(i["stars"] == (2 if i["answer"] == "true" else 0) for i in tf)
-    assert all(i["stars"] is None and i["judge_status"] == "failed" for i in free)
+    items = QuestionBank(bank_path).judged_items("broken")
+    assert items and all(i["stars"] is None and i["judge_status"] == "ungraded" for i in items)
     scores = final["scores"]
-    assert scores["unscored"] == len(free) + sum(i["judge_status"] == "failed" for i in items if i["qtype"] == "mcq")
-    assert scores["S"] == pytest.approx(absolute_score([i["stars"] for i in items if i["stars"] is not None]))
-    assert final["judge_failures"] == scores["unscored"]
+    assert scores["S"] is None and scores["N"] == 0   # no score from zero scored answers, never 0 or 100
+    assert scores["ungraded"] == len(items) == final["ungraded"]
+    assert LLMEvalProtocol().ungraded(final) == len(items)
+    assert QuestionBank(bank_path).sessions_of()[0]["scores"] in (None, {})   # nothing for the leaderboard
 
 
 def test_relative_score_uses_the_reference_model_on_the_same_questions(tmp_path):

@@ -16,7 +16,7 @@ def test_absolute_score_is_sum_over_n_times_three_times_100():
     # (3 + 2 + 0 + 1) / (4 * 3) * 100 = 50
     assert absolute_score([3, 2, 0, 1]) == pytest.approx(50.0)
     assert absolute_score([3] * 7) == pytest.approx(100.0)
-    assert absolute_score([]) == 0.0
+    assert absolute_score([]) is None   # nothing scored: no number
 
 
 def test_discipline_scores_are_on_a_ten_point_scale():

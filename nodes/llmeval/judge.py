@@ -4,10 +4,11 @@ Deterministic checks come first: an empty answer gets 0 stars without a call;
 for true/false and multiple-choice questions the verdict or option letter of
 the answer is compared with the key in code, and the judge's rating is kept
 inside the band the rubric allows (correct -> 2-3, wrong -> 0-1), so the LLM
-only grades the explanation there. A judge that returns no valid rating after
-one repair (``ModelError``) falls back to the code verdict when there is one
-(correct -> 2, wrong -> 0); otherwise the answer is left unscored and counted
-in ``judge_failures`` (it never silently counts as 0 or 3).
+only grades the explanation there. The stars always come from the judge: one
+that returns no valid rating after retries and one repair (``ModelError``)
+leaves the answer ``ungraded`` (no stars, whatever the code check says), so it
+counts neither for nor against the model; the session counts it in
+``ungraded`` and resume re-judges exactly those answers.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def code_verdict(item: dict[str, Any]) -> bool | None:
 
 
 def judge_item(llm: RoleLLM, item: dict[str, Any]) -> tuple[int | None, str, str]:
-    """``(stars, reason, status)`` for one answered slot; status is judged / banded / fallback / empty / failed."""
+    """``(stars, reason, status)`` for one answered slot; status is judged / banded / empty / ungraded."""
     response = (item.get("response") or "").strip()
     if not response:
         return 0, "empty answer", "empty"
@@ -72,10 +73,7 @@ def judge_item(llm: RoleLLM, item: dict[str, Any]) -> tuple[int | None, str, str
     try:
         rating = llm.structured(JudgeRating, messages, step="judge")
     except ModelError as exc:
-        if verdict is None:
-            return None, f"judge gave no valid rating: {exc}", "failed"
-        return (2 if verdict else 0), "judge gave no valid rating; stars from the code check of the answer", \
-            "fallback"
+        return None, f"ungraded: the judge gave no valid rating: {exc}"[:600], "ungraded"
     stars = rating.rating
     if verdict is True and stars < 2:
         return 2, f"{rating.reason} [raised to 2: the answer is correct]", "banded"
@@ -85,9 +83,9 @@ def judge_item(llm: RoleLLM, item: dict[str, Any]) -> tuple[int | None, str, str
 
 
 def judge_session(bank: QuestionBank, session_id: str, llm: RoleLLM, concurrency: int) -> tuple[int, int]:
-    """Judge every completed, not yet judged slot of a session concurrently; returns (judged, failures)."""
+    """Judge every completed slot not judged yet (or left ungraded) concurrently; returns (judged, ungraded)."""
     todo = [i for i in bank.judged_items(session_id)
-            if i["status"] == "completed" and i["judge_status"] in (None, "failed")]
+            if i["status"] == "completed" and i["judge_status"] in (None, "ungraded")]
     for it in todo:
         q = bank.get(it["question_uuid"])
         it["options"] = q.options if q else None
@@ -98,7 +96,7 @@ def judge_session(bank: QuestionBank, session_id: str, llm: RoleLLM, concurrency
 
     parallel_map(one, todo, workers=concurrency)
     items = bank.judged_items(session_id)
-    return sum(i["stars"] is not None for i in items), sum(i["judge_status"] == "failed" for i in items)
+    return sum(i["stars"] is not None for i in items), sum(i["judge_status"] == "ungraded" for i in items)
 
 
 def judge_answers(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
@@ -106,8 +104,9 @@ def judge_answers(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict
     ctx = runtime.context
     bank = bank_of(ctx)
     llm = services_of(ctx).llm("evaluator")
-    judged, failed = judge_session(bank, state["session_id"], llm, int(ctx.judge_concurrency))
+    judged, ungraded = judge_session(bank, state["session_id"], llm, int(ctx.judge_concurrency))
+    reference_ungraded = 0
     if state.get("reference_session_id"):
-        judge_session(bank, state["reference_session_id"], llm, int(ctx.judge_concurrency))
-    return {"judged": judged, "judge_failures": failed}
+        _, reference_ungraded = judge_session(bank, state["reference_session_id"], llm, int(ctx.judge_concurrency))
+    return {"judged": judged, "ungraded": ungraded, "reference_ungraded": reference_ungraded}
 

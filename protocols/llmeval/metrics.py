@@ -25,10 +25,10 @@ from typing import Any, Iterable, Sequence
 S_MAX = 3
 
 
-def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float:
-    """Equation 1 (0-100); 0.0 for no scored answers."""
+def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float | None:
+    """Equation 1 (0-100) over the scored answers; None when there is none (no number we did not compute)."""
     if not stars:
-        return 0.0
+        return None
     return sum(stars) / (len(stars) * s_max) * 100
 
 
@@ -40,9 +40,9 @@ def discipline_scores(pairs: Iterable[tuple[str, int]], s_max: int = S_MAX) -> d
     return {d: absolute_score(v, s_max) / 10 for d, v in sorted(by.items())}
 
 
-def relative_score(s_model: float, s_ref: float) -> float | None:
+def relative_score(s_model: float | None, s_ref: float | None) -> float | None:
     """Equation 2: the model's absolute score relative to the reference (SOTA) model's on the same questions."""
-    if not s_ref:
+    if s_model is None or not s_ref:
         return None
     return s_model / s_ref * 100
 
