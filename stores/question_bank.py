@@ -13,9 +13,9 @@ the HTTP exam server and the analyses share one source of truth:
 * ``llmeval_items``: the fixed, ordered question list of a session with the
   quota state of every slot (``allocated`` -> ``pending`` -> ``completed``), the
   examinee's answer and the judge's stars and reason.
-* ``llmeval_examinees`` and ``llmeval_server``: the exam server's registered
-  examinees (name -> session) and its token signing secret, so that tokens,
-  sessions and answers survive a server restart.
+* ``llmeval_examinees``: the exam server's registered examinees (name -> session).
+* ``llmeval_meta``: the bank's own id (which scopes its near-duplicate index) and
+  the exam server's token signing secret, so that tokens survive a restart.
 
 Quota rules (the "inner layer" of section 2.2): a session's questions are
 allocated once, delivered strictly in order, one pending at a time; an answer is
@@ -106,8 +106,8 @@ examinees = sa.Table(  # exam-server users: one examinee name, one session (the 
     sa.Column("created_at", sa.String(40), nullable=False),
 )
 
-server_settings = sa.Table(  # exam-server state that must survive a restart (the token signing secret)
-    "llmeval_server", metadata,
+meta = sa.Table(  # values that identify the bank or must survive a restart: bank id, token signing secret
+    "llmeval_meta", metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
 )
@@ -461,19 +461,27 @@ class QuestionBank:
 
     def server_secret(self) -> str:
         """The exam server's token signing secret: created once, then read back (tokens survive restarts)."""
+        return self._meta("jwt_secret", lambda: secrets.token_hex(32))
+
+    def bank_id(self) -> str:
+        """This bank's identity (a new database = a new id): what its near-duplicate index is named after."""
+        return self._meta("bank_id", lambda: uuidlib.uuid4().hex)
+
+    def _meta(self, key: str, make: Any) -> str:
+        """The value under ``key`` in ``llmeval_meta``, created with ``make()`` on first use."""
+        select = sa.select(meta.c.value).where(meta.c.key == key)
         with self._lock:
             with self.engine.connect() as conn:
-                value = conn.scalar(sa.select(server_settings.c.value).where(server_settings.c.key == "jwt_secret"))
+                value = conn.scalar(select)
             if value is not None:
                 return str(value)
             try:
                 with self.engine.begin() as conn:
-                    conn.execute(server_settings.insert().values(key="jwt_secret", value=secrets.token_hex(32)))
-            except sa.exc.IntegrityError:  # another server process created it first
+                    conn.execute(meta.insert().values(key=key, value=make()))
+            except sa.exc.IntegrityError:  # another process created it first
                 pass
             with self.engine.connect() as conn:
-                return str(conn.scalar(sa.select(server_settings.c.value)
-                                       .where(server_settings.c.key == "jwt_secret")))
+                return str(conn.scalar(select))
 
     def set_scores(self, session_id: str, scores: dict[str, Any]) -> None:
         with self._lock, self.engine.begin() as conn:

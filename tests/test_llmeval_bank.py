@@ -1,4 +1,5 @@
-"""Question bank: import with per-record validation, duplicates, export, augmentation (A.2), sampling, quota."""
+"""Question bank: import with per-record validation, duplicates, export, augmentation (A.2), sampling, quota.
+(Corpus-based loader tests: tests/test_llmeval_inputs.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from protocols.llmeval.augment import check_format, expand_mcq, redundant_variants
-from protocols.llmeval.bankio import NearDuplicateIndex, export_bank, import_file, parse_record
+from protocols.llmeval.bankio import CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name, to_question
+from runtime.errors import InputError
+from runtime.inputs import FieldMap, Record
 from stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError
 from stores.vectors import chroma_client
 
@@ -27,7 +30,7 @@ CLI = [sys.executable, "-c", "import sys, protocols, run; "
 def bank_with_sample(tmp_path: Path, **kw) -> QuestionBank:
     bank = QuestionBank(tmp_path / "bank.sqlite")
     report = import_file(bank, SAMPLE, **kw)
-    assert report.imported == 36 and not report.errors
+    assert report.imported == 36 and not report.rejected
     return bank
 
 
@@ -36,33 +39,41 @@ def write_jsonl(path: Path, lines: list) -> Path:
     return path
 
 
-def test_import_of_a_file_with_bad_records_imports_the_good_ones_and_reports_each_bad_one(tmp_path):
+def test_import_of_a_file_with_bad_records_refuses_it_or_skips_and_reports_each_bad_record(tmp_path):
     good = {"discipline": "Science", "question": "What is the boiling point of water at sea level in Celsius?",
             "answer": "100"}
     path = write_jsonl(tmp_path / "mixed.jsonl", [
         good,                                                                           # 1 ok
-        "{not json",                                                                    # 2 bad JSON
-        {"discipline": "Law", "question": "Who signs a bill into law in the US?"},      # 3 no answer
-        {"discipline": "Science", "question": "Pick one ( )", "options": ["a", "b", "c", "d"], "answer": "E"},  # 4
-        {"discipline": "History", "qtype": "fill_blank", "question": "___ and ___ fought.", "answer": "Rome"},  # 5
-        {"question": "A question without a discipline?", "answer": "yes"},              # 6 no discipline
-        {"discipline": "Art", "qtype": "poem", "question": "Write a haiku", "answer": "..."},  # 7 unknown type
+        {"discipline": "Law", "question": "Who signs a bill into law in the US?"},      # 2 no answer
+        {"discipline": "Science", "question": "Pick one ( )", "options": ["a", "b", "c", "d"], "answer": "E"},  # 3
+        {"discipline": "History", "qtype": "fill_blank", "question": "___ and ___ fought.", "answer": "Rome"},  # 4
+        {"question": "A question without a discipline?", "answer": "yes"},              # 5 no discipline
+        {"discipline": "Art", "qtype": "poem", "question": "Write a haiku", "answer": "..."},  # 6 unknown type
         {"uuid": "u-1", "discipline": "Art", "question": "Which colour do blue and yellow make?", "answer": "green"},
         {"uuid": "u-1", "discipline": "Art", "question": "Which colour do red and white make?", "answer": "pink"},
-        {**good, "question": "what is the BOILING point of water at sea level, in celsius"},  # 10 exact dup
+        {**good, "question": "what is the BOILING point of water at sea level, in celsius"},  # 9 exact dup
     ])
     bank = QuestionBank(tmp_path / "bank.sqlite")
-    report = import_file(bank, path)
-    assert report.read == 10
+    with pytest.raises(InputError) as err:  # by default the first bad record stops the import
+        import_file(bank, path)
+    assert "mixed.jsonl, record 2, field 'answer'" in str(err.value) and bank.count() == 0
+    report = import_file(bank, path, skip_invalid=True)
+    assert report.read == 9
     assert report.imported == 2 and bank.count() == 2
-    bad = {(p.record, p.field) for p in report.errors}
-    assert bad == {(2, "record"), (3, "answer"), (4, "answer"), (5, "answer"), (6, "discipline"), (7, "qtype"),
-                   (9, "uuid")}
-    assert [(d["record"], d["kind"]) for d in report.duplicates] == [(10, "exact")]
+    reasons = dict(report.rejected)
+    assert sorted(reasons) == [2, 3, 4, 5, 6, 8]
+    for record, name in ((2, "answer"), (3, "answer"), (4, "answer"), (5, "discipline"), (6, "qtype"),
+                         (8, "uuid")):
+        assert f"record {record}, field '{name}'" in reasons[record]
+    assert [(d.record, d.kind, d.of) for d in report.duplicates] == [(9, "exact", "record 1")]
     lines = report.lines()
-    assert len(lines) == 7 + 1 + 1  # one line per bad record, one per duplicate, one summary
+    assert len(lines) == 6 + 1 + 1  # one line per bad record, one per duplicate, one summary
     assert all(str(path) in line for line in lines)
-    assert "2 imported, 7 rejected, 1 duplicates skipped" in lines[-1]
+    assert "9 records: 2 imported, 1 duplicates skipped, 6 rejected" in lines[-1]
+    broken = write_jsonl(tmp_path / "broken.jsonl", [good, "{not json"])
+    with pytest.raises(InputError) as err:  # an unreadable line is a broken file, even with skip_invalid
+        import_file(QuestionBank(tmp_path / "other.sqlite"), broken, skip_invalid=True)
+    assert "broken.jsonl, record 2" in str(err.value) and "JSON" in str(err.value)
 
 
 def test_llmeval_record_layout_and_csv_are_imported(tmp_path):
@@ -77,9 +88,9 @@ def test_llmeval_record_layout_and_csv_are_imported(tmp_path):
          "hint": "y"},
     ])
     bank = QuestionBank(tmp_path / "bank.sqlite")
-    report = import_file(bank, llmeval)
+    report = import_file(bank, llmeval, skip_invalid=True)
     assert report.imported == 2
-    assert [(p.record, p.field) for p in report.errors] == [(3, "dialog")]
+    assert [r for r, _ in report.rejected] == [3] and "field 'dialog'" in report.rejected[0][1]
     q = bank.get("a4b9-1")
     assert (q.discipline, q.sub_discipline, q.qtype, q.answer) == ("Engineering", "Computer Science", "true_false",
                                                                    "false")
@@ -90,8 +101,9 @@ def test_llmeval_record_layout_and_csv_are_imported(tmp_path):
         w.writerow({"discipline": "Science", "question": "Which planet is largest? ( )",
                     "options": json.dumps(["Mars", "Jupiter", "Venus"]), "answer": "B"})
         w.writerow({"discipline": "Science", "question": "", "options": "", "answer": "x"})
-    report = import_file(bank, path)
-    assert report.imported == 1 and [(p.record, p.field) for p in report.errors] == [(2, "question")]
+    report = import_file(bank, path, skip_invalid=True)
+    assert report.imported == 1 and [r for r, _ in report.rejected] == [2]
+    assert "field 'question'" in report.rejected[0][1]
     mcq = [q for q in bank.all_questions() if q.qtype == "mcq"][0]
     assert mcq.options == ["Mars", "Jupiter", "Venus"]
 
@@ -124,23 +136,24 @@ def test_near_duplicates_are_found_through_the_chroma_index(tmp_path):
         {"discipline": "X", "question": "one two three four five six", "answer": "3"},
     ])
     bank = QuestionBank(tmp_path / "bank.sqlite")
-    index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), bag_of_words)
+    index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), bag_of_words, index_name(bank))
     report = import_file(bank, path, index=index, threshold=0.8)
     assert report.imported == 2
-    assert [(d["record"], d["kind"]) for d in report.duplicates] == [(2, "near")]
-    assert report.duplicates[0]["similarity"] == pytest.approx(5 / 6, abs=1e-4)  # cosine of 5 shared words out of 6
+    assert [(d.record, d.kind, d.of) for d in report.duplicates] == [(2, "near", "record 1")]
+    assert report.duplicates[0].similarity == pytest.approx(5 / 6, abs=1e-4)  # cosine of 5 shared words out of 6
     # a later file is checked against what the index already holds
     again = write_jsonl(tmp_path / "again.jsonl", [{"discipline": "X", "question": "one two three four five seven",
                                                     "answer": "4"}])
     report = import_file(bank, again, index=index, threshold=0.8)
-    assert report.imported == 0 and report.duplicates[0]["kind"] == "near"
+    assert report.imported == 0 and report.duplicates[0].kind == "near"
 
 
 def test_near_duplicate_paraphrase_is_caught_with_the_offline_embeddings(tmp_path):
     from stores.vectors import embedding_function
 
-    index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), embedding_function())
-    bank = bank_with_sample(tmp_path, index=index, threshold=0.9)  # the sample has no near duplicates
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), embedding_function(), index_name(bank))
+    assert import_file(bank, SAMPLE, index=index, threshold=0.9).imported == 36  # no near duplicates in it
     assert index.collection.count() == 36
     path = write_jsonl(tmp_path / "para.jsonl", [
         {"discipline": "Engineering", "question": "True or false: a stack removes its elements in first in, first "
@@ -149,7 +162,7 @@ def test_near_duplicate_paraphrase_is_caught_with_the_offline_embeddings(tmp_pat
          "answer": "oxygen"},
     ])
     report = import_file(bank, path, index=index, threshold=0.9)
-    assert [d["record"] for d in report.duplicates] == [1]
+    assert [d.record for d in report.duplicates] == [1]
     assert report.imported == 1
 
 
@@ -189,8 +202,9 @@ def test_format_validation_checks_option_counts_and_answer_slots():
     assert check_format(q(qtype="fill_blank", options=None, question="___ and ___", answer="a; b")) == []
     assert check_format(q(qtype="fill_blank", options=None, question="___ and ___", answer="a"))[0][0] == "answer"
     assert check_format(q(qtype="true_false", options=None, answer="maybe"))[0][0] == "answer"
-    parsed, problems = parse_record({"discipline": "d", "question": "q", "answer": "A", "options": "x||y"}, "f")
-    assert parsed and parsed.qtype == "mcq" and parsed.options == ["x", "y"] and not problems
+    rec = Record("f.csv", 1, {"discipline": "d", "question": "q", "answer": "A", "options": "x||y"}, "--bank")
+    parsed = to_question(rec, FieldMap.parse(None, CANONICAL), "f.csv")
+    assert parsed.qtype == "mcq" and parsed.options == ["x", "y"]
 
 
 def test_sampling_is_seeded_and_without_replacement(tmp_path):
@@ -272,17 +286,20 @@ def test_quota_delivers_in_order_and_rejects_extras_and_resubmissions(tmp_path):
     assert [i["response"] for i in bank.judged_items("q")] == ["a0", "a1", "a2"]
 
 
-def test_cli_import_only_reports_bad_records_and_missing_file_exits_2(tmp_path):
+def test_cli_import_only_refuses_bad_records_skips_them_on_request_and_missing_file_exits_2(tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [
         {"discipline": "Science", "question": "What is H2O commonly called?", "answer": "water"},
         {"discipline": "Science", "question": "no answer here"},
     ])
     cmd = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "runs"), "--import-only",
            "--near-dup-threshold", "0"]
-    ok = subprocess.run([*cmd, "--bank", str(path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    refused = subprocess.run([*cmd, "--bank", str(path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "record 2, field 'answer': missing or empty" in refused.stderr
+    ok = subprocess.run([*cmd, "--bank", str(path), "--skip-invalid"], cwd=REPO, capture_output=True, text=True,
+                        timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "record 2, field 'answer': missing reference answer" in ok.stdout
-    assert "1 imported, 1 rejected" in ok.stdout
+    assert "record 2, field 'answer': missing or empty" in ok.stdout
+    assert "1 imported, 0 duplicates skipped, 1 rejected" in " ".join(ok.stdout.split())
     bad = subprocess.run([*cmd, "--bank", str(tmp_path / "missing.jsonl")], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr and "Traceback" not in bad.stderr

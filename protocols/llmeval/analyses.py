@@ -9,9 +9,7 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from protocols.llmeval.metrics import (absolute_score, cohen_kappa, discipline_s
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
 from runtime.errors import InputError
+from runtime.inputs import read_records
 from runtime.llm import RoleLLM
 from state.llmeval import PARADIGMS
 from stores.question_bank import QuestionBank
@@ -88,31 +87,25 @@ def stability_from_bank(bank: QuestionBank, *, sizes: list[int], trials: int, re
         raise InputError(str(exc), field="--stability") from None
 
 
+def _label(value: Any) -> int | None:
+    """A 0-3 star label: an integer or its digits (CSV); ``None`` for anything else (2.5, "two", true)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        label = int(value)
+        return label if 0 <= label <= 3 else None
+    return None
+
+
 def read_labels(path: Path) -> list[dict[str, Any]]:
-    """Human labels: JSONL/CSV rows with ``label`` (0-3 stars) and either ``session_id`` + ``position``
-    or ``model`` + ``question_uuid``."""
-    if not path.is_file():
-        raise InputError("labels file not found", file=str(path))
+    """Human labels: JSONL/JSON/CSV/TSV rows with ``label`` (0-3 stars) and either ``session_id`` +
+    ``position`` or ``model`` + ``question_uuid``."""
     rows = []
-    if path.suffix.lower() == ".csv":
-        raw = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
-        numbered = list(enumerate(raw, start=1))
-    else:
-        numbered = []
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    numbered.append((i, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"not valid JSON: {exc.msg}", file=str(path), record=i) from None
-    for i, rec in numbered:
-        try:
-            label = int(rec["label"])
-        except (KeyError, TypeError, ValueError):
-            raise InputError("needs an integer 0-3", file=str(path), record=i, field="label") from None
-        if not 0 <= label <= 3:
-            raise InputError("needs an integer 0-3", file=str(path), record=i, field="label")
-        rows.append({**rec, "label": label, "_record": i})
+    for rec in read_records(path, flag="--kappa"):
+        label = _label(rec.data.get("label"))
+        if label is None:
+            raise rec.error(f"needs an integer 0-3, got {rec.data.get('label')!r}", field="label")
+        rows.append({**rec.data, "label": label, "_record": rec.n})
     return rows
 
 
@@ -149,19 +142,17 @@ def kappa_from_labels(bank: QuestionBank, path: Path) -> dict[str, Any]:
 
 
 def public_questions(path: Path) -> list[str]:
-    """Question texts of a public set: JSONL/JSON with ``question`` (AGIEval/MMLU style, ``passage`` prefixed
-    when present) or the LLMEval layout (user dialog turn)."""
-    from protocols.llmeval.bankio import _dialog_question, read_records
+    """Question texts of a public set: JSONL/JSON/CSV with ``question`` (AGIEval/MMLU style) or the LLMEval
+    layout (user dialog turn); whitespace runs are collapsed for the replay test."""
+    from protocols.llmeval.bankio import dialog_question
 
-    if not path.is_file():
-        raise InputError("public set not found", file=str(path))
     out = []
-    for i, rec in read_records(path):
-        if isinstance(rec, Exception) or not isinstance(rec, dict):
-            raise InputError(str(rec), file=str(path), record=i)
-        text = str(rec.get("question") or "") or _dialog_question(rec.get("dialog"))
-        if not text.strip():
-            raise InputError("no question text", file=str(path), record=i, field="question")
+    for rec in read_records(path, flag="--contamination"):
+        text = rec.data.get("question")
+        if text is None and "dialog" in rec.data:
+            text = dialog_question(rec.data["dialog"])
+        if not isinstance(text, str) or not text.strip():
+            raise rec.error(f"no question text; this record has: {rec.found()}", field="question")
         out.append(" ".join(text.split()))
     return out
 

@@ -1,19 +1,23 @@
 """Import, validation, near-duplicate detection and export of the llmeval question bank.
 
-Accepted inputs (JSONL, JSON array or CSV):
+Question files are read by the one data layer (:mod:`runtime.inputs`: JSONL, JSON, CSV, TSV; quoted
+multi-line fields and every character of a question or reference answer are stored as written). Canonical
+fields, renamed with ``--fields question=Q,answer=A,...``:
 
-* the native layout: ``discipline``, ``sub_discipline``, ``qtype``, ``question``,
-  ``answer``, optional ``uuid``, ``explanation``, ``source``, ``options``;
-* the LLMEval record layout of appendix A.2 / Figure 8: ``category``,
-  ``sub_category``, ``question_uuid``, a ``dialog`` whose user turn holds the
-  question, and ``hint`` holding the reference answer.
+* ``discipline``, ``question``, ``answer`` (required), ``sub_discipline``, ``qtype``, ``options``,
+  ``uuid``, ``explanation``, ``source``;
+* the LLMEval record layout of appendix A.2 / Figure 8 (``category``, ``sub_category``,
+  ``question_uuid``, a ``dialog`` whose user turn holds the question, ``hint`` holding the reference
+  answer) is recognised from a file's first record and mapped the same way (:data:`LLMEVAL_LAYOUT`).
 
-Every record is validated on its own; a bad record gives one line naming the
-file, record number and field, and the good records are imported anyway. Exact
-duplicates (normalised-text hash) and near duplicates (cosine similarity of
-sentence embeddings in a Chroma collection, section 2.1 "redundancy") are
-reported and skipped. Multiple-choice questions can be expanded into
-true/false variants (appendix A.2, :mod:`protocols.llmeval.augment`).
+Every record is validated (types, appendix A.2 format checks, UUID conflicts with the bank) before
+anything is written. An invalid record stops the import with one line naming file, record and field,
+unless ``skip_invalid`` (``--skip-invalid``): then it is rejected with its reason and the others are
+imported. Exact duplicates (normalised-text hash) and near duplicates (cosine similarity of sentence
+embeddings in this bank's own Chroma collection, section 2.1 "redundancy") are skipped and reported with
+the record or bank question they repeat. The report counts records: read = imported + duplicates +
+rejected. Multiple-choice questions can be expanded into true/false variants (appendix A.2,
+:mod:`protocols.llmeval.augment`).
 """
 
 from __future__ import annotations
@@ -22,11 +26,21 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+
+from pydantic import BaseModel, field_validator
+from pydantic_core import PydanticCustomError
 
 from protocols.llmeval.augment import check_format, expand_mcq, redundant_variants, tf_value, BLANK_RE
+from runtime.errors import InputError
+from runtime.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
 from stores.question_bank import QTYPES, Question, QuestionBank, content_hash, new_uuid
 
+FLAG = "--bank"
+CANONICAL = ("uuid", "discipline", "sub_discipline", "qtype", "question", "options", "answer", "explanation",
+             "source")
+#: The LLMEval record layout (appendix A.2 / Figure 8) as a ``--fields`` mapping.
+LLMEVAL_LAYOUT = "uuid=question_uuid,discipline=category,sub_discipline=sub_category,question=dialog,answer=hint"
 QTYPE_ALIASES = {
     "multiple_choice": "mcq", "multiple-choice": "mcq", "choice": "mcq", "mc": "mcq",
     "tf": "true_false", "true/false": "true_false", "true-false": "true_false", "judgement": "true_false",
@@ -36,137 +50,151 @@ QTYPE_ALIASES = {
 }
 
 
-@dataclass
-class Problem:
-    record: int
-    field: str
-    message: str
+def dialog_question(dialog: Any) -> str | None:
+    """The first non-empty user turn of an LLMEval ``dialog`` (a list of turns or one turn), else ``None``."""
+    turns = dialog if isinstance(dialog, list) else [dialog]
+    for turn in turns:
+        if isinstance(turn, dict) and turn.get("role") == "user" and isinstance(turn.get("content"), str) \
+                and turn["content"].strip():
+            return turn["content"]
+    return None
 
-    def line(self, file: str) -> str:
-        return f"{file}, record {self.record}, field {self.field!r}: {self.message}"
+
+class RawQuestion(BaseModel):
+    """One record's canonical fields, typed (:mod:`runtime.inputs` value types)."""
+
+    uuid: Scalar | None = None
+    discipline: Text
+    sub_discipline: Text = ""
+    qtype: Text = ""
+    question: Text
+    options: Texts = []
+    answer: Scalar
+    explanation: Text = ""
+    source: Text = ""
+
+    @field_validator("question", mode="before")
+    @classmethod
+    def _dialog(cls, value: Any) -> Any:
+        if isinstance(value, list) or (isinstance(value, dict) and "role" in value):  # an LLMEval dialog
+            found = dialog_question(value)
+            if found is None:
+                raise PydanticCustomError("dialog", "a dialog without a user turn holding the question")
+            return found
+        return value
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # {"A": ..., "B": ...}: in letter order
+            return [value[k] for k in sorted(value)]
+        if isinstance(value, str):  # CSV: a JSON list or "a||b||c"
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise PydanticCustomError("options", "not a valid JSON list ({msg})", {"msg": exc.msg}) from None
+            return [o.strip() for o in text.split("||")]
+        return value
+
+
+def field_map(spec: str | None, first: Record) -> FieldMap:
+    """The ``--fields`` mapping; without one, a file in the LLMEval layout is mapped by :data:`LLMEVAL_LAYOUT`."""
+    if spec is None and "question" not in first.data and {"dialog", "hint"} & set(first.data):
+        spec = LLMEVAL_LAYOUT
+    return FieldMap.parse(spec, CANONICAL)
+
+
+def to_question(rec: Record, fields: FieldMap, source: str) -> Question:
+    """A :class:`Question` from one record, or :class:`InputError` naming file, record and field."""
+    raw = fields.validate(RawQuestion, rec)
+    qtype = QTYPE_ALIASES.get(raw.qtype.strip().lower(), raw.qtype.strip().lower())
+    if not qtype:  # inferred: options -> mcq, a true/false answer, a blank slot, else short answer
+        qtype = ("mcq" if raw.options else "true_false" if tf_value(raw.answer) is not None
+                 else "fill_blank" if BLANK_RE.search(raw.question) else "short_answer")
+    elif qtype not in QTYPES:
+        raise fields.error(rec, "qtype", f"unknown question type {qtype!r} (one of {', '.join(QTYPES)})")
+    q = Question(uuid=raw.uuid.strip() if raw.uuid and raw.uuid.strip() else new_uuid(),
+                 discipline=raw.discipline.strip(), sub_discipline=raw.sub_discipline.strip(), qtype=qtype,
+                 question=raw.question, answer=raw.answer, explanation=raw.explanation,
+                 source=raw.source or source, options=raw.options or None)
+    problems = check_format(q)
+    if problems:
+        raise fields.error(rec, *problems[0])
+    return q
+
+
+@dataclass
+class Duplicate:
+    record: int | str
+    kind: str  # "exact" or "near"
+    of: str  # "record N" of the same file, or "bank question UUID"
+    similarity: float | None = None
 
 
 @dataclass
 class ImportReport:
+    """What happened to every record of one file (read = imported + duplicates + rejected)."""
+
     file: str
     read: int = 0
     imported: int = 0
     augmented: int = 0
-    errors: list[Problem] = field(default_factory=list)
-    duplicates: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[Duplicate] = field(default_factory=list)
+    rejected: list[tuple[int | str, str]] = field(default_factory=list)  # (record, the reason as one line)
     imported_ids: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        out = [p.line(self.file) for p in self.errors]
-        out += [f"{self.file}, record {d['record']}: {d['kind']} duplicate of {d['of']}"
-                + (f" (cosine {d['similarity']:.3f})" if d.get("similarity") is not None else "")
-                for d in self.duplicates]
+        out = [reason for _, reason in self.rejected]
+        out += [f"{self.file}, record {d.record}: skipped, {d.kind} duplicate of {d.of}"
+                + (f" (cosine {d.similarity:.3f})" if d.similarity is not None else "") for d in self.duplicates]
         out.append(self.summary())
         return out
 
     def summary(self) -> str:
-        return (f"{self.file}: {self.read} records read, {self.imported} imported, {len(self.errors)} rejected, "
-                f"{len(self.duplicates)} duplicates skipped, {self.augmented} true/false variants added")
+        return (f"{self.file}: {self.read} records: {self.imported} imported, {len(self.duplicates)} duplicates "
+                f"skipped, {len(self.rejected)} rejected; {self.augmented} true/false variants added")
 
 
-def read_records(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(record number, raw record)``; a line that is not JSON yields its error message instead."""
-    suffix = path.suffix.lower()
-    text = path.read_text(encoding="utf-8-sig")
-    if suffix == ".csv":
-        for i, row in enumerate(csv.DictReader(text.splitlines()), start=1):
-            yield i, dict(row)
-        return
-    if suffix == ".json" and text.lstrip().startswith("["):
-        for i, rec in enumerate(json.loads(text), start=1):
-            yield i, rec
-        return
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+@dataclass
+class LoadedFile:
+    """The validated questions of one file (nothing written yet) and the records rejected on the way."""
+
+    file: str
+    read: int
+    questions: list[tuple[Record, Question]]
+    rejected: list[tuple[int | str, str]]
+    skip_invalid: bool
+
+    def reject(self, rec: Record, error: InputError) -> None:
+        """Count ``rec`` as rejected, or stop with ``error`` unless invalid records are skipped."""
+        if not self.skip_invalid:
+            raise error
+        self.rejected.append((rec.n, str(error)))
+
+
+def load_file(path: Path, *, fields: str | None = None, skip_invalid: bool = False) -> LoadedFile:
+    """Read and validate every record of ``path`` (no bank access): file-level faults always stop."""
+    records = read_records(path, flag=FLAG)
+    fmap = field_map(fields, records[0])
+    loaded = LoadedFile(file=str(path), read=len(records), questions=[], rejected=[], skip_invalid=skip_invalid)
+    for rec in records:
         try:
-            yield i, json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield i, ValueError(f"not valid JSON: {exc.msg} (column {exc.colno})")
-
-
-def _options(raw: Any) -> list[str] | None:
-    if raw in (None, "", []):
-        return None
-    if isinstance(raw, dict):
-        return [str(raw[k]) for k in sorted(raw)]
-    if isinstance(raw, list):
-        return [str(o) for o in raw]
-    if isinstance(raw, str):
-        text = raw.strip()
-        if text.startswith("["):
-            return [str(o) for o in json.loads(text)]
-        return [o.strip() for o in text.split("||")]
-    raise ValueError(f"options must be a list, an object or a '||'-separated string, got {type(raw).__name__}")
-
-
-def _dialog_question(dialog: Any) -> str:
-    turns = dialog if isinstance(dialog, list) else [dialog]
-    for turn in turns:
-        if isinstance(turn, dict) and turn.get("role") == "user" and str(turn.get("content") or "").strip():
-            return str(turn["content"])
-    return ""
-
-
-def parse_record(rec: Any, source: str) -> tuple[Question | None, list[tuple[str, str]]]:
-    """A :class:`Question` from one raw record, or the problems that prevent it."""
-    if isinstance(rec, Exception):
-        return None, [("record", str(rec))]
-    if not isinstance(rec, dict):
-        return None, [("record", f"expected an object, got {type(rec).__name__}")]
-    problems: list[tuple[str, str]] = []
-    llmeval_layout = "dialog" in rec or "hint" in rec or "question_uuid" in rec
-    if llmeval_layout:
-        question = _dialog_question(rec.get("dialog"))
-        if not question:
-            problems.append(("dialog", "no user turn with the question"))
-        answer = rec.get("hint")
-        discipline, sub = rec.get("category"), rec.get("sub_category")
-        uid = rec.get("question_uuid")
-        disc_field, answer_field = "category", "hint"
-    else:
-        question = str(rec.get("question") or "")
-        if not question.strip():
-            problems.append(("question", "missing or empty"))
-        answer = rec.get("answer")
-        discipline, sub = rec.get("discipline"), rec.get("sub_discipline")
-        uid = rec.get("uuid")
-        disc_field, answer_field = "discipline", "answer"
-    if answer is None or not str(answer).strip():
-        problems.append((answer_field, "missing reference answer"))
-    if not discipline or not str(discipline).strip():
-        problems.append((disc_field, "missing discipline"))
-    try:
-        options = _options(rec.get("options"))
-    except (ValueError, json.JSONDecodeError) as exc:
-        problems.append(("options", str(exc)))
-        options = None
-    qtype = str(rec.get("qtype") or rec.get("type") or "").strip().lower()
-    qtype = QTYPE_ALIASES.get(qtype, qtype)
-    if not qtype:
-        answer_text = str(answer or "")
-        qtype = ("mcq" if options else "true_false" if tf_value(answer_text) is not None
-                 else "fill_blank" if BLANK_RE.search(question) else "short_answer")
-    elif qtype not in QTYPES:
-        problems.append(("qtype", f"unknown question type {qtype!r} (one of {', '.join(QTYPES)})"))
-    if problems:
-        return None, problems
-    q = Question(uuid=str(uid).strip() if uid else new_uuid(), discipline=str(discipline).strip(),
-                 sub_discipline=str(sub or "").strip(), qtype=qtype, question=question.strip(),
-                 answer=str(answer).strip(), explanation=str(rec.get("explanation") or "").strip(),
-                 source=str(rec.get("source") or source), options=options)
-    return (None, check_format(q)) if check_format(q) else (q, [])
+            loaded.questions.append((rec, to_question(rec, fmap, source=Path(path).name)))
+        except InputError as exc:
+            loaded.reject(rec, exc)
+    return loaded
 
 
 class NearDuplicateIndex:
-    """Sentence embeddings of the bank's questions in a Chroma collection (cosine space)."""
+    """Sentence embeddings of one bank's questions in a Chroma collection (cosine space).
 
-    def __init__(self, client: Any, embed: Callable[[list[str]], Any], name: str = "llmeval_questions") -> None:
+    ``name`` must be the bank's own (:func:`index_name`): two banks in one folder share a Chroma folder,
+    and a question must only ever be a near duplicate of a question its own bank holds.
+    """
+
+    def __init__(self, client: Any, embed: Callable[[list[str]], Any], name: str) -> None:
         self.embed = embed
         self.collection = client.get_or_create_collection(name, metadata={"hnsw:space": "cosine"})
 
@@ -186,6 +214,11 @@ class NearDuplicateIndex:
             self.collection.upsert(ids=ids, documents=texts, embeddings=vectors)
 
 
+def index_name(bank: QuestionBank) -> str:
+    """The Chroma collection of ``bank``'s near-duplicate index (named after the bank's id)."""
+    return f"llmeval_q_{bank.bank_id()}"
+
+
 def _cos(a: list[float], b: list[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b))
     na = sum(x * x for x in a) ** 0.5
@@ -193,49 +226,51 @@ def _cos(a: list[float], b: list[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
-def import_file(bank: QuestionBank, path: Path, *, index: NearDuplicateIndex | None = None,
-                threshold: float = 0.95, augment: bool = False) -> ImportReport:
-    """Validate and import one file; bad records and duplicates are reported, the rest imported."""
-    report = ImportReport(file=str(path))
-    if not path.is_file():
-        raise FileNotFoundError(str(path))
-    candidates: list[tuple[int, Question]] = []
-    seen_uuids: set[str] = set()
-    seen_hashes: dict[str, str] = {}
-    for number, raw in read_records(path):
-        report.read += 1
-        q, problems = parse_record(raw, source=path.name)
-        if q is None:
-            report.errors.extend(Problem(number, f, m) for f, m in problems)
-            continue
-        if q.uuid in seen_uuids or bank.has_uuid(q.uuid):
-            report.errors.append(Problem(number, "uuid", f"UUID {q.uuid} is already in use"))
-            continue
+def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | None = None,
+                skip_invalid: bool = False, index: NearDuplicateIndex | None = None, threshold: float = 0.95,
+                augment: bool = False) -> ImportReport:
+    """Validate one file (or take an already :func:`load_file`-ed one) and import it into ``bank``."""
+    loaded = path if isinstance(path, LoadedFile) else load_file(path, fields=fields, skip_invalid=skip_invalid)
+    report = ImportReport(file=loaded.file, read=loaded.read)
+    candidates: list[tuple[Record, Question]] = []
+    first_with: dict[str, Record] = {}  # content hash -> first record of this file holding it
+    by_uuid: dict[str, tuple[Record, str]] = {}
+    for rec, q in loaded.questions:
         digest = content_hash(q.question, q.options or [])
-        earlier = seen_hashes.get(digest) or next(iter(bank.uuids_with_hash(digest)), None)
-        if earlier:
-            report.duplicates.append({"record": number, "kind": "exact", "of": earlier, "similarity": None})
+        if q.uuid in by_uuid and by_uuid[q.uuid][1] != digest:
+            loaded.reject(rec, rec.error(f"UUID {q.uuid} is already used by record {by_uuid[q.uuid][0].n} for "
+                                         "another question", field="uuid"))
             continue
-        seen_uuids.add(q.uuid)
-        seen_hashes[digest] = q.uuid
-        candidates.append((number, q))
-    accepted = candidates
+        held = bank.get(q.uuid)
+        if held is not None and content_hash(held.question, held.options or []) != digest:
+            loaded.reject(rec, rec.error(f"UUID {q.uuid} already names another question in the bank",
+                                         field="uuid"))
+            continue
+        earlier = first_with.get(digest)
+        in_bank = next(iter(bank.uuids_with_hash(digest)), None)
+        if earlier is not None or in_bank is not None:
+            of = f"record {earlier.n}" if earlier is not None else f"bank question {in_bank}"
+            report.duplicates.append(Duplicate(rec.n, "exact", of))
+            continue
+        first_with[digest] = rec
+        by_uuid[q.uuid] = (rec, digest)
+        candidates.append((rec, q))
+    report.rejected = loaded.rejected
+    accepted, vectors = candidates, []
     if index is not None and candidates:
-        vectors = index.vectors([q.question for _, q in candidates])
-        accepted, kept_vecs = [], []
-        for (number, q), vec in zip(candidates, vectors):
+        accepted = []
+        for (rec, q), vec in zip(candidates, index.vectors([q.question for _, q in candidates])):
             hit = index.nearest(vec)
-            best = hit if hit and hit[1] >= threshold else None
-            for (_, other), other_vec in zip(accepted, kept_vecs):
+            best = (f"bank question {hit[0]}", hit[1]) if hit and hit[1] >= threshold else None
+            for (other, _), other_vec in zip(accepted, vectors):
                 sim = _cos(vec, other_vec)
                 if sim >= threshold and (best is None or sim > best[1]):
-                    best = (other.uuid, sim)
+                    best = (f"record {other.n}", sim)
             if best:
-                report.duplicates.append({"record": number, "kind": "near", "of": best[0], "similarity": best[1]})
+                report.duplicates.append(Duplicate(rec.n, "near", best[0], best[1]))
                 continue
-            accepted.append((number, q))
-            kept_vecs.append(vec)
-        index.add([q.uuid for _, q in accepted], [q.question for _, q in accepted], kept_vecs)
+            accepted.append((rec, q))
+            vectors.append(vec)
     to_add = [q for _, q in accepted]
     variants: list[Question] = []
     if augment:
@@ -245,6 +280,8 @@ def import_file(bank: QuestionBank, path: Path, *, index: NearDuplicateIndex | N
                 dropped = {v.uuid for v in redundant_variants(split)}
                 variants += [v for v in split if v.uuid not in dropped and not bank.has_uuid(v.uuid)]
     bank.add_questions(to_add + variants)
+    if index is not None:  # after the bank write: the index never names a question the bank lacks
+        index.add([q.uuid for q in to_add], [q.question for q in to_add], vectors)
     if augment:  # the true/false variants replace their multiple-choice parent in sampling (appendix A.1)
         bank.set_active({v.parent_uuid for v in variants if v.parent_uuid}, False)
     report.imported = len(to_add)

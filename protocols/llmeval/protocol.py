@@ -17,9 +17,10 @@ from typing import Any
 
 from langgraph.graph import StateGraph
 
-from nodes.llmeval.common import bank_of, chroma_folder, extra_label
+from nodes.llmeval.common import bank_location, bank_of, chroma_folder, extra_label
 from protocols.llmeval import analyses
-from protocols.llmeval.bankio import ImportReport, NearDuplicateIndex, export_bank, import_file
+from protocols.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
+                                      index_name, load_file)
 from protocols.llmeval.metrics import mean, population_variance
 from runtime.errors import InputError
 from runtime.protocol import Protocol, Run, Unit
@@ -28,6 +29,7 @@ from state.llmeval import PARADIGMS, LLMEvalContext
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.llmeval.common.SAMPLE_BANK
+BANK_NOTE = "bank_source.txt"  # where the run's questions came from (shown in the report)
 
 
 def port_number(value: object) -> int:
@@ -57,11 +59,18 @@ class LLMEvalProtocol(Protocol):
                    "anti-cheating delivery, 0-3 LLM judge, absolute and relative scores")
     context_cls = LLMEvalContext
     roles = ("target", "evaluator")
+    _loaded: tuple[tuple[Any, ...], LoadedFile] | None = None  # the validated --bank file of this run
 
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        group.add_argument("--bank", metavar="FILE", help="import a JSONL/JSON/CSV question file into the bank "
+        group.add_argument("--bank", metavar="FILE", help="import a JSONL/JSON/CSV/TSV question file into the bank "
                                                           "(native or LLMEval record layout) before the run")
+        group.add_argument("--fields", metavar="MAP",
+                           help="column names of --bank: NAME=COLUMN,... for uuid, discipline, sub_discipline, qtype, "
+                                "question, options, answer, explanation, source (e.g. question=Question,answer=Answer)")
+        group.add_argument("--skip-invalid", action="store_true", default=None,
+                           help="import the valid records of --bank and report each invalid one with its reason "
+                                "(default: an invalid record stops the run)")
         group.add_argument("--bank-db", metavar="DB",
                            help="question bank: SQLite file or postgresql:// DSN "
                                 "(default: --postgres-dsn, else OUT/_cache/llmeval_bank.sqlite)")
@@ -113,29 +122,37 @@ class LLMEvalProtocol(Protocol):
     def _ctx(self, run: Run) -> LLMEvalContext:
         return self.context(run)
 
-    def import_bank(self, run: Run, path: Path) -> ImportReport:
-        """Import one file (validated per record, near duplicates skipped) and print its report."""
+    def load_bank_file(self, run: Run) -> LoadedFile | None:
+        """``--bank`` read and validated (types, format, ``--fields``) before anything is written; cached."""
+        p = run.params
+        if not p.get("bank"):
+            if p.get("fields") or p.get("skip_invalid"):
+                raise InputError("--fields and --skip-invalid apply to a --bank file; no --bank was given",
+                                 field="--fields" if p.get("fields") else "--skip-invalid")
+            return None
+        key = (str(p["bank"]), p.get("fields"), bool(p.get("skip_invalid")))
+        if self._loaded is None or self._loaded[0] != key:
+            self._loaded = (key, load_file(Path(p["bank"]), fields=p.get("fields"),
+                                           skip_invalid=bool(p.get("skip_invalid"))))
+        return self._loaded[1]
+
+    def import_bank(self, run: Run, source: Path | LoadedFile) -> ImportReport:
+        """Import one file into the bank (near duplicates checked against this bank only) and print its report."""
         ctx = self._ctx(run)
         bank = bank_of(ctx)
         threshold = float(run.params.get("near_dup_threshold", 0.95))
         index = None
         if threshold > 0:
             svc = run.services
-            index = NearDuplicateIndex(svc.chroma(chroma_folder(ctx, svc)), svc.embeddings())
-        try:
-            report = import_file(bank, path, index=index, threshold=threshold or 1.0,
-                                 augment=bool(run.params.get("augment")))
-        except FileNotFoundError:
-            raise InputError("question file not found", file=str(path), field="--bank") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read: {exc}", file=str(path), field="--bank") from None
+            index = NearDuplicateIndex(svc.chroma(chroma_folder(ctx, svc)), svc.embeddings(), index_name(bank))
+        report = import_file(bank, source, index=index, threshold=threshold, augment=bool(run.params.get("augment")))
         if run.params.get("rewrite"):
             self._rewrite_material(run, report)
         for line in report.lines():
-            run.console.print(line, highlight=False, soft_wrap=True)
-        if report.read and report.imported == 0 and not report.duplicates:
-            raise InputError("no valid record to import", file=str(path))
+            run.console.print(line, highlight=False, soft_wrap=True, markup=False)
         (run.run_dir / "import_report.txt").write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
+        if report.imported == 0 and not report.duplicates:
+            raise InputError("no valid record to import", file=report.file, field="--bank")
         return report
 
     def _rewrite_material(self, run: Run, report: ImportReport) -> None:
@@ -154,14 +171,29 @@ class LLMEvalProtocol(Protocol):
             report.augmented += len(variants)
 
     def ensure_bank(self, run: Run) -> None:
-        bank = bank_of(self._ctx(run))
-        if run.params.get("bank"):
-            self.import_bank(run, Path(run.params["bank"]))
-        elif bank.count() == 0:
-            run.console.print(f"the question bank is empty: importing the shipped sample {SAMPLE_BANK.name}")
+        """Import ``--bank``; the shipped sample only into an empty default bank when no input was given
+        (console and report say so); an empty bank the user named is an error, never replaced."""
+        loaded = self.load_bank_file(run)  # a bad file stops the run before the bank is even opened
+        ctx = self._ctx(run)
+        bank = bank_of(ctx)
+        location = bank_location(ctx, run.services)
+        if loaded is not None:
+            self.import_bank(run, loaded)
+            source = f"{loaded.file} (--bank) imported into {location}"
+        elif bank.count() > 0:
+            source = f"the existing bank {location} (no --bank given)"
+        elif run.params.get("bank_db") or run.config.stores.postgres_dsn:
+            raise InputError(f"the question bank {location} is empty; import questions with --bank FILE",
+                             field="--bank-db" if run.params.get("bank_db") else "--postgres-dsn")
+        else:
+            source = f"the shipped sample {SAMPLE_BANK.relative_to(REPO)} (no --bank or --bank-db given)"
+            run.console.print(f"using {source}", highlight=False, markup=False)
             self.import_bank(run, SAMPLE_BANK)
         if bank.count() == 0:
             raise InputError("the question bank holds no active question", field="--bank")
+        note = run.run_dir / BANK_NOTE
+        if not (run.resumed and note.exists()):  # a resumed run keeps where its questions first came from
+            note.write_text(f"{source}; {bank.count()} active questions\n", encoding="utf-8")
 
     # -- batch -----------------------------------------------------------------------------------
     def plan(self, run: Run) -> list[Unit]:
@@ -171,8 +203,7 @@ class LLMEvalProtocol(Protocol):
         n = int(run.params.get("questions") or 1000)
         if sessions < 1 or n < 1:
             raise InputError("--sessions and --questions must be at least 1", field="--questions")
-        if run.params.get("bank") and not Path(run.params["bank"]).is_file():
-            raise InputError("question file not found", file=str(run.params["bank"]), field="--bank")
+        self.load_bank_file(run)
         if run.params.get("reference_model"):
             try:
                 extra_label(run.services, "reference", run.params["reference_model"])
@@ -230,7 +261,11 @@ class LLMEvalProtocol(Protocol):
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         metrics = summary["metrics"]
         ok = [r for r in records if r["status"] == "ok"]
-        blocks: list[Block] = [Table(
+        blocks: list[Block] = []
+        note = run.run_dir / BANK_NOTE  # where the questions came from (the shipped sample is named as such)
+        if note.exists():
+            blocks.append(Text(f"Questions: {note.read_text(encoding='utf-8').strip()}."))
+        blocks += [Table(
             ["session", "model", "paradigm", "N", "unscored", "S", "S_ref", "R"],
             [[r["unit_id"], r.get("model"), r.get("paradigm"), r.get("N"), r.get("unscored"), r.get("S"),
               r.get("S_ref"), r.get("R")] for r in ok],
