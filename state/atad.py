@@ -220,6 +220,7 @@ class AtadState(TypedDict, total=False):
     last_explanation: str
     history: Annotated[list[dict[str, Any]], operator.add]
     # outcome
+    ungraded: str | None  # why the unit stopped unjudged (the orchestrator gave no usable verdict); resume redoes it
     status: Literal["finalized", "discarded"]
     acceptance: str | None
     end_reason: str | None

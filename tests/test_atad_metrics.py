@@ -42,6 +42,7 @@ def test_review_summary_means_and_approval_rate():
     s = review_summary([{"validity": 5, "coherence": 4, "fairness": 3, "approved": True},
                         {"validity": 3, "coherence": 4, "fairness": 1, "approved": False}, None])
     assert (s["validity"], s["coherence"], s["fairness"], s["approval"], s["n"]) == (4.0, 4.0, 2.0, 50.0, 2)
+    assert s["ungraded"] == 1   # the unusable review is in no mean, and counted
 
 
 def test_generation_stats_count_acceptance_difficulty_and_rejection_kinds():
@@ -53,11 +54,11 @@ def test_generation_stats_count_acceptance_difficulty_and_rejection_kinds():
                      {"step": "validate", "approved": True}]},
         {"task": "T1", "item_status": "discarded", "acceptance": None, "difficulty": None, "level": None,
          "student_loops": 0, "teacher_attempts": 1,
-         "history": [{"step": "validate", "approved": False, "error": "unusable"}]},
+         "history": [{"step": "validate", "approved": False, "error": None}]},
     ]
     s = generation_stats(items)
     assert s["finalized"] == 1 and s["discarded"] == 1
     assert s["acceptance"] == {"student_failed": 1} and s["difficulty"] == {"hard": 1}
-    assert s["rejection_reasons"] == {"sentence_count": 1, "orchestrator_rejected": 1, "orchestrator_error": 1}
+    assert s["rejection_reasons"] == {"sentence_count": 1, "orchestrator_rejected": 2}
     assert s["per_task"] == {"T1": {"finalized": 1, "discarded": 1}}
     assert s["mean_teacher_attempts"] == 2.0

@@ -2,7 +2,10 @@
 
 ``validate`` uses the initial-validation prompt (D.2.1) for base problems and the
 difficulty-scaled prompt (D.2.3, lenient by default) for harder variants. An
-unusable verdict counts as a rejection: the problem could not be validated.
+orchestrator that gives no usable verdict after retries and one repair leaves the
+candidate unjudged, neither approved nor rejected: the unit stops there with
+``ungraded`` set (the teacher is not sent fake feedback, and the item is neither
+finalized nor discarded), and resume re-runs that validation.
 ``escalate`` turns the student's explanation into feedback for the teacher (D.2.2)
 and moves the unit up the difficulty ladder.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
@@ -29,7 +33,7 @@ STRICT = "Apply the same standard as for a base problem."
 
 
 def validate(state: AtadState, runtime: Runtime[AtadContext],
-             ) -> Command[Literal["accept", "generate", "discard", "finalize"]]:
+             ) -> Command[Literal["accept", "generate", "discard", "finalize", "__end__"]]:
     """Approve the candidate or reject it with feedback (labels a and e of Figure 2)."""
     ctx = runtime.context
     task = state["task"]
@@ -43,17 +47,18 @@ def validate(state: AtadState, runtime: Runtime[AtadContext],
             leniency=LENIENT if ctx.lenient_escalation else STRICT)
     else:
         messages = load_prompt("atad/orchestrator_validate").render(**common)
-    error = None
+    event = {"step": "validate", "phase": state.get("phase", "init"), "level": level_name(ctx, state.get("level", 0)),
+             "attempt": state.get("attempts", 0), "lenient": scaled and ctx.lenient_escalation}
     try:
         verdict = services_of(ctx).llm("orchestrator").structured(
             Verdict, messages, step="orchestrator:validate_scaled" if scaled else "orchestrator:validate")
-        approved, feedback = verdict.approved, verdict.feedback.strip()
     except ModelError as exc:
-        approved, feedback, error = False, "The reviewer could not judge this problem; write a clearer one.", str(exc)
-    event = {"step": "validate", "phase": state.get("phase", "init"), "level": level_name(ctx, state.get("level", 0)),
-             "attempt": state.get("attempts", 0), "approved": approved, "feedback": feedback,
-             "lenient": scaled and ctx.lenient_escalation, "error": error}
-    update: dict[str, Any] = {"approved": approved, "history": [event]}
+        why = f"ungraded: the orchestrator gave no usable verdict on the {event['phase']} candidate: {exc}"[:600]
+        return Command(update={"approved": None, "ungraded": why,
+                               "history": [{**event, "approved": None, "error": str(exc)[:600]}]}, goto=END)
+    approved, feedback = verdict.approved, verdict.feedback.strip()
+    update: dict[str, Any] = {"approved": approved,
+                              "history": [{**event, "approved": approved, "feedback": feedback, "error": None}]}
     if approved:
         return Command(update=update, goto="accept")
     update["feedback"] = feedback or "Rejected without a reason; make the anomaly clearer and unambiguous."

@@ -138,11 +138,17 @@ class AtadProtocol(Protocol):
     def _levels(self, run: Run) -> list[tuple[str, int]]:
         return parse_ladder(run.params.get("difficulty_ladder") or DEFAULT_LADDER)
 
+    def ungraded(self, state: dict[str, Any]) -> int:
+        """1 when the unit stopped because the orchestrator gave no usable verdict on a candidate."""
+        return int(bool(state.get("ungraded")))
+
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         # the runner passes no run here; ladder and models are stamped in by summarize()
         return {"item": state}
 
     def _items(self, run: Run, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Benchmark items of the finished units (``ok``); an ``ungraded`` unit stopped on an unjudged candidate
+        and has no item yet (it is listed in ``summary["ungraded"]``)."""
         generator = {r: run.services.model_label(r) for r in self.roles}
         orchestrator = not run.params.get("no_orchestrator")
         levels = self._levels(run)
@@ -170,6 +176,8 @@ class AtadProtocol(Protocol):
         }
         stats["benchmark_file"] = str(path)
         stats["orchestrator"] = not run.params.get("no_orchestrator")
+        # units that stopped on an unusable orchestrator verdict: neither finalized nor discarded, redone on resume
+        stats["ungraded"] = {r["unit_id"]: r["item"].get("ungraded") for r in records if r["status"] == "ungraded"}
         # cost first and the long per-task breakdown last, so the console summary shows what matters
         per_task = stats.pop("per_task")
         stats = {"per_finalized": stats.pop("per_finalized"), **stats, "per_task": per_task}
@@ -184,6 +192,11 @@ class AtadProtocol(Protocol):
             f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). Per finalized problem: "
             f"{m['per_finalized']['wall_s']} s wall and {m['per_finalized']['llm_calls']} LLM calls "
             "(all units' cost divided by the finalized ones).")]
+        if m.get("ungraded"):
+            blocks.append(Table(["unit", "why it stopped"], [[u, why] for u, why in sorted(m["ungraded"].items())],
+                                caption="Units stopped unjudged (the orchestrator gave no usable verdict after "
+                                        "retries and one repair): neither finalized nor discarded; --resume redoes "
+                                        "the validation"))
         blocks.append(Table(["task", "name", "finalized", "discarded"],
                             [[t, TASKS[t].name, v["finalized"], v["discarded"]] for t, v in m["per_task"].items()],
                             caption="Items per task type"))

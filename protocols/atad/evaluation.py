@@ -33,7 +33,7 @@ from prompts import load_prompt
 from protocols.atad.benchmark import load_benchmark
 from protocols.atad.metrics import average_tables, consistency_curve, curve_sizes, per_task_accuracy, review_summary
 from runtime.errors import InfraError, InputError
-from runtime.protocol import Protocol, Run, Unit
+from runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
 from runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
 from state.atad import TASK_IDS, EvalContext
 
@@ -113,6 +113,14 @@ class AtadEvalProtocol(Protocol):
     def expected_calls(self, run: Run) -> str:
         return "1 (2 with a structured-output repair)"
 
+    def ungraded(self, state: dict[str, Any]) -> int:
+        """A review unit whose reviewer gave no usable review (after retries and one repair) is ungraded.
+
+        An answer unit is never ungraded: the evaluated model is the one under test and its answer is compared
+        in code, so an unusable answer is that model's wrong answer (counted in ``parse_errors``).
+        """
+        return int(state.get("kind") == "review" and state.get("review") is None and bool(state.get("parse_error")))
+
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         return {"correct": state.get("correct"), "predicted": state.get("predicted"),
                 "explanation": state.get("explanation"), "parse_error": state.get("parse_error"),
@@ -126,8 +134,9 @@ class AtadEvalProtocol(Protocol):
 
 
 def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """All evaluation tables from the unit records (only status ``ok`` counts)."""
-    ok = [r for r in records if r["status"] == "ok"]
+    """All evaluation tables from the unit records that hold results (``ok`` and ``ungraded``); an ungraded
+    review is in no Table 3 mean and counted in ``reviews_ungraded``."""
+    ok = with_results(records)
     answers = [r for r in ok if r["meta"]["kind"] == "answer"]
     reviews = [r for r in ok if r["meta"]["kind"] == "review"]
     models = list(dict.fromkeys(r["meta"]["model"] for r in records if r["meta"]["kind"] == "answer"))
@@ -185,7 +194,8 @@ def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
         "parse_errors": sum(1 for r in answers if r.get("parse_error")),
         "answers": len(answers),
         "reviews": len(reviews),
-        "excluded_infra_errors": sum(1 for r in records if r["status"] != "ok"),
+        "reviews_ungraded": sum(1 for r in reviews if r.get("review") is None),
+        "excluded_infra_errors": sum(1 for r in records if r["status"] not in RESULT_STATUSES),
     }
 
 
@@ -197,8 +207,10 @@ def _task_rows(tables: dict[str, dict[str, Any]]) -> list[list[Any]]:
 def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
     headers = ["model", *TASK_IDS, "Avg.", "n"]
     blocks: list[Block] = [Text(
-        f"{m['answers']} answers ({m['parse_errors']} unparseable, counted wrong), {m['reviews']} reviews; "
-        f"{m['excluded_infra_errors']} units with endpoint errors excluded from every metric. Accuracy in %.")]
+        f"{m['answers']} answers ({m['parse_errors']} unparseable, counted wrong: the evaluated model gave no "
+        f"usable answer), {m['reviews']} reviews ({m.get('reviews_ungraded', 0)} ungraded: the reviewer gave no "
+        f"usable review; in no mean, redone by --resume); {m['excluded_infra_errors']} units with endpoint errors "
+        "excluded from every metric. Accuracy in %.")]
     if m["models"]:
         blocks.append(Table(headers, _task_rows(m["table1"]),
                             caption="Table 1: accuracy per task on the final problems (mean over benchmark files)"))

@@ -71,11 +71,17 @@ def curve_sizes(max_n: int, steps: int = 10) -> list[int]:
 
 
 def review_summary(reviews: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Table 3 quality columns: mean validity / coherence / fairness (1-5) and approval rate (%)."""
-    reviews = [r for r in reviews if r]
+    """Table 3 quality columns: mean validity / coherence / fairness (1-5) and approval rate (%), over the
+    graded reviews (``n``); a ``None`` review (the reviewer gave no usable review) is counted in ``ungraded``."""
+    reviews = list(reviews)
+    graded = [r for r in reviews if r]
+    ungraded = len(reviews) - len(graded)
+    reviews = graded
     if not reviews:
-        return {"validity": None, "coherence": None, "fairness": None, "approval": None, "n": 0}
+        return {"validity": None, "coherence": None, "fairness": None, "approval": None, "n": 0,
+                "ungraded": ungraded}
     return {
+        "ungraded": ungraded,
         "validity": mean(r["validity"] for r in reviews),
         "coherence": mean(r["coherence"] for r in reviews),
         "fairness": mean(r["fairness"] for r in reviews),
@@ -93,8 +99,8 @@ def generation_stats(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if event.get("step") == "generate":
                 for err in event.get("structure_errors") or []:
                     reasons[err.split(":", 1)[0]] += 1
-            elif event.get("step") == "validate" and not event.get("approved"):
-                reasons["orchestrator_error" if event.get("error") else "orchestrator_rejected"] += 1
+            elif event.get("step") == "validate" and event.get("approved") is False:
+                reasons["orchestrator_rejected"] += 1
     per_task: dict[str, dict[str, int]] = {}
     for item in items:
         row = per_task.setdefault(item["task"], {"finalized": 0, "discarded": 0})
