@@ -341,9 +341,11 @@ class FieldMap:
             out[name] = [rec.data.get(c) for c in cols] if len(cols) > 1 else rec.data[cols[0]]
         return out
 
-    def missing(self, rec: Record, name: str, why: str = "missing or empty") -> InputError:
-        """The error for a required field the record lacks, listing the fields it has."""
-        hint = "" if name in self.given else f"; map it with {self.flag} {name}=COLUMN"
+    def missing(self, rec: Record, name: str, why: str | None = None) -> InputError:
+        """The error for a required field the record lacks or leaves empty, listing the fields it has."""
+        absent = not any(c in rec.data for c in self.sources[name])
+        why = why or ("missing" if absent else "empty")
+        hint = f"; map it with {self.flag} {name}=COLUMN" if absent and name not in self.given else ""
         return self.error(rec, name, f"{why}; this record has: {rec.found()}{hint}")
 
     @property

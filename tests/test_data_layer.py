@@ -159,7 +159,7 @@ def test_unreadable_files_are_refused_by_every_loader(loader, name):
 @pytest.mark.parametrize("loader", QUESTION_LOADERS)
 def test_missing_field_lists_the_fields_the_record_has(loader):
     message = error_of(QUESTION_LOADERS[loader], "questions_missing_field.jsonl")
-    assert "questions_missing_field.jsonl, record 2, field 'question': missing or empty" in message
+    assert "questions_missing_field.jsonl, record 2, field 'question': missing;" in message
     assert "this record has: id, prompt, reference" in message and "--fields question=COLUMN" in message
 
 
@@ -195,12 +195,12 @@ def test_an_error_in_a_renamed_column_names_the_users_column_and_its_role(loader
 
 
 @pytest.mark.parametrize("name, fields, needles", [
-    ("atad_renamed.json", None, ["record 1, field 'id': missing or empty",
+    ("atad_renamed.json", None, ["record 1, field 'id': missing;",
                                  "this record has: item_id, type, status, final, base"]),
     ("atad_problem_as_text.csv", None, ["record 1, field 'problem'", "valid dictionary"]),
     ("atad_missing_task.jsonl", None, ["record 1, field 'task'", "this record has: id, kind, item_status"]),
     ("atad_nested_id.jsonl", None, ["record 1, field 'id': expected text or a number, got an object"]),
-    ("atad_renamed.json", "id=item_id,task=kind", ["record 1, field 'kind': (as task) missing or empty"]),
+    ("atad_renamed.json", "id=item_id,task=kind", ["record 1, field 'kind': (as task) missing;"]),
 ])
 def test_bad_atad_benchmarks_name_record_and_field(name, fields, needles):
     message = error_of(atad_items, name, fields)
@@ -210,7 +210,7 @@ def test_bad_atad_benchmarks_name_record_and_field(name, fields, needles):
 
 
 @pytest.mark.parametrize("name, fields, needles", [
-    ("kb_records_renamed.jsonl", None, ["record 1, field 'text': missing or empty",
+    ("kb_records_renamed.jsonl", None, ["record 1, field 'text': missing;",
                                         "this record has: doc, name, body", "--kb-fields text=COLUMN"]),
     ("kb_records_nested.jsonl", None, ["record 1, field 'text'", "found an object"]),
     ("kb_empty.txt", None, ["kb_empty.txt", "file is empty"]),
@@ -251,11 +251,15 @@ def test_joined_columns_keep_blank_positions_so_options_never_shift(tmp_path):
     assert "record 1, field 'A+B+C': (as options) option B is empty" in message
 
 
-def test_an_answer_that_is_both_an_index_and_another_options_text_is_refused(tmp_path):
+def test_a_text_answer_that_is_both_an_index_and_another_options_text_is_refused(tmp_path):
     path = tmp_path / "mc.jsonl"
-    path.write_text(json.dumps({"question": "Which?", "options": ["2", "4", "1", "3"], "answer": 1}) + "\n")
+    path.write_text(json.dumps({"question": "Which?", "options": ["2", "4", "1", "3"], "answer": "1"}) + "\n"
+                    + json.dumps({"question": "Which?", "options": ["2", "4", "1", "3"], "answer": 1}) + "\n")
     message = error_of(lambda: load_questions({"data": str(path)}))
-    assert "record 1, field 'answer': answer '1' is ambiguous" in message
+    assert "record 1, field 'answer': answer '1' is ambiguous: 0-based index B, option text C" in message
+    path.write_text(path.read_text().splitlines()[1] + "\n")
+    [q], _ = load_questions({"data": str(path)})
+    assert q.answer == "B"  # a JSON integer is an index (MMLU's answer: 1)
 
 
 def test_parquet_is_refused_with_a_clear_message_without_pyarrow(tmp_path):
@@ -343,3 +347,10 @@ def test_cli_bad_file_exits_2_with_one_line(tmp_path, argv, needles):
     for needle in needles:
         assert needle in lines[0]
     assert not list(tmp_path.iterdir())  # no run directory left behind
+
+
+def test_an_empty_cell_is_reported_as_empty_without_a_mapping_hint(tmp_path):
+    path = tmp_path / "q.csv"
+    path.write_text("question,answer\n,4\n", encoding="utf-8")
+    message = error_of(lambda: load_questions({"data": str(path)}))
+    assert message.endswith("record 1, field 'question': empty; this record has: answer [--data]")

@@ -8,8 +8,8 @@ Field mapping (``--fields``): ``question=Q,answer=A,options=OPTS,difficulty=D,re
 number; ``options`` is a list, an object (its values in key order, e.g. ``{"A": .., "B": ..}``), a
 ``|``-separated string or several columns; ``references`` is text or a (nested) list of texts.
 ``--choices yes,no,maybe`` gives every question the same options. A multiple-choice gold answer may be a
-letter, a 0-based index or the option text; it is stored as the letter, and an answer that reads
-differently as an index and as an option text is refused as ambiguous.
+letter, a 0-based index (a JSON integer is always an index) or the option text; it is stored as the letter,
+and a text answer that reads differently as an index and as an option text is refused as ambiguous.
 """
 
 from __future__ import annotations
@@ -79,10 +79,15 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
     return [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
 
 
-def _letter(answer: str, options: list[str]) -> tuple[set[str], str]:
-    """Option letters ``answer`` can mean (as a letter, a 0-based index, an option text) and how."""
+def _letter(answer: str, options: list[str], *, number: bool) -> tuple[set[str], str]:
+    """Option letters ``answer`` can mean (as a letter, a 0-based index, an option text) and how.
+
+    A JSON integer (``number``) is only ever an index, as in MMLU's ``answer: 2``; text is read every way.
+    """
     readings: dict[str, str] = {}
     text = answer.strip()
+    if number:
+        return ({LETTERS[int(text)]}, "0-based index") if 0 <= int(text) < len(options) else (set(), "")
     if len(text) == 1 and text.upper() in LETTERS[: len(options)]:
         readings.setdefault(text.upper(), "letter")
     if text.isdigit() and int(text) < len(options):
@@ -99,7 +104,8 @@ def to_question(rec: Record, fields: FieldMap, *, choices: list[str] | None = No
     options = choices or raw.options
     answer = raw.answer
     if options:
-        letters, how = _letter(answer, options)
+        value = fields.values(rec).get("answer")
+        letters, how = _letter(answer, options, number=isinstance(value, int) and not isinstance(value, bool))
         if not letters:
             raise fields.error(rec, "answer", f"answer {answer[:40]!r} is not an option letter, 0-based index "
                                               "or option text")
