@@ -23,7 +23,7 @@ from protocols.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateInd
                                       index_name, load_file)
 from protocols.llmeval.metrics import mean, population_variance
 from runtime.errors import InputError
-from runtime.protocol import Protocol, Run, Unit
+from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap, write_report
 from state.llmeval import PARADIGMS, LLMEvalContext
 
@@ -226,18 +226,24 @@ class LLMEvalProtocol(Protocol):
     def prepare(self, run: Run, units: list[Unit]) -> None:
         self.ensure_bank(run)
 
+    def ungraded(self, state: dict[str, Any]) -> int:
+        """Answers of the session and of its reference replay that the judge could not rate."""
+        return int(state.get("ungraded") or 0) + int(state.get("reference_ungraded") or 0)
+
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         scores = state.get("scores") or {}
         ref = state.get("reference_scores") or {}
         return {"session_id": state.get("session_id"), "model": state.get("model"), "paradigm": state.get("paradigm"),
                 "allocated": state.get("allocated"), "answered": state.get("answered"),
                 "S": scores.get("S"), "N": scores.get("N"), "unscored": scores.get("unscored"),
+                "ungraded": scores.get("ungraded", 0), "reference_ungraded": ref.get("ungraded", 0),
                 "disciplines": scores.get("disciplines"), "stars": scores.get("stars"),
                 "judge_status": scores.get("judge_status"), "R": state.get("relative"),
                 "S_ref": ref.get("S"), "reference_session_id": state.get("reference_session_id")}
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
-        ok = [r for r in records if r["status"] == "ok" and r.get("S") is not None]
+        held = with_results(records)
+        ok = [r for r in held if r.get("S") is not None]
         per_paradigm = {p: mean([r["S"] for r in ok if r["paradigm"] == p]) for p in PARADIGMS
                         if any(r["paradigm"] == p for r in ok)}
         rs = [r["R"] for r in ok if r.get("R") is not None]
@@ -247,10 +253,13 @@ class LLMEvalProtocol(Protocol):
                 disciplines.setdefault(d, []).append(v)
         return {
             "sessions_scored": len(ok),
+            "sessions_without_score": len(held) - len(ok),
+            "sessions_ungraded": sum(1 for r in held if r.get("ungraded") or r.get("reference_ungraded")),
             "S": mean([r["S"] for r in ok]) if ok else None,
             "R": mean(rs) if rs else None,
             "answers_scored": sum(r.get("N") or 0 for r in ok),
-            "answers_unscored": sum(r.get("unscored") or 0 for r in ok),
+            "answers_unscored": sum(r.get("unscored") or 0 for r in held),
+            "answers_ungraded": sum(r.get("ungraded") or 0 for r in held),
             "paradigms": per_paradigm,
             "paradigm_variance": population_variance(list(per_paradigm.values())) if len(per_paradigm) > 1 else None,
             "disciplines": {d: mean(v) for d, v in sorted(disciplines.items())},
@@ -260,16 +269,21 @@ class LLMEvalProtocol(Protocol):
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         metrics = summary["metrics"]
-        ok = [r for r in records if r["status"] == "ok"]
+        ok = with_results(records)
         blocks: list[Block] = []
         note = run.run_dir / BANK_NOTE  # where the questions came from (the shipped sample is named as such)
         if note.exists():
             blocks.append(Text(f"Questions: {note.read_text(encoding='utf-8').strip()}."))
         blocks += [Table(
-            ["session", "model", "paradigm", "N", "unscored", "S", "S_ref", "R"],
-            [[r["unit_id"], r.get("model"), r.get("paradigm"), r.get("N"), r.get("unscored"), r.get("S"),
-              r.get("S_ref"), r.get("R")] for r in ok],
-            caption="Sessions: absolute score S (eq. 1), reference score and relative score R (eq. 2)")]
+            ["session", "model", "paradigm", "N (scored)", "ungraded", "unscored", "S", "S_ref", "R"],
+            [[r["unit_id"], r.get("model"), r.get("paradigm"), r.get("N"), r.get("ungraded", 0), r.get("unscored"),
+              "n/a" if r.get("S") is None else r["S"], r.get("S_ref"), r.get("R")] for r in ok],
+            caption="Sessions: absolute score S (eq. 1) over the N scored answers, reference score and relative "
+                    "score R (eq. 2). Ungraded = the judge gave no valid rating after retries and one repair: in no "
+                    "score, re-judged by --resume; unscored = allocated but without stars (ungraded or unanswered)")]
+        if metrics.get("answers_ungraded"):
+            blocks.append(Text(f"{metrics['answers_ungraded']} answer(s) in {metrics.get('sessions_ungraded')} "
+                               "session(s) are ungraded and count neither for nor against the model."))
         if metrics.get("disciplines"):
             d = metrics["disciplines"]
             path = bar_chart(figure_path(run.run_dir, "disciplines"), list(d), list(d.values()),
