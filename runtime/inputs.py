@@ -7,8 +7,9 @@ Reading (:func:`read_records`, :func:`read_text`):
   (the standard :mod:`csv` module on text opened with ``newline=""``, so quoted fields keep their commas,
   tabs and line breaks byte-exact, CRLF included); ``.parquet`` only when ``pyarrow`` is installed.
 * Text is strict UTF-8; a leading byte-order mark is dropped (a BOM-prefixed CSV header maps correctly).
-  Non-UTF-8 bytes, binary files (a NUL byte), empty files and files without records raise
-  :class:`InputError` naming the file, the byte offset where it applies, and the flag.
+  Non-UTF-8 bytes (UTF-16 included), binary files (a NUL byte), empty files, files without records and a
+  key given twice in one JSON object raise :class:`InputError` naming the file, the byte offset where it
+  applies, and the flag.
 * Record numbers in messages: the line number for JSON Lines, the 1-based position in a JSON array or a
   Parquet file, the data row (header not counted) in CSV/TSV, the id for an id-keyed JSON object.
 
@@ -152,6 +153,9 @@ def _blank(value: Any) -> bool:
 
 
 def _decode(data: bytes, path: Path, flag: str) -> str:
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise input_error("UTF-16 text (byte-order mark at byte offset 0); save the file as UTF-8", flag=flag,
+                          file=path)
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     nul = data.find(b"\x00", start)
     if nul >= 0:
@@ -213,15 +217,36 @@ def _object_per_line(text: str) -> bool:
     return first.startswith("{") and first != text.strip()
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a key given twice in one object would silently lose a value."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _json(text: str) -> Any:
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def _json_lines(text: str, p: Path, flag: str) -> Iterator[Record]:
     for n, line in enumerate(io.StringIO(text, newline=None), 1):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = _json(line)
         except json.JSONDecodeError as exc:
             raise input_error(f"not valid JSON ({exc.msg}, column {exc.colno})", flag=flag, file=p,
                               record=n) from None
+        except _DuplicateKey as exc:
+            raise input_error("key given twice in one object", flag=flag, file=p, record=n, field=str(exc)) \
+                from None
         if not isinstance(value, dict):
             raise input_error(f"a record must be a JSON object, got {_kind(value)}", flag=flag, file=p, record=n)
         yield Record(str(p), n, value, flag)
@@ -229,10 +254,12 @@ def _json_lines(text: str, p: Path, flag: str) -> Iterator[Record]:
 
 def _json_document(text: str, p: Path, flag: str) -> Iterator[Record]:
     try:
-        data = json.loads(text)
+        data = _json(text)
     except json.JSONDecodeError as exc:
         raise input_error(f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})", flag=flag,
                           file=p) from None
+    except _DuplicateKey as exc:
+        raise input_error(f"key {str(exc)!r} given twice in one object", flag=flag, file=p) from None
     if isinstance(data, list):
         for n, value in enumerate(data, 1):
             if not isinstance(value, dict):

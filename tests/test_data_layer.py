@@ -354,3 +354,15 @@ def test_an_empty_cell_is_reported_as_empty_without_a_mapping_hint(tmp_path):
     path.write_text("question,answer\n,4\n", encoding="utf-8")
     message = error_of(lambda: load_questions({"data": str(path)}))
     assert message.endswith("record 1, field 'question': empty; this record has: answer [--data]")
+
+
+@pytest.mark.parametrize("name, data, needle", [
+    ("dup.jsonl", b'{"question": "a", "question": "b", "answer": "c"}\n', "record 1, field 'question': key given twice"),
+    ("dup.json", b'[{"question": "a", "answer": "c", "answer": "d"}]', "key 'answer' given twice"),
+    ("utf16.csv", "question,answer\nq,a\n".encode("utf-16"), "UTF-16 text"),
+])
+def test_json_keys_given_twice_and_utf16_files_are_refused(tmp_path, name, data, needle):
+    path = tmp_path / name
+    path.write_bytes(data)
+    message = error_of(read_records, path)
+    assert name in message and needle in message
