@@ -295,14 +295,16 @@ def test_kb_fields_without_kb_is_refused(tmp_path):
         JudgeAgentProtocol().plan(_open(tmp_path, JudgeAgentProtocol(), kb_fields="text=body"))
 
 
-def test_single_text_file_kb_builds_a_graph_from_that_one_document(tmp_path):
+@pytest.mark.parametrize("kb, kb_fields, documents", [("kb_single.txt", None, 1),
+                                                      ("kb_records_renamed.jsonl", "id=doc,title=name,text=body", 2)])
+def test_the_context_graph_is_built_from_the_given_kb_file(tmp_path, kb, kb_fields, documents):
     ev = FakeEvaluator()
     chats = {"evaluator": ScriptedChat(ev), "target": ScriptedChat(lambda m, t: "A")}
-    run = _open(tmp_path, JudgeAgentProtocol(), chats, kb=str(CORPUS / "kb_single.txt"), build_kb_only=True)
+    run = _open(tmp_path, JudgeAgentProtocol(), chats, kb=str(CORPUS / kb), kb_fields=kb_fields, build_kb_only=True)
     execute(JudgeAgentProtocol(), run, skip_preflight=True)
     stats = json.loads((run.run_dir / "kb_stats.json").read_text())
-    assert stats["documents"] == 1 and stats["entities"] > 3 and "warning" not in stats
-    assert stats["source"] == str(CORPUS / "kb_single.txt")
+    assert stats["documents"] == documents and stats["entities"] > 3 and "warning" not in stats
+    assert stats["source"] == str(CORPUS / kb)
 
 
 def test_keyword_fallback_for_every_chunk_and_the_shipped_samples_are_reported(tmp_path):

@@ -6,7 +6,8 @@ at once). Entities are kept only when they occur in their text (a weak model inv
 gives no valid structure or no usable entity for a text, a deterministic keyword extractor supplies the
 entities of that text instead (capitalised phrases, then the most frequent long content words), and the
 node records ``source = "keyword"``; so the embedded 135M model, which labels poorly, still yields a
-connected graph, and the report shows how many entities came from each source.
+connected graph, and the report shows how many entities came from each source. When no entity at all came
+from the model, the JudgeAgent protocol warns on the console, in ``kb_stats.json``, the summary and the report.
 """
 
 from __future__ import annotations
