@@ -1,5 +1,5 @@
-"""Fault tests of the verdicts (issue 11) through the real graphs, the real ``RoleLLM`` and the OpenAI client,
-against the stand-in endpoint (answers depend only on the request content):
+"""Fault tests of the verdicts (issue 11) for all four protocols, through the real graphs, the real ``RoleLLM``
+and the OpenAI client, against the stand-in endpoint (answers depend only on the request content):
 
 * a judge that never returns a usable structured verdict (every call and every repair malformed) leaves every
   verdict ungraded: nothing is counted as wrong, and the metrics are computed over graded verdicts only
@@ -209,3 +209,102 @@ def test_judgeagent_verdicts_under_transient_and_malformed_faults_equal_the_clea
             assert all(faults_seen), f"transient faults and repairs: {faults_seen}"
     assert runs["faulty"] == runs["clean"]
     assert {v for u in runs["clean"].values() for _, v in u["base"]} == {"correct", "wrong"}
+
+
+# -- llmeval --------------------------------------------------------------------------------------
+
+def _llmeval_session(tmp_path: Path, standin: StandIn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from graphs.llmeval import builder
+    from protocols.llmeval.bankio import import_file
+    from state.llmeval import LLMEvalContext
+    from stores.question_bank import QuestionBank
+
+    bank_path = tmp_path / "bank.sqlite"
+    import_file(QuestionBank(bank_path), Path(__file__).resolve().parents[1] / "samples" / "llmeval" / "bank.jsonl")
+    svc = services(tmp_path, standin, "llmeval", JUDGE_ROLES)
+    ctx = LLMEvalContext(services=svc, bank_db=str(bank_path), questions=12, seed=3)
+    final = builder.compile(checkpointer=InMemorySaver()).invoke(
+        {"session_id": "s1"}, {"configurable": {"thread_id": "s1"}}, context=ctx)
+    return final, QuestionBank(bank_path).judged_items("s1")
+
+
+def test_llmeval_judge_that_never_answers_usably_leaves_every_answer_ungraded(tmp_path):
+    from protocols.llmeval.protocol import LLMEvalProtocol
+
+    with StandIn(respond=garbage_for("evaluator")) as standin:
+        final, items = _llmeval_session(tmp_path, standin)
+    answered = [i for i in items if (i["response"] or "").strip()]
+    assert answered and all(i["stars"] is None and i["judge_status"] == "ungraded" for i in answered)
+    assert final["scores"]["S"] is None and final["scores"]["N"] == 0
+    assert final["scores"]["stars"] == {"0": 0, "1": 0, "2": 0, "3": 0}   # nothing counted as 0 stars
+    assert LLMEvalProtocol().ungraded(final) == len(answered)
+
+
+def test_llmeval_stars_under_transient_and_malformed_faults_equal_the_clean_run(tmp_path):
+    runs = {}
+    for name, faults in (("clean", Faults()), ("faulty", Faults(transient=0.3, malformed=0.3, seed=3))):
+        with StandIn(faults=faults) as standin:
+            final, items = _llmeval_session(tmp_path / name, standin)
+            faults_seen = (sum(r.status != 200 for r in standin.requests), sum(r.repair for r in standin.requests))
+        if name == "faulty":
+            assert all(faults_seen), f"transient faults and repairs: {faults_seen}"
+        runs[name] = ([(i["position"], i["stars"], i["judge_status"]) for i in items], final["scores"]["S"])
+    assert runs["faulty"] == runs["clean"]
+    assert runs["clean"][1] is not None and all(s is not None for _, s, _ in runs["clean"][0])
+
+
+# -- atad (evaluation phase: the reviewer is the judge; answers are compared in code) --------------
+
+def _atad_units() -> list[Unit]:
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "samples" / "atad" / "benchmark.jsonl"
+    items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    units = []
+    for item in items[:4]:
+        units.append(Unit(id=f"answer-{item['id']}", input={"kind": "answer", "model": "student", "task": item["task"],
+                                                             "problem": item["problem"]}))
+        units.append(Unit(id=f"review-{item['id']}", input={"kind": "review", "model": "reviewer",
+                                                             "task": item["task"], "problem": item["problem"]}))
+    return units
+
+
+def _atad_outcomes(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return {r["unit_id"]: (r["status"], r["correct"], r["predicted"], r["review"]) for r in records}
+
+
+ATAD_ROLES = {"target": "student", "evaluator": "reviewer"}
+
+
+def test_atad_reviewer_that_never_answers_usably_leaves_every_review_ungraded(tmp_path):
+    from protocols.atad.evaluation import AtadEvalProtocol, evaluation_metrics
+
+    protocol = AtadEvalProtocol()
+    with StandIn(respond=garbage_for("reviewer")) as standin:
+        svc = services(tmp_path, standin, "atad", ATAD_ROLES)
+        records = run_units(protocol, svc, _atad_units())
+    reviews = [r for r in records if r["unit_id"].startswith("review-")]
+    answers = [r for r in records if r["unit_id"].startswith("answer-")]
+    assert all(r["status"] == "ungraded" and r["review"] is None for r in reviews)
+    assert all(r["status"] == "ok" and r["correct"] is not None for r in answers)   # the model under test: graded
+    meta = {"orchestrator": True, "bench": 0, "bench_label": "sample"}
+    m = evaluation_metrics([{**r, "meta": {**meta, "kind": "review", "model": "reviewer", "task": "T1"}}
+                            for r in reviews])
+    assert m["reviews_ungraded"] == 4
+    assert m["table3"]["reviews"]["reviewer"]["with"]["n"] == 0
+    assert m["table3"]["reviews"]["reviewer"]["with"]["validity"] is None
+
+
+def test_atad_outcomes_under_transient_and_malformed_faults_equal_the_clean_run(tmp_path):
+    from protocols.atad.evaluation import AtadEvalProtocol
+
+    runs = {}
+    for name, faults in (("clean", Faults()), ("faulty", Faults(transient=0.3, malformed=0.3, seed=4))):
+        with StandIn(faults=faults) as standin:
+            svc = services(tmp_path / name, standin, "atad", ATAD_ROLES)
+            runs[name] = _atad_outcomes(run_units(AtadEvalProtocol(), svc, _atad_units()))
+            faults_seen = (sum(r.status != 200 for r in standin.requests), sum(r.repair for r in standin.requests))
+        if name == "faulty":
+            assert all(faults_seen), f"transient faults and repairs: {faults_seen}"
+    assert runs["faulty"] == runs["clean"]
+    assert all(status == "ok" for status, *_ in runs["clean"].values())
