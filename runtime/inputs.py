@@ -74,6 +74,8 @@ def input_error(message: str, *, flag: str, file: str | Path | None = None, reco
 def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"a non-finite number ({value!r})"
     if isinstance(value, (int, float)):
         return f"a number ({value!r})"
     if isinstance(value, dict):
@@ -392,5 +394,3 @@ class FieldMap:
             if name in self.sources:
                 raise self.error(rec, name, err["msg"]) from None
             raise rec.error(err["msg"], field=name) from None
-
-
