@@ -52,14 +52,14 @@ def _run(tmp_path: Path, *args: str) -> tuple[Path, list[dict], dict]:
 def test_embedded_model_interviews_the_shipped_sample(embedded_url, tmp_path):
     """A math and a factual session, every duty on (judge, modification, feedback, follow-up, summaries)."""
     run_dir, records, summary = _run(tmp_path, "--limit", "2", "--max-retries", "1", "--max-questions", "2")
-    assert [r["status"] for r in records] == ["ok", "ok"], [r.get("error") for r in records]
+    assert {r["status"] for r in records} <= {"ok", "ungraded"}, [r.get("error") for r in records]
     assert {r["task"] for r in records} == {"math", "factual"}
-    assert all("score" in r["single_turn"] for r in records)
+    assert all(r["single_turn"]["verdict"] in {"correct", "wrong", "ungraded"} for r in records)
     units = {json.loads(line)["id"]: json.loads(line)["input"]["seed"]
              for line in (run_dir / "units.jsonl").read_text().splitlines()}
     for r in records:
         assert 1 <= len(r["seed_scores"]) <= 2 and r["transcript"]
-        assert r["session_summary"]
+        assert r["session_summary"] or r["stopped"]   # a session stops without summary at an ungraded answer
         ref = units[r["unit_id"]]["answer"] or units[r["unit_id"]]["solution"]
         for f in r["feedbacks"]:
             assert not checks.leaks_answer(f["text"], ref), f["text"]
@@ -81,7 +81,7 @@ def test_embedded_model_on_real_gsm8k_problems(embedded_url, shared_data, tmp_pa
         pytest.skip("gsm8k test split is absent")
     run_dir, records, summary = _run(tmp_path, "--data", str(data), "--limit", "2", "--max-retries", "1",
                                      "--max-questions", "1", "--no-summarize", "--no-single-turn-judge")
-    assert [r["status"] for r in records] == ["ok", "ok"], [r.get("error") for r in records]
+    assert {r["status"] for r in records} <= {"ok", "ungraded"}, [r.get("error") for r in records]
     assert all(r["task"] == "math" for r in records)
     units = {json.loads(line)["id"]: json.loads(line)["input"]["seed"]
              for line in (run_dir / "units.jsonl").read_text().splitlines()}
@@ -90,6 +90,7 @@ def test_embedded_model_on_real_gsm8k_problems(embedded_url, shared_data, tmp_pa
         assert seed["answer"].strip().lstrip("-").isdigit()    # '#### N' was split off the solution
         for f in r["feedbacks"]:
             assert not checks.leaks_answer(f["text"], seed["answer"]), f["text"]
-        # every seed answer was graded by code, by the grader or both: never silently dropped
-        assert all(i["graded_by"] in {"code", "grader", "code+grader", "failed"} for i in r["seed_interactions"])
+        # every seed answer was graded by the grader (with the code check for math), wrong when empty, or ungraded
+        assert all(i["graded_by"] in {"code", "grader", "code+grader", "ungraded"} for i in r["seed_interactions"])
+        assert all((i["verdict"] == "ungraded") == (i["correct"] is None) for i in r["seed_interactions"])
     assert summary["metrics"]["sessions"] == 2

@@ -25,7 +25,7 @@ def _run(tmp_path: Path, *args: str) -> dict:
 @pytest.mark.integration
 def test_offline_default_on_the_shipped_sample_writes_the_report(tmp_path, embedded_url):
     summary = _run(tmp_path, "--limit", "1", "--batch-size", "2", "--rounds", "1", "--extract-batch", "8")
-    assert summary["status_counts"] == {"ok": 1}
+    assert sum(summary["status_counts"].get(s, 0) for s in ("ok", "ungraded")) == 1, summary["status_counts"]
     m = summary["metrics"]
     assert m["base_questions"] == 2 and m["generation"]["rounds"] == 1
     assert set(m["dynamic_scores"]) == {"base", "@1"}
@@ -43,7 +43,7 @@ def test_real_hotpotqa_questions_with_their_reference_paragraphs(tmp_path, embed
     summary = _run(tmp_path, "--data", str(data), "--fields",
                    "id=_id,question=question,answer=answer,references=para_a+para_b",
                    "--limit", "1", "--batch-size", "1", "--rounds", "1", "--hops", "2")
-    assert summary["status_counts"] == {"ok": 1}
+    assert sum(summary["status_counts"].get(s, 0) for s in ("ok", "ungraded")) == 1, summary["status_counts"]
     assert summary["metrics"]["base_questions"] == 1
     stats = json.loads((Path(summary["_dir"]) / "kb_stats.json").read_text())
     assert stats["documents"] == 1 and stats["kb"].endswith("kb_references.jsonl")
