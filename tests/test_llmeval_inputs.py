@@ -215,11 +215,16 @@ def test_cli_a_new_bank_file_in_a_used_folder_imports_everything_and_never_the_s
 
 
 def test_cli_an_empty_bank_the_user_named_is_an_error_not_the_sample(tmp_path, capsys):
-    db = tmp_path / "empty.sqlite"
-    assert cli("--out", str(tmp_path / "runs"), "--bank-db", str(db), "--leaderboard") == 2
+    db, out = tmp_path / "empty.sqlite", tmp_path / "runs"
+    assert cli("--out", str(out), "--bank-db", str(db), "--leaderboard") == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "is empty" in err and "--bank" in err
-    assert QuestionBank(db).count(active_only=False) == 0
+    assert len(err.splitlines()) == 1 and "no question bank at" in err and "--bank-db" in err
+    assert not db.exists() and not out.exists()  # nothing created, no run directory left behind
+    QuestionBank(db)  # now it exists, with no question: still refused, never replaced by the sample
+    assert cli("--out", str(out), "--bank-db", str(db), "--leaderboard") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is empty" in err and "--bank FILE" in err
+    assert QuestionBank(db).count(active_only=False) == 0 and not out.exists()
 
 
 def test_cli_bad_record_exits_2_and_skip_invalid_imports_the_rest(tmp_path, capsys):
@@ -229,6 +234,7 @@ def test_cli_bad_record_exits_2_and_skip_invalid_imports_the_rest(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "missing_answer.jsonl, record 2, field 'answer'" in err
     assert not (tmp_path / "bank.sqlite").exists()  # refused before the bank was opened
+    assert not (tmp_path / "runs").exists()  # and no run directory left behind
     assert cli(*args, "--skip-invalid") == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "2 records: 1 imported, 0 duplicates skipped, 1 rejected" in out
@@ -248,3 +254,44 @@ def test_cli_the_sample_is_used_only_without_input_and_the_run_says_so(tmp_path,
     assert "using the shipped sample samples/llmeval/bank.jsonl" in " ".join(capsys.readouterr().out.split())
     note = next(out.glob("*/bank_source.txt")).read_text()
     assert "shipped sample" in note and "36 active questions" in note
+
+
+def batch_run(tmp_path: Path, params: dict) -> Path:
+    """A batch run through the runner with fake target and judge; returns the run directory."""
+    from rich.console import Console
+
+    from protocols.llmeval.protocol import LLMEvalProtocol
+    from runtime.config_loader import load_config
+    from runtime.runner import execute, open_run
+    from tests.fakes import ScriptedChat
+
+    config = load_config("llmeval", config_file=None, environ={},
+                         flags={"out": str(tmp_path / "runs"), "params": params})
+    chats = {"target": ScriptedChat(lambda m, t: "an answer"),
+             "evaluator": ScriptedChat(lambda m, t: {"rating": 2, "reason": "close"})}
+    protocol = LLMEvalProtocol()
+    run = open_run(protocol, config, run_id=None, console=Console(record=True, width=200), chat_overrides=chats,
+                   retry_sleep=lambda s: None)
+    execute(protocol, run, skip_preflight=True)
+    return run.run_dir
+
+
+def test_a_batch_run_on_a_new_bank_in_a_used_folder_examines_its_questions_not_the_samples(tmp_path):
+    folder = tmp_path / "banks"
+    batch_run(tmp_path, {"bank": str(CORPUS / "bank_a.jsonl"), "bank_db": str(folder / "a.sqlite"),
+                         "questions": 2})
+    run_dir = batch_run(tmp_path, {"bank": str(CORPUS / "bank_b.jsonl"), "bank_db": str(folder / "b.sqlite"),
+                                   "questions": 4})
+    bank = QuestionBank(folder / "b.sqlite")
+    (record,) = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
+    asked = [bank.get(u).question for u in bank.question_ids(record["session_id"])]
+    expected = [json.loads(x)["question"] for x in (CORPUS / "bank_b.jsonl").read_text().splitlines()]
+    assert record["status"] == "ok" and sorted(asked) == sorted(expected)
+    report = (run_dir / "report.md").read_text()
+    assert "bank_b.jsonl (--bank) imported into" in report and "shipped sample" not in report
+
+
+def test_a_batch_run_without_input_says_it_used_the_shipped_sample(tmp_path):
+    run_dir = batch_run(tmp_path, {"questions": 2, "near_dup_threshold": 0})
+    assert "Questions: the shipped sample samples/llmeval/bank.jsonl (no --bank or --bank-db given)" in \
+        (run_dir / "report.md").read_text()

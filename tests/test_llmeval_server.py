@@ -336,4 +336,4 @@ def test_an_invalid_port_is_one_line_and_exit_2(tmp_path, capsys, port):
                  "--bank-db", str(tmp_path / "bank.sqlite")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--port" in err and "1-65535" in err
-    assert not (tmp_path / "bank.sqlite").exists()
+    assert not (tmp_path / "bank.sqlite").exists() and not (tmp_path / "runs").exists()

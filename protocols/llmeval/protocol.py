@@ -170,10 +170,27 @@ class LLMEvalProtocol(Protocol):
             bank.add_questions([v for v in variants if not bank.has_uuid(v.uuid)])
             report.augmented += len(variants)
 
+    def check_inputs(self, run: Run) -> LoadedFile | None:
+        """The run's questions checked before anything is created or spent: ``--bank`` read and validated, or
+        the bank the user named (``--bank-db``, a PostgreSQL DSN) holds active questions (a missing SQLite
+        file is not created)."""
+        loaded = self.load_bank_file(run)
+        named = ("--bank-db" if run.params.get("bank_db")
+                 else "--postgres-dsn" if run.config.stores.postgres_dsn else None)
+        if loaded is None and named:
+            ctx = self._ctx(run)
+            location = bank_location(ctx, run.services)
+            if "://" not in location and not Path(location).is_file():
+                raise InputError(f"no question bank at {location}; import questions with --bank FILE", field=named)
+            if bank_of(ctx).count() == 0:
+                raise InputError(f"the question bank {location} is empty; import questions with --bank FILE",
+                                 field=named)
+        return loaded
+
     def ensure_bank(self, run: Run) -> None:
         """Import ``--bank``; the shipped sample only into an empty default bank when no input was given
-        (console and report say so); an empty bank the user named is an error, never replaced."""
-        loaded = self.load_bank_file(run)  # a bad file stops the run before the bank is even opened
+        (console and report say so); a bank the user named is never replaced."""
+        loaded = self.check_inputs(run)  # a bad file stops the run before the bank is even opened
         ctx = self._ctx(run)
         bank = bank_of(ctx)
         location = bank_location(ctx, run.services)
@@ -182,9 +199,6 @@ class LLMEvalProtocol(Protocol):
             source = f"{loaded.file} (--bank) imported into {location}"
         elif bank.count() > 0:
             source = f"the existing bank {location} (no --bank given)"
-        elif run.params.get("bank_db") or run.config.stores.postgres_dsn:
-            raise InputError(f"the question bank {location} is empty; import questions with --bank FILE",
-                             field="--bank-db" if run.params.get("bank_db") else "--postgres-dsn")
         else:
             source = f"the shipped sample {SAMPLE_BANK.relative_to(REPO)} (no --bank or --bank-db given)"
             run.console.print(f"using {source}", highlight=False, markup=False)
@@ -203,7 +217,7 @@ class LLMEvalProtocol(Protocol):
         n = int(run.params.get("questions") or 1000)
         if sessions < 1 or n < 1:
             raise InputError("--sessions and --questions must be at least 1", field="--questions")
-        self.load_bank_file(run)
+        self.check_inputs(run)
         if run.params.get("reference_model"):
             try:
                 extra_label(run.services, "reference", run.params["reference_model"])
