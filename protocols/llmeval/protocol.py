@@ -32,14 +32,10 @@ SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.
 BANK_NOTE = "bank_source.txt"  # where the run's questions came from (shown in the report)
 
 
-def port_number(value: object) -> int:
-    """The exam server port (``--port``): an integer 1-65535, else :class:`InputError`."""
-    try:
-        port = int(str(value))
-    except ValueError:
-        port = 0
+def port_number(port: int) -> int:
+    """The exam server port (``--port``): 1-65535, else :class:`InputError` (uvicorn would listen elsewhere)."""
     if not 1 <= port <= 65535:
-        raise InputError(f"must be a TCP port number 1-65535, got {value!r}", field="--port")
+        raise InputError(f"must be a TCP port number 1-65535, got {port}", field="--port")
     return port
 
 
@@ -92,7 +88,7 @@ class LLMEvalProtocol(Protocol):
         group.add_argument("--judge-concurrency", type=int, help="answers judged at once (default 4)")
         group.add_argument("--serve", action="store_true", default=None,
                            help="start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
-        group.add_argument("--port", metavar="PORT", help="exam server port, 1-65535 (default 8765)")
+        group.add_argument("--port", type=int, help="exam server port, 1-65535 (default 8765)")
         group.add_argument("--admin-token", action="store_true", default=None,
                            help="print a fresh exam-server admin token for the bank (tokens expire after an hour) "
                                 "and exit")
@@ -314,7 +310,7 @@ class LLMEvalProtocol(Protocol):
                              "contamination") if p.get(m)]
         if not modes:
             return False
-        port = port_number(p.get("port") or 8765)
+        port = port_number(8765 if p.get("port") is None else p["port"])
         if p.get("admin_token"):
             self.print_admin_token(run)
             return True

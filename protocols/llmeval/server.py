@@ -102,7 +102,7 @@ def signing_secret(bank: QuestionBank) -> str:
     if not value:
         return bank.server_secret()
     if len(value.encode("utf-8")) < 32:
-        raise InputError(f"environment variable {SECRET_ENV} must hold at least 32 bytes (an HS256 key)")
+        raise InputError("the token signing secret must hold at least 32 bytes (an HS256 key)", setting=SECRET_ENV)
     return value
 
 
