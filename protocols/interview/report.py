@@ -19,6 +19,14 @@ def _clip(text: str, n: int = 300) -> str:
     return text if len(text) <= n else text[:n] + " ..."
 
 
+def _delta(scores: list[float | None]) -> float | None:
+    return None if scores[-1] is None or scores[0] is None else scores[-1] - scores[0]
+
+
+def _nan(scores: list[float | None]) -> list[float]:
+    return [float("nan") if x is None else x for x in scores]
+
+
 def _den(d: dict[str, Any] | None) -> str:
     if not d:
         return ""
@@ -35,7 +43,7 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
     rows = []
     for task, t in m["by_task"].items():
         s = t["score_at_n"]
-        rows.append([task, t["sessions"], _f(t["judge"]), *map(_f, s), _f(s[-1] - s[0])])
+        rows.append([task, t["sessions"], _f(t["judge"]), *map(_f, s), _f(_delta(s))])
     all_s = [m[f"score@{n}"] for n in range(1, n_max + 1)]
     rows.append(["all", m["sessions"], _f(m["judge"]), *map(_f, all_s), _f(m["delta"])])
     den = m.get("denominators", {})
@@ -51,10 +59,10 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
                            "answer(s): the grader gave no usable verdict after retries and one repair. A session "
                            "stops at its first ungraded answer; ungraded answers count neither for nor against "
                            "the model, and --resume re-judges them."))
-    series = {"interview (all)": all_s}
+    series = {"interview (all)": _nan(all_s)}
     for task, t in m["by_task"].items():
         if len(m["by_task"]) > 1:
-            series[task] = t["score_at_n"]
+            series[task] = _nan(t["score_at_n"])
     if m.get("by_level"):
         blocks.append(Table(["level", "sessions", "Judge", *[f"@{n}" for n in range(1, n_max + 1)],
                              "std over repeats @1..@n"],
