@@ -349,3 +349,19 @@ def test_a_port_from_the_config_file_is_checked_and_blamed_on_its_key(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "eval.toml" in err and "port" in err and "1-65535" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_expired_examinee_token_is_reissued_by_the_admin_and_the_session_goes_on(exam):
+    server, client, admin = exam
+    s = new_session(client, admin, questions=2, examinee="carol")
+    sid = s["session_id"]
+    assert client.get(f"/sessions/{sid}/next", headers=auth(s["token"])).json()["position"] == 0
+    expired = auth(server.issue("carol", "examinee", sid, ttl_s=-1))
+    assert client.get(f"/sessions/{sid}/next", headers=expired).status_code == 401
+    r = client.post(f"/admin/sessions/{sid}/token", headers=admin)
+    assert r.status_code == 200 and r.json()["examinee"] == "carol"
+    fresh = auth(r.json()["token"])
+    r = client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "a"}, headers=fresh)
+    assert r.status_code == 200
+    assert client.post(f"/admin/sessions/{sid}/token", headers=fresh).status_code == 403  # examinees cannot
+    assert client.post("/admin/sessions/srv-none/token", headers=admin).status_code == 404

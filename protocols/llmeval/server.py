@@ -16,9 +16,10 @@ Section 2.2 "Secure Anti-Cheating Architecture" and appendix F (Algorithm 1):
 
 Users: the single ``admin`` (the operator; never an examinee name) and one
 examinee per session. Examinees and the signing secret live in the bank's
-database (``llmeval_examinees``, ``llmeval_server``), so a restarted server keeps
+database (``llmeval_examinees``, ``llmeval_meta``), so a restarted server keeps
 accepting their tokens; ``run.py --protocol llmeval --admin-token`` re-issues an
-admin token, since tokens expire (one hour by default).
+admin token and ``POST /admin/sessions/{id}/token`` an examinee's, since tokens expire
+(one hour by default).
 
 Sessions are created with the ``open_session`` node and scored by running the
 exam graph (judge + score nodes) on the session once it is complete.
@@ -212,6 +213,14 @@ class ExamServer:
             raise _quota_http(exc) from None
         return {"accepted": True, "position": body.position, "quota": quota}
 
+    def examinee_token(self, session_id: str) -> dict[str, Any]:
+        """A fresh token for the examinee of ``session_id`` (tokens expire; the session and its answers stay)."""
+        session = self.bank.session(session_id)
+        if session is None or not session.get("owner") or self.bank.examinee_session(session["owner"]) != session_id:
+            raise HTTPException(404, "no examinee session with that id")
+        return {"session_id": session_id, "examinee": session["owner"],
+                "token": self.issue(session["owner"], "examinee", session_id)}
+
     def score(self, session_id: str) -> dict[str, Any]:
         from graphs.llmeval import builder
 
@@ -267,6 +276,11 @@ def create_app(server: ExamServer) -> FastAPI:
     def answer(session_id: str, body: Answer, c: dict = Depends(claims)) -> dict[str, Any]:
         server.require(c, "answers:write", session_id)
         return server.answer(session_id, body)
+
+    @app.post("/admin/sessions/{session_id}/token")
+    def reissue(session_id: str, c: dict = Depends(claims)) -> dict[str, Any]:
+        server.require(c, "sessions:create")
+        return server.examinee_token(session_id)
 
     @app.post("/admin/sessions/{session_id}/score")
     def score(session_id: str, c: dict = Depends(claims)) -> dict[str, Any]:
