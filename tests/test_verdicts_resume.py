@@ -106,3 +106,31 @@ def test_judgeagent_ungraded_answers_and_unvalidated_batches_are_redone_on_resum
     again = _records(_judgeagent(tmp_path / "fb", feedback, run_id=second.run_dir.name))
     assert {r["status"] for r in again.values()} == {"ok"}
     assert all(r["feedback"]["status"] == "ok" and len(r["validation"]) == 2 for r in again.values())
+
+
+def test_llmeval_session_with_an_unusable_judge_is_ungraded_reported_and_rejudged_on_resume(tmp_path):
+    from runtime.config_loader import load_config
+    from protocols.llmeval.protocol import LLMEvalProtocol
+
+    judge = Switch(lambda m, t: {"rating": 2, "reason": "fine"}, broken=True)
+    chats = {"target": ScriptedChat(lambda m, t: "true. I am fairly sure."), "evaluator": ScriptedChat(judge)}
+
+    def run_it(run_id: str | None = None) -> tuple[Any, dict[str, Any]]:
+        config = load_config("llmeval", config_file=None, environ={},
+                             flags={"out": str(tmp_path / "runs"), "params": {"near_dup_threshold": 0,
+                                                                              "questions": 4}})
+        run = open_run(LLMEvalProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
+                       retry_sleep=lambda s: None)
+        return run, execute(LLMEvalProtocol(), run, skip_preflight=True)
+
+    first, summary = run_it()
+    [record] = _records(first).values()
+    assert record["status"] == "ungraded" and record["S"] is None and record["ungraded"] == 4
+    m = summary["metrics"]
+    assert m["S"] is None and m["answers_ungraded"] == 4 and m["sessions_without_score"] == 1
+    assert "4 answer(s) in 1 session(s) are ungraded" in (first.run_dir / "report.md").read_text()
+    judge.broken = False
+    second, summary = run_it(first.run_dir.name)
+    [record] = _records(second).values()
+    assert record["status"] == "ok" and record["N"] == 4 and record["ungraded"] == 0 and record["S"] is not None
+    assert summary["metrics"]["answers_ungraded"] == 0
