@@ -14,8 +14,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from protocols.llmeval.metrics import (absolute_score, cohen_kappa, discipline_scores, mask_tail, mean,
-                                       population_variance, recalled, replay_match, stability)
+from protocols.llmeval.metrics import (cohen_kappa, discipline_scores, mask_tail, mean, population_variance, recalled,
+                                       replay_match, stability)
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
 from runtime.errors import InputError
