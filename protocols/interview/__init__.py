@@ -82,6 +82,7 @@ class InterviewProtocol(Protocol):
         repeats = self._int(run, "repeats", 1, 1)
         self._int(run, "max_retries", 2, 0)
         self._int(run, "max_questions", 2, 1)
+        self._int(run, "bootstrap_resamples", 10_000, 1)
         seeds = load_seeds(run.params.get("data"), run.params.get("task"), run.params.get("fields"))
         run.console.print(f"seed questions: {self.inputs(run)}", markup=False, highlight=False)
         units = []
