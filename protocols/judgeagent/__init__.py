@@ -102,7 +102,7 @@ class JudgeAgentProtocol(Protocol):
             DifficultyControl.parse(p.get("gains"), p.get("thresholds"))
         except DifficultyConfigError as exc:
             raise InputError(str(exc), field="--gains/--thresholds") from None
-        for name in ("rounds", "hops", "extract_batch"):
+        for name in ("rounds", "hops", "extract_batch", "batch_size"):
             if p.get(name) is not None and p[name] < (0 if name == "rounds" else 1):
                 raise InputError(f"must be at least {0 if name == 'rounds' else 1}", field=f"--{name.replace('_', '-')}")
         if p.get("answer_format") not in (None, *ANSWER_FORMATS):
