@@ -295,3 +295,12 @@ def test_a_batch_run_without_input_says_it_used_the_shipped_sample(tmp_path):
     run_dir = batch_run(tmp_path, {"questions": 2, "near_dup_threshold": 0})
     assert "Questions: the shipped sample samples/llmeval/bank.jsonl (no --bank or --bank-db given)" in \
         (run_dir / "report.md").read_text()
+
+
+def test_cli_skip_invalid_with_no_valid_record_is_refused_before_anything_is_created(tmp_path, capsys):
+    out, db = tmp_path / "runs", tmp_path / "bank.sqlite"
+    assert cli("--out", str(out), "--bank-db", str(db), "--bank", str(CORPUS / "list_answer.jsonl"),
+               "--skip-invalid", "--dry-run") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no valid record" in err and "list_answer.jsonl, record 1" in err
+    assert not out.exists() and not db.exists()

@@ -146,7 +146,9 @@ class LLMEvalProtocol(Protocol):
             self._rewrite_material(run, report)
         for line in report.lines():
             run.console.print(line, highlight=False, soft_wrap=True, markup=False)
-        (run.run_dir / "import_report.txt").write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
+        saved = run.run_dir / "import_report.txt"
+        if not (run.resumed and saved.exists()):  # a resume re-imports (all duplicates): keep the first report
+            saved.write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
         if report.imported == 0 and not report.duplicates:
             raise InputError("no valid record to import", file=report.file, field="--bank")
         return report
@@ -171,6 +173,8 @@ class LLMEvalProtocol(Protocol):
         the bank the user named (``--bank-db``, a PostgreSQL DSN) holds active questions (a missing SQLite
         file is not created)."""
         loaded = self.load_bank_file(run)
+        if loaded is not None and not loaded.questions:  # --skip-invalid, and every record was rejected
+            raise InputError(f"no valid record to import; the first was rejected: {loaded.rejected[0][1]}")
         named = ("--bank-db" if run.params.get("bank_db")
                  else "--postgres-dsn" if run.config.stores.postgres_dsn else None)
         if loaded is None and named:
