@@ -146,15 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RunInterrupted as exc:
         console.print(f"interrupted: {exc}; the partial report is in {run.run_dir}", style="yellow",
-                      markup=False, highlight=False)
-        console.print(f"resume with: {exc.resume}", markup=False, highlight=False)
+                      markup=False, highlight=False, soft_wrap=True)
+        console.print(f"resume with: {exc.resume}", markup=False, highlight=False, soft_wrap=True)
         if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
             stop.exit_now(130)  # a request still in flight must not hold the exit up
         return 130
     except KeyboardInterrupt:
         resumable = run is not None and run.run_dir.is_dir()
         console.print("interrupted" + (f"; resume with: {resume_command(protocol, run)}" if resumable else
-                                       " before the run started"), style="yellow", markup=False, highlight=False)
+                                       " before the run started"), style="yellow", markup=False, highlight=False,
+                      soft_wrap=True)
         return 130
     return 0
 

@@ -283,7 +283,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             return {}
         units = plan_units(protocol, run, notes)
     resume = resume_command(protocol, run)
-    run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False)
+    run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False, soft_wrap=True)
     if dry_run:
         print_plan(protocol, run, units)
         return {}
@@ -306,7 +306,8 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             latest = results.latest()
             unfinished = sum(latest.get(u.id, {}).get("status") not in FINAL_STATUSES for u in units)
             interrupted = {"unfinished_units": unfinished, "resume": resume}
-            _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
+            with stop.refused_as_infra_error():
+                _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
         raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units)) from None
     return _finish(protocol, run, units, results, notes, wall_started, warning, None)
 
@@ -314,8 +315,8 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
 def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStore, notes: list[str],
             wall_started: float, warning: str | None, interrupted: dict[str, Any] | None) -> dict[str, Any]:
     """Write summary.json and the report from the records so far (a partial one after Ctrl-C)."""
-    ids = {u.id for u in units}
-    records = [r for uid, r in results.latest().items() if uid in ids]
+    latest = results.latest()
+    records = [latest[u.id] for u in units if u.id in latest]  # plan order, whatever order units ended in
     notes = list(dict.fromkeys([*notes, *results.notes, *run.services.events.notes]))
     for note in notes:
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)

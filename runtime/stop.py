@@ -9,11 +9,17 @@ per process, like the signal.
 from __future__ import annotations
 
 import atexit
+import contextvars
 import os
 import sys
 import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+from runtime.errors import InfraError
 
 _stop = threading.Event()
+_as_infra_error = contextvars.ContextVar("stop_as_infra_error", default=False)
 
 
 class StopRequested(BaseException):
@@ -38,7 +44,23 @@ def stopped() -> bool:
 
 def raise_if_stopped() -> None:
     if _stop.is_set():
+        if _as_infra_error.get():
+            raise InfraError("the run was interrupted (Ctrl-C): no new request is sent")
         raise StopRequested("the run was interrupted: no new request is sent")
+
+
+@contextmanager
+def refused_as_infra_error() -> Iterator[None]:
+    """Within: a refused request raises ``InfraError``, which report-time code handles as a failed call.
+
+    The partial summary after Ctrl-C uses it: a metric that needs an LLM call
+    (e.g. the interview's overall summary) falls back as if the endpoint failed.
+    """
+    token = _as_infra_error.set(True)
+    try:
+        yield
+    finally:
+        _as_infra_error.reset(token)
 
 
 def exit_now(code: int) -> None:

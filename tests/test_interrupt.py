@@ -1,0 +1,72 @@
+"""Ctrl-C stops spending at once, leaves a partial report and a resume command that works."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _requests(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _finished_units(out: Path) -> int:
+    """Units with a record so far (Ctrl-C comes once some are done, so the partial report has results)."""
+    results = list(out.glob("*/results.jsonl"))
+    return len(results[0].read_text().splitlines()) if results else 0
+
+
+def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_working_resume_command(tmp_path):
+    log = tmp_path / "standin.jsonl"
+    standin = subprocess.Popen([sys.executable, "-m", "tests.standin_endpoint", "--log", str(log),
+                                "--latency", "0.3"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        url = standin.stdout.readline().strip()
+        out = tmp_path / "runs"
+        run = subprocess.Popen([sys.executable, "run.py", "--protocol", "interview", "--target", f"t@{url}",
+                                "--evaluator", f"e@{url}", "--concurrency", "3", "--out", str(out)],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "COLUMNS": "300"})
+        deadline = time.monotonic() + 120
+        while not _finished_units(out) and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.poll() is None, "the run ended before it could be interrupted"
+        signalled = time.time()
+        run.send_signal(signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=60)
+
+        assert run.returncode == 130, stdout + stderr
+        assert "Traceback" not in stdout + stderr
+        late = [r for r in _requests(log) if r["ts"] > signalled + 2.0]
+        assert late == [], f"{len(late)} requests reached the endpoint more than 2 s after Ctrl-C"
+        run_dir = next(out.iterdir())
+        assert "RUN_ID" not in stdout
+        # the run id and the resume command come first, and again at the end
+        resume_lines = [line for line in stdout.splitlines() if "resume with:" in line]
+        assert run_dir.name in stdout.splitlines()[0] or run_dir.name in resume_lines[0]
+        command = resume_lines[-1].split("resume with:", 1)[1].strip()
+        assert command == f"python run.py --protocol interview --resume {run_dir.name} --out {out}"
+
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["interrupted"]["unfinished_units"] > 0
+        assert summary["status_counts"].get("ok", 0) >= 1 and summary["metrics"]["sessions"] >= 1
+        assert summary["interrupted"]["resume"] == command
+        assert "INTERRUPTED" in (run_dir / "report.md").read_text()
+
+        argv = shlex.split(command)
+        resumed = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["interrupted"] is None
+        assert summary["status_counts"] == {"ok": summary["units"]} and summary["units"] == 7
+    finally:
+        standin.terminate()
+        standin.wait(timeout=10)
