@@ -134,3 +134,34 @@ def test_llmeval_session_with_an_unusable_judge_is_ungraded_reported_and_rejudge
     [record] = _records(second).values()
     assert record["status"] == "ok" and record["N"] == 4 and record["ungraded"] == 0 and record["S"] is not None
     assert summary["metrics"]["answers_ungraded"] == 0
+
+
+def test_atad_unit_stopped_on_an_unusable_orchestrator_verdict_is_revalidated_on_resume(tmp_path):
+    from protocols.atad import AtadProtocol
+    from tests.test_atad_support import World, orchestrator_chat, student_chat, teacher_chat
+
+    world = World()
+    approve = orchestrator_chat()
+    orch = Switch(lambda m, t: approve.responder(m, t), broken=True, tool="Verdict")
+    chats = {"teacher": teacher_chat(world), "orchestrator": ScriptedChat(orch),
+             "student": student_chat(world, [False, False])}
+    params = {"tasks": "T1,T3", "per_task": 1}
+
+    def run_it(run_id: str | None = None) -> tuple[Any, dict[str, Any]]:
+        config = RunConfig(protocol="atad", out=str(tmp_path / "runs"), params=params, concurrency=1)
+        run = open_run(AtadProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
+                       retry_sleep=lambda s: None)
+        return run, execute(AtadProtocol(), run, skip_preflight=True)
+
+    first, summary = run_it()
+    records = _records(first)
+    assert {r["status"] for r in records.values()} == {"ungraded"}
+    assert set(summary["metrics"]["ungraded"]) == {"T1-0000", "T3-0000"}
+    assert summary["metrics"]["finalized"] == 0 and summary["metrics"]["discarded"] == 0
+    orch.broken = False
+    second, summary = run_it(first.run_dir.name)
+    records = _records(second)
+    assert {r["status"] for r in records.values()} == {"ok"}
+    assert summary["metrics"]["finalized"] == 2 and summary["metrics"]["ungraded"] == {}
+    for r in records.values():   # the re-validated branch: one approval, no trace of the unjudged one
+        assert [e.get("approved") for e in r["item"]["history"] if e["step"] == "validate"] == [True]
