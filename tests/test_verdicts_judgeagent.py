@@ -10,7 +10,7 @@ from nodes.judgeagent.judging import answer_format, grade_reply, is_phrase, judg
 from protocols.judgeagent import JudgeAgentProtocol
 from protocols.judgeagent.metrics import accuracy, dynamic_table, unvalidated, validation_metrics
 from state.judgeagent import BaseQuestion
-from tests.fakes import last_text
+from tests.fakes import ScriptedChat, last_text
 from tests.test_judgeagent_support import FakeEvaluator, fake_services, run_batch, write_kb
 
 QUESTION = "The Voss Canal links Lake Orden with which port?"
@@ -155,3 +155,40 @@ def test_base_accuracy_and_running_scores_show_denominators_and_ungraded_counts(
     assert table["@2"] == {"value": pytest.approx(1.25), "n": 2, "ungraded": 2}
     nothing = [{"base": [{"gain": 0.0, "correct": None, "verdict": "ungraded"}], "rounds": []}]
     assert accuracy(nothing) == {"value": None, "n": 0, "ungraded": 1}
+
+
+def test_the_run_says_which_answer_format_it_chose_in_the_console_summary_and_report(tmp_path, kb):
+    import json
+
+    from rich.console import Console
+
+    from runtime.runner import execute, open_run
+    from state.config import RunConfig
+
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"id": "m1", "question": "Why does a salt marsh rise?",
+                                "answer": "Grasses trap silt at high tide. The silt builds up over the years."}) + "\n")
+    config = RunConfig(protocol="judgeagent", out=str(tmp_path / "runs"),
+                       params={"data": str(data), "kb": str(kb), "rounds": 0})
+    console = Console(record=True, width=200)
+    chats = {"evaluator": ScriptedChat(FakeEvaluator(True)), "target": ScriptedChat(lambda m, t: "Silt.")}
+    run = open_run(JudgeAgentProtocol(), config, run_id=None, console=console, chat_overrides=chats,
+                   retry_sleep=lambda s: None)
+    summary = execute(JudgeAgentProtocol(), run, skip_preflight=True)
+    assert "answer format: free (auto: chosen from the reference answers)" in console.export_text()
+    assert summary["metrics"]["answer_format"] == "free"
+    assert "free-form answers (judged by the evaluator against the full reference)" in (
+        run.run_dir / "report.md").read_text()
+
+
+def test_an_unknown_answer_format_is_an_input_error(tmp_path, kb):
+    from rich.console import Console
+
+    from runtime.errors import InputError
+    from runtime.runner import open_run
+    from state.config import RunConfig
+
+    config = RunConfig(protocol="judgeagent", out=str(tmp_path / "runs"), params={"answer_format": "essay"})
+    run = open_run(JudgeAgentProtocol(), config, run_id=None, console=Console(quiet=True))
+    with pytest.raises(InputError, match="answer-format"):
+        JudgeAgentProtocol().plan(run)
