@@ -398,7 +398,7 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
                 if isinstance(item, BaseException):
                     raise item
                 keep(item)
-        except BaseException:
+        except BaseException as exc:
             with _sigint_ignored():
                 stop.request_stop()
                 deadline = time.monotonic() + STOP_GRACE_S
@@ -409,6 +409,8 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
                         continue
                     if isinstance(item, dict):
                         keep(item)
+            if not isinstance(exc, KeyboardInterrupt) and not any(w.is_alive() for w in workers):
+                stop.clear()  # not Ctrl-C and nothing left running: later calls in this process may go on
             raise
 
 

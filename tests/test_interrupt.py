@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +26,8 @@ def _finished_units(out: Path) -> int:
     return len(results[0].read_text().splitlines()) if results else 0
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(300)
 def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_working_resume_command(tmp_path):
     log = tmp_path / "standin.jsonl"
     standin = subprocess.Popen([sys.executable, "-m", "tests.standin_endpoint", "--log", str(log),
@@ -70,3 +74,45 @@ def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_w
     finally:
         standin.terminate()
         standin.wait(timeout=10)
+
+
+def test_ctrl_c_in_process_launches_no_more_units_refuses_the_next_request_and_resume_finishes(tmp_path):
+    from rich.console import Console
+
+    from runtime import stop
+    from runtime.runner import RunInterrupted, execute, open_run
+    from state.config import RunConfig
+    from tests.fakes import ScriptedChat, last_text
+    from tests.toy_protocol import ToyProtocol
+
+    def target(messages, tool):
+        if last_text(messages) == "question 1" and not resumed:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while this request is in flight
+            time.sleep(0.2)
+        return "answer to " + last_text(messages)
+
+    resumed = False
+    chats = {"target": ScriptedChat(target), "evaluator": ScriptedChat(lambda m, t: {"correct": True})}
+
+    def open_(run_id=None):
+        config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 5}, concurrency=1)
+        return open_run(ToyProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats)
+
+    run = open_()
+    try:
+        with pytest.raises(RunInterrupted) as interrupted:
+            execute(ToyProtocol(), run, skip_preflight=True)
+        assert (interrupted.value.unfinished, interrupted.value.total) == (4, 5)
+        # the request in flight finished; the judge request after it was refused; q2..q4 never started
+        assert [last_text(m) for m, _ in chats["target"].calls] == ["question 0", "question 1"]
+        assert len(chats["evaluator"].calls) == 1
+        summary = json.loads((run.run_dir / "summary.json").read_text())
+        assert summary["status_counts"] == {"ok": 1} and summary["interrupted"]["unfinished_units"] == 4
+        assert (run.run_dir / "report.md").exists()
+    finally:
+        stop.clear()
+    resumed = True
+    summary = execute(ToyProtocol(), open_(run.run_dir.name), skip_preflight=True)
+    assert summary["status_counts"] == {"ok": 5}
+    # q1's answer was saved before Ctrl-C: the resume asked only for the judge
+    assert [last_text(m) for m, _ in chats["target"].calls].count("question 1") == 1

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 import runtime.runner as runner
+from runtime import stop
 from runtime.runner import execute, open_run
 from state.config import RunConfig
 from tests.fakes import ScriptedChat, last_text
@@ -68,6 +69,7 @@ def test_unit_killed_after_its_node_wrote_but_before_the_next_checkpoint_is_not_
     with pytest.raises(Killed):
         execute(ToyProtocol(), run, skip_preflight=True)
     monkeypatch.setattr(runner, "open_checkpointer", real_open)
+    assert not stop.stopped()  # only Ctrl-C leaves the stop flag up
     assert "q1" not in [r["unit_id"] for r in _records(run.run_dir)]
     assert "question 1" in [last_text(m) for m, _ in chats["target"].calls]
 
