@@ -121,6 +121,23 @@ class StoreConfig(BaseModel):
         None, description="sentence-transformers model name or path; unset = the offline all-MiniLM-L6-v2 package"
     )
 
+    @field_validator("chroma_url")
+    @classmethod
+    def _chroma_is_http(cls, url: str | None) -> str | None:
+        problem = url and base_url_problem(url)
+        if problem:
+            raise ValueError(problem.replace("base URL", "Chroma URL"))
+        return url
+
+    @field_validator("postgres_dsn")
+    @classmethod
+    def _dsn_is_postgres(cls, dsn: str | None) -> str | None:
+        """A ``postgresql://`` URL or a libpq ``key=value`` string (the DSN itself is never echoed: it may hold a
+        password)."""
+        if dsn and not (dsn.startswith(("postgresql://", "postgres://")) or ("=" in dsn and "://" not in dsn)):
+            raise ValueError("not a PostgreSQL DSN: use postgresql://USER@HOST/DB or 'host=... dbname=...'")
+        return dsn
+
 
 class RunConfig(BaseModel):
     """Everything a run needs, resolved from defaults, file, env and flags."""

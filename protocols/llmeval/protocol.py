@@ -49,6 +49,28 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+#: Options that must be at least 1 when given (0 was replaced by the default, or left a session with nothing to do).
+_POSITIVE = ("questions", "sessions", "answer_batch", "judge_concurrency", "trials")
+
+
+def check_params(p: dict[str, Any]) -> None:
+    """Range checks of the options, before anything is imported, created or spent."""
+    for name in _POSITIVE:
+        if p.get(name) is not None and p[name] < 1:
+            raise InputError("must be at least 1", field="--" + name.replace("_", "-"))
+    if p.get("near_dup_threshold") is not None and not 0 <= p["near_dup_threshold"] <= 1:
+        raise InputError("must be between 0 and 1", field="--near-dup-threshold")
+    if p.get("rate_limit") is not None and p["rate_limit"] <= 0:
+        raise InputError("must be greater than 0", field="--rate-limit")
+    if p.get("sizes") is not None:
+        _sizes(p["sizes"])
+    if p.get("port") is not None:
+        port_number(p["port"])
+    for name in ("kappa", "contamination"):
+        if p.get(name) and not Path(p[name]).is_file():
+            raise InputError("file not found", file=str(p[name]), field="--" + name)
+
+
 class LLMEvalProtocol(Protocol):
     name = "llmeval"
     description = ("LLMEval-3: sampled, non-repeating exam sessions from a private question bank, "
@@ -213,10 +235,9 @@ class LLMEvalProtocol(Protocol):
     def plan(self, run: Run) -> list[Unit]:
         paradigm = run.params.get("paradigm") or "zero-shot"
         paradigms = list(PARADIGMS) if paradigm == "all" else [paradigm]
+        check_params(run.params)
         sessions = int(run.params.get("sessions") or 1)
         n = int(run.params.get("questions") or 1000)
-        if sessions < 1 or n < 1:
-            raise InputError("--sessions and --questions must be at least 1", field="--questions")
         self.check_inputs(run)
         if run.params.get("reference_model"):
             try:
@@ -310,6 +331,7 @@ class LLMEvalProtocol(Protocol):
     # -- other modes -----------------------------------------------------------------------------
     def custom_run(self, run: Run) -> bool:
         p = run.params
+        check_params(p)
         modes = [m for m in ("serve", "admin_token", "import_only", "export", "leaderboard", "stability", "kappa",
                              "contamination") if p.get(m)]
         if not modes:
