@@ -291,15 +291,16 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     results = ResultStore(run.run_dir / "results.jsonl")
     wall_started = time.perf_counter()
     try:
-        if not skip_preflight:
-            preflight(protocol, run)
-        protocol.prepare(run, units)
-        finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
-        todo = [u for u in units if u.id not in finished]
-        context = protocol.context(run)
-        with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver:
-            graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
-            _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
+        with _stop_on_sigint():
+            if not skip_preflight:
+                preflight(protocol, run)
+            protocol.prepare(run, units)
+            finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
+            todo = [u for u in units if u.id not in finished]
+            context = protocol.context(run)
+            with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver:
+                graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
+                _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
     except KeyboardInterrupt:
         with _sigint_ignored():
             stop.request_stop()
@@ -327,6 +328,30 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
     write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
     print_summary(run, summary)
     return summary
+
+
+@contextmanager
+def _stop_on_sigint() -> Iterator[None]:
+    """Ctrl-C raises the stop flag in the signal handler itself, then interrupts as usual.
+
+    So every thread's next request is refused at once, even while the main thread
+    still waits for a pool to wind down (e.g. calls of ``prepare()`` run through
+    ``parallel_map``). A process that ignores SIGINT keeps ignoring it.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        stop.request_stop()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
