@@ -518,6 +518,10 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
     table.add_column("value")
     table.add_row("units", str(summary["units"]))
     table.add_row("statuses", ", ".join(f"{k}={v}" for k, v in sorted(summary["status_counts"].items())))
+    if summary["ungraded_verdicts"]:
+        table.add_row("ungraded verdicts", f"{summary['ungraded_verdicts']} (resume re-judges them)")
+    if summary["interrupted"]:
+        table.add_row("interrupted", f"{summary['interrupted']['unfinished_units']} units unfinished (partial)")
     table.add_row("LLM calls", str(summary["usage"]["calls"]))
     table.add_row("tokens", str(summary["usage"]["prompt_tokens"] + summary["usage"]["completion_tokens"]))
     rows = _flat(summary["metrics"])
