@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Iterable, Literal
 
 Outcome = Literal["correct", "wrong", "ungraded"]
-OUTCOMES: tuple[str, ...] = ("correct", "wrong", "ungraded")
 
 
 def outcome(correct: bool | None) -> Outcome:
