@@ -93,6 +93,18 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def check_env_names(environ: Mapping[str, str]) -> None:
+    """A ``DYNEVAL_*`` variable that is a near miss of a setting's variable (``DYNEVAL_CONCURENCY``) is an error;
+    other ``DYNEVAL_*`` names are left alone (other modules and user protocols read their own)."""
+    known = [r.upper() for r in ROLES] + list(_ENV_SCALARS) + list(_ENV_STORES)
+    for name in environ:
+        suffix = name.removeprefix(ENV_PREFIX)
+        if name.startswith(ENV_PREFIX) and suffix not in known:
+            close = difflib.get_close_matches(suffix, known, n=1, cutoff=0.8)
+            if close:
+                raise InputError(f"not a dyneval setting; did you mean {ENV_PREFIX + close[0]}?", setting=name)
+
+
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """Recursive dict merge; values of ``override`` win, ``None`` means "not given"."""
     out = dict(base)
@@ -280,7 +292,9 @@ def load_config(protocol: str, *, config_file: str | None, flags: dict[str, Any]
         if params is not None and isinstance(file_data.get("params"), dict):
             file_data["params"] = params.check(file_data["params"], sources)
         data = merge(data, file_data)
-    env = env_overrides(os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    check_env_names(environ)
+    env = env_overrides(environ)
     sources.add(env, _env_var)
     data = merge(data, env)
     flag_of = _flag_namer(params.flags if params else {})

@@ -1,31 +1,43 @@
-"""The run context every protocol graph takes (``context_schema``).
+"""The run context every protocol graph takes (``context_schema``), and how a protocol parameter is declared.
 
-Fields are plain values so LangGraph Studio can show and edit them; each falls
-back to a ``DYNEVAL_*`` environment variable. ``run.py`` also passes the live
-:class:`runtime.services.Services` in ``services``; in Studio it stays empty and
-is built from the fields on first use.
+Fields are plain values so LangGraph Studio can show and edit them; the shared
+ones fall back to a ``DYNEVAL_*`` environment variable. ``run.py`` also passes the
+live :class:`runtime.services.Services` in ``services``; in Studio it stays empty
+and is built from the fields on first use.
+
+A protocol parameter is declared once, as a field made with :func:`described`
+(description, default, choices, range, custom check); :func:`options` reads the
+declarations back, and the CLI flags, their help, the ``[params]`` check and the
+range checks are generated from them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from runtime.errors import InputError
 
 
-def env_default(name: str, default: str = "") -> Any:
-    """A dataclass default read from ``DYNEVAL_<NAME>`` when the context is created."""
-    return field(default_factory=lambda: os.environ.get(f"DYNEVAL_{name.upper()}", default))
+def described(default: Any, description: str, env: str | None = None, *, choices: tuple[Any, ...] | None = None,
+              minimum: float | None = None, maximum: float | None = None, check: Callable[[Any], Any] | None = None,
+              cli: bool = True, negatable: bool = False, metavar: str | None = None) -> Any:
+    """A documented parameter field (Studio shows the description), optionally env-backed.
 
-
-def described(default: Any, description: str, env: str | None = None) -> Any:
-    """A documented context field (Studio shows the description), optionally env-backed."""
+    ``choices``, ``minimum``, ``maximum`` and ``check`` (a function raising ``ValueError``
+    with the reason) are the value's checks; ``cli=False`` keeps a Studio-only field off
+    the command line; ``negatable`` gives a boolean that defaults to off a ``--no-`` flag
+    too; ``metavar`` names the flag's value in ``--help``.
+    """
+    metadata = {"description": description, "choices": choices, "minimum": minimum, "maximum": maximum,
+                "check": check, "cli": cli, "negatable": negatable, "metavar": metavar}
     if env:
-        return field(default_factory=lambda: _from_env(f"DYNEVAL_{env.upper()}", default),
-                     metadata={"description": description})
-    return field(default=default, metadata={"description": description})
+        return field(default_factory=lambda: _from_env(f"DYNEVAL_{env.upper()}", default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def _from_env(name: str, default: Any) -> Any:
@@ -60,3 +72,71 @@ class BaseContext:
         """Roles set in this context (empty ones follow the default chain)."""
         names = ("target", "evaluator", "teacher", "orchestrator", "student", "grader")
         return {name: getattr(self, name) for name in names if getattr(self, name)}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One declared parameter, as :func:`described` made it: the source of its flag, help and checks."""
+
+    name: str
+    type: Any  # the field's type, ``X | None`` unwrapped to ``X``
+    default: Any
+    description: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    check: Callable[[Any], Any] | None = None
+    cli: bool = True
+    negatable: bool = False
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is refused (its choices, range or check), or ``None``."""
+        for v in value if isinstance(value, list) else [value]:
+            if self.choices is not None and v not in self.choices:
+                return f"{v!r} is not one of {', '.join(map(str, self.choices))}"
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            low, high = self.minimum, self.maximum
+            if low is not None and high is not None and not low <= v <= high:
+                return f"must be between {low} and {high} (got {v})"
+            if low is not None and v < low:
+                return f"must be at least {low} (got {v})"
+            if high is not None and v > high:
+                return f"must be at most {high} (got {v})"
+        if self.check is not None:
+            try:
+                self.check(value)
+            except ValueError as exc:
+                return str(exc)
+        return None
+
+    def validate(self, value: Any) -> None:
+        """:class:`InputError` naming the flag when ``value`` (given, not ``None``) is refused."""
+        if value is not None and (problem := self.problem(value)):
+            raise InputError(problem, field=self.flag)
+
+
+def options(cls: type | None) -> list[Option]:
+    """The parameters a dataclass declares with :func:`described` (the shared :class:`BaseContext` fields
+    excepted), in declaration order."""
+    if cls is None:
+        return []
+    hints = typing.get_type_hints(cls)
+    shared = {f.name for f in dataclasses.fields(BaseContext)}
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in shared or "cli" not in f.metadata:
+            continue
+        kind = hints[f.name]
+        if type(None) in get_args(kind):
+            kind = next(a for a in get_args(kind) if a is not type(None))
+        meta = dict(f.metadata)
+        choices = meta.pop("choices") or (get_args(kind) if get_origin(kind) is Literal else None)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        out.append(Option(f.name, kind, default, choices=choices, **meta))
+    return out

@@ -126,6 +126,8 @@ ENV = [
     c("env-postgres-dsn", "interview", "", "DYNEVAL_POSTGRES_DSN:", "not a PostgreSQL DSN",
       env={"DYNEVAL_POSTGRES_DSN": "localhost"}),
     c("env-chroma-url", "judgeagent", "", "DYNEVAL_CHROMA_URL:", "Chroma URL", env={"DYNEVAL_CHROMA_URL": "x"}),
+    c("env-name-typo", "interview", "", "DYNEVAL_CONCURENCY:", "did you mean DYNEVAL_CONCURRENCY?",
+      env={"DYNEVAL_CONCURENCY": "4"}),
     c("env-key-unset-for-config-model", "interview", "--config c.toml", "c.toml: [models.g] api_key_env:",
       "MY_API_KEY", env={"MY_API_KEY": None, "DYNEVAL_TARGET": None},
       files={"c.toml": "[models.g]\nmodel = 'g'\nbase_url = 'https://api.example.com/v1'\n"
