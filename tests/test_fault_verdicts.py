@@ -215,7 +215,7 @@ def test_judgeagent_verdicts_under_transient_and_malformed_faults_equal_the_clea
 
 def _llmeval_session(tmp_path: Path, standin: StandIn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from graphs.llmeval import builder
-    from protocols.llmeval.bankio import import_file
+    from nodes.llmeval.bankio import import_file
     from state.llmeval import LLMEvalContext
     from stores.question_bank import QuestionBank
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from protocols.llmeval.augment import check_format, expand_mcq, redundant_variants
-from protocols.llmeval.bankio import CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name, to_question
+from nodes.llmeval.augment import check_format, expand_mcq, redundant_variants
+from nodes.llmeval.bankio import CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name, to_question
 from runtime.errors import InputError
 from runtime.inputs import FieldMap, Record
 from stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError

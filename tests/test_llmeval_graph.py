@@ -12,9 +12,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
 from graphs.llmeval import builder
+from nodes.llmeval.bankio import import_file
 from nodes.llmeval.judge import code_verdict, judge_item, response_letters, response_verdict
 from protocols.llmeval.analyses import leaderboard, score_matrix
-from protocols.llmeval.bankio import import_file
 from protocols.llmeval.metrics import spearman, stability
 from protocols.llmeval.protocol import LLMEvalProtocol
 from runtime.errors import InfraError

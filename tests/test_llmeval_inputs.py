@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name, load_file
 from protocols.llmeval.analyses import read_labels
-from protocols.llmeval.bankio import NearDuplicateIndex, import_file, index_name, load_file
 from runtime.errors import InputError
 from stores.question_bank import QuestionBank
 from stores.vectors import chroma_client

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from protocols.llmeval.metrics import (absolute_score, cohen_kappa, discipline_scores, elo, mask_tail, mean,
-                                       pairwise_outcomes, population_variance, ranks, recalled, relative_score,
-                                       replay_match, sample_variance, spearman, stability)
+from nodes.llmeval.scoring import absolute_score, discipline_scores, relative_score
+from protocols.llmeval.metrics import (cohen_kappa, elo, mask_tail, mean, pairwise_outcomes, population_variance, ranks,
+                                       recalled, replay_match, sample_variance, spearman, stability)
 
 
 def test_absolute_score_is_sum_over_n_times_three_times_100():

@@ -15,7 +15,7 @@ import jwt
 import pytest
 from fastapi.testclient import TestClient
 
-from protocols.llmeval.bankio import import_file
+from nodes.llmeval.bankio import import_file
 from protocols.llmeval.server import ExamServer, create_app
 from state.llmeval import LLMEvalContext
 from stores.question_bank import QuestionBank

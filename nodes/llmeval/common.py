@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from nodes.llmeval.bankio import import_file
 from runtime.llm import RetryPolicy, RoleLLM
 from runtime.models import build_chat_model, model_label
 from runtime.services import Services, services_of
@@ -37,8 +38,6 @@ def bank_of(ctx: Any) -> QuestionBank:
     location = bank_location(ctx, svc)
 
     def open_bank() -> QuestionBank:
-        from protocols.llmeval.bankio import import_file
-
         bank = QuestionBank(location)
         if getattr(ctx, "sample_if_empty", False) and bank.count(active_only=False) == 0:
             import_file(bank, SAMPLE_BANK)

@@ -18,6 +18,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from nodes.llmeval.augment import answer_letters, tf_value
 from nodes.llmeval.common import bank_of
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
@@ -49,8 +50,6 @@ def response_letters(response: str) -> str | None:
 
 def code_verdict(item: dict[str, Any]) -> bool | None:
     """Is the answer's committed verdict/letter right? ``None`` when code cannot tell (free-form answers)."""
-    from protocols.llmeval.augment import answer_letters, tf_value
-
     response = item.get("response") or ""
     if item["qtype"] == "true_false":
         key, said = tf_value(item["answer"]), response_verdict(response)

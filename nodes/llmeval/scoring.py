@@ -1,15 +1,43 @@
-"""Scoring node: absolute, per-discipline and relative scores of a session (LLMEval-3 equations 1-2, Table 1)."""
+"""Scoring node: absolute, per-discipline and relative scores of a session (LLMEval-3 equations 1-2, Table 1).
+
+The formulas live here, below the protocol layer, which uses them too (leaderboard, stability):
+
+* :func:`absolute_score` - equation 1: S = sum(s_i) / (N * s_max) * 100.
+* :func:`discipline_scores` - subject-level scores on a 10-point scale (Table 1).
+* :func:`relative_score` - equation 2: R = S_model / S_ref * 100.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from langgraph.runtime import Runtime
 
 from nodes.llmeval.common import bank_of
-from protocols.llmeval.metrics import absolute_score, discipline_scores, relative_score
-from state.llmeval import LLMEvalContext, LLMEvalState
+from state.llmeval import S_MAX, LLMEvalContext, LLMEvalState
 from stores.question_bank import QuestionBank
+
+
+def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float | None:
+    """Equation 1 (0-100) over the scored answers; None when there is none (no number we did not compute)."""
+    if not stars:
+        return None
+    return sum(stars) / (len(stars) * s_max) * 100
+
+
+def discipline_scores(pairs: Iterable[tuple[str, int]], s_max: int = S_MAX) -> dict[str, float]:
+    """Per-discipline score on the 10-point scale of Table 1 (= equation 1 within the discipline / 10)."""
+    by: dict[str, list[int]] = {}
+    for discipline, stars in pairs:
+        by.setdefault(discipline, []).append(stars)
+    return {d: absolute_score(v, s_max) / 10 for d, v in sorted(by.items())}
+
+
+def relative_score(s_model: float | None, s_ref: float | None) -> float | None:
+    """Equation 2: the model's absolute score relative to the reference (SOTA) model's on the same questions."""
+    if s_model is None or not s_ref:
+        return None
+    return s_model / s_ref * 100
 
 
 def session_scores(bank: QuestionBank, session_id: str) -> dict[str, Any]:

@@ -14,8 +14,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from protocols.llmeval.metrics import (cohen_kappa, discipline_scores, mask_tail, mean, population_variance, recalled,
-                                       replay_match, stability)
+from nodes.llmeval.bankio import dialog_question
+from nodes.llmeval.scoring import discipline_scores
+from protocols.llmeval.metrics import (cohen_kappa, mask_tail, mean, population_variance, recalled, replay_match,
+                                       stability)
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
 from runtime.errors import InputError
@@ -144,8 +146,6 @@ def kappa_from_labels(bank: QuestionBank, path: Path) -> dict[str, Any]:
 def public_questions(path: Path) -> list[str]:
     """Question texts of a public set: JSONL/JSON/CSV with ``question`` (AGIEval/MMLU style) or the LLMEval
     layout (user dialog turn); whitespace runs are collapsed for the replay test."""
-    from protocols.llmeval.bankio import dialog_question
-
     out = []
     for rec in read_records(path, flag="--contamination"):
         text = rec.data.get("question")

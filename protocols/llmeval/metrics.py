@@ -1,8 +1,8 @@
 """Pure metric functions of LLMEval-3 (seed 002), unit-tested against hand-computed values.
 
-* :func:`absolute_score` - equation 1: S = sum(s_i) / (N * s_max) * 100.
-* :func:`discipline_scores` - subject-level scores on a 10-point scale (Table 1).
-* :func:`relative_score` - equation 2: R = S_model / S_ref * 100.
+Equations 1-2 (absolute, per-discipline and relative scores) live in :mod:`nodes.llmeval.scoring`,
+which the scoring node uses too.
+
 * :func:`population_variance` (Table 2 / Table 8 "Variance" over ZS, FS, CoT) and
   :func:`sample_variance` (Table 9 "Variance" over the 1000/1000/1000/2000/4000 runs):
   the paper's two tables use the two conventions; both reproduce its printed numbers.
@@ -22,29 +22,7 @@ import re
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-S_MAX = 3
-
-
-def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float | None:
-    """Equation 1 (0-100) over the scored answers; None when there is none (no number we did not compute)."""
-    if not stars:
-        return None
-    return sum(stars) / (len(stars) * s_max) * 100
-
-
-def discipline_scores(pairs: Iterable[tuple[str, int]], s_max: int = S_MAX) -> dict[str, float]:
-    """Per-discipline score on the 10-point scale of Table 1 (= equation 1 within the discipline / 10)."""
-    by: dict[str, list[int]] = {}
-    for discipline, stars in pairs:
-        by.setdefault(discipline, []).append(stars)
-    return {d: absolute_score(v, s_max) / 10 for d, v in sorted(by.items())}
-
-
-def relative_score(s_model: float | None, s_ref: float | None) -> float | None:
-    """Equation 2: the model's absolute score relative to the reference (SOTA) model's on the same questions."""
-    if s_model is None or not s_ref:
-        return None
-    return s_model / s_ref * 100
+from nodes.llmeval.scoring import absolute_score, relative_score
 
 
 def mean(xs: Sequence[float]) -> float:

@@ -17,10 +17,10 @@ from typing import Any
 
 from langgraph.graph import StateGraph
 
+from nodes.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file, index_name,
+                                  load_file)
 from nodes.llmeval.common import bank_location, bank_of, chroma_folder, extra_label
 from protocols.llmeval import analyses
-from protocols.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
-                                      index_name, load_file)
 from protocols.llmeval.metrics import mean, population_variance
 from runtime.errors import InputError
 from runtime.protocol import Protocol, Run, Unit, with_results

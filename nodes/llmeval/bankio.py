@@ -17,7 +17,7 @@ imported. Exact duplicates (normalised-text hash) and near duplicates (cosine si
 embeddings in this bank's own Chroma collection, section 2.1 "redundancy") are skipped and reported with
 the record or bank question they repeat. The report counts records: read = imported + duplicates +
 rejected. Multiple-choice questions can be expanded into true/false variants (appendix A.2,
-:mod:`protocols.llmeval.augment`).
+:mod:`nodes.llmeval.augment`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, field_validator
 from pydantic_core import PydanticCustomError
 
-from protocols.llmeval.augment import check_format, expand_mcq, redundant_variants, tf_value, BLANK_RE
+from nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, redundant_variants, tf_value
 from runtime.errors import InputError
 from runtime.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
 from stores.question_bank import QTYPES, Question, QuestionBank, content_hash, new_uuid
