@@ -24,10 +24,10 @@ from rich.text import Text  # noqa: E402
 
 from protocols import REGISTRY, available, protocol_class  # noqa: E402
 from runtime.config_loader import ParamSchema, load_config, read_config_file  # noqa: E402
-from runtime.errors import InputError  # noqa: E402
 from runtime import stop  # noqa: E402
 from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
 from state.config import ROLES  # noqa: E402
+from state.errors import InputError  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):

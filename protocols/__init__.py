@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 import os
 
-from runtime.errors import InputError
 from runtime.protocol import Protocol
+from state.errors import InputError
 
 #: name -> "module:Class". A user's own protocols join through
 #: ``DYNEVAL_PROTOCOLS="name=package.module:Class,other=..."``.

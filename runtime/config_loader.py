@@ -27,10 +27,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from runtime.errors import InputError
 from runtime.models import resolve_api_key
 from state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
 from state.context import BaseContext
+from state.errors import InputError
 
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from runtime.errors import InfraError
+from state.errors import InfraError
 
 
 def embedded_gguf_path() -> Path:

@@ -21,9 +21,9 @@ from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from pydantic import BaseModel, ValidationError
 
 from prompts import load_prompt
-from runtime.errors import InfraError, ModelError
 from runtime.events import EventLog
 from runtime.stop import raise_if_stopped
+from state.errors import InfraError, ModelError
 
 T = TypeVar("T", bound=BaseModel)
 

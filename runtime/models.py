@@ -15,8 +15,8 @@ from langchain_core.rate_limiters import InMemoryRateLimiter
 from langchain_openai import ChatOpenAI
 
 from runtime.embedded import embedded_base_url
-from runtime.errors import InputError
 from state.config import ModelSpec
+from state.errors import InputError
 
 #: llama.cpp ignores the key, but the OpenAI client insists on one.
 _NO_KEY = "sk-no-key-needed"

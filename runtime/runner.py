@@ -51,13 +51,13 @@ from rich.table import Table as RichTable
 
 from prompts import load_prompt
 from runtime import stop
-from runtime.errors import InfraError, InputError, ModelError
 from runtime.events import EventLog, Usage
 from runtime.llm import is_endpoint_fault
 from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from runtime.report import Heading, Table, Text, write_report
 from runtime.services import Services
 from state.config import ROLES, RunConfig
+from state.errors import InfraError, InputError, ModelError
 from stores.checkpoints import open_checkpointer
 from stores.files import read_records, write_atomic
 from stores.results import ResultStore

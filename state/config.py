@@ -174,7 +174,7 @@ class RunConfig(BaseModel):
     @property
     def sources(self) -> dict[str, str]:
         """Flag -> where the value really came from, for settings not given on the command line
-        (e.g. ``--concurrency`` -> ``DYNEVAL_CONCURRENCY``); see :meth:`runtime.errors.InputError.blamed`."""
+        (e.g. ``--concurrency`` -> ``DYNEVAL_CONCURRENCY``); see :meth:`state.errors.InputError.blamed`."""
         return self._sources
 
     def role_ref(self, role: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
-from runtime.errors import InputError
+from state.errors import InputError
 
 
 def described(default: Any, description: str, env: str | None = None, *, choices: tuple[Any, ...] | None = None,

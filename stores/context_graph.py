@@ -35,7 +35,7 @@ import numpy as np
 
 from pydantic import BaseModel
 
-from runtime.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
+from stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
 
 GRAPH_FORMAT = 1
 MIN_CHUNK_CHARS = 200
@@ -102,7 +102,7 @@ class _RawDocument(BaseModel):
 
 
 def load_knowledge_base(path: str | Path, fields: str | None = None) -> list[Document]:
-    """Documents of a knowledge base (``--kb``), read strictly through :mod:`runtime.inputs`.
+    """Documents of a knowledge base (``--kb``), read strictly through :mod:`stores.inputs`.
 
     A ``.txt``/``.md`` file is one document; a JSONL/JSON/CSV/TSV file holds one document per record
     (``text``, optional ``title`` and ``id``; a list of texts is joined by blank lines; ``fields`` maps other

@@ -19,7 +19,7 @@ from chromadb.api import ClientAPI
 from chromadb.config import Settings
 from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction
 
-from runtime.errors import InfraError
+from state.errors import InfraError
 
 
 def offline_minilm_path() -> Path:

@@ -10,8 +10,8 @@ from langgraph.runtime import Runtime
 
 from nodes.atad.outcome import check_structure
 from nodes.atad.student import solve
-from runtime.errors import InfraError
 from state.atad import AtadContext
+from state.errors import InfraError
 from tests.fakes import ScriptedChat
 from tests.test_atad_support import (World, orchestrator_chat, run_graph, services, steps, student_chat,
                                      teacher_chat, unit_input)

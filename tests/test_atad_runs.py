@@ -13,10 +13,10 @@ from rich.console import Console
 
 from protocols.atad import AtadProtocol
 from protocols.atad.benchmark import load_benchmark
-from runtime.errors import InputError
 from runtime.llm import current_unit
 from runtime.runner import execute, open_run
 from state.config import ModelSpec, RunConfig
+from state.errors import InputError
 from tests.fakes import ScriptedChat
 from tests.test_atad_support import World, orchestrator_chat, run_graph, student_chat, teacher_chat, unit_input
 from tests.conftest import make_services

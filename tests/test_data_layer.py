@@ -1,4 +1,4 @@
-"""The one data layer (runtime/inputs.py) through every loader that reads users' files: JudgeAgent questions
+"""The one data layer (stores/inputs.py) through every loader that reads users' files: JudgeAgent questions
 and knowledge bases, interview seeds, ATAD benchmarks. The files are in tests/data_corpus/ (written for these
 tests): good files load byte-exact, bad ones raise one InputError line naming file, record, field and flag."""
 
@@ -18,11 +18,11 @@ from protocols.interview import InterviewProtocol
 from protocols.interview.data import load_seeds
 from protocols.judgeagent import JudgeAgentProtocol
 from protocols.judgeagent.data import load_questions
-from runtime.errors import InputError
-from runtime.inputs import FieldMap, read_records
+from state.errors import InputError
 from runtime.runner import execute, open_run
 from state.config import RunConfig
 from stores.context_graph import load_knowledge_base
+from stores.inputs import FieldMap, read_records
 from tests.fakes import ScriptedChat
 from tests.test_judgeagent_support import FakeEvaluator
 

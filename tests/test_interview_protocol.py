@@ -12,9 +12,9 @@ from rich.console import Console
 
 from protocols.interview import InterviewProtocol
 from protocols.interview.data import load_seeds
-from runtime.errors import InputError
 from runtime.runner import execute, open_run
 from state.config import RunConfig
+from state.errors import InputError
 from tests.fakes import ScriptedChat
 from tests.test_interview_world import grader, interviewer, math_seed, simulated_interviewee
 

@@ -11,9 +11,9 @@ from rich.console import Console
 
 from protocols.judgeagent import JudgeAgentProtocol
 from protocols.judgeagent.data import load_questions, split_batches
-from runtime.errors import InputError
 from runtime.runner import execute, open_run
 from state.config import RunConfig
+from state.errors import InputError
 from tests.fakes import ScriptedChat, all_text
 from tests.test_judgeagent_support import FakeEvaluator, SimulatedTarget
 

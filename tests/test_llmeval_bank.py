@@ -14,8 +14,8 @@ import pytest
 
 from nodes.llmeval.augment import check_format, expand_mcq, redundant_variants
 from nodes.llmeval.bankio import CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name, to_question
-from runtime.errors import InputError
-from runtime.inputs import FieldMap, Record
+from state.errors import InputError
+from stores.inputs import FieldMap, Record
 from stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError
 from stores.vectors import chroma_client
 

@@ -17,7 +17,7 @@ from nodes.llmeval.judge import code_verdict, judge_item, response_letters, resp
 from protocols.llmeval.analyses import leaderboard, score_matrix
 from protocols.llmeval.metrics import spearman, stability
 from protocols.llmeval.protocol import LLMEvalProtocol
-from runtime.errors import InfraError
+from state.errors import InfraError
 from state.llmeval import LLMEvalContext
 from stores.question_bank import QuestionBank
 from tests.conftest import make_services

@@ -15,7 +15,7 @@ import pytest
 
 from nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name, load_file
 from protocols.llmeval.analyses import read_labels
-from runtime.errors import InputError
+from state.errors import InputError
 from stores.question_bank import QuestionBank
 from stores.vectors import chroma_client
 

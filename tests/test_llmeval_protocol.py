@@ -19,8 +19,8 @@ from protocols.llmeval.analyses import contamination_test, public_questions
 from protocols.llmeval.metrics import cohen_kappa, mask_tail
 from protocols.llmeval.protocol import LLMEvalProtocol
 from runtime.config_loader import load_config
-from runtime.errors import InputError
 from runtime.runner import execute, open_run
+from state.errors import InputError
 from stores.question_bank import QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat, all_text

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from runtime.errors import InputError
 from runtime.events import EventLog
 from runtime.runner import execute, open_run
 from state.config import RunConfig
+from state.errors import InputError
 from stores.results import ResultStore
 from tests.fakes import ScriptedChat, last_text
 from tests.toy_protocol import ToyProtocol

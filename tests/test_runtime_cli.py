@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import InputError
+from state.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = {"DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runtime.config_loader import load_config
-from runtime.errors import InputError
 from state.config import RunConfig
+from state.errors import InputError
 
 
 def _write(tmp_path, name, text):

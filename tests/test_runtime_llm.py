@@ -9,11 +9,11 @@ import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
-from runtime.errors import InfraError, InputError, ModelError
 from runtime.events import EventLog
 from runtime.llm import RetryPolicy, RoleLLM
 from runtime.models import build_chat_model
 from state.config import ModelSpec
+from state.errors import InfraError, InputError, ModelError
 from tests.fake_endpoint import completion, serve, url_of
 from tests.fakes import ScriptedChat
 

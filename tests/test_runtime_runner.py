@@ -13,9 +13,9 @@ import httpx
 import pytest
 from rich.console import Console
 
-from runtime.errors import InputError
 from runtime.runner import execute, open_run
 from state.config import RunConfig
+from state.errors import InputError
 from tests.fakes import ScriptedChat, all_text, last_text
 from tests.toy_protocol import ToyProtocol
 

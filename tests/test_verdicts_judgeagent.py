@@ -184,9 +184,9 @@ def test_the_run_says_which_answer_format_it_chose_in_the_console_summary_and_re
 def test_an_unknown_answer_format_is_an_input_error(tmp_path, kb):
     from rich.console import Console
 
-    from runtime.errors import InputError
     from runtime.runner import open_run
     from state.config import RunConfig
+    from state.errors import InputError
 
     config = RunConfig(protocol="judgeagent", out=str(tmp_path / "runs"), params={"answer_format": "essay"})
     run = open_run(JudgeAgentProtocol(), config, run_id=None, console=Console(quiet=True))

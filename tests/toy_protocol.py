@@ -10,11 +10,11 @@ from langgraph.runtime import Runtime
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
-from runtime.errors import InputError, ModelError
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Table
 from runtime.services import services_of
 from state.context import BaseContext, described
+from state.errors import InputError, ModelError
 
 
 @dataclass(kw_only=True)

@@ -20,12 +20,12 @@ from langgraph.runtime import Runtime
 from nodes.atad.problems import render_with_answer
 from nodes.atad.student import solve_problem
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.llm import RetryPolicy, RoleLLM
 from runtime.models import build_chat_model, model_label
 from runtime.services import Services, services_of
 from state.atad import TASKS, EvalContext, EvalState, Review
 from state.config import parse_model_ref
+from state.errors import ModelError
 
 
 def model_llm(svc: Services, ref: str, role: str = "student") -> RoleLLM:

@@ -22,10 +22,10 @@ from nodes.atad.common import ladder, level_name
 from nodes.atad.outcome import after_rejection
 from nodes.atad.problems import render_with_answer
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import services_of
 from state.atad import TASKS, AtadContext, AtadState, EscalationFeedback, Verdict, level_for
 from nodes.atad.problems import structure_text
+from state.errors import ModelError
 
 LENIENT = ("While keeping quality standards, be lenient: accept problems that are reasonable and solvable, "
            "even with minor imperfections.")

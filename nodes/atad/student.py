@@ -14,10 +14,10 @@ from langgraph.types import Command
 from nodes.atad.common import level_name
 from nodes.atad.problems import answer_format, is_correct, question_text, render
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.llm import RoleLLM
 from state.atad import TASKS, AtadContext, AtadState, IndexAnswer, OrderAnswer
 from runtime.services import services_of
+from state.errors import ModelError
 
 
 def solve_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str) -> dict[str, Any]:

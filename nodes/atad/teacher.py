@@ -15,9 +15,9 @@ from langgraph.runtime import Runtime
 from nodes.atad.common import level_name, task_vars
 from nodes.atad.problems import normalize, render_with_answer
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import services_of
 from state.atad import PROBLEM_SCHEMAS, AtadContext, AtadState
+from state.errors import ModelError
 
 
 def _messages(state: AtadState, ctx: AtadContext) -> tuple[str, list]:

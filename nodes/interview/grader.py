@@ -26,8 +26,8 @@ from langgraph.runtime import Runtime
 from nodes.interview import checks
 from nodes.interview.interviewee import answer_single_turn
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import Services, services_of
+from state.errors import ModelError
 from state.interview import FactGrade, FollowUpGrade, Grade, InterviewContext, InterviewState
 from state.verdicts import is_ungraded, outcome
 

@@ -15,8 +15,8 @@ from langgraph.runtime import Runtime
 
 from nodes.interview import checks
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import services_of
+from state.errors import ModelError
 from state.interview import FollowUp, Feedback, InterviewContext, InterviewState, ModifiedQuestion
 
 INTERVIEWER = "evaluator"

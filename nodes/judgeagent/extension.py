@@ -22,8 +22,8 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import services_of
+from state.errors import ModelError
 from state.judgeagent import ExtendedQuestion, JudgeAgentContext, JudgeAgentState
 from nodes.judgeagent.common import clip
 from nodes.judgeagent.grading import next_difficulty

@@ -16,8 +16,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import services_of
+from state.errors import ModelError
 from state.judgeagent import BaseQuestion, Feedback, JudgeAgentContext, JudgeAgentState
 from nodes.judgeagent.common import clip, question_text
 from nodes.judgeagent.judging import normalize

@@ -20,8 +20,8 @@ import string
 from typing import Any, Iterable, Literal
 
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import Services
+from state.errors import ModelError
 from state.judgeagent import BaseQuestion, Verdict
 from state.verdicts import outcome
 

@@ -22,8 +22,8 @@ from langgraph.runtime import Runtime
 
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
-from runtime.errors import ModelError
 from runtime.services import Services, services_of
+from state.errors import ModelError
 from state.judgeagent import BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
 from stores.context_graph import ContextGraph, Document, load_knowledge_base, open_context_graph
 from nodes.judgeagent.common import question_text, rng_for

@@ -18,8 +18,8 @@ import re
 import uuid as uuidlib
 
 from prompts import load_prompt
-from runtime.errors import ModelError
 from runtime.services import Services
+from state.errors import ModelError
 from state.llmeval import TFStatements
 from stores.question_bank import Question, content_hash
 

@@ -1,6 +1,6 @@
 """Import, validation, near-duplicate detection and export of the llmeval question bank.
 
-Question files are read by the one data layer (:mod:`runtime.inputs`: JSONL, JSON, CSV, TSV; quoted
+Question files are read by the one data layer (:mod:`stores.inputs`: JSONL, JSON, CSV, TSV; quoted
 multi-line fields and every character of a question or reference answer are stored as written). Canonical
 fields, renamed with ``--fields question=Q,answer=A,...``:
 
@@ -32,8 +32,8 @@ from pydantic import BaseModel, field_validator
 from pydantic_core import PydanticCustomError
 
 from nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, redundant_variants, tf_value
-from runtime.errors import InputError
-from runtime.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
+from state.errors import InputError
+from stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
 from stores.question_bank import QTYPES, Question, QuestionBank, content_hash, new_uuid
 
 FLAG = "--bank"
@@ -61,7 +61,7 @@ def dialog_question(dialog: Any) -> str | None:
 
 
 class RawQuestion(BaseModel):
-    """One record's canonical fields, typed (:mod:`runtime.inputs` value types)."""
+    """One record's canonical fields, typed (:mod:`stores.inputs` value types)."""
 
     uuid: Scalar | None = None
     discipline: Text

@@ -22,9 +22,9 @@ from nodes.llmeval.augment import answer_letters, tf_value
 from nodes.llmeval.common import bank_of
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
-from runtime.errors import ModelError
 from runtime.llm import RoleLLM
 from runtime.services import services_of
+from state.errors import ModelError
 from state.llmeval import JudgeRating, LLMEvalContext, LLMEvalState
 from stores.question_bank import QuestionBank, question_text
 

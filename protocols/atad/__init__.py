@@ -33,10 +33,10 @@ from langgraph.graph import StateGraph
 
 from protocols.atad.benchmark import item_record, write_benchmark
 from protocols.atad.metrics import generation_stats, mean
-from runtime.errors import InputError
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
 from state.atad import ACCEPTANCE_TEXT, DEFAULT_LADDER, TASK_IDS, TASKS, AtadContext, parse_ladder
+from state.errors import InputError
 
 BENCHMARK_FILE = "benchmark.jsonl"
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from nodes.atad.problems import gold, structure_errors
-from runtime.inputs import FieldMap, Scalar, read_records
 from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
+from stores.inputs import FieldMap, Scalar, read_records
 
 CANONICAL = ("id", "task", "item_status", "problem", "base_problem")
 
@@ -81,7 +81,7 @@ class RawItem(BaseModel):
 
 
 def load_benchmark(path: str | Path, fields: str | None = None) -> list[dict[str, Any]]:
-    """Read and check a benchmark file (JSONL, JSON, CSV or TSV through :mod:`runtime.inputs`).
+    """Read and check a benchmark file (JSONL, JSON, CSV or TSV through :mod:`stores.inputs`).
 
     ``fields`` (``--fields id=item_id,task=type``) maps the names ``id``, ``task``, ``item_status``, ``problem``
     and ``base_problem``; each item is returned with every field of its record, the mapped ones under their

@@ -32,10 +32,10 @@ from nodes.atad.evaluation import model_llm
 from prompts import load_prompt
 from protocols.atad.benchmark import load_benchmark
 from protocols.atad.metrics import average_tables, consistency_curve, curve_sizes, per_task_accuracy, review_summary
-from runtime.errors import InfraError, InputError
 from runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
 from runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
 from state.atad import TASK_IDS, EvalContext
+from state.errors import InfraError, InputError
 
 
 def _fmt(v: Any) -> Any:

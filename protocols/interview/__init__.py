@@ -17,9 +17,9 @@ from protocols.interview import metrics
 from protocols.interview.data import CANONICAL, SAMPLE, load_seeds
 from protocols.interview.report import report_blocks
 from prompts import load_prompt
-from runtime.errors import InfraError, InputError, ModelError
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block, Text
+from state.errors import InfraError, InputError, ModelError
 from state.interview import MODIFICATION_STRATEGIES, TASK_TYPES, InterviewContext
 from state.verdicts import is_ungraded
 

@@ -1,6 +1,6 @@
 """Seed questions for the interview (seed 004, section 4: a benchmark's questions with reference solutions).
 
-Read through the data layer (:mod:`runtime.inputs`): JSONL, JSON, CSV or TSV, one seed question per record.
+Read through the data layer (:mod:`stores.inputs`): JSONL, JSON, CSV or TSV, one seed question per record.
 Canonical fields (renamed with ``--fields question=Q,answer=A,...``): ``question`` (required, text),
 ``solution`` (reference solution), ``answer`` (reference final answer: text or a number such as ``42``),
 ``task`` (math | factual | instruction | generic), ``level``, ``id`` (text or a number). Two public shapes are
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from runtime.inputs import FieldMap, Record, Scalar, Text, input_error, read_records
 from state.interview import TASK_TYPES, SeedQuestion
+from stores.inputs import FieldMap, Record, Scalar, Text, input_error, read_records
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "interview" / "seeds.jsonl"
 CANONICAL = ("id", "question", "solution", "answer", "task", "level")

@@ -38,9 +38,9 @@ from protocols.judgeagent.report import build_report
 from nodes.judgeagent.judging import answer_format
 from protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, overall_score,
                                           ungraded_answers, unvalidated, validation_by_label)
-from runtime.errors import InputError
 from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Text
+from state.errors import InputError
 from state.judgeagent import ANSWER_FORMATS, DIFFICULTIES, BaseQuestion, DifficultyConfigError, DifficultyControl, JudgeAgentContext
 from state.verdicts import is_ungraded
 from stores.context_graph import load_knowledge_base

@@ -1,4 +1,4 @@
-"""Base datasets for JudgeAgent, read through the data layer (:mod:`runtime.inputs`: JSONL, JSON, CSV, TSV)
+"""Base datasets for JudgeAgent, read through the data layer (:mod:`stores.inputs`: JSONL, JSON, CSV, TSV)
 or from a Hugging Face ``datasets`` id, normalised into :class:`state.judgeagent.BaseQuestion` and split into
 batches (Algorithm 1, ``SPLIT_BATCHES``).
 
@@ -20,11 +20,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from runtime.errors import InputError
-from runtime.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
+from state.errors import InputError
 from state.judgeagent import DIFFICULTIES, BaseQuestion
 from nodes.judgeagent.common import LETTERS
 from nodes.judgeagent.judging import normalize
+from stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
 
 SAMPLE_DATA = Path(__file__).resolve().parents[2] / "samples" / "judgeagent" / "questions.jsonl"
 CANONICAL = ("id", "question", "answer", "options", "difficulty", "references")

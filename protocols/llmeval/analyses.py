@@ -20,10 +20,10 @@ from protocols.llmeval.metrics import (cohen_kappa, mask_tail, mean, population_
                                        stability)
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
-from runtime.errors import InputError
-from runtime.inputs import read_records
+from state.errors import InputError
 from runtime.llm import RoleLLM
 from state.llmeval import PARADIGMS
+from stores.inputs import read_records
 from stores.question_bank import QuestionBank
 
 

@@ -22,9 +22,9 @@ from nodes.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateIndex, 
 from nodes.llmeval.common import bank_location, bank_of, chroma_folder, extra_label
 from protocols.llmeval import analyses
 from protocols.llmeval.metrics import mean, population_variance
-from runtime.errors import InputError
 from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap, write_report
+from state.errors import InputError
 from state.llmeval import PARADIGMS, LLMEvalContext
 
 REPO = Path(__file__).resolve().parents[2]

@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field, field_validator
 from nodes.llmeval.common import bank_of
 from nodes.llmeval.examinee import build_messages, fewshot_examples
 from nodes.llmeval.session import open_session
-from runtime.errors import InputError
+from state.errors import InputError
 from state.llmeval import PARADIGMS, LLMEvalContext
 from stores.question_bank import QuestionBank, QuotaError
 
