@@ -8,7 +8,7 @@ import math
 import pytest
 
 from nodes.llmeval.scoring import absolute_score, discipline_scores, relative_score
-from protocols.llmeval.metrics import (cohen_kappa, elo, mask_tail, mean, pairwise_outcomes, population_variance, ranks,
+from protocols.llmeval.metrics import (cohen_kappa, elo, mask_tail, mean, pairwise_outcomes, population_variance,
                                        recalled, replay_match, sample_variance, spearman, stability)
 
 
@@ -59,11 +59,27 @@ def test_quadratic_weighted_kappa_matches_hand_computation():
     assert cohen_kappa([0, 1, 2], [0, 2, 2], weights="quadratic") == pytest.approx(0.8)
 
 
+def test_kappa_of_raters_agreeing_on_one_constant_label_is_one_not_nan():
+    # scikit-learn's 0/0 here is NaN, which would poison summary.json; perfect agreement is 1
+    assert cohen_kappa([2, 2, 2], [2, 2, 2]) == 1.0
+    assert cohen_kappa([True] * 4, [True] * 4) == 1.0
+    assert cohen_kappa([3, 3], [3, 3], weights="quadratic") == 1.0
+    # one rater constant, the other not: p_o = p_e -> 0, a number
+    assert cohen_kappa([1, 1, 1, 1], [1, 0, 1, 0]) == pytest.approx(0.0)
+    with pytest.raises(ValueError):
+        cohen_kappa([0, 1], [0, 1], weights="linear")
+
+
 def test_spearman_uses_average_ranks_for_ties():
-    assert ranks([5, 6, 7, 8, 7]) == [1, 2, 3.5, 5, 3.5]
-    # rank deviations dx = [-2,-1,0,1,2], dy = [-2,-1,0.5,2,0.5]: 8 / sqrt(10 * 9.5)
+    # ranks of y: [1, 2, 3.5, 5, 3.5]; rank deviations dx = [-2,-1,0,1,2], dy = [-2,-1,0.5,2,0.5]: 8 / sqrt(10 * 9.5)
     assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(8 / math.sqrt(95))
     assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+
+
+def test_spearman_of_a_constant_ranking_is_a_number_not_nan():
+    # two constant rankings agree; a constant one says nothing about a varying one (scipy gives NaN for both)
+    assert spearman([50.0, 50.0, 50.0], [7, 7, 7]) == 1.0
+    assert spearman([50.0, 50.0, 50.0], [1, 2, 3]) == 0.0
 
 
 def test_elo_updates_match_hand_computation():

@@ -5,9 +5,9 @@ which the scoring node uses too.
 
 * :func:`population_variance` (Table 2 / Table 8 "Variance" over ZS, FS, CoT) and
   :func:`sample_variance` (Table 9 "Variance" over the 1000/1000/1000/2000/4000 runs):
-  the paper's two tables use the two conventions; both reproduce its printed numbers.
-* :func:`cohen_kappa` - human-machine agreement (section 3.4, appendix D.2).
-* :func:`spearman` - rank agreement (Table 3, Figure 5).
+  the paper's two tables use the two conventions; both reproduce its printed numbers (``numpy.var`` with ``ddof`` 0 and 1).
+* :func:`cohen_kappa` - human-machine agreement (section 3.4, appendix D.2), scikit-learn.
+* :func:`spearman` - rank agreement (Table 3, Figure 5), scipy.
 * :func:`elo` / :func:`pairwise_outcomes` - the Elo baseline of Finding 8.
 * :func:`stability` - resampling at several sizes (appendix D.1, Table 9, Figure 5).
 * :func:`replay_match` / :func:`recalled` - the contamination replay test (Finding 6).
@@ -19,8 +19,9 @@ import difflib
 import itertools
 import random
 import re
-from collections import Counter
 from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from nodes.llmeval.scoring import absolute_score, relative_score
 
@@ -30,82 +31,49 @@ def mean(xs: Sequence[float]) -> float:
 
 
 def population_variance(xs: Sequence[float]) -> float:
-    """Variance dividing by n (Table 2 / Table 8)."""
-    if not xs:
-        return 0.0
-    m = mean(xs)
-    return sum((x - m) ** 2 for x in xs) / len(xs)
+    """Variance dividing by n (Table 2 / Table 8); 0.0 for no values."""
+    return float(np.var(xs)) if len(xs) else 0.0
 
 
 def sample_variance(xs: Sequence[float]) -> float:
-    """Variance dividing by n - 1 (Table 9)."""
-    if len(xs) < 2:
-        return 0.0
-    m = mean(xs)
-    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+    """Variance dividing by n - 1 (Table 9); 0.0 for fewer than two values."""
+    return float(np.var(xs, ddof=1)) if len(xs) >= 2 else 0.0
 
 
 def cohen_kappa(a: Sequence[Any], b: Sequence[Any], *, weights: str | None = None) -> float:
-    """Cohen's kappa of two raters over the same items; ``weights="quadratic"`` for ordinal labels (stars).
+    """Cohen's kappa of two raters over the same items (scikit-learn); ``weights="quadratic"`` for ordinal
+    labels (stars).
 
-    kappa = (p_o - p_e) / (1 - p_e) with p_e from the raters' marginals; 1.0 when
-    both raters are constant and agree.
+    kappa = (p_o - p_e) / (1 - p_e) with p_e from the raters' marginals. Two raters who agree on one
+    constant label get 1.0 (perfect agreement), where scikit-learn's 0/0 gives NaN.
     """
     if len(a) != len(b):
         raise ValueError("the two raters must label the same items")
     if not a:
         raise ValueError("no items to compare")
-    n = len(a)
-    if weights is None:
-        po = sum(x == y for x, y in zip(a, b)) / n
-        ca, cb = Counter(a), Counter(b)
-        pe = sum(ca[k] * cb[k] for k in set(ca) | set(cb)) / (n * n)
-        return 1.0 if pe == 1 else (po - pe) / (1 - pe)
-    if weights != "quadratic":
+    if weights not in (None, "quadratic"):
         raise ValueError("weights must be None or 'quadratic'")
-    labels = sorted(set(a) | set(b))
-    if len(labels) == 1:
+    if len(set(a) | set(b)) == 1:
         return 1.0
-    idx = {v: i for i, v in enumerate(labels)}
-    k = len(labels)
-    w = [[(i - j) ** 2 / (k - 1) ** 2 for j in range(k)] for i in range(k)]
-    obs = [[0.0] * k for _ in range(k)]
-    for x, y in zip(a, b):
-        obs[idx[x]][idx[y]] += 1 / n
-    ra = [sum(row) for row in obs]
-    rb = [sum(obs[i][j] for i in range(k)) for j in range(k)]
-    num = sum(w[i][j] * obs[i][j] for i in range(k) for j in range(k))
-    den = sum(w[i][j] * ra[i] * rb[j] for i in range(k) for j in range(k))
-    return 1.0 if den == 0 else 1 - num / den
+    from sklearn.metrics import cohen_kappa_score
 
-
-def ranks(xs: Sequence[float]) -> list[float]:
-    """1-based ranks, ties get their average rank."""
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    out = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for t in range(i, j + 1):
-            out[order[t]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
+    return float(cohen_kappa_score(list(a), list(b), weights=weights))
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rho = Pearson correlation of the (tie-averaged) ranks."""
+    """Spearman's rho (scipy: Pearson correlation of the tie-averaged ranks).
+
+    A constant sequence has no ranking, where scipy gives NaN: two constant sequences count as agreeing
+    (1.0), one constant against a varying one as uncorrelated (0.0), so every stability table has a number.
+    """
     if len(x) != len(y) or len(x) < 2:
         raise ValueError("need two equally long sequences of at least 2 values")
-    rx, ry = ranks(x), ranks(y)
-    mx, my = mean(rx), mean(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    vx = sum((a - mx) ** 2 for a in rx) ** 0.5
-    vy = sum((b - my) ** 2 for b in ry) ** 0.5
-    if vx == 0 or vy == 0:
-        return 1.0 if vx == vy else 0.0
-    return cov / (vx * vy)
+    flat_x, flat_y = len(set(x)) == 1, len(set(y)) == 1
+    if flat_x or flat_y:
+        return 1.0 if flat_x and flat_y else 0.0
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
 
 
 def elo(matches: Iterable[tuple[str, str, float]], *, k: float = 32, initial: float = 1000,
