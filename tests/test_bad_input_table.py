@@ -42,14 +42,16 @@ class Case:
     blame: list[str]
     env: dict[str, str | None] = field(default_factory=dict)
     files: dict[str, str | bytes] = field(default_factory=dict)
+    out: bool = True  # False: the case sets the output folder itself (env var or config file)
 
     def __str__(self) -> str:
         return self.id
 
 
 def c(id: str, protocol: str, argv: str | list[str], *blame: str, env: dict | None = None,
-      files: dict | None = None) -> Case:
-    return Case(id, protocol, argv.split() if isinstance(argv, str) else argv, list(blame), env or {}, files or {})
+      files: dict | None = None, out: bool = True) -> Case:
+    return Case(id, protocol, argv.split() if isinstance(argv, str) else argv, list(blame), env or {}, files or {},
+                out)
 
 
 TOML_MODEL = "[models.gpt]\nmodel = 'gpt'\nbase_url = 'http://127.0.0.1:9/v1'\n"
@@ -78,10 +80,11 @@ CLI = [
     c("no-protocol", "", "", "required: --protocol"),
     c("unknown-flag", "interview", "--concurency 2", "unrecognized arguments: --concurency"),
     c("other-protocols-flag", "interview", "--kb docs", "unrecognized arguments: --kb"),
+    c("out-is-a-file", "interview", "--out afile", "--out", "Not a directory", files={"afile": "x"}),
     c("config-missing", "interview", "--config none.toml", "none.toml: cannot read config file"),
     c("resume-unknown-run", "interview", "--resume no-such-run", "--resume", "no run 'no-such-run'"),
-    c("interview-repeats-zero", "interview", "--repeats 0", "--repeats", ">= 1"),
-    c("interview-max-retries-negative", "interview", "--max-retries -1", "--max-retries", ">= 0"),
+    c("interview-repeats-zero", "interview", "--repeats 0", "--repeats", "at least 1"),
+    c("interview-max-retries-negative", "interview", "--max-retries -1", "--max-retries", "at least 0"),
     c("interview-task-choice", "interview", "--task poetry", "argument --task", "'poetry'"),
     c("atad-per-task-zero", "atad", "--per-task 0", "--per-task", "at least 1"),
     c("atad-unknown-task", "atad", "--tasks T1,T9", "--tasks", "T9"),
@@ -128,6 +131,8 @@ ENV = [
     c("env-chroma-url", "judgeagent", "", "DYNEVAL_CHROMA_URL:", "Chroma URL", env={"DYNEVAL_CHROMA_URL": "x"}),
     c("env-name-typo", "interview", "", "DYNEVAL_CONCURENCY:", "did you mean DYNEVAL_CONCURRENCY?",
       env={"DYNEVAL_CONCURENCY": "4"}),
+    c("env-out-is-a-file", "interview", "", "DYNEVAL_OUT:", "Not a directory", env={"DYNEVAL_OUT": "afile"},
+      files={"afile": "x"}, out=False),
     c("env-key-unset-for-config-model", "interview", "--config c.toml", "c.toml: [models.g] api_key_env:",
       "MY_API_KEY", env={"MY_API_KEY": None, "DYNEVAL_TARGET": None},
       files={"c.toml": "[models.g]\nmodel = 'g'\nbase_url = 'https://api.example.com/v1'\n"
@@ -169,6 +174,10 @@ CONFIG = [
       files={"c.toml": "[stores]\nchroma = 'http://127.0.0.1:8001'\n"}),
     c("config-other-protocol", "interview", "--config c.toml", "c.toml: protocol:", "'atad'",
       files={"c.toml": "protocol = 'atad'\n"}),
+    c("config-out-is-a-file", "interview", "--config c.toml", "c.toml: out:", "Not a directory", out=False,
+      files={"c.toml": "out = 'afile'\n", "afile": "x"}),
+    c("config-params-kb-missing", "judgeagent", "--config c.toml", "no-such-kb (from c.toml: [params] kb):",
+      "not found", files={"c.toml": "[params]\nkb = 'no-such-kb'\n"}),
     c("config-params-typo", "atad", "--config c.toml", "c.toml: [params] per_tsk: unknown parameter of atad",
       "did you mean 'per_task'?", files={"c.toml": "[params]\nper_tsk = 3\n"}),
     c("config-params-protocol-check", "atad", "--config c.toml", "c.toml: [params] per_task:", "at least 1",
@@ -243,7 +252,8 @@ def _prepare(case: Case, tmp_path: Path, standin: StandIn) -> tuple[list[str], d
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
-    argv = (["--protocol", case.protocol] if case.protocol else []) + ["--out", str(tmp_path / "runs"), *case.argv]
+    out = ["--out", str(tmp_path / "runs")] if case.out else []
+    argv = (["--protocol", case.protocol] if case.protocol else []) + out + case.argv
     env = {"DYNEVAL_TARGET": standin.spec("target"), "DYNEVAL_EVALUATOR": standin.spec("evaluator"), **case.env}
     return argv, env
 
