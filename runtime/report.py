@@ -2,15 +2,17 @@
 
 Protocols return a list of blocks (headings, text, tables, figures); plots are
 drawn with matplotlib (Agg) into ``<run_dir>/figures`` and referenced from both files.
+The HTML page is the Jinja2 template ``runtime/templates/report.html.j2`` (autoescaped).
 """
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, ClassVar, Sequence, Union
 
+import jinja2
 import matplotlib
 
 matplotlib.use("Agg")
@@ -19,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 @dataclass
 class Heading:
+    kind: ClassVar[str] = "heading"
     text: str
     level: int = 2
 
@@ -27,11 +30,13 @@ class Heading:
 class Text:
     """A paragraph (plain text; rendered escaped in HTML)."""
 
+    kind: ClassVar[str] = "text"
     text: str
 
 
 @dataclass
 class Table:
+    kind: ClassVar[str] = "table"
     headers: list[str]
     rows: list[list[Any]]
     caption: str = ""
@@ -39,6 +44,7 @@ class Table:
 
 @dataclass
 class Figure:
+    kind: ClassVar[str] = "figure"
     path: Path
     caption: str
 
@@ -47,6 +53,7 @@ class Figure:
 class Code:
     """Preformatted text (transcripts, raw feedback)."""
 
+    kind: ClassVar[str] = "code"
     text: str
 
 
@@ -54,6 +61,7 @@ class Code:
 class Details:
     """A collapsible section in HTML (plain section in Markdown)."""
 
+    kind: ClassVar[str] = "details"
     summary: str
     blocks: list[Block] = field(default_factory=list)
 
@@ -101,35 +109,27 @@ def _md_block(block: Block, base: Path) -> list[str]:
     raise TypeError(f"unknown report block {block!r}")
 
 
+@cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["fmt"] = fmt
+    env.filters["rel"] = _rel
+    return env.get_template("report.html.j2")
+
+
 def render_html(title: str, blocks: Sequence[Block], base: Path) -> str:
-    body = "\n".join(_html_block(b, base) for b in blocks)
-    return (
-        "<!doctype html>\n<html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n"
-        f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n"
-    )
+    _check_blocks(blocks)
+    return _template().render(title=title, blocks=blocks, base=base)
 
 
-def _html_block(block: Block, base: Path) -> str:
-    esc = html.escape
-    if isinstance(block, Heading):
-        return f"<h{block.level}>{esc(block.text)}</h{block.level}>"
-    if isinstance(block, Text):
-        return f"<p>{esc(block.text)}</p>"
-    if isinstance(block, Code):
-        return f"<pre>{esc(block.text)}</pre>"
-    if isinstance(block, Table):
-        head = "".join(f"<th>{esc(fmt(h))}</th>" for h in block.headers)
-        rows = "".join("<tr>" + "".join(f"<td>{esc(fmt(c))}</td>" for c in row) + "</tr>" for row in block.rows)
-        cap = f"<caption>{esc(block.caption)}</caption>" if block.caption else ""
-        return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-    if isinstance(block, Figure):
-        return (f"<figure><img src='{esc(_rel(block.path, base))}' alt='{esc(block.caption)}'>"
-                f"<figcaption>{esc(block.caption)}</figcaption></figure>")
-    if isinstance(block, Details):
-        inner = "\n".join(_html_block(b, base) for b in block.blocks)
-        return f"<details><summary>{esc(block.summary)}</summary>{inner}</details>"
-    raise TypeError(f"unknown report block {block!r}")
+def _check_blocks(blocks: Sequence[Block]) -> None:
+    for block in blocks:
+        if not isinstance(block, (Heading, Text, Table, Figure, Code, Details)):
+            raise TypeError(f"unknown report block {block!r}")
+        if isinstance(block, Details):
+            _check_blocks(block.blocks)
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -137,14 +137,6 @@ def _rel(path: Path, base: Path) -> str:
         return str(Path(path).resolve().relative_to(base.resolve()))
     except ValueError:
         return str(path)
-
-
-_CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
-    "th{background:#f3f3f3}caption{font-style:italic;text-align:left}img{max-width:100%}"
-    "pre{background:#f7f7f7;padding:.8em;white-space:pre-wrap}details{margin:.5em 0}"
-)
 
 
 def write_report(run_dir: Path, title: str, blocks: Sequence[Block]) -> tuple[Path, Path]:
