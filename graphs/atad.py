@@ -3,16 +3,58 @@
 generate (teacher) -> check_structure (code, Table 6) -> validate (orchestrator) -> accept -> solve (student)
 -> escalate (orchestrator feedback, next difficulty tier) -> generate ... until the student fails, the
 student loop cap is reached, or harder variants keep being rejected (finalize); a base problem that never
-passes within max_init_loops is discarded.
+passes within max_init_loops is discarded. An orchestrator with no usable verdict stops the unit at END,
+unjudged (``ungraded``), and resume re-runs that validation.
 """
 
+from __future__ import annotations
+
+from typing import Literal
+
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 
 from nodes.atad.orchestrator import escalate, validate
 from nodes.atad.outcome import accept, check_structure, discard, finalize
 from nodes.atad.student import solve
 from nodes.atad.teacher import generate
 from state.atad import AtadContext, AtadState
+
+
+def after_rejection(state: AtadState, runtime: Runtime[AtadContext]) -> Literal["generate", "discard", "finalize"]:
+    """A rejected candidate: another teacher attempt while the phase allows one, else the item is discarded
+    (no base problem within max_init_loops, section 2.2.1) or the last validated problem is kept
+    (no harder variant within max_level_attempts, section 2.2.2)."""
+    ctx, init = runtime.context, state.get("phase", "init") == "init"
+    if state.get("attempts", 0) < (ctx.max_init_loops if init else ctx.max_level_attempts):
+        return "generate"
+    return "discard" if init else "finalize"
+
+
+def after_check(state: AtadState, runtime: Runtime[AtadContext]
+                ) -> Literal["validate", "accept", "generate", "discard", "finalize"]:
+    """A malformed candidate is rejected in code; a well-formed one goes to the orchestrator (or, in the
+    no-orchestrator ablation, straight to acceptance)."""
+    if state.get("candidate_errors"):
+        return after_rejection(state, runtime)
+    return "accept" if runtime.context.no_orchestrator else "validate"
+
+
+def after_validate(state: AtadState, runtime: Runtime[AtadContext]
+                   ) -> Literal["accept", "generate", "discard", "finalize", "__end__"]:
+    """Approved -> accept (label a); rejected -> after_rejection (label e); no usable verdict -> END."""
+    approved = state.get("approved")
+    if approved is None:
+        return END
+    return "accept" if approved else after_rejection(state, runtime)
+
+
+def after_solve(state: AtadState, runtime: Runtime[AtadContext]) -> Literal["escalate", "finalize"]:
+    """The student's failure or the loop cap finalizes the item; a success escalates (labels c, d)."""
+    if not state.get("last_correct") or state.get("student_loops", 0) >= runtime.context.max_student_loops:
+        return "finalize"
+    return "escalate"
+
 
 builder = StateGraph(AtadState, context_schema=AtadContext)
 builder.add_node("generate", generate)
@@ -25,7 +67,10 @@ builder.add_node("finalize", finalize)
 builder.add_node("discard", discard)
 builder.add_edge(START, "generate")
 builder.add_edge("generate", "check_structure")
+builder.add_conditional_edges("check_structure", after_check)
+builder.add_conditional_edges("validate", after_validate)
 builder.add_edge("accept", "solve")
+builder.add_conditional_edges("solve", after_solve)
 builder.add_edge("escalate", "generate")
 builder.add_edge("finalize", END)
 builder.add_edge("discard", END)

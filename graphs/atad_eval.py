@@ -1,9 +1,20 @@
 """ATAD evaluation phase (seed 003, section 2.2.3; Table 3 review): one model x one benchmark problem per thread."""
 
-from langgraph.graph import END, START, StateGraph
+from __future__ import annotations
 
-from nodes.atad.evaluation import answer_item, review_item, route_kind
+from typing import Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from nodes.atad.evaluation import answer_item, review_item
 from state.atad import EvalContext, EvalState
+
+
+def route_kind(state: EvalState, runtime: Runtime[EvalContext]) -> Literal["answer_item", "review_item"]:
+    """Evaluation units either answer or review their problem."""
+    return "review_item" if state.get("kind") == "review" else "answer_item"
+
 
 builder = StateGraph(EvalState, context_schema=EvalContext)
 builder.add_node("answer_item", answer_item)

@@ -1,16 +1,52 @@
 """LLM-as-an-Interviewer graph (seed 004, Figure 2, Algorithm 1): one seed question per thread.
 
 single_turn_judge -> modify_question -> answer -> grade -> (give_feedback -> answer)* ->
-(ask_followup -> answer -> grade ...)* -> summarize_session.
+(ask_followup -> answer -> grade ...)* -> summarize_session; an ungraded answer ends the session at END.
 """
 
+from __future__ import annotations
+
+from typing import Literal
+
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 
 from nodes.interview.grader import grade, single_turn_judge
 from nodes.interview.interviewee import answer
 from nodes.interview.interviewer import ask_followup, give_feedback, modify_question, summarize_session
-from nodes.interview.routing import after_followup, after_grade
 from state.interview import InterviewContext, InterviewState
+from state.verdicts import is_ungraded
+
+
+def after_grade(state: InterviewState, runtime: Runtime[InterviewContext]
+                ) -> Literal["give_feedback", "ask_followup", "summarize_session", "__end__"]:
+    """Wrong and retries left -> feedback (lines 17-23); else a follow-up while questions remain (25-28); else end.
+
+    ``attempt`` is 1-based, so ``attempt <= max_retries`` means a retry is still allowed.
+    Follow-up questions get retries only with ``retry_followups``.
+
+    An ungraded answer ends the session at once, without feedback, follow-up or summary: Algorithm 1 branches
+    on the verdict (feedback on a wrong answer, the follow-up type by outcome, Table 1), so nothing after it
+    would be sound. The unit is recorded as ``ungraded`` and resume re-judges that answer and goes on.
+    """
+    ctx = runtime.context
+    cur, grade = state["current"], state["last_grade"]
+    if is_ungraded(grade):
+        return END
+    retries = ctx.max_retries if (cur["kind"] == "seed" or ctx.retry_followups) else 0
+    if not grade["correct"] and cur["attempt"] <= retries:
+        return "give_feedback"
+    if ctx.followups and cur["q"] + 1 < ctx.max_questions:
+        return "ask_followup"
+    return "summarize_session"
+
+
+def after_followup(state: InterviewState,
+                   runtime: Runtime[InterviewContext]) -> Literal["answer", "summarize_session"]:
+    """Ask the new follow-up, or end the session when none could be generated."""
+    followups = state.get("followups", [])
+    return "answer" if followups and followups[-1].get("status") == "asked" else "summarize_session"
+
 
 builder = StateGraph(InterviewState, context_schema=InterviewContext)
 builder.add_node("single_turn_judge", single_turn_judge)

@@ -5,15 +5,44 @@ grade_benchmark (section 3.1) -> [extract_question_entities (Alg. 4 l.3-7)] -> r
 difficulty)) -> feedback (Table 13) -> validate (Algorithm 2, Table 14).
 """
 
-from langgraph.graph import END, START, StateGraph
+from __future__ import annotations
 
-from nodes.judgeagent.extension import (ask_target, estimate_capability, generate_question, route_after_grading,
-                                        route_after_round)
+from typing import Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from nodes.judgeagent.extension import ask_target, estimate_capability, generate_question
 from nodes.judgeagent.feedback import feedback
 from nodes.judgeagent.grading import grade_benchmark
 from nodes.judgeagent.knowledge import extract_question_entities, sample_knowledge
-from nodes.judgeagent.validation import route_after_feedback, validate
+from nodes.judgeagent.validation import validate
 from state.judgeagent import JudgeAgentContext, JudgeAgentState
+
+
+def after_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
+                  ) -> Literal["extract_question_entities", "sample_knowledge", "feedback"]:
+    """Extension rounds unless disabled; the base questions' entities seed the graph paths, except in the
+    no-context-graph ablation (random knowledge-base chunks)."""
+    ctx = runtime.context
+    if ctx.no_extension or ctx.rounds <= 0:
+        return "feedback"
+    return "sample_knowledge" if ctx.no_context_graph else "extract_question_entities"
+
+
+def after_round(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
+                ) -> Literal["sample_knowledge", "feedback"]:
+    """Another extension round until ``rounds`` are done, then feedback."""
+    return "sample_knowledge" if len(state.get("rounds", [])) < runtime.context.rounds else "feedback"
+
+
+def after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> Literal["validate", "__end__"]:
+    """Validate the suggestions; a batch whose feedback failed or came back empty ends unvalidated."""
+    fb = state.get("feedback") or {}
+    if runtime.context.no_validation or fb.get("status") != "ok":
+        return END
+    return "validate"
+
 
 builder = StateGraph(JudgeAgentState, context_schema=JudgeAgentContext)
 builder.add_node("grade_benchmark", grade_benchmark)
@@ -25,13 +54,13 @@ builder.add_node("estimate_capability", estimate_capability)
 builder.add_node("feedback", feedback)
 builder.add_node("validate", validate)
 builder.add_edge(START, "grade_benchmark")
-builder.add_conditional_edges("grade_benchmark", route_after_grading)
+builder.add_conditional_edges("grade_benchmark", after_grading)
 builder.add_edge("extract_question_entities", "sample_knowledge")
 builder.add_edge("sample_knowledge", "generate_question")
 builder.add_edge("generate_question", "ask_target")
 builder.add_edge("ask_target", "estimate_capability")
-builder.add_conditional_edges("estimate_capability", route_after_round)
-builder.add_conditional_edges("feedback", route_after_feedback)
+builder.add_conditional_edges("estimate_capability", after_round)
+builder.add_conditional_edges("feedback", after_feedback)
 builder.add_edge("validate", END)
 
 graph = builder.compile(name="judgeagent")

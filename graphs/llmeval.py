@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 
 from nodes.llmeval.examinee import answer_questions, answer_reference
 from nodes.llmeval.judge import judge_answers
@@ -17,7 +18,8 @@ from nodes.llmeval.session import open_session
 from state.llmeval import LLMEvalContext, LLMEvalState
 
 
-def after_target(state: LLMEvalState) -> Literal["answer_questions", "answer_reference", "judge_answers"]:
+def after_target(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
+                 ) -> Literal["answer_questions", "answer_reference", "judge_answers"]:
     """Keep answering until the quota is used up; then the reference replay (if any), then the judge."""
     if state.get("answered", 0) < state.get("allocated", 0):
         return "answer_questions"
@@ -26,7 +28,9 @@ def after_target(state: LLMEvalState) -> Literal["answer_questions", "answer_ref
     return "judge_answers"
 
 
-def after_reference(state: LLMEvalState) -> Literal["answer_reference", "judge_answers"]:
+def after_reference(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
+                    ) -> Literal["answer_reference", "judge_answers"]:
+    """The reference model answers the same questions until its quota is used up; then the judge."""
     if state.get("reference_answered", 0) < state.get("allocated", 0):
         return "answer_reference"
     return "judge_answers"

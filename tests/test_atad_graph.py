@@ -8,6 +8,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
 
+from graphs.atad import after_check
 from nodes.atad.outcome import check_structure
 from nodes.atad.student import solve
 from state.atad import AtadContext
@@ -152,6 +153,6 @@ def test_check_structure_routes_malformed_candidates_back_to_the_teacher(tmp_pat
     ctx = AtadContext(services=svc, max_init_loops=3)
     state = {**unit_input("T3"), "attempts": 1,
              "candidate": {"sentence": "x ___ y", "choices": ["a", "a", "b", "c", "d"], "answer": 9}}
-    cmd = check_structure(state, Runtime(context=ctx))
-    assert cmd.goto == "generate"
-    assert "choices 1 and 2 are the same" in cmd.update["feedback"] and "not between 1 and 5" in cmd.update["feedback"]
+    update = check_structure(state, Runtime(context=ctx))
+    assert after_check({**state, **update}, Runtime(context=ctx)) == "generate"
+    assert "choices 1 and 2 are the same" in update["feedback"] and "not between 1 and 5" in update["feedback"]

@@ -65,3 +65,41 @@ def test_prompts_are_not_inlined_in_nodes(folder):
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 assert len(node.value) < 300, f"{path}:{node.lineno} long string literal; move it to prompts/"
+
+
+GRAPH_MODULES = sorted(p.stem for p in (REPO / "graphs").glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("name", GRAPH_MODULES)
+def test_every_router_is_typed_and_defined_beside_its_edges_in_the_graph_module(name):
+    """Routing lives in graphs/<p>.py: no node routes itself with Command(goto=...), and every router is a
+    function of that module with a Literal return type (else Studio draws an edge to every node)."""
+    module = importlib.import_module(f"graphs.{name}")
+    assert not [n for n, spec in module.builder.nodes.items() if spec.ends], "a node routes with Command(goto=...)"
+    for source, branches in module.builder.branches.items():
+        for spec in branches.values():
+            router = spec.path.func
+            assert router.__module__ == module.__name__, f"router of {source!r} defined in {router.__module__}"
+            assert spec.ends, f"router {router.__name__} of {source!r} has no Literal return type"
+
+
+@pytest.mark.parametrize("name", GRAPH_MODULES)
+def test_drawn_graph_has_an_edge_into_and_out_of_every_node(name):
+    graph = importlib.import_module(f"graphs.{name}").graph
+    edges = graph.get_graph().edges
+    nodes = set(graph.builder.nodes)
+    assert nodes - {e.source for e in edges} == set(), "a node with no drawn edge out"
+    assert nodes - {e.target for e in edges} == set(), "a node with no drawn edge in"
+    assert "__end__" in {e.target for e in edges}
+
+
+def test_node_modules_hold_no_routing():
+    """No Command(goto=...) and no Literal naming a graph node or END anywhere under nodes/: routers go to graphs/."""
+    targets = {"__end__"} | {n for name in GRAPH_MODULES for n in importlib.import_module(f"graphs.{name}").builder.nodes}
+    for path in (REPO / "nodes").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Command":
+                assert all(k.arg != "goto" for k in node.keywords), f"{path}:{node.lineno} Command(goto=...)"
+            if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "Literal":
+                names = {c.value for c in ast.walk(node.slice) if isinstance(c, ast.Constant)} & targets
+                assert not names, f"{path}:{node.lineno} a router returning {sorted(names)}; move it to graphs/"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langgraph.runtime import Runtime
 
-from nodes.interview.routing import after_followup, after_grade
+from graphs.interview import after_followup, after_grade
 from protocols.interview import InterviewProtocol, metrics
 from runtime.protocol import Unit
 from state.interview import InterviewContext

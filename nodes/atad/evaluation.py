@@ -13,7 +13,7 @@ under the role ``student`` for answers, ``grader`` for reviews). A chat model in
 from __future__ import annotations
 
 import threading
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -45,11 +45,6 @@ def model_llm(svc: Services, ref: str, role: str = "student") -> RoleLLM:
                        slots=threading.BoundedSemaphore(spec.concurrency))
 
     return svc.cached(f"atad-model:{role}:{ref}", build)
-
-
-def route_kind(state: EvalState) -> Literal["answer_item", "review_item"]:
-    """Evaluation units either answer or review their problem."""
-    return "review_item" if state.get("kind") == "review" else "answer_item"
 
 
 def answer_item(state: EvalState, runtime: Runtime[EvalContext]) -> dict[str, Any]:

@@ -12,14 +12,11 @@ and moves the unit up the difficulty ladder.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from langgraph.graph import END
 from langgraph.runtime import Runtime
-from langgraph.types import Command
 
 from nodes.atad.common import ladder, level_name
-from nodes.atad.outcome import after_rejection
 from nodes.atad.problems import render_with_answer
 from prompts import load_prompt
 from runtime.services import services_of
@@ -32,9 +29,9 @@ LENIENT = ("While keeping quality standards, be lenient: accept problems that ar
 STRICT = "Apply the same standard as for a base problem."
 
 
-def validate(state: AtadState, runtime: Runtime[AtadContext],
-             ) -> Command[Literal["accept", "generate", "discard", "finalize", "__end__"]]:
-    """Approve the candidate or reject it with feedback (labels a and e of Figure 2)."""
+def validate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
+    """Approve the candidate or reject it with feedback (labels a and e of Figure 2); ``approved`` is None when
+    the orchestrator gave no usable verdict."""
     ctx = runtime.context
     task = state["task"]
     spec = TASKS[task]
@@ -54,15 +51,13 @@ def validate(state: AtadState, runtime: Runtime[AtadContext],
             Verdict, messages, step="orchestrator:validate_scaled" if scaled else "orchestrator:validate")
     except ModelError as exc:
         why = f"ungraded: the orchestrator gave no usable verdict on the {event['phase']} candidate: {exc}"[:600]
-        return Command(update={"approved": None, "ungraded": why,
-                               "history": [{**event, "approved": None, "error": str(exc)[:600]}]}, goto=END)
+        return {"approved": None, "ungraded": why, "history": [{**event, "approved": None, "error": str(exc)[:600]}]}
     approved, feedback = verdict.approved, verdict.feedback.strip()
     update: dict[str, Any] = {"approved": approved,
                               "history": [{**event, "approved": approved, "feedback": feedback, "error": None}]}
-    if approved:
-        return Command(update=update, goto="accept")
-    update["feedback"] = feedback or "Rejected without a reason; make the anomaly clearer and unambiguous."
-    return Command(update=update, goto=after_rejection(state, ctx))
+    if not approved:
+        update["feedback"] = feedback or "Rejected without a reason; make the anomaly clearer and unambiguous."
+    return update
 
 
 def escalate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:

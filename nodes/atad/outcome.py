@@ -1,35 +1,21 @@
 """Bookkeeping nodes of the ATAD loop: structure check, acceptance, finalization, discard.
 
 ``check_structure`` is the code check of Table 6 that runs before any orchestrator
-call; ``after_rejection`` decides, for every rejected candidate, between another
-teacher attempt, discarding the item (initialization, section 2.2.1) and
-finalizing the last validated problem (escalation, section 2.2.2).
+call. Where a rejected candidate leads (another teacher attempt, discard, finalize)
+is decided in :mod:`graphs.atad`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.runtime import Runtime
-from langgraph.types import Command
 
 from nodes.atad.common import level_name
 from nodes.atad.problems import structure_errors
 from state.atad import AtadContext, AtadState
 
-RejectRoute = Literal["generate", "discard", "finalize"]
-
-
-def after_rejection(state: AtadState, ctx: AtadContext) -> RejectRoute:
-    """Where a rejected candidate leads: retry, discard (init) or keep the last validated problem."""
-    attempts = state.get("attempts", 0)
-    if state.get("phase", "init") == "init":
-        return "generate" if attempts < ctx.max_init_loops else "discard"
-    return "generate" if attempts < ctx.max_level_attempts else "finalize"
-
-
-def check_structure(state: AtadState, runtime: Runtime[AtadContext],
-                    ) -> Command[Literal["validate", "accept", "generate", "discard", "finalize"]]:
+def check_structure(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
     """Check the candidate's structure in code; malformed candidates never reach the orchestrator."""
     ctx = runtime.context
     task = state["task"]
@@ -43,8 +29,7 @@ def check_structure(state: AtadState, runtime: Runtime[AtadContext],
     update: dict[str, Any] = {"candidate_errors": errors, "history": [event]}
     if errors:
         update["feedback"] = "The problem is malformed: " + "; ".join(e.split(": ", 1)[-1] for e in errors)
-        return Command(update=update, goto=after_rejection(state, ctx))
-    return Command(update=update, goto="accept" if ctx.no_orchestrator else "validate")
+    return update
 
 
 def accept(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:

@@ -6,10 +6,9 @@ faults (``InfraError``) propagate so the runner retries the unit instead.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.runtime import Runtime
-from langgraph.types import Command
 
 from nodes.atad.common import level_name
 from nodes.atad.problems import answer_format, is_correct, question_text, render
@@ -36,13 +35,10 @@ def solve_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str
             "correct": is_correct(task, problem, predicted), "parse_error": None}
 
 
-def solve(state: AtadState, runtime: Runtime[AtadContext]) -> Command[Literal["escalate", "finalize"]]:
-    """One student attempt; failure or the loop cap finalizes the item, success escalates."""
+def solve(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
+    """One student attempt, checked in code; the graph finalizes on failure or the loop cap, else escalates."""
     ctx = runtime.context
     result = solve_problem(services_of(ctx).llm("student"), state["task"], state["current"], step="student:solve")
     loops = state.get("student_loops", 0) + 1
-    update = {"student_loops": loops, "last_correct": result["correct"], "last_explanation": result["explanation"],
-              "history": [{"step": "solve", "level": level_name(ctx, state.get("current_level", 0)), **result}]}
-    if not result["correct"] or loops >= ctx.max_student_loops:
-        return Command(update=update, goto="finalize")
-    return Command(update=update, goto="escalate")
+    return {"student_loops": loops, "last_correct": result["correct"], "last_explanation": result["explanation"],
+            "history": [{"step": "solve", "level": level_name(ctx, state.get("current_level", 0)), **result}]}

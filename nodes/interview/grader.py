@@ -13,7 +13,7 @@ Instruction following / generic and follow-ups: the grader's verdict.
 An empty answer is wrong without a call. Otherwise a grader that gives no usable
 verdict after retries and one repair (``ModelError``) makes the answer
 ``ungraded`` with its reason: it is never graded by the code check alone and
-never counted as wrong; the interview stops there (:mod:`nodes.interview.routing`)
+never counted as wrong; the interview stops there (:mod:`graphs.interview`)
 and resume re-judges it.
 """
 

@@ -17,7 +17,7 @@ so the running score and the difficulty stay as they were, exactly as for a fail
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -103,16 +103,3 @@ def estimate_capability(state: JudgeAgentState, runtime: Runtime[JudgeAgentConte
     return {"rounds": [record], "score": score, "answered": answered, "difficulty": nxt,
             "trajectory": [*state.get("trajectory", []), {"after": k, "avg": avg, "next": nxt}],
             "generated": None}
-
-
-def route_after_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
-                        ) -> Literal["extract_question_entities", "sample_knowledge", "feedback"]:
-    ctx = runtime.context
-    if ctx.no_extension or ctx.rounds <= 0:
-        return "feedback"
-    return "sample_knowledge" if ctx.no_context_graph else "extract_question_entities"
-
-
-def route_after_round(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
-                      ) -> Literal["sample_knowledge", "feedback"]:
-    return "sample_knowledge" if len(state.get("rounds", [])) < runtime.context.rounds else "feedback"

@@ -11,9 +11,8 @@ as unvalidated with its reason and resume redoes it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from prompts import load_prompt
@@ -48,11 +47,3 @@ def validate(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dic
                 "how2": verdict["how"], **({"error2": verdict["error"]} if "error" in verdict else {})}
 
     return {"validation": parallel_map(one, [BaseQuestion(**x) for x in state["batch"]])}
-
-
-def route_after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
-                         ) -> Literal["validate", "__end__"]:
-    fb = state.get("feedback") or {}
-    if runtime.context.no_validation or fb.get("status") != "ok":
-        return END
-    return "validate"
