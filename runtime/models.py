@@ -1,14 +1,17 @@
-"""Model factory: a LangChain chat model for a :class:`ModelSpec`.
+"""Model factory: a LangChain chat model for a :class:`ModelSpec`, and the :class:`Endpoint` all its users share.
 
 Every spec becomes a ``langchain_openai.ChatOpenAI``: remote endpoints directly,
 the embedded model through its loopback llama.cpp server. The OpenAI client's
 own retries are off (``max_retries=0``) so that :mod:`runtime.llm` retries,
-logs and classifies every attempt itself.
+logs and classifies every attempt itself. Only the resolver
+(:meth:`runtime.services.Services.model`) calls :func:`open_endpoint`.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.rate_limiters import InMemoryRateLimiter
@@ -56,6 +59,23 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         # without `max_tokens` the embedded model may generate up to its whole context window.
         extra_body={"max_tokens": spec.max_tokens} if spec.provider == "embedded" and spec.max_tokens else None,
     )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What every user of one model spec shares: the chat model (holding the spec's rate limiter) and the
+    semaphore bounding requests in flight (``spec.concurrency``)."""
+
+    spec: ModelSpec
+    label: str
+    chat: BaseChatModel
+    slots: threading.BoundedSemaphore
+
+
+def open_endpoint(spec: ModelSpec, *, chat: BaseChatModel | None = None, label: str | None = None) -> Endpoint:
+    """The endpoint of ``spec``; ``chat`` replaces the real chat model (a fake in tests, labelled ``label``)."""
+    return Endpoint(spec=spec, label=label or model_label(spec), chat=build_chat_model(spec) if chat is None else chat,
+                    slots=threading.BoundedSemaphore(spec.concurrency))
 
 
 def model_label(spec: ModelSpec) -> str:

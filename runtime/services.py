@@ -19,8 +19,8 @@ from langchain_core.language_models import BaseChatModel
 from runtime.config_loader import load_config, read_config_file
 from runtime.events import EventLog
 from runtime.llm import RetryPolicy, RoleLLM
-from runtime.models import build_chat_model, model_label
-from state.config import ModelSpec, RunConfig
+from runtime.models import Endpoint, model_label, open_endpoint
+from state.config import ModelSpec, RunConfig, parse_model_ref
 from stores.vectors import chroma_client, embedding_function
 
 
@@ -28,8 +28,8 @@ from stores.vectors import chroma_client, embedding_function
 class Services:
     """Role models, event log and stores for one run.
 
-    ``chat_overrides`` replaces the chat model of a role (tests use LangChain
-    fake chat models here); everything else still goes through :class:`RoleLLM`.
+    ``chat_overrides`` replaces the chat model of a role or a model reference (tests use LangChain fake chat
+    models here); everything else still goes through :class:`RoleLLM`.
     """
 
     config: RunConfig
@@ -37,8 +37,8 @@ class Services:
     events: EventLog
     chat_overrides: dict[str, BaseChatModel] = field(default_factory=dict)
     retry_sleep: Any = None
-    _llms: dict[str, RoleLLM] = field(default_factory=dict, repr=False)
-    _chats: dict[str, tuple[BaseChatModel, Any]] = field(default_factory=dict, repr=False)
+    _llms: dict[tuple[str, str], RoleLLM] = field(default_factory=dict, repr=False)
+    _endpoints: dict[str, Endpoint] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
     _key_locks: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
@@ -47,29 +47,53 @@ class Services:
         return self.config.spec_for(role)
 
     def llm(self, role: str) -> RoleLLM:
-        """The call layer for ``role`` (built on first use; roles on one spec share its slots)."""
-        with self._lock:
-            if role in self._llms:
-                return self._llms[role]
-            spec = self.spec(role)
-            if role in self.chat_overrides:
-                chat, slots = self.chat_overrides[role], threading.BoundedSemaphore(spec.concurrency)
-                label = f"fake:{role}"
-            else:
-                key = spec.model_dump_json()
-                if key not in self._chats:
-                    self._chats[key] = (build_chat_model(spec), threading.BoundedSemaphore(spec.concurrency))
-                chat, slots = self._chats[key]
-                label = model_label(spec)
-            policy = RetryPolicy(max_retries=spec.max_retries)
-            if self.retry_sleep is not None:
-                policy.sleep = self.retry_sleep
-            self._llms[role] = RoleLLM(role=role, model_label=label, chat=chat, events=self.events, policy=policy,
-                                       structured_method=spec.structured_method, slots=slots)
-            return self._llms[role]
+        """The call layer for ``role``: :meth:`model` on the role's configured reference."""
+        return self.model(self.config.role_ref(role), role=role)
 
-    def model_label(self, role: str) -> str:
-        return f"fake:{role}" if role in self.chat_overrides else model_label(self.spec(role))
+    def model(self, ref: str, *, role: str) -> RoleLLM:
+        """The one model resolver: the call layer for model reference ``ref`` (``local``, a config name,
+        ``MODEL@URL``), its calls logged under ``role``.
+
+        Every node and protocol gets its models here, by role (:meth:`llm`) or by reference (ATAD's evaluated
+        models, LLMEval's reference model). The :class:`Endpoint` is cached per spec: all roles and references
+        naming one spec share its chat model, in-flight semaphore and rate limiter, so its limits hold however
+        many callers use it. The response cache, adaptive concurrency and budgets hook in here, on the endpoint.
+        A chat model in ``chat_overrides`` under ``ref``, else under ``role``, stands in for the endpoint.
+        """
+        with self._lock:
+            if (role, ref) not in self._llms:
+                endpoint = self._endpoint(ref, role)
+                policy = RetryPolicy(max_retries=endpoint.spec.max_retries)
+                if self.retry_sleep is not None:
+                    policy.sleep = self.retry_sleep
+                self._llms[role, ref] = RoleLLM(role=role, model_label=endpoint.label, chat=endpoint.chat,
+                                                events=self.events, policy=policy, slots=endpoint.slots,
+                                                structured_method=endpoint.spec.structured_method)
+            return self._llms[role, ref]
+
+    def _endpoint(self, ref: str, role: str) -> Endpoint:
+        """The shared endpoint behind ``ref`` (caller holds the lock)."""
+        fake = self._override(ref, role)
+        if fake is not None:
+            key = f"fake:{fake}"
+            spec = parse_model_ref(ref, self.config.models) if fake == ref else self.spec(role)
+            if key not in self._endpoints:
+                self._endpoints[key] = open_endpoint(spec, chat=self.chat_overrides[fake], label=key)
+            return self._endpoints[key]
+        spec = parse_model_ref(ref, self.config.models)
+        key = spec.model_dump_json()
+        if key not in self._endpoints:
+            self._endpoints[key] = open_endpoint(spec)
+        return self._endpoints[key]
+
+    def _override(self, ref: str, role: str) -> str | None:
+        return next((key for key in (ref, role) if key in self.chat_overrides), None)
+
+    def model_label(self, role: str, ref: str | None = None) -> str:
+        """The label of the model :meth:`model` resolves for ``role`` (and ``ref``), without building it."""
+        ref = self.config.role_ref(role) if ref is None else ref
+        fake = self._override(ref, role)
+        return f"fake:{fake}" if fake is not None else model_label(parse_model_ref(ref, self.config.models))
 
     def cached(self, key: str, build: Any) -> Any:
         """A per-run lazily built resource (vector store, graph, bank), built once under a lock."""

@@ -1,16 +1,12 @@
-"""Helpers shared by the llmeval nodes: the question bank of a run and extra model handles."""
+"""Helpers shared by the llmeval nodes: the question bank of a run and where its index lives."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 from nodes.llmeval.bankio import import_file
-from runtime.llm import RetryPolicy, RoleLLM
-from runtime.models import build_chat_model, model_label
 from runtime.services import Services, services_of
-from state.config import parse_model_ref
 from stores.question_bank import QuestionBank
 
 
@@ -52,30 +48,3 @@ def chroma_folder(ctx: Any, svc: Services) -> Path:
     if "://" in location:
         return svc.data_dir / "llmeval_chroma"
     return Path(location).parent / "llmeval_chroma"
-
-
-def extra_llm(svc: Services, role: str, ref: str) -> RoleLLM:
-    """A call layer for a model that is not one of the runtime roles (the reference model of equation 2).
-
-    Logged under ``role`` in the event log like any other call; tests replace it
-    through ``chat_overrides[role]``.
-    """
-    if role in svc.chat_overrides:
-        return svc.llm(role)
-
-    def build() -> RoleLLM:
-        spec = parse_model_ref(ref, svc.config.models)
-        policy = RetryPolicy(max_retries=spec.max_retries)
-        if svc.retry_sleep is not None:
-            policy.sleep = svc.retry_sleep
-        return RoleLLM(role=role, model_label=model_label(spec), chat=build_chat_model(spec), events=svc.events,
-                       policy=policy, structured_method=spec.structured_method,
-                       slots=threading.BoundedSemaphore(spec.concurrency))
-
-    return svc.cached(f"llmeval:llm:{role}:{ref}", build)
-
-
-def extra_label(svc: Services, role: str, ref: str) -> str:
-    if role in svc.chat_overrides:
-        return f"fake:{role}"
-    return model_label(parse_model_ref(ref, svc.config.models))

@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.common import bank_of, extra_llm
+from nodes.llmeval.common import bank_of
 from prompts import load_prompt
 from runtime.llm import RoleLLM
 from runtime.services import services_of
@@ -75,5 +75,5 @@ def answer_reference(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> d
     ctx = runtime.context
     bank = bank_of(ctx)
     ref_id = state["reference_session_id"]
-    answer_in_order(bank, ref_id, extra_llm(services_of(ctx), "reference", ctx.reference_model), int(ctx.answer_batch))
+    answer_in_order(bank, ref_id, services_of(ctx).model(ctx.reference_model, role="reference"), int(ctx.answer_batch))
     return {"reference_answered": bank.quota(ref_id)["completed"]}

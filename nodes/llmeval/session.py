@@ -6,7 +6,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.common import bank_of, extra_label
+from nodes.llmeval.common import bank_of
 from runtime.llm import current_unit
 from runtime.services import services_of
 from state.llmeval import PARADIGMS, LLMEvalContext, LLMEvalState
@@ -33,7 +33,7 @@ def open_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[
                               "allocated": session["n"], "answered": bank.quota(session_id)["completed"]}
     if ctx.reference_model:
         ref_id = f"{session_id}#ref"
-        bank.create_mirror(ref_id, session_id, model=extra_label(svc, "reference", ctx.reference_model),
+        bank.create_mirror(ref_id, session_id, model=svc.model_label("reference", ctx.reference_model),
                            run_id=str(ctx.run_dir or ""))
         update["reference_session_id"] = ref_id
         update["reference_answered"] = bank.quota(ref_id)["completed"]

@@ -28,7 +28,6 @@ from typing import Any
 from langgraph.graph import StateGraph
 from rich.table import Table as RichTable
 
-from nodes.atad.evaluation import model_llm
 from prompts import load_prompt
 from protocols.atad.benchmark import load_benchmark
 from protocols.atad.metrics import average_tables, consistency_curve, curve_sizes, per_task_accuracy, review_summary
@@ -267,7 +266,8 @@ def preflight_models(run: Run, refs: list[str]) -> None:
         if ref in run.services.chat_overrides:
             continue
         try:
-            model_llm(run.services, ref).text(load_prompt("common/ping").render(), step="preflight", max_retries=1)
+            run.services.model(ref, role="student").text(load_prompt("common/ping").render(), step="preflight",
+                                                         max_retries=1)
         except ValueError as exc:
             raise InputError(str(exc), field="--evaluate") from None
         except InfraError as exc:

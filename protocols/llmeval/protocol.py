@@ -19,7 +19,7 @@ from langgraph.graph import StateGraph
 
 from nodes.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file, index_name,
                                   load_file)
-from nodes.llmeval.common import bank_location, bank_of, chroma_folder, extra_label
+from nodes.llmeval.common import bank_location, bank_of, chroma_folder
 from protocols.llmeval import analyses
 from protocols.llmeval.metrics import mean, population_variance
 from runtime.protocol import Protocol, Run, Unit, with_results
@@ -241,7 +241,7 @@ class LLMEvalProtocol(Protocol):
         self.check_inputs(run)
         if run.params.get("reference_model"):
             try:
-                extra_label(run.services, "reference", run.params["reference_model"])
+                run.services.model_label("reference", run.params["reference_model"])
             except ValueError as exc:
                 raise InputError(str(exc), field="--reference-model") from None
         units = []
@@ -387,7 +387,7 @@ class LLMEvalProtocol(Protocol):
 
     def _reference_label(self, run: Run) -> str | None:
         ref = run.params.get("reference_model")
-        return extra_label(run.services, "reference", ref) if ref else None
+        return run.services.model_label("reference", ref) if ref else None
 
     def serve(self, run: Run, port: int) -> None:
         import uvicorn
