@@ -5,7 +5,8 @@ which the scoring node uses too.
 
 * :func:`population_variance` (Table 2 / Table 8 "Variance" over ZS, FS, CoT) and
   :func:`sample_variance` (Table 9 "Variance" over the 1000/1000/1000/2000/4000 runs):
-  the paper's two tables use the two conventions; both reproduce its printed numbers (``numpy.var`` with ``ddof`` 0 and 1).
+  the paper's two tables use the two conventions; both reproduce its printed numbers (``numpy.var``,
+  ``ddof`` 0 and 1).
 * :func:`cohen_kappa` - human-machine agreement (section 3.4, appendix D.2), scikit-learn.
 * :func:`spearman` - rank agreement (Table 3, Figure 5), scipy.
 * :func:`elo` / :func:`pairwise_outcomes` - the Elo baseline of Finding 8.
