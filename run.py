@@ -26,7 +26,7 @@ from protocols import REGISTRY, available, protocol_class  # noqa: E402
 from runtime.config_loader import ParamSchema, load_config, read_config_file  # noqa: E402
 from runtime import stop  # noqa: E402
 from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
-from state.config import ROLES  # noqa: E402
+from state.config import ROLES, RunConfig  # noqa: E402
 from state.errors import InputError  # noqa: E402
 
 
@@ -60,9 +60,10 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
         roles.add_argument(f"--{role}", help=f"model for the {role} role")
     run = parser.add_argument_group("run")
     run.add_argument("--limit", type=int, help="process at most this many units")
-    run.add_argument("--concurrency", type=int, help="units in flight at once (default 2)")
-    run.add_argument("--seed", type=int, help="seed for every random choice (default 0)")
-    run.add_argument("--out", help="folder holding run directories (default runs)")
+    default = {name: f.default for name, f in RunConfig.model_fields.items()}
+    run.add_argument("--concurrency", type=int, help=f"units in flight at once (default {default['concurrency']})")
+    run.add_argument("--seed", type=int, help=f"seed for every random choice (default {default['seed']})")
+    run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
     run.add_argument("--dry-run", action="store_true", help="print the plan (units, models, calls) and exit")
     run.add_argument("--skip-preflight", action="store_true", help="do not ping each endpoint before the run")
@@ -74,10 +75,9 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
 
 
 def _protocol_group(parser: argparse.ArgumentParser, name: str, cls: type) -> list[str]:
-    """Add one protocol's options; return their ``dest`` names."""
-    group = parser.add_argument_group(f"{name} options", cls.description)
-    cls.add_arguments(group)
-    return [a.dest for a in group._group_actions]
+    """Add one protocol's flags (generated from its declared options); return their ``dest`` names."""
+    cls.add_arguments(parser.add_argument_group(f"{name} options", cls.description))
+    return [o.name for o in cls.options() if o.cli]
 
 
 def build_parser(protocol: str | None) -> tuple[argparse.ArgumentParser, list[str]]:
@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         flags = flags_from_args(args, dests)
         config_file = args.config
         if args.resume:
-            out = args.out or (read_config_file(args.config).get("out") if args.config else None) or "runs"
+            out = (args.out or (read_config_file(args.config).get("out") if args.config else None)
+                   or RunConfig.model_fields["out"].default)
             config_file = os.path.join(out, args.resume, "config.json")
             if not os.path.exists(config_file):
                 raise InputError(f"no run {args.resume!r} under {out}", field="--resume")

@@ -7,18 +7,17 @@ the config file and key (``eval.toml: [models.gpt] temperature``).
 
 Unknown keys are errors, never ignored: a typo in the config file (top level,
 ``[models.*]``, ``[stores]``, ``[roles]``, ``[params]``) stops the run with the
-key and the closest known name. ``[params]`` takes the protocol's own flags
-(by their ``dest`` name) and its context fields, checked with the same types.
+key and the closest known name. ``[params]`` takes the protocol's declared
+options (:meth:`runtime.protocol.Protocol.options`) by name, typed like their
+flags; every parameter, wherever it came from, passes the checks declared with it.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import os
 import tomllib
-import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from runtime.models import resolve_api_key
 from state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
-from state.context import BaseContext
+from state.context import Option
 from state.errors import InputError
 
 ENV_PREFIX = "DYNEVAL_"
@@ -194,56 +193,41 @@ class _Sources:
 
 @dataclass
 class ParamSchema:
-    """What ``[params]`` may hold for one protocol: its flags (by ``dest``) and its context fields."""
+    """What ``[params]`` may hold for one protocol: its declared options (context and batch-only fields)."""
 
     protocol: str
-    types: dict[str, Any]
-    choices: dict[str, Any]
-    flags: dict[str, str]
+    options: dict[str, Option]
+
+    @property
+    def flags(self) -> dict[str, str]:
+        return {name: o.flag for name, o in self.options.items() if o.cli}
 
     @classmethod
     def of(cls, protocol_cls: Any) -> ParamSchema:
-        """From a :class:`runtime.protocol.Protocol` subclass: its ``add_arguments`` and its ``context_cls``."""
-        group = argparse.ArgumentParser(add_help=False).add_argument_group()
-        protocol_cls.add_arguments(group)
-        common = {f.name for f in dataclasses.fields(BaseContext)}
-        hints = typing.get_type_hints(protocol_cls.context_cls)
-        types = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(protocol_cls.context_cls)
-                 if f.name not in common}
-        choices, flags = {}, {}
-        for action in group._group_actions:
-            types[action.dest] = _action_type(action)
-            flags[action.dest] = action.option_strings[0]
-            if action.choices:
-                choices[action.dest] = action.choices
-        return cls(protocol_cls.name, types, choices, flags)
+        """From a :class:`runtime.protocol.Protocol` subclass: the options it declares."""
+        return cls(protocol_cls.name, {o.name: o for o in protocol_cls.options()})
 
     def check(self, params: dict[str, Any], sources: _Sources) -> dict[str, Any]:
         """Typed values of ``params`` (from the file); unknown names and wrong types are errors."""
         out = {}
         for name, value in params.items():
             where = sources.of(("params", name))
-            if name not in self.types:
-                close = difflib.get_close_matches(name, self.types, n=1)
+            if name not in self.options:
+                close = difflib.get_close_matches(name, self.options, n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"see run.py --protocol {self.protocol} --help"
                 raise InputError(f"unknown parameter of {self.protocol}; {hint}", setting=where)
             try:
-                value = TypeAdapter(self.types[name]).validate_python(value)
+                out[name] = TypeAdapter(self.options[name].type).validate_python(value)
             except ValidationError as exc:
                 raise InputError(_message(exc.errors()[0]), setting=where) from None
-            allowed = self.choices.get(name)
-            if allowed and any(v not in allowed for v in (value if isinstance(value, list) else [value])):
-                raise InputError(f"{value!r} is not one of {', '.join(map(str, allowed))}", setting=where)
-            out[name] = value
         return out
 
-
-def _action_type(action: argparse.Action) -> Any:
-    """The Python type a flag's value has after argparse (so the file's value is checked the same way)."""
-    if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
-        return bool
-    base = action.type if action.type in (int, float) else str
-    return list[base] if action.nargs in ("+", "*") or isinstance(action.nargs, int) else base
+    def check_values(self, params: dict[str, Any], sources: _Sources) -> None:
+        """The declared choices, ranges and checks of every parameter, blamed on where its value came from."""
+        for name, value in params.items():
+            option = self.options.get(name)
+            if option is not None and value is not None and (problem := option.problem(value)):
+                raise InputError(problem, setting=sources.of(("params", name)))
 
 
 # -- loading -----------------------------------------------------------------------------------------------------
@@ -307,6 +291,8 @@ def load_config(protocol: str, *, config_file: str | None, flags: dict[str, Any]
         raise InputError(_message(err), setting=sources.of(_loc(err))) from None
     config._sources = sources.by_flag(flag_of)
     _check_api_keys(config, sources)
+    if params is not None:
+        params.check_values(config.params, sources)
     return config
 
 

@@ -1,13 +1,17 @@
 """What a protocol gives the batch runner: its units, graph, context, results, summary and report.
 
 A protocol module under ``protocols/`` subclasses :class:`Protocol`; the graph
-itself stays in ``graphs/<name>.py`` (``builder`` + ``graph``).
+itself stays in ``graphs/<name>.py`` (``builder`` + ``graph``). Its parameters are
+declared once, with :func:`state.context.described`: the graph's options as fields
+of ``context_cls``, the few batch-only ones (input files, modes) as fields of
+``batch_cls``; the command-line flags are generated from both.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +23,7 @@ from rich.console import Console
 from runtime.report import Block
 from runtime.services import Services
 from state.config import RunConfig
-from state.context import BaseContext
+from state.context import BaseContext, Option, options
 
 
 #: Statuses that end a unit for good; anything else is redone on resume.
@@ -64,13 +68,28 @@ class Protocol(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     context_cls: ClassVar[type[BaseContext]] = BaseContext
+    #: A dataclass of the batch-only options (``described`` fields), or ``None``.
+    batch_cls: ClassVar[type | None] = None
     #: Roles whose endpoints pre-flight pings before any tokens are spent.
     roles: ClassVar[tuple[str, ...]] = ("target", "evaluator")
 
-    # -- command line --------------------------------------------------------------------------
+    # -- parameters ----------------------------------------------------------------------------
+    @classmethod
+    def options(cls) -> list[Option]:
+        """Every declared parameter: the context's fields, then the batch-only ones."""
+        return options(cls.context_cls) + options(cls.batch_cls)
+
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        """Add this protocol's own flags (their ``dest`` become ``config.params`` keys)."""
+        """One flag per declared parameter with ``cli`` (its ``dest`` becomes a ``config.params`` key)."""
+        for option in cls.options():
+            if option.cli:
+                add_flag(group, option)
+
+    def check_params(self, params: dict[str, Any]) -> None:
+        """The declared checks of every given parameter (:class:`InputError` naming the flag)."""
+        for option in self.options():
+            option.validate(params.get(option.name))
 
     # -- the batch -----------------------------------------------------------------------------
     @abstractmethod
@@ -93,11 +112,19 @@ class Protocol(ABC):
         return False
 
     def context(self, run: Run) -> BaseContext:
-        """The graph context: protocol params that name context fields, plus live services."""
+        """The graph context: protocol params that name context fields (checked), plus live services."""
+        self.check_params(run.params)
         names = {f.name for f in dataclasses.fields(self.context_cls)}
         values = {k: v for k, v in run.params.items() if k in names}
         values.update({role: ref for role, ref in run.config.roles.items() if role in names})
         return self.context_cls(**values, seed=run.config.seed, run_dir=str(run.run_dir), services=run.services)
+
+    def batch(self, run: Run) -> Any:
+        """The batch-only options (``batch_cls``): the given params (checked) over the declared defaults."""
+        self.check_params(run.params)
+        assert self.batch_cls is not None, f"{self.name} declares no batch options"
+        names = {f.name for f in dataclasses.fields(self.batch_cls)}
+        return self.batch_cls(**{k: v for k, v in run.params.items() if k in names and v is not None})
 
     def on_interrupt(self, run: Run, unit: Unit, value: Any) -> Any:
         """Answer a graph ``interrupt()`` (e.g. ask a human); the return value resumes the graph."""
@@ -122,3 +149,31 @@ class Protocol(ABC):
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         """Report blocks (tables, figures, text) after the common header."""
         return []
+
+
+def add_flag(group: argparse._ArgumentGroup, option: Option) -> None:
+    """The command-line flag of a declared parameter: type, choices and help with the real default.
+
+    Its argparse default stays ``None`` (not given), so a config file or environment value is not
+    overridden by a flag the user did not pass.
+    """
+    kind, default = option.type, option.default
+    kwargs: dict[str, Any] = {"dest": option.name, "default": None, "help": option.description.replace("%", "%%")}
+    if kind is bool:
+        negatable = default or option.negatable
+        kwargs["action"] = argparse.BooleanOptionalAction if negatable else "store_true"
+        if negatable:
+            kwargs["help"] += f" (default: {'on' if default else 'off'})"
+    else:
+        if typing.get_origin(kind) is list:
+            kwargs["nargs"] = "+"
+            kind = typing.get_args(kind)[0]
+        if kind in (int, float):
+            kwargs["type"] = kind
+        if option.choices is not None:
+            kwargs["choices"] = list(option.choices)
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
+        if default not in (None, ""):
+            kwargs["help"] += f" (default: {default})"
+    group.add_argument(option.flag, **kwargs)

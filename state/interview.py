@@ -157,19 +157,22 @@ class InterviewState(TypedDict, total=False):
 class InterviewContext(BaseContext):
     """Interview parameters (Algorithm 1 constants and the pluggable interviewer duties of section 3.1)."""
 
-    max_retries: int = described(2, "MAX_RETRIES: retries after a wrong answer (Score@n for n = 1..MAX_RETRIES+1).")
+    max_retries: int = described(2, "MAX_RETRIES: retries after a wrong answer (Score@n for n = 1..MAX_RETRIES+1).",
+                                 minimum=0)
     max_questions: int = described(2, "MAX_QUESTIONS: questions per session, seed question included "
-                                       "(1 = no follow-ups).")
+                                       "(1 = no follow-ups).", minimum=1)
     modify: bool = described(True, "Interviewer duty 1: modify the seed question before asking it.")
     modification: str = described("auto", "Modification strategy: auto (by task), math (unknowns / omitted "
-                                          "values), factual (new question from the reference), paraphrase, none.")
+                                          "values), factual (new question from the reference), paraphrase, none.",
+                                  choices=MODIFICATION_STRATEGIES)
     feedback: bool = described(True, "Interviewer duty 2: write feedback on wrong answers (off = a plain "
                                      "'not correct, try again' message).")
     followups: bool = described(True, "Interviewer duty 3: ask follow-up questions (Table 1).")
     retry_followups: bool = described(False, "Give feedback and retries on follow-up questions too (Algorithm 1 "
-                                             "does; off keeps follow-up accuracy a first-answer score).")
+                                             "does; off keeps follow-up accuracy a first-answer score).",
+                                      negatable=True)
     summarize: bool = described(True, "Write an LLM session summary (Appendix D.3); off = a summary built in code.")
     single_turn_judge: bool = described(True, "Also score the unmodified question single-turn (LLM-as-a-Judge).")
     interviewee: str = described("model", "model = the target role answers; human = a person answers through "
-                                          "interrupt() (terminal or Studio).")
+                                          "interrupt() (terminal or Studio).", choices=("model", "human"))
     history_chars: int = described(1500, "Longest text of one earlier turn shown again to the interviewee.")

@@ -84,11 +84,11 @@ class DifficultyControl:
         return "hard"
 
     @classmethod
-    def parse(cls, gains: str | None, thresholds: str | None) -> DifficultyControl:
+    def parse(cls, gains: str, thresholds: str) -> DifficultyControl:
         """From ``"1,1.5,2"`` and ``"0.5,1"`` (raises :class:`DifficultyConfigError`)."""
         try:
-            g = tuple(float(x) for x in (gains or "1,1.5,2").split(","))
-            t = tuple(float(x) for x in (thresholds or "0.5,1").split(","))
+            g = tuple(float(x) for x in gains.split(","))
+            t = tuple(float(x) for x in thresholds.split(","))
         except ValueError as exc:
             raise DifficultyConfigError(f"gains/thresholds must be comma-separated numbers: {exc}") from None
         if len(g) != 3 or len(t) != 2:
@@ -179,15 +179,16 @@ class JudgeAgentContext(BaseContext):
     kb: str = described("", "Knowledge base: a .txt/.md file, a JSONL/JSON/CSV/TSV file of documents, or a folder "
                             "of such files; empty = shipped sample.")
     kb_fields: str = described("", "Field mapping of knowledge-base records, e.g. text=body,title=name,id=doc_id.")
-    rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).")
-    hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).")
+    rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).", minimum=0)
+    hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).", minimum=1)
     top_k: int = described(5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).")
     gains: str = described("1,1.5,2", "Score gains c1,c2,c3 for easy,medium,hard (Appendix B).")
     thresholds: str = described("0.5,1", "Thresholds t12,t23 between difficulty levels (Appendix B).")
-    extract_batch: int = described(5, "Chunks per entity-extraction call (Table 11 labels many texts at once).")
+    extract_batch: int = described(5, "Chunks per entity-extraction call (Table 11 labels many texts at once).",
+                                   minimum=1)
     no_context_graph: bool = described(False, "Ablation: random knowledge-base chunks instead of graph paths.")
     no_difficulty_adaptation: bool = described(False, "Ablation: every generated question at fixed_difficulty.")
-    fixed_difficulty: str = described("medium", "Difficulty used when difficulty adaptation is off.")
+    fixed_difficulty: Difficulty = described("medium", "Difficulty used when difficulty adaptation is off.")
     no_extension: bool = described(False, "Ablation: no interactive extension (grading -> feedback).")
     no_validation: bool = described(False, "Skip the Algorithm 2 re-answer with suggestions.")
     answer_format: AnswerFormat = described(

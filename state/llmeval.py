@@ -63,17 +63,22 @@ class TFStatements(BaseModel):
 class LLMEvalContext(BaseContext):
     """Parameters of an LLMEval-3 exam session (section 2.2, 2.3, appendix B)."""
 
-    questions: int = described(1000, "Questions per exam session (the paper samples N = 1000).")
-    paradigm: str = described("zero-shot", "Prompting paradigm: zero-shot, few-shot (Figure 9) or cot (Figure 10).")
+    questions: int = described(1000, "Questions per exam session (the paper samples N = 1000).", minimum=1,
+                               metavar="N")
+    paradigm: str = described("zero-shot", "Prompting paradigm: zero-shot, few-shot (Figure 9) or cot (Figure 10); "
+                                           "all = a session of each (batch runs).", choices=(*PARADIGMS, "all"))
     stratified: bool = described(False, "Sample each discipline in proportion to its share of the bank.")
     reference_model: str = described("", "Reference (SOTA) model replaying the same questions for the relative "
-                                         "score R = S / S_ref x 100 (equation 2); empty = no relative score.")
+                                         "score R = S / S_ref x 100 (equation 2); empty = no relative score.",
+                                 metavar="REF")
     fewshot_k: int = described(3, "Worked examples in a few-shot prompt, drawn from outside the session.")
-    answer_batch: int = described(20, "Questions answered per graph step (progress is kept in the bank).")
-    judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).")
-    sample_if_empty: bool = described(True, "Import the shipped sample bank when the bank is empty (Studio).")
+    answer_batch: int = described(20, "Questions answered per graph step (progress is kept in the bank).",
+                                  minimum=1)
+    judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).", minimum=1)
+    sample_if_empty: bool = described(True, "Import the shipped sample bank when the bank is empty (Studio).",
+                                      cli=False)
     bank_db: str = described("", "Question bank: SQLite file or postgresql:// DSN; empty = the configured "
-                                 "PostgreSQL DSN, else <out>/_cache/llmeval_bank.sqlite.")
+                                 "PostgreSQL DSN, else <out>/_cache/llmeval_bank.sqlite.", metavar="DB")
 
 
 class SessionResult(TypedDict, total=False):

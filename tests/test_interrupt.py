@@ -88,7 +88,9 @@ def test_ctrl_c_in_process_launches_no_more_units_refuses_the_next_request_and_r
     def target(messages, tool):
         if last_text(messages) == "question 1" and not resumed:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while this request is in flight
-            time.sleep(0.2)
+            deadline = time.monotonic() + 30  # the handler runs in the main thread: wait for it, however loaded
+            while not stop.stopped() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return "answer to " + last_text(messages)
 
     resumed = False

@@ -1,9 +1,9 @@
 """ATAD (seed 003): agent-centric text anomaly detection benchmarks, generated and evaluated.
 
 Generation (default mode): one unit = one problem = one thread of ``graphs/atad.py``;
-``--per-task N`` units for each task type of ``--tasks`` (default T1-T7). Each unit's
+``--per-task N`` units for each task type of ``--tasks``. Each unit's
 inputs are seeded from ``--seed`` and its id: the topic from the task's domains
-(Table 7) and a challenge factor with probability ``--challenge-prob`` (0.5, Appendix C).
+(Table 7) and a challenge factor with probability ``--challenge-prob`` (Appendix C).
 At the end ``benchmark.jsonl`` is written into the run directory (final and base
 problems with all metadata; see :mod:`protocols.atad.benchmark`).
 
@@ -24,8 +24,8 @@ fails at once, so ``--per-task 1`` costs about 3-10 calls per task.
 
 from __future__ import annotations
 
-import argparse
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,53 +35,49 @@ from protocols.atad.benchmark import item_record, write_benchmark
 from protocols.atad.metrics import generation_stats, mean
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
-from state.atad import ACCEPTANCE_TEXT, DEFAULT_LADDER, TASK_IDS, TASKS, AtadContext, parse_ladder
+from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
+from state.context import described
 from state.errors import InputError
 
 BENCHMARK_FILE = "benchmark.jsonl"
 
 
-def parse_tasks(text: str | None) -> list[str]:
+def parse_tasks(text: str) -> list[str]:
+    """``"t1,T3"`` -> ``["T1", "T3"]``; empty = every task type; ``ValueError`` naming an unknown one."""
     if not text:
         return list(TASK_IDS)
     tasks = [t.strip().upper() for t in str(text).split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASK_IDS]
     if bad or not tasks:
-        raise InputError(f"unknown task(s) {bad or text!r}; choose from {','.join(TASK_IDS)}", field="--tasks")
+        raise ValueError(f"unknown task(s) {bad or text!r}; choose from {','.join(TASK_IDS)}")
     return list(dict.fromkeys(tasks))
+
+
+@dataclass(kw_only=True)
+class AtadBatch:
+    """Batch-only options: which problems to generate, and the evaluation phase."""
+
+    per_task: int = described(10, "problems per task type", minimum=1)
+    tasks: str = described(",".join(TASK_IDS), "comma-separated task types, e.g. T1,T3", check=parse_tasks)
+    problem_style: str = described("GRE", "exam style of the problems")
+    challenge_prob: float = described(0.5, "probability of adding a challenge factor to a problem",
+                                      minimum=0, maximum=1)
+    evaluate: list[str] | None = described(
+        None, "evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)", metavar="MODEL")
+    benchmark: list[str] | None = described(
+        None, "benchmark JSONL file(s) to evaluate or review (one per generator)", metavar="FILE")
+    fields: str | None = described(None, "column names of --benchmark records, e.g. id=item_id,task=type "
+                                         "(names: id, task, item_status, problem, base_problem)")
+    review: list[str] | None = described(
+        None, "quality review of --benchmark problems by these reviewer models (Table 3)", metavar="MODEL")
 
 
 class AtadProtocol(Protocol):
     name = "atad"
     description = "ATAD: teacher / orchestrator / student text anomaly benchmark generation and evaluation"
     context_cls = AtadContext
+    batch_cls = AtadBatch
     roles = ("teacher", "orchestrator", "student")
-
-    @classmethod
-    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        group.add_argument("--per-task", dest="per_task", type=int, help="problems per task type (default 10)")
-        group.add_argument("--tasks", help="comma-separated task types, e.g. T1,T3 (default T1-T7)")
-        group.add_argument("--no-orchestrator", dest="no_orchestrator", action="store_true", default=None,
-                           help="ablation: generate without orchestrator validation (Table 3)")
-        group.add_argument("--max-init-loops", dest="max_init_loops", type=int,
-                           help="teacher attempts for a base problem before discarding (default 3)")
-        group.add_argument("--max-student-loops", dest="max_student_loops", type=int,
-                           help="student attempts per problem (default 5)")
-        group.add_argument("--max-level-attempts", dest="max_level_attempts", type=int,
-                           help="harder variants per escalation step before keeping the last validated (default 2)")
-        group.add_argument("--difficulty-ladder", dest="difficulty_ladder",
-                           help=f"tiers NAME:MIN_SUCCESSES,... (default {DEFAULT_LADDER})")
-        group.add_argument("--problem-style", dest="problem_style", help="exam style of the problems (default GRE)")
-        group.add_argument("--challenge-prob", dest="challenge_prob", type=float,
-                           help="probability of adding a challenge factor to a problem (default 0.5)")
-        group.add_argument("--evaluate", nargs="+", metavar="MODEL",
-                           help="evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)")
-        group.add_argument("--benchmark", nargs="+", metavar="FILE",
-                           help="benchmark JSONL file(s) to evaluate or review (one per generator)")
-        group.add_argument("--fields", help="column names of --benchmark records, e.g. id=item_id,task=type "
-                                            "(names: id, task, item_status, problem, base_problem)")
-        group.add_argument("--review", nargs="+", metavar="MODEL",
-                           help="quality review of --benchmark problems by these reviewer models (Table 3)")
 
     def builder(self) -> StateGraph:
         from graphs.atad import builder
@@ -89,36 +85,19 @@ class AtadProtocol(Protocol):
         return builder
 
     # -- generation ---------------------------------------------------------------------------
-    def _check_params(self, run: Run) -> None:
-        p = run.params
-        for name in ("per_task", "max_init_loops", "max_student_loops", "max_level_attempts"):
-            if p.get(name) is not None and int(p[name]) < 1:
-                raise InputError("must be at least 1", field="--" + name.replace("_", "-"))
-        prob = p.get("challenge_prob")
-        if prob is not None and not 0.0 <= float(prob) <= 1.0:
-            raise InputError("must be between 0 and 1", field="--challenge-prob")
-        try:
-            parse_ladder(p.get("difficulty_ladder") or DEFAULT_LADDER)
-        except ValueError as exc:
-            raise InputError(str(exc), field="--difficulty-ladder") from None
-
     def plan(self, run: Run) -> list[Unit]:
-        self._check_params(run)
-        p = run.params
-        per_task = int(p.get("per_task") or 10)
-        prob = 0.5 if p.get("challenge_prob") is None else float(p["challenge_prob"])
-        style = p.get("problem_style") or "GRE"
+        options = self.batch(run)
         units = []
-        for task in parse_tasks(p.get("tasks")):
+        for task in parse_tasks(options.tasks):
             spec = TASKS[task]
-            for i in range(per_task):
+            for i in range(options.per_task):
                 uid = f"{task}-{i:04d}"
                 rng = random.Random(f"{run.config.seed}:{uid}")
                 topic = rng.choice(spec.topics)
-                challenge = rng.choice(spec.challenge_factors) if rng.random() < prob else None
+                challenge = rng.choice(spec.challenge_factors) if rng.random() < options.challenge_prob else None
                 target = rng.random() < 0.5 if spec.kind == "order" else None
                 units.append(Unit(id=uid, input={"task": task, "topic": topic, "challenge": challenge,
-                                                 "style": style, "target_coherent": target},
+                                                 "style": options.problem_style, "target_coherent": target},
                                   meta={"task": task, "topic": topic, "challenge": challenge}))
         return units
 
@@ -136,7 +115,7 @@ class AtadProtocol(Protocol):
         return True
 
     def _levels(self, run: Run) -> list[tuple[str, int]]:
-        return parse_ladder(run.params.get("difficulty_ladder") or DEFAULT_LADDER)
+        return parse_ladder(self.context(run).difficulty_ladder)
 
     def ungraded(self, state: dict[str, Any]) -> int:
         """1 when the unit stopped because the orchestrator gave no usable verdict on a candidate."""

@@ -7,8 +7,8 @@ report blocks in :mod:`protocols.interview.report`.
 
 from __future__ import annotations
 
-import argparse
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.graph import StateGraph
@@ -19,8 +19,9 @@ from protocols.interview.report import report_blocks
 from prompts import load_prompt
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block, Text
+from state.context import described
 from state.errors import InfraError, InputError, ModelError
-from state.interview import MODIFICATION_STRATEGIES, TASK_TYPES, InterviewContext
+from state.interview import TASK_TYPES, InterviewContext
 from state.verdicts import is_ungraded
 
 _input_lock = threading.Lock()
@@ -30,65 +31,40 @@ def unit_id(seed_id: str, repeat: int, repeats: int) -> str:
     return seed_id if repeats == 1 else f"{seed_id}~r{repeat}"
 
 
+@dataclass(kw_only=True)
+class InterviewBatch:
+    """Batch-only options: the seed questions, repeats, and the report's sample-size check."""
+
+    data: str | None = described(None, "seed questions (JSONL, JSON, CSV or TSV: question, solution, answer, task, "
+                                       "level, id); default: the shipped sample")
+    fields: str | None = described(None, f"column names of --data, e.g. question=Problem,answer=Final "
+                                         f"(names: {', '.join(CANONICAL)})")
+    task: str | None = described(None, "treat every seed question as this task type", choices=TASK_TYPES)
+    repeats: int = described(1, "interview every seed question K times (run-to-run std)", minimum=1)
+    bootstrap_resamples: int = described(10_000, "resamples of the sample-size check", minimum=1)
+
+
 class InterviewProtocol(Protocol):
     name = "interview"
     description = ("LLM-as-an-Interviewer: modified seed questions, feedback and retries, follow-up questions, "
                    "Interview Report")
     context_cls = InterviewContext
+    batch_cls = InterviewBatch
     roles = ("target", "evaluator", "grader")
-
-    @classmethod
-    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        group.add_argument("--data", help="seed questions (JSONL, JSON, CSV or TSV: question, solution, answer, task, "
-                                          "level, id); default: the shipped sample")
-        group.add_argument("--fields", help=f"column names of --data, e.g. question=Problem,answer=Final "
-                                            f"(names: {', '.join(CANONICAL)})")
-        group.add_argument("--task", choices=TASK_TYPES, help="treat every seed question as this task type")
-        group.add_argument("--repeats", type=int, help="interview every seed question K times (run-to-run std)")
-        group.add_argument("--max-retries", type=int, help="MAX_RETRIES after a wrong answer (default 2)")
-        group.add_argument("--max-questions", type=int,
-                           help="MAX_QUESTIONS per session, seed question included (default 2)")
-        group.add_argument("--modify", action=argparse.BooleanOptionalAction, default=None,
-                           help="interviewer duty: modify seed questions")
-        group.add_argument("--modification", choices=MODIFICATION_STRATEGIES,
-                           help="modification strategy (default auto: by task)")
-        group.add_argument("--feedback", action=argparse.BooleanOptionalAction, default=None,
-                           help="interviewer duty: feedback on wrong answers")
-        group.add_argument("--followups", action=argparse.BooleanOptionalAction, default=None,
-                           help="interviewer duty: follow-up questions")
-        group.add_argument("--retry-followups", action=argparse.BooleanOptionalAction, default=None,
-                           help="feedback and retries on follow-up questions too")
-        group.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=None,
-                           help="LLM session summaries and report summary")
-        group.add_argument("--single-turn-judge", action=argparse.BooleanOptionalAction, default=None,
-                           help="also score the unmodified question single-turn (LLM-as-a-Judge)")
-        group.add_argument("--interviewee", choices=("model", "human"),
-                           help="model = the target role answers; human = you answer in the terminal")
-        group.add_argument("--bootstrap-resamples", type=int, help="resamples of the sample-size check (10000)")
 
     def builder(self) -> StateGraph:
         from graphs.interview import builder
 
         return builder
 
-    def _int(self, run: Run, name: str, default: int, low: int) -> int:
-        value = run.params.get(name)
-        value = default if value is None else value
-        if not isinstance(value, int) or value < low:
-            raise InputError(f"must be an integer >= {low}", field=f"--{name.replace('_', '-')}")
-        return value
-
     def plan(self, run: Run) -> list[Unit]:
-        repeats = self._int(run, "repeats", 1, 1)
-        self._int(run, "max_retries", 2, 0)
-        self._int(run, "max_questions", 2, 1)
-        self._int(run, "bootstrap_resamples", 10_000, 1)
-        seeds = load_seeds(run.params.get("data"), run.params.get("task"), run.params.get("fields"))
+        options = self.batch(run)
+        seeds = load_seeds(options.data, options.task, options.fields)
         run.console.print(f"seed questions: {self.inputs(run)}", markup=False, highlight=False)
         units = []
-        for k in range(repeats):
+        for k in range(options.repeats):
             for s in seeds:
-                uid = unit_id(s.id, k, repeats)
+                uid = unit_id(s.id, k, options.repeats)
                 units.append(Unit(id=uid, input={"unit_id": uid, "seed": s.model_dump()},
                                   meta={"seed_id": s.id, "repeat": k, "task": s.task, "level": s.level}))
         return units
@@ -98,8 +74,8 @@ class InterviewProtocol(Protocol):
         return str(run.params["data"]) if run.params.get("data") else f"shipped sample {SAMPLE} (no --data given)"
 
     def expected_calls(self, run: Run) -> str:
-        r = self._int(run, "max_retries", 2, 0)
-        q = self._int(run, "max_questions", 2, 1)
+        ctx = self.context(run)
+        r, q = ctx.max_retries, ctx.max_questions
         low = 2 + 1 + 2 + 1
         high = 2 + 1 + (r + 1) * 2 + r * 2 + (q - 1) * 3 + 1
         return f"{low}-{high} (single-turn 2, modify 1, 2 per answer, 1-2 per feedback, 3 per follow-up, summary 1)"
@@ -149,7 +125,7 @@ class InterviewProtocol(Protocol):
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         ok = metrics.ok_records(records)
-        n_max = 1 + int(run.params.get("max_retries") if run.params.get("max_retries") is not None else 2)
+        n_max = 1 + self.context(run).max_retries
         n_max = max([n_max, *(len(r["seed_scores"]) for r in ok)])
         rates = metrics.score_at_n_rates(ok, n_max)
         scores = [r["value"] for r in rates]
@@ -175,7 +151,7 @@ class InterviewProtocol(Protocol):
             "error_types": metrics.error_distribution(ok),
             "verbosity_bias": metrics.verbosity_bias(ok, n_max),
             "run_to_run": metrics.run_to_run_std(ok, n_max),
-            "bootstrap": metrics.bootstrap_table(ok, resamples=int(run.params.get("bootstrap_resamples") or 10_000),
+            "bootstrap": metrics.bootstrap_table(ok, resamples=self.batch(run).bootstrap_resamples,
                                                  seed=run.config.seed),
             "feedback_checks": metrics.feedback_checks(ok),
             "graded_by": metrics.graded_by(ok),
@@ -194,7 +170,7 @@ class InterviewProtocol(Protocol):
                          for n in range(1, out["n_max"] + 1))
         overall = "n/a" if fa["overall"] is None else "%.2f" % fa["overall"]
         scores = f"Score@n: {at_n}; follow-up accuracy overall {overall}"
-        if run.params.get("summarize") is False or not any(r["session_summary"] for r in ok):
+        if not self.context(run).summarize or not any(r["session_summary"] for r in ok):
             return _code_overall(ok, out), "code"
         summaries = "\n".join(f"- {r['session_summary'][:600]}" for r in ok[:40] if r["session_summary"])
         try:

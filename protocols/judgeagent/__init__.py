@@ -1,7 +1,7 @@
 """JudgeAgent (seeds 000 and 001): knowledge-driven, difficulty-adaptive dynamic evaluation.
 
-One unit = one batch of ``--batch-size`` base questions (default 3) = one thread of ``graphs/judgeagent.py``:
-Benchmark Grading, ``--rounds`` Interactive Extension rounds over the context graph (default 3, ``--hops``
+One unit = one batch of ``--batch-size`` base questions = one thread of ``graphs/judgeagent.py``:
+Benchmark Grading, ``--rounds`` Interactive Extension rounds over the context graph (``--hops``
 chunks per knowledge path), Evaluation Feedback and the Algorithm 2 validation. Batches run concurrently
 (``--concurrency``) and a killed run resumes without redoing finished batches (the runner).
 
@@ -25,8 +25,8 @@ the evaluator, the console, ``kb_stats.json``, ``summary.json`` and the report s
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,55 +40,36 @@ from protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dyn
                                           ungraded_answers, unvalidated, validation_by_label)
 from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Text
+from state.context import described
 from state.errors import InputError
-from state.judgeagent import ANSWER_FORMATS, DIFFICULTIES, BaseQuestion, DifficultyConfigError, DifficultyControl, JudgeAgentContext
+from state.judgeagent import BaseQuestion, DifficultyConfigError, JudgeAgentContext
 from state.verdicts import is_ungraded
 from stores.context_graph import load_knowledge_base
 
 KB_STATS = "kb_stats.json"
 
 
+@dataclass(kw_only=True)
+class JudgeAgentBatch:
+    """Batch-only options: the questions, how they are batched, and the build-only mode."""
+
+    data: str | None = described(None, "base questions: JSONL, JSON, CSV or TSV (default: shipped sample)")
+    fields: str | None = described(None, "column names: id, question, answer, options, difficulty, references, "
+                                         "e.g. question=QUESTION,answer=final_decision,references=CONTEXTS "
+                                         "(options=A+B+C+D and references=P1+P2 join columns)")
+    choices: str | None = described(None, "the same options for every question, e.g. yes,no,maybe")
+    hf_dataset: str | None = described(None, "Hugging Face dataset id[:config] (needs network)")
+    hf_split: str = described("test", "split of --hf-dataset")
+    batch_size: int = described(3, "N_B questions per batch", minimum=1)
+    build_kb_only: bool = described(False, "build (or load) the context graph, print its statistics and stop")
+
+
 class JudgeAgentProtocol(Protocol):
     name = "judgeagent"
     description = "JudgeAgent: benchmark grading, knowledge-driven adaptive extension, feedback and validation"
     context_cls = JudgeAgentContext
+    batch_cls = JudgeAgentBatch
     roles = ("target", "evaluator")
-
-    @classmethod
-    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        group.add_argument("--kb", help="knowledge base: a .txt/.md file, a JSONL/JSON/CSV/TSV file of documents "
-                                        "{id,title,text}, or a folder of such files")
-        group.add_argument("--kb-fields", dest="kb_fields",
-                           help="column names of --kb records, e.g. text=body,title=name,id=doc_id (text=A+B joins)")
-        group.add_argument("--data", help="base questions: JSONL, JSON, CSV or TSV (default: shipped sample)")
-        group.add_argument("--fields", help="column names: id, question, answer, options, difficulty, references, "
-                                            "e.g. question=QUESTION,answer=final_decision,references=CONTEXTS "
-                                            "(options=A+B+C+D and references=P1+P2 join columns)")
-        group.add_argument("--choices", help="the same options for every question, e.g. yes,no,maybe")
-        group.add_argument("--hf-dataset", dest="hf_dataset", help="Hugging Face dataset id[:config] (needs network)")
-        group.add_argument("--hf-split", dest="hf_split", help="split of --hf-dataset (default test)")
-        group.add_argument("--batch-size", dest="batch_size", type=int, help="N_B questions per batch (default 3)")
-        group.add_argument("--rounds", type=int, help="RND_e extension rounds per batch (default 3)")
-        group.add_argument("--hops", type=int, help="H hops per knowledge path (default 3)")
-        group.add_argument("--gains", help="score gains easy,medium,hard (default 1,1.5,2; Appendix B)")
-        group.add_argument("--thresholds", help="thresholds t12,t23 (default 0.5,1; Appendix B)")
-        group.add_argument("--extract-batch", dest="extract_batch", type=int,
-                           help="chunks per entity-extraction call (default 5)")
-        group.add_argument("--build-kb-only", dest="build_kb_only", action="store_true", default=None,
-                           help="build (or load) the context graph, print its statistics and stop")
-        group.add_argument("--no-context-graph", dest="no_context_graph", action="store_true", default=None,
-                           help="ablation: random knowledge-base chunks instead of context-graph paths")
-        group.add_argument("--no-difficulty-adaptation", dest="no_difficulty_adaptation", action="store_true",
-                           default=None, help="ablation: all generated questions at --fixed-difficulty")
-        group.add_argument("--fixed-difficulty", dest="fixed_difficulty", choices=list(DIFFICULTIES),
-                           help="difficulty without adaptation (default medium)")
-        group.add_argument("--no-extension", dest="no_extension", action="store_true", default=None,
-                           help="ablation: no interactive extension (grading -> feedback -> validation)")
-        group.add_argument("--no-validation", dest="no_validation", action="store_true", default=None,
-                           help="skip the Algorithm 2 re-answer with suggestions")
-        group.add_argument("--answer-format", dest="answer_format", choices=ANSWER_FORMATS,
-                           help="answers to questions without options: phrase, free (judged against the full "
-                                "reference) or auto (default: free when a reference is longer than a phrase)")
 
     def builder(self) -> StateGraph:
         from graphs.judgeagent import builder
@@ -96,22 +77,18 @@ class JudgeAgentProtocol(Protocol):
         return builder
 
     # -- inputs --------------------------------------------------------------------------------
-    def _check_params(self, run: Run) -> None:
-        p = run.params
+    def _check_params(self, run: Run) -> JudgeAgentContext:
+        """The declared checks, then those across options; the ``--kb`` file is read and validated."""
+        ctx = self.context(run)
         try:
-            DifficultyControl.parse(p.get("gains"), p.get("thresholds"))
+            ctx.control()
         except DifficultyConfigError as exc:
             raise InputError(str(exc), field="--gains/--thresholds") from None
-        for name in ("rounds", "hops", "extract_batch", "batch_size"):
-            if p.get(name) is not None and p[name] < (0 if name == "rounds" else 1):
-                raise InputError(f"must be at least {0 if name == 'rounds' else 1}", field=f"--{name.replace('_', '-')}")
-        if p.get("answer_format") not in (None, *ANSWER_FORMATS):
-            raise InputError(f"must be one of {', '.join(ANSWER_FORMATS)}, not {p['answer_format']!r}",
-                             field="--answer-format")
-        if p.get("kb_fields") and not p.get("kb"):
+        if ctx.kb_fields and not ctx.kb:
             raise InputError("--kb-fields maps the records of a --kb file; no --kb was given", field="--kb-fields")
-        if p.get("kb") and not p.get("no_extension"):
-            load_knowledge_base(p["kb"], p.get("kb_fields"))  # validated now; the graph is built in prepare()
+        if ctx.kb and not ctx.no_extension:
+            load_knowledge_base(ctx.kb, ctx.kb_fields or None)  # validated now; the graph is built in prepare()
+        return ctx  # type: ignore[return-value]
 
     def inputs(self, run: Run, questions: list[BaseQuestion] | None = None) -> dict[str, str]:
         """Where this run's questions and knowledge base come from (shipped samples only when none was given)."""
@@ -131,7 +108,7 @@ class JudgeAgentProtocol(Protocol):
         return {"questions": data, "knowledge_base": kb}
 
     def plan(self, run: Run) -> list[Unit]:
-        self._check_params(run)
+        ctx = self._check_params(run)
         questions, source = load_questions(run.params)
         if not (run.params.get("kb") or run.params.get("no_extension") or any(q.references for q in questions)
                 or uses_sample(run.params)):
@@ -139,23 +116,28 @@ class JudgeAgentProtocol(Protocol):
                              file=source, field="--kb")
         for name, where in self.inputs(run, questions).items():
             run.console.print(f"{name.replace('_', ' ')}: {where}", markup=False, highlight=False)
-        requested = run.params.get("answer_format") or "auto"
+        requested = ctx.answer_format
         run.params["answer_format"] = answer_format(requested, questions)
         run.console.print(f"answer format: {run.params['answer_format']}"
                           + (" (auto: chosen from the reference answers)" if requested == "auto" else ""),
                           markup=False, highlight=False)
         units = []
-        for i, batch in enumerate(split_batches(questions, int(run.params.get("batch_size") or 3)), 1):
+        for i, batch in enumerate(split_batches(questions, self.batch(run).batch_size), 1):
             units.append(Unit(id=f"batch-{i:04d}", input={"batch": [q.model_dump() for q in batch]},
                               meta={"questions": [q.id for q in batch], "source": source}))
         return units
 
     def expected_calls(self, run: Run) -> str:
-        n = int(run.params.get("batch_size") or 3)
-        r = 0 if run.params.get("no_extension") else int(run.params.get("rounds") or 3)
+        n = self.batch(run).batch_size
+        r = self._rounds(run)
         return (f"{n} base answers (+ a judge call for each that is not an option letter or the exact reference), "
                 f"1 entity call, {r} x (generate, answer, judge unless exact), 1 feedback, {n} validation answers "
                 "(+ judge calls likewise); graph build: chunks/extract_batch calls on first use only")
+
+    def _rounds(self, run: Run) -> int:
+        """Extension rounds per batch (none with ``--no-extension``)."""
+        ctx = self.context(run)
+        return 0 if ctx.no_extension else ctx.rounds
 
     def resolve_kb(self, run: Run, questions: list[BaseQuestion]) -> str:
         """The knowledge base path for this run (writes the references corpus when it is used)."""
@@ -241,7 +223,7 @@ class JudgeAgentProtocol(Protocol):
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         ok = with_results(records)
-        rounds = 0 if run.params.get("no_extension") else int(run.params.get("rounds") or 3)
+        rounds = self._rounds(run)
         n_questions = sum(len(r["base"]) for r in ok)
         tokens = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in ok)
         seconds = sum(r.get("wall_s", 0.0) for r in ok)

@@ -10,8 +10,8 @@ Other modes (``custom_run``): ``--serve`` (exam server on 127.0.0.1), ``--leader
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from protocols.llmeval import analyses
 from protocols.llmeval.metrics import mean, population_variance
 from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap, write_report
+from state.context import described
 from state.errors import InputError
 from state.llmeval import PARADIGMS, LLMEvalContext
 
@@ -32,40 +33,59 @@ SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.
 BANK_NOTE = "bank_source.txt"  # where the run's questions came from (shown in the report)
 
 
-def port_number(port: int) -> int:
-    """The exam server port (``--port``): 1-65535, else :class:`InputError` (uvicorn would listen elsewhere)."""
-    if not 1 <= port <= 65535:
-        raise InputError(f"must be a TCP port number 1-65535, got {port}", field="--port")
-    return port
-
-
 def _sizes(text: str) -> list[int]:
+    """``"1000,2000"`` -> ``[1000, 2000]`` (``--sizes``); ``ValueError`` unless positive integers."""
     try:
         sizes = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"--sizes must be comma-separated integers, got {text!r}", field="--sizes") from None
+        raise ValueError(f"must be comma-separated integers, got {text!r}") from None
     if not sizes or any(s < 1 for s in sizes):
-        raise InputError("--sizes needs positive integers", field="--sizes")
+        raise ValueError("needs positive integers")
     return sizes
 
 
-#: Options that must be at least 1 when given (0 was replaced by the default, or left a session with nothing to do).
-_POSITIVE = ("questions", "sessions", "answer_batch", "judge_concurrency", "trials")
+def _positive(value: float) -> None:
+    if value <= 0:
+        raise ValueError("must be greater than 0")
 
 
-def check_params(p: dict[str, Any]) -> None:
-    """Range checks of the options, before anything is imported, created or spent."""
-    for name in _POSITIVE:
-        if p.get(name) is not None and p[name] < 1:
-            raise InputError("must be at least 1", field="--" + name.replace("_", "-"))
-    if p.get("near_dup_threshold") is not None and not 0 <= p["near_dup_threshold"] <= 1:
-        raise InputError("must be between 0 and 1", field="--near-dup-threshold")
-    if p.get("rate_limit") is not None and p["rate_limit"] <= 0:
-        raise InputError("must be greater than 0", field="--rate-limit")
-    if p.get("sizes") is not None:
-        _sizes(p["sizes"])
-    if p.get("port") is not None:
-        port_number(p["port"])
+@dataclass(kw_only=True)
+class LLMEvalBatch:
+    """Batch-only options: importing the bank, sessions, and the modes that are not a batch of sessions."""
+
+    bank: str | None = described(None, "import a JSONL/JSON/CSV/TSV question file into the bank (native or LLMEval "
+                                       "record layout) before the run", metavar="FILE")
+    fields: str | None = described(None, "column names of --bank: NAME=COLUMN,... for uuid, discipline, "
+                                         "sub_discipline, qtype, question, options, answer, explanation, source "
+                                         "(e.g. question=Question,answer=Answer)", metavar="MAP")
+    skip_invalid: bool = described(False, "import the valid records of --bank and report each invalid one with its "
+                                          "reason (default: an invalid record stops the run)")
+    augment: bool = described(False, "on import, expand each multiple-choice question into true/false variants "
+                                     "(A.2)")
+    rewrite: bool = described(False, "on import, let the teacher rewrite material-analysis questions into "
+                                     "true/false")
+    near_dup_threshold: float = described(0.95, "cosine similarity from which an imported question is a near "
+                                                "duplicate (0 = exact-hash check only)", minimum=0, maximum=1,
+                                          metavar="COS")
+    import_only: bool = described(False, "import --bank and exit")
+    sessions: int = described(1, "sessions per paradigm", minimum=1, metavar="K")
+    serve: bool = described(False, "start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
+    port: int = described(8765, "exam server port", minimum=1, maximum=65535)
+    admin_token: bool = described(False, "print a fresh exam-server admin token for the bank (tokens expire after "
+                                         "an hour) and exit")
+    rate_limit: float = described(20.0, "exam server requests per second per user", check=_positive)
+    leaderboard: bool = described(False, "print the leaderboard over every model and run in the bank")
+    stability: bool = described(False, "ranking stability by resampling (variance, Spearman, Elo)")
+    sizes: str = described("1000,2000,4000", "resample sizes for --stability", check=_sizes, metavar="N,N,..")
+    trials: int = described(3, "resamples per size for --stability", minimum=1)
+    kappa: str | None = described(None, "Cohen's kappa of the judge against human labels", metavar="LABELS")
+    contamination: str | None = described(None, "replay test: a public question set vs the bank", metavar="PUBLIC")
+    export: str | None = described(None, "export the bank to JSONL or CSV and exit", metavar="FILE")
+    export_layout: str = described("native", "layout of --export JSONL", choices=("native", "llmeval"))
+
+
+def check_files(p: dict[str, Any]) -> None:
+    """The files of ``--kappa`` and ``--contamination`` exist, before anything is imported, created or spent."""
     for name in ("kappa", "contamination"):
         if p.get(name) and not Path(p[name]).is_file():
             raise InputError("file not found", file=str(p[name]), field="--" + name)
@@ -76,55 +96,9 @@ class LLMEvalProtocol(Protocol):
     description = ("LLMEval-3: sampled, non-repeating exam sessions from a private question bank, "
                    "anti-cheating delivery, 0-3 LLM judge, absolute and relative scores")
     context_cls = LLMEvalContext
+    batch_cls = LLMEvalBatch
     roles = ("target", "evaluator")
     _loaded: tuple[tuple[Any, ...], LoadedFile] | None = None  # the validated --bank file of this run
-
-    @classmethod
-    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
-        group.add_argument("--bank", metavar="FILE", help="import a JSONL/JSON/CSV/TSV question file into the bank "
-                                                          "(native or LLMEval record layout) before the run")
-        group.add_argument("--fields", metavar="MAP",
-                           help="column names of --bank: NAME=COLUMN,... for uuid, discipline, sub_discipline, qtype, "
-                                "question, options, answer, explanation, source (e.g. question=Question,answer=Answer)")
-        group.add_argument("--skip-invalid", action="store_true", default=None,
-                           help="import the valid records of --bank and report each invalid one with its reason "
-                                "(default: an invalid record stops the run)")
-        group.add_argument("--bank-db", metavar="DB",
-                           help="question bank: SQLite file or postgresql:// DSN "
-                                "(default: --postgres-dsn, else OUT/_cache/llmeval_bank.sqlite)")
-        group.add_argument("--augment", action="store_true", default=None,
-                           help="on import, expand each multiple-choice question into true/false variants (A.2)")
-        group.add_argument("--rewrite", action="store_true", default=None,
-                           help="on import, let the teacher rewrite material-analysis questions into true/false")
-        group.add_argument("--near-dup-threshold", type=float, metavar="COS",
-                           help="cosine similarity from which an imported question is a near duplicate "
-                                "(default 0.95; 0 = exact-hash check only)")
-        group.add_argument("--import-only", action="store_true", default=None, help="import --bank and exit")
-        group.add_argument("--questions", type=int, metavar="N", help="questions per session (default 1000)")
-        group.add_argument("--sessions", type=int, metavar="K", help="sessions per paradigm (default 1)")
-        group.add_argument("--paradigm", choices=[*PARADIGMS, "all"], help="prompting paradigm (default zero-shot)")
-        group.add_argument("--stratified", action="store_true", default=None, help="stratify sampling by discipline")
-        group.add_argument("--reference-model", metavar="REF", help="reference model replaying each session's "
-                                                                     "questions for the relative score R")
-        group.add_argument("--answer-batch", type=int, help="questions answered per graph step (default 20)")
-        group.add_argument("--judge-concurrency", type=int, help="answers judged at once (default 4)")
-        group.add_argument("--serve", action="store_true", default=None,
-                           help="start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
-        group.add_argument("--port", type=int, help="exam server port, 1-65535 (default 8765)")
-        group.add_argument("--admin-token", action="store_true", default=None,
-                           help="print a fresh exam-server admin token for the bank (tokens expire after an hour) "
-                                "and exit")
-        group.add_argument("--rate-limit", type=float, help="exam server requests per second per user (default 20)")
-        group.add_argument("--leaderboard", action="store_true", default=None,
-                           help="print the leaderboard over every model and run in the bank")
-        group.add_argument("--stability", action="store_true", default=None,
-                           help="ranking stability by resampling (variance, Spearman, Elo)")
-        group.add_argument("--sizes", metavar="N,N,..", help="resample sizes for --stability (default 1000,2000,4000)")
-        group.add_argument("--trials", type=int, help="resamples per size for --stability (default 3)")
-        group.add_argument("--kappa", metavar="LABELS", help="Cohen's kappa of the judge against human labels")
-        group.add_argument("--contamination", metavar="PUBLIC", help="replay test: a public question set vs the bank")
-        group.add_argument("--export", metavar="FILE", help="export the bank to JSONL or CSV and exit")
-        group.add_argument("--export-layout", choices=["native", "llmeval"], help="layout of --export JSONL")
 
     def builder(self) -> StateGraph:
         from graphs.llmeval import builder
@@ -158,7 +132,7 @@ class LLMEvalProtocol(Protocol):
         """Import one file into the bank (near duplicates checked against this bank only) and print its report."""
         ctx = self._ctx(run)
         bank = bank_of(ctx)
-        threshold = float(run.params.get("near_dup_threshold", 0.95))
+        threshold = self.batch(run).near_dup_threshold
         index = None
         if threshold > 0:
             svc = run.services
@@ -233,11 +207,10 @@ class LLMEvalProtocol(Protocol):
 
     # -- batch -----------------------------------------------------------------------------------
     def plan(self, run: Run) -> list[Unit]:
-        paradigm = run.params.get("paradigm") or "zero-shot"
-        paradigms = list(PARADIGMS) if paradigm == "all" else [paradigm]
-        check_params(run.params)
-        sessions = int(run.params.get("sessions") or 1)
-        n = int(run.params.get("questions") or 1000)
+        ctx, options = self._ctx(run), self.batch(run)
+        check_files(run.params)
+        paradigms = list(PARADIGMS) if ctx.paradigm == "all" else [ctx.paradigm]
+        n = ctx.questions
         self.check_inputs(run)
         if run.params.get("reference_model"):
             try:
@@ -245,7 +218,7 @@ class LLMEvalProtocol(Protocol):
             except ValueError as exc:
                 raise InputError(str(exc), field="--reference-model") from None
         units = []
-        for k in range(1, sessions + 1):
+        for k in range(1, options.sessions + 1):
             for p in paradigms:
                 uid = f"{p}-{k}"
                 units.append(Unit(id=uid, input={"session_id": f"{run.run_dir.name}/{uid}", "paradigm": p},
@@ -253,7 +226,7 @@ class LLMEvalProtocol(Protocol):
         return units
 
     def expected_calls(self, run: Run) -> str:
-        n = int(run.params.get("questions") or 1000)
+        n = self._ctx(run).questions
         if run.params.get("reference_model"):
             return f"about {4 * n}: {n} answers and {n} judgements each for the target and the reference model"
         return f"about {2 * n}: {n} answers and {n} judgements (plus judge repairs)"
@@ -330,13 +303,12 @@ class LLMEvalProtocol(Protocol):
 
     # -- other modes -----------------------------------------------------------------------------
     def custom_run(self, run: Run) -> bool:
-        p = run.params
-        check_params(p)
+        p, options = run.params, self.batch(run)
+        check_files(p)
         modes = [m for m in ("serve", "admin_token", "import_only", "export", "leaderboard", "stability", "kappa",
                              "contamination") if p.get(m)]
         if not modes:
             return False
-        port = port_number(8765 if p.get("port") is None else p["port"])
         if p.get("admin_token"):
             self.print_admin_token(run)
             return True
@@ -345,7 +317,7 @@ class LLMEvalProtocol(Protocol):
         self.ensure_bank(run)  # imports --bank, or the shipped sample into an empty bank
         bank = bank_of(self._ctx(run))
         if p.get("export"):
-            count = export_bank(bank, Path(p["export"]), layout=p.get("export_layout") or "native")
+            count = export_bank(bank, Path(p["export"]), layout=options.export_layout)
             run.console.print(f"exported {count} questions to {p['export']}")
             summary["exported"] = count
         if p.get("leaderboard"):
@@ -355,7 +327,7 @@ class LLMEvalProtocol(Protocol):
             blocks += leaderboard_blocks(run, rows)
         if p.get("stability"):
             result = analyses.stability_from_bank(
-                bank, sizes=_sizes(p.get("sizes") or "1000,2000,4000"), trials=int(p.get("trials") or 3),
+                bank, sizes=_sizes(options.sizes), trials=options.trials,
                 reference=self._reference_label(run), seed=run.config.seed)
             summary["stability"] = result
             blocks += stability_blocks(run, result)
@@ -369,7 +341,7 @@ class LLMEvalProtocol(Protocol):
             public = analyses.public_questions(Path(p["contamination"]))
             ours = [q.question for q in bank.all_questions(active_only=True)]
             result = analyses.contamination_test(run.services.llm("target"), {"public": public, "bank": ours},
-                                                 per_set=int(p.get("questions") or 1000), seed=run.config.seed)
+                                                 per_set=self._ctx(run).questions, seed=run.config.seed)
             summary["contamination"] = result
             rows = [[name, r["tested"], r["recalled"], r["rate"]] for name, r in result.items()]
             for row in rows:
@@ -378,7 +350,7 @@ class LLMEvalProtocol(Protocol):
                        Table(["set", "tested", "recalled (>=2 of 3)", "rate"], rows,
                              caption=f"Target {run.services.model_label('target')}")]
         if p.get("serve"):
-            self.serve(run, port)
+            self.serve(run, options.port)
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         if blocks:
             write_report(run.run_dir, f"llmeval {', '.join(modes)} {run.run_dir.name}", blocks)
@@ -394,7 +366,7 @@ class LLMEvalProtocol(Protocol):
 
         from protocols.llmeval.server import ExamServer, create_app
 
-        server = ExamServer(self._ctx(run), rate=float(run.params.get("rate_limit") or 20.0))
+        server = ExamServer(self._ctx(run), rate=self.batch(run).rate_limit)
         token_file = write_admin_token(run, server)
         run.console.print(f"exam server on http://127.0.0.1:{port}  (admin token in {token_file}; "
                           "a fresh one: --admin-token)", highlight=False)
