@@ -5,13 +5,15 @@
 * ``entity_lookup(name, k)`` - graph entities most similar to a name;
 * ``neighbour_search(entity, k, exclude)`` - the ``k`` graph neighbours most similar to an entity
   (Algorithm 4, line 13);
-* ``sample_knowledge_path(entities, question, hops, seed)`` - a knowledge path exactly as Algorithm 4,
-  lines 8-19, reproducible for a given seed;
+* ``sample_knowledge_path(seeds, hops, seed, k, random_chunks)`` - a knowledge path exactly as Algorithm 4,
+  lines 8-19, reproducible for a given seed (random chunks for the "w/o context graph" ablation, or when
+  there is no entity to start from);
 * ``chunk_search(query, k, entity)`` - chunks most similar to a query, optionally among one entity's chunks
   (Algorithm 4, line 15).
 
 The graph comes from :func:`stores.context_graph.open_context_graph` (or, inside a run,
-:func:`nodes.judgeagent.knowledge.context_graph`).
+:func:`nodes.judgeagent.knowledge.context_graph`). JudgeAgent's own ``sample_knowledge`` node samples its
+paths through ``sample_knowledge_path``, so the tool a user hands to an agent is the one the protocol runs.
 """
 
 from __future__ import annotations
@@ -36,12 +38,17 @@ class NeighbourArgs(BaseModel):
     exclude: list[str] = Field(default_factory=list, description="entities already visited")
 
 
+class PathSeed(BaseModel):
+    entity: str = Field(description="an entity extracted from a question")
+    question: str = Field(description="that question: the path's chunks stay relevant to it")
+
+
 class PathArgs(BaseModel):
-    entities: list[str] = Field(description="entities extracted from the question(s)")
-    question: str = Field(description="the question the path should stay relevant to")
+    seeds: list[PathSeed] = Field(description="entities extracted from the question(s), each with its question")
     hops: int = Field(3, ge=1, le=10, description="H: chunks on the path")
-    seed: int = Field(0, description="random seed (same seed, same path)")
+    seed: int | str = Field(0, description="random seed (same seed, same path)")
     k: int = Field(5, ge=1, le=50, description="candidate set size per hop")
+    random_chunks: bool = Field(False, description="ablation 'w/o context graph': H chunks drawn at random")
 
 
 class ChunkSearchArgs(BaseModel):
@@ -65,9 +72,15 @@ def knowledge_tools(graph: ContextGraph) -> list[BaseTool]:
                  "relation": graph.g.edges[key, n].get("relation")}
                 for n in graph.nearest_neighbours(key, k, exclude=[key, *(exclude or [])])]
 
-    def sample_knowledge_path(entities: list[str], question: str, hops: int = 3, seed: int = 0, k: int = 5
-                              ) -> dict[str, Any]:
-        path = graph.sample_path([(e, question) for e in entities], hops, random.Random(seed), k=k)
+    def sample_knowledge_path(seeds: list[PathSeed], hops: int = 3, seed: int | str = 0, k: int = 5,
+                              random_chunks: bool = False) -> dict[str, Any]:
+        rng = random.Random(seed)
+        if random_chunks:
+            path = graph.random_path(hops, rng)
+        elif not seeds or graph.g.number_of_nodes() == 0:
+            path = {**graph.random_path(hops, rng), "mode": "random (no entities)"}
+        else:
+            path = graph.sample_path([(s.entity, s.question) for s in seeds], hops, rng, k=k)
         return {**path, "text": graph.path_text(path)}
 
     def chunk_search(query: str, k: int = 5, entity: str | None = None) -> list[dict[str, Any]]:

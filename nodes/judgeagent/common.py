@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from runtime.llm import current_unit
@@ -11,9 +10,9 @@ from state.judgeagent import BaseQuestion
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def rng_for(seed: int, *parts: Any) -> random.Random:
-    """``random.Random(f"{seed}:{unit_id}:...")``: reproducible per unit and step."""
-    return random.Random(":".join(str(p) for p in (seed, current_unit(), *parts)))
+def seed_for(seed: int, *parts: Any) -> str:
+    """``f"{seed}:{unit_id}:..."``: a random seed reproducible per unit and step."""
+    return ":".join(str(p) for p in (seed, current_unit(), *parts))
 
 
 def options_block(options: list[str]) -> str:

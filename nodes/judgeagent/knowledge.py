@@ -13,11 +13,11 @@ from the model, the JudgeAgent protocol warns on the console, in ``kb_stats.json
 from __future__ import annotations
 
 import re
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
 from prompts import load_prompt
@@ -26,7 +26,8 @@ from runtime.services import Services, services_of
 from state.errors import ModelError
 from state.judgeagent import BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
 from stores.context_graph import ContextGraph, Document, load_knowledge_base, open_context_graph
-from nodes.judgeagent.common import question_text, rng_for
+from nodes.judgeagent.common import question_text, seed_for
+from tools.knowledge import knowledge_tools
 
 SAMPLE_KB = Path(__file__).resolve().parents[2] / "samples" / "judgeagent" / "kb"
 
@@ -113,14 +114,15 @@ def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: No
             extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph"),
             chroma=svc.chroma, embed=svc.embeddings(), log=log)
 
-    # Services.cached holds the services lock while building, and building needs svc.llm / svc.chroma (which
-    # take that lock too): keep our own per-run lock and holder instead.
-    lock = svc.cached(f"judgeagent:graph-lock:{kb}", threading.Lock)
-    holder = svc.cached(f"judgeagent:graph:{kb}", dict)
-    with lock:
-        if "graph" not in holder:
-            holder["graph"] = build()
-    return holder["graph"]
+    return svc.cached(f"judgeagent:graph:{kb}", build)
+
+
+def knowledge_tool(svc: Services, ctx: JudgeAgentContext, name: str) -> BaseTool:
+    """One of the run's retrieval tools (:func:`tools.knowledge.knowledge_tools`) over its context graph."""
+    kb = str(Path(ctx.kb).resolve()) if ctx.kb else str(SAMPLE_KB)
+    tools = svc.cached(f"judgeagent:tools:{kb}",
+                       lambda: {t.name: t for t in knowledge_tools(context_graph(svc, ctx))})
+    return tools[name]
 
 
 # -- nodes -------------------------------------------------------------------------------------
@@ -137,18 +139,13 @@ def extract_question_entities(state: JudgeAgentState, runtime: Runtime[JudgeAgen
 
 
 def sample_knowledge(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
-    """Algorithm 4, lines 8-19 (or random chunks for the "w/o context graph" ablation); seeded per round."""
+    """Algorithm 4, lines 8-19 (or random chunks for the "w/o context graph" ablation); seeded per round.
+
+    Sampled by the ``sample_knowledge_path`` retrieval tool, the one :mod:`tools.knowledge` offers agents.
+    """
     ctx = runtime.context
-    graph = context_graph(services_of(ctx), ctx)
-    k = len(state.get("rounds", [])) + 1
-    rng = rng_for(ctx.seed, "path", k)
-    seeds = [(s["entity"], s["question"]) for s in state.get("question_entities", [])]
-    if ctx.no_context_graph:
-        path = graph.random_path(ctx.hops, rng)
-    elif not seeds or graph.g.number_of_nodes() == 0:
-        path = graph.random_path(ctx.hops, rng)
-        path["mode"] = "random (no entities)"
-    else:
-        path = graph.sample_path(seeds, ctx.hops, rng, k=ctx.top_k)
-    path["text"] = graph.path_text(path)
+    seeds = [{"entity": s["entity"], "question": s["question"]} for s in state.get("question_entities", [])]
+    tool = knowledge_tool(services_of(ctx), ctx, "sample_knowledge_path")
+    path = tool.invoke({"seeds": seeds, "hops": ctx.hops, "k": ctx.top_k, "random_chunks": ctx.no_context_graph,
+                        "seed": seed_for(ctx.seed, "path", len(state.get("rounds", [])) + 1)})
     return {"path": path}
