@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any, NoReturn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,7 +24,7 @@ from rich.console import Console  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from protocols import REGISTRY, available, protocol_class  # noqa: E402
-from runtime.config_loader import ParamSchema, load_config, read_config_file  # noqa: E402
+from runtime.config_loader import ParamSchema, check_resume_unchanged, load_config, read_config_file  # noqa: E402
 from runtime import stop  # noqa: E402
 from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
 from state.config import ROLES, RunConfig  # noqa: E402
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             if not os.path.exists(config_file):
                 raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
         config = load_config(args.protocol, config_file=config_file, flags=flags, params=ParamSchema.of(cls))
+        if args.resume:
+            stored = RunConfig.model_validate_json(Path(config_file).read_text(encoding="utf-8"))
+            check_resume_unchanged(stored, config, ParamSchema.of(cls))
         protocol = cls()
         run = open_run(protocol, config, run_id=args.resume, console=console)
         execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)

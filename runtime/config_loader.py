@@ -305,3 +305,35 @@ def _check_api_keys(config: RunConfig, sources: _Sources) -> None:
             ref = config.role_ref(role)
             loc = ("models", ref, "api_key_env") if ref in config.models else ("roles", role)
             raise InputError(exc.message, setting=sources.of(loc)) from None
+
+
+# -- resuming ----------------------------------------------------------------------------------------------------
+
+#: What a model spec contributes to its answers: changing one of these on resume would mix two models in a run.
+ANSWER_FIELDS = ("provider", "model", "base_url", "temperature", "max_tokens", "structured_method")
+
+
+def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSchema) -> None:
+    """Refuse a resume whose models, seed or protocol parameters differ from the run's own (``config.json``).
+
+    Finished units would keep their old answers and verdicts and the rest would get new ones: one run, two
+    setups, one number. Concurrency, ``--limit`` and retries may change; anything that changes an answer may not.
+    """
+    hint = "a resumed run keeps its settings; start a new run (without --resume) to change them"
+    for role in ROLES:
+        before, after = stored.spec_for(role), config.spec_for(role)
+        changed = [f for f in ANSWER_FIELDS if getattr(before, f) != getattr(after, f)]
+        if changed:
+            was = ", ".join(f"{f} {getattr(before, f)!r}" for f in changed)
+            now = ", ".join(f"{f} {getattr(after, f)!r}" for f in changed)
+            raise InputError(f"the {role} model of this run has {was}, not {now}; {hint}",
+                             setting=config.sources.get(f"--{role}", f"--{role}"))
+    if stored.seed != config.seed:
+        raise InputError(f"this run was made with seed {stored.seed}, not {config.seed}; {hint}",
+                         setting=config.sources.get("--seed", "--seed"))
+    for name in sorted(set(stored.params) | set(config.params)):
+        before, after = stored.params.get(name), config.params.get(name)
+        if before != after:
+            flag = params.flags.get(name, name)
+            raise InputError(f"this run was made with {before!r}, not {after!r}; {hint}",
+                             setting=config.sources.get(flag, flag))
