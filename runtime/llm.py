@@ -12,18 +12,17 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-import httpx
-import openai
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from pydantic import BaseModel, ValidationError
 
-from prompts import load_prompt
 from runtime.events import EventLog
 from runtime.stop import raise_if_stopped
 from state.errors import InfraError, ModelError
+
+if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`run.py --help` stays fast)
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -32,6 +31,9 @@ _TRANSIENT_STATUS = {408, 409, 429}
 
 def is_transient(exc: BaseException) -> bool:
     """Timeouts, connection faults, 429 and 5xx are worth retrying; other faults are not."""
+    import httpx
+    import openai  # imported by langchain-openai anyway; here only once a call has failed
+
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
         return True
     if isinstance(exc, openai.APIStatusError):
@@ -41,6 +43,9 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_endpoint_fault(exc: BaseException) -> bool:
     """Any error raised by the client library for the endpoint (as opposed to our own code)."""
+    import httpx
+    import openai
+
     return is_transient(exc) or isinstance(exc, (openai.OpenAIError, httpx.HTTPError))
 
 
@@ -52,6 +57,12 @@ def current_unit(default: str = "-") -> str:
         return str(get_config().get("configurable", {}).get("thread_id") or default)
     except RuntimeError:
         return default
+
+
+def _as_messages(messages: list[Any]) -> list[BaseMessage]:
+    from langchain_core.messages import convert_to_messages
+
+    return convert_to_messages(messages)
 
 
 def _message_dicts(messages: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -91,7 +102,7 @@ class RoleLLM:
     # -- plain text -------------------------------------------------------------------------
     def text(self, messages: list[BaseMessage], *, step: str, max_retries: int | None = None) -> str:
         """Free-form answer as a string (``max_retries`` overrides the policy, e.g. for a quick ping)."""
-        messages = convert_to_messages(messages)
+        messages = _as_messages(messages)
         reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content,
                            max_retries=max_retries)
         return reply.content if isinstance(reply.content, str) else str(reply.content)
@@ -99,12 +110,14 @@ class RoleLLM:
     # -- structured -------------------------------------------------------------------------
     def structured(self, schema: type[T], messages: list[BaseMessage], *, step: str) -> T:
         """A validated ``schema`` instance; one repair attempt, then :class:`ModelError`."""
-        messages = convert_to_messages(messages)
+        messages = _as_messages(messages)
         bound = self.chat.with_structured_output(schema, method=self.structured_method, include_raw=True)
         result = self._call(lambda: bound.invoke(messages), messages, step, _structured_output, _raw_of)
         parsed, problem = _parsed_or_problem(schema, result)
         if parsed is not None:
             return parsed
+        from prompts import load_prompt
+
         repair = load_prompt("common/repair").render(error=problem, previous=_sent(result))
         retry_messages = [*messages, *repair]
         result = self._call(lambda: bound.invoke(retry_messages), retry_messages, f"{step}:repair",

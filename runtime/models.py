@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-
-from langchain_core.language_models import BaseChatModel
-from langchain_core.rate_limiters import InMemoryRateLimiter
-from langchain_openai import ChatOpenAI
+from typing import TYPE_CHECKING
 
 from runtime.embedded import embedded_base_url
 from state.config import ModelSpec
 from state.errors import InputError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 #: llama.cpp ignores the key, but the OpenAI client insists on one.
 _NO_KEY = "sk-no-key-needed"
@@ -38,7 +38,13 @@ def resolve_api_key(spec: ModelSpec) -> str:
 
 
 def build_chat_model(spec: ModelSpec) -> BaseChatModel:
-    """Construct the chat model for ``spec`` (starts the embedded server on first use)."""
+    """Construct the chat model for ``spec`` (starts the embedded server on first use).
+
+    langchain-openai (and the OpenAI client under it) is imported here, when a run opens its first endpoint.
+    """
+    from langchain_core.rate_limiters import InMemoryRateLimiter
+    from langchain_openai import ChatOpenAI
+
     base_url = embedded_base_url() if spec.provider == "embedded" else spec.base_url
     limiter = (
         InMemoryRateLimiter(requests_per_second=spec.requests_per_second, max_bucket_size=1)

@@ -15,15 +15,17 @@ import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from langgraph.graph import StateGraph
 from rich.console import Console
 
 from runtime.report import Block
 from runtime.services import Services
 from state.config import RunConfig
 from state.context import BaseContext, Option, options
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
 
 
 #: Statuses that end a unit for good; anything else is redone on resume.

@@ -3,6 +3,7 @@
 Protocols return a list of blocks (headings, text, tables, figures); plots are
 drawn with matplotlib (Agg) into ``<run_dir>/figures`` and referenced from both files.
 The HTML page is the Jinja2 template ``runtime/templates/report.html.j2`` (autoescaped).
+matplotlib and Jinja2 are imported on first use, so a process that writes no report never loads them.
 """
 
 from __future__ import annotations
@@ -10,13 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, Sequence, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence, Union
 
-import jinja2
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+if TYPE_CHECKING:
+    import jinja2
 
 
 @dataclass
@@ -111,6 +109,8 @@ def _md_block(block: Block, base: Path) -> list[str]:
 
 @cache
 def _template() -> jinja2.Template:
+    import jinja2
+
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
@@ -149,6 +149,17 @@ def write_report(run_dir: Path, title: str, blocks: Sequence[Block]) -> tuple[Pa
 
 # -- plots ----------------------------------------------------------------------------------------
 
+@cache
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, imported when the first figure is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def figure_path(run_dir: Path, name: str) -> Path:
     folder = run_dir / "figures"
     folder.mkdir(parents=True, exist_ok=True)
@@ -156,6 +167,7 @@ def figure_path(run_dir: Path, name: str) -> Path:
 
 
 def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], *, title: str, ylabel: str) -> Path:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(labels) + 2), 3.2))
     ax.bar(list(labels), list(values), color="#4878a8")
     ax.set_title(title)
@@ -169,6 +181,7 @@ def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], *, tit
 
 def heatmap(path: Path, rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float]], *,
             title: str) -> Path:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(4, 0.7 * len(cols) + 2), max(2.5, 0.5 * len(rows) + 1.5)))
     im = ax.imshow([list(r) for r in values], cmap="viridis", vmin=0, aspect="auto")
     ax.set_xticks(range(len(cols)), list(cols), rotation=30)
@@ -187,6 +200,7 @@ def heatmap(path: Path, rows: Sequence[str], cols: Sequence[str], values: Sequen
 def line_chart(path: Path, series: dict[str, Sequence[float]], *, title: str, xlabel: str, ylabel: str,
                x: Sequence[Any] | None = None, band: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
                ) -> Path:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for name, ys in series.items():
         xs = list(x) if x is not None else list(range(1, len(ys) + 1))

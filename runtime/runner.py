@@ -43,13 +43,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from langgraph.types import Command
 from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from prompts import load_prompt
 from runtime import stop
 from runtime.events import EventLog, Usage
 from runtime.llm import is_endpoint_fault
@@ -183,6 +181,8 @@ def print_plan(protocol: Protocol, run: Run, units: list[Unit]) -> None:
 
 def preflight(protocol: Protocol, run: Run) -> None:
     """One cheap request per distinct model before any real tokens are spent."""
+    from prompts import load_prompt  # LangChain's prompt classes load with the run, not for `run.py --help`
+
     checked: set[str] = set()
     for role in protocol.roles:
         label = run.services.model_label(role)
@@ -251,6 +251,8 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
             pending = [i for task in snapshot.tasks for i in task.interrupts]
             if not pending:
                 break
+            from langgraph.types import Command  # langgraph is loaded with the graph, not for `run.py --help`
+
             payload = Command(resume=protocol.on_interrupt(run, unit, pending[0].value))
         snapshot = graph.get_state(config)
         if not _reached_end(snapshot):

@@ -11,10 +11,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from chromadb.api import ClientAPI
-from langchain_core.language_models import BaseChatModel
+from typing import TYPE_CHECKING, Any
 
 from runtime.config_loader import load_config, read_config_file
 from runtime.events import EventLog
@@ -22,6 +19,10 @@ from runtime.llm import RetryPolicy, RoleLLM
 from runtime.models import Endpoint, model_label, open_endpoint
 from state.config import ModelSpec, RunConfig, parse_model_ref
 from stores.vectors import chroma_client, embedding_function
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+    from langchain_core.language_models import BaseChatModel
 
 
 @dataclass

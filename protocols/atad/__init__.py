@@ -27,9 +27,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from langgraph.graph import StateGraph
+from typing import TYPE_CHECKING, Any
 
 from protocols.atad.benchmark import item_record, write_benchmark
 from protocols.atad.metrics import generation_stats, mean
@@ -38,6 +36,9 @@ from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, b
 from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
 from state.context import described
 from state.errors import InputError
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
 
 BENCHMARK_FILE = "benchmark.jsonl"
 

@@ -23,9 +23,8 @@ never enter any accuracy.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph.graph import StateGraph
 from rich.table import Table as RichTable
 
 from prompts import load_prompt
@@ -35,6 +34,9 @@ from runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
 from runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
 from state.atad import TASK_IDS, EvalContext
 from state.errors import InfraError, InputError
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
 
 
 def _fmt(v: Any) -> Any:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
-
-from langgraph.graph import StateGraph
+from typing import TYPE_CHECKING, Any
 
 from protocols.interview import metrics
 from protocols.interview.data import CANONICAL, SAMPLE, load_seeds
@@ -23,6 +21,9 @@ from state.context import described
 from state.errors import InfraError, InputError, ModelError
 from state.interview import TASK_TYPES, InterviewContext
 from state.verdicts import is_ungraded
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
 
 _input_lock = threading.Lock()
 

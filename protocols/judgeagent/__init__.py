@@ -28,9 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from langgraph.graph import StateGraph
+from typing import TYPE_CHECKING, Any
 
 from nodes.judgeagent.knowledge import SAMPLE_KB, context_graph
 from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
@@ -45,6 +43,9 @@ from state.errors import InputError
 from state.judgeagent import BaseQuestion, DifficultyConfigError, JudgeAgentContext
 from state.verdicts import is_ungraded
 from stores.context_graph import load_knowledge_base
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
 
 KB_STATS = "kb_stats.json"
 

@@ -1,0 +1,62 @@
+"""Start-up stays light: `run.py --help` and planning a run that needs no vectors, figures or statistics import
+none of the heavy libraries (each costs 0.2-12 s: chromadb, sentence-transformers/torch, matplotlib, scipy,
+scikit-learn, FastAPI). Checked through ``sys.modules`` of a fresh interpreter, not through wall time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Libraries no process may load before it needs them.
+HEAVY = ("chromadb", "sentence_transformers", "torch", "transformers", "matplotlib", "scipy", "sklearn", "fastapi",
+         "uvicorn")
+
+_PROBE = """
+import json, runpy, sys
+sys.argv = ["run.py", *json.loads(sys.argv[1])]
+try:
+    runpy.run_path("run.py", run_name="__main__")
+except SystemExit:
+    pass
+print("\\nMODULES " + json.dumps(sorted({m.split('.')[0] for m in sys.modules})))
+"""
+
+
+def loaded_after(*argv: str) -> set[str]:
+    """Top-level packages imported by ``python run.py ARGV`` in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(list(argv))], cwd=REPO, capture_output=True,
+                          text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")})
+    line = next((x for x in done.stdout.splitlines() if x.startswith("MODULES ")), None)
+    assert line is not None, done.stderr[-2000:]
+    return set(json.loads(line.removeprefix("MODULES ")))
+
+
+def test_help_imports_no_heavy_library():
+    loaded = loaded_after("--help")
+    assert "argparse" in loaded  # the probe really ran run.py
+    assert not loaded & set(HEAVY)
+
+
+@pytest.mark.parametrize("protocol", ["atad", "interview"])
+def test_protocol_help_imports_no_model_client_nor_heavy_library(protocol):
+    """A protocol's own help needs neither the OpenAI client nor anything heavy; ATAD's not even LangChain's
+    tracing stack (langsmith, ~0.5 s), which comes with the graph's runnables."""
+    loaded = loaded_after("--protocol", protocol, "--help")
+    assert not loaded & {*HEAVY, "openai", "langchain_openai", "chromadb"}
+    if protocol == "atad":
+        assert "langsmith" not in loaded
+
+
+@pytest.mark.parametrize("protocol", ["atad", "interview"])
+def test_planning_a_run_without_vectors_loads_no_embedding_model_nor_plotting(protocol, tmp_path):
+    loaded = loaded_after("--protocol", protocol, "--dry-run", "--out", str(tmp_path))
+    assert any(tmp_path.iterdir())  # the plan was really made (a run directory opened)
+    assert not loaded & set(HEAVY)
