@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "judgeagent": "protocols.judgeagent:JudgeAgentProtocol",
     "interview": "protocols.interview:InterviewProtocol",
     "llmeval": "protocols.llmeval:LLMEvalProtocol",
+    "judgecheck": "protocols.judgecheck:JudgeCheckProtocol",
 }
 for _entry in filter(None, os.environ.get("DYNEVAL_PROTOCOLS", "").split(",")):
     _name, _, _target = _entry.partition("=")

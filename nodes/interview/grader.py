@@ -26,6 +26,7 @@ from langgraph.runtime import Runtime
 from nodes.interview import checks
 from nodes.interview.interviewee import answer_single_turn
 from prompts import load_prompt
+from runtime.llm import RoleLLM
 from runtime.services import Services, services_of
 from state.errors import ModelError
 from state.interview import FactGrade, FollowUpGrade, Grade, InterviewContext, InterviewState
@@ -53,11 +54,11 @@ def _empty(words: int) -> dict[str, Any]:
 
 def grade_response(svc: Services, seed: dict[str, Any], question: str, explanation: str, response: str, *,
                    previous_facts: list[dict[str, Any]] | None = None, feedback: str = "",
-                   step: str = "grade") -> dict[str, Any]:
+                   step: str = "grade", grader: RoleLLM | None = None) -> dict[str, Any]:
     """Grade one answer to a seed question: ``verdict``, ``correct``, ``score``, ``error_type``, ``reason``,
-    ``graded_by``."""
+    ``graded_by``. ``grader`` replaces the grader role's model (a judge-check jury member)."""
     task = seed.get("task", "generic")
-    grader = svc.llm("grader")
+    grader = grader or svc.llm("grader")
     words = len(str(response or "").split())
     if not str(response or "").strip():
         return _empty(words)

@@ -20,6 +20,7 @@ import string
 from typing import Any, Iterable, Literal
 
 from prompts import load_prompt
+from runtime.llm import RoleLLM
 from runtime.services import Services
 from state.errors import ModelError
 from state.judgeagent import BaseQuestion, Verdict
@@ -103,8 +104,9 @@ def unwrap_json_answer(reply: str) -> str:
 
 
 def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt: str = "phrase",
-               step: str) -> dict[str, Any]:
-    """Free-form correctness: empty -> wrong, exact normalised match -> correct, else the evaluator.
+               step: str, llm: RoleLLM | None = None) -> dict[str, Any]:
+    """Free-form correctness: empty -> wrong, exact normalised match -> correct, else the evaluator (or ``llm``,
+    a judge-check jury member, in its place).
 
     Returns ``verdict`` (correct / wrong / ungraded), ``correct`` (None when ungraded), ``how`` (``empty``,
     ``exact``, ``evaluator`` or ``ungraded``) and, when ungraded, ``error``.
@@ -116,15 +118,16 @@ def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt:
     prompt = "judgeagent/evaluator_judge_free" if fmt == "free" else "judgeagent/evaluator_judge"
     messages = load_prompt(prompt).render(question=question, reference=reference, response=reply)
     try:
-        verdict = svc.llm("evaluator").structured(Verdict, messages, step=step)
+        verdict = (llm or svc.llm("evaluator")).structured(Verdict, messages, step=step)
     except ModelError as exc:
         return {"verdict": "ungraded", "correct": None, "how": "ungraded", "error": str(exc)[:300]}
     return {"verdict": outcome(bool(verdict.correct)), "correct": bool(verdict.correct), "how": "evaluator"}
 
 
 def grade_reply(svc: Services, question: str, reference: str, reply: str, options: list[str] | None, *,
-                fmt: str = "phrase", step: str) -> dict[str, Any]:
-    """Correctness of ``reply``: an option letter in code, anything else via :func:`judge_free`."""
+                fmt: str = "phrase", step: str, llm: RoleLLM | None = None) -> dict[str, Any]:
+    """Correctness of ``reply``: an option letter in code, anything else via :func:`judge_free` (``llm``: see
+    there)."""
     if options:
         letter = choice_letter(reply, options)
         if letter is not None:
@@ -132,5 +135,5 @@ def grade_reply(svc: Services, question: str, reference: str, reply: str, option
                     "choice": letter}
         gold = LETTERS.index(reference) if reference in LETTERS[: len(options)] else None
         full = f"{reference}. {options[gold]}" if gold is not None else reference
-        return judge_free(svc, question, full, reply, fmt="phrase", step=step) | {"choice": None}
-    return judge_free(svc, question, reference, reply, fmt=fmt, step=step)
+        return judge_free(svc, question, full, reply, fmt="phrase", step=step, llm=llm) | {"choice": None}
+    return judge_free(svc, question, reference, reply, fmt=fmt, step=step, llm=llm)

@@ -106,14 +106,21 @@ def field_map(spec: str | None, first: Record) -> FieldMap:
     return FieldMap.parse(spec, CANONICAL)
 
 
+def question_type(given: str, options: list[str], answer: str, question: str) -> str:
+    """The question type: ``given`` (an alias resolved), else inferred: options -> mcq, a true/false answer,
+    a blank slot, else short answer."""
+    qtype = QTYPE_ALIASES.get(given.strip().lower(), given.strip().lower())
+    if qtype:
+        return qtype
+    return ("mcq" if options else "true_false" if tf_value(answer) is not None
+            else "fill_blank" if BLANK_RE.search(question) else "short_answer")
+
+
 def to_question(rec: Record, fields: FieldMap, source: str) -> Question:
     """A :class:`Question` from one record, or :class:`InputError` naming file, record and field."""
     raw = fields.validate(RawQuestion, rec)
-    qtype = QTYPE_ALIASES.get(raw.qtype.strip().lower(), raw.qtype.strip().lower())
-    if not qtype:  # inferred: options -> mcq, a true/false answer, a blank slot, else short answer
-        qtype = ("mcq" if raw.options else "true_false" if tf_value(raw.answer) is not None
-                 else "fill_blank" if BLANK_RE.search(raw.question) else "short_answer")
-    elif qtype not in QTYPES:
+    qtype = question_type(raw.qtype, raw.options, raw.answer, raw.question)
+    if qtype not in QTYPES:
         raise fields.error(rec, "qtype", f"unknown question type {qtype!r} (one of {', '.join(QTYPES)})")
     q = Question(uuid=raw.uuid.strip() if raw.uuid and raw.uuid.strip() else new_uuid(),
                  discipline=raw.discipline.strip(), sub_discipline=raw.sub_discipline.strip(), qtype=qtype,

@@ -1,0 +1,29 @@
+"""Judge-check graph: one human-labelled item per thread.
+
+judge (every judge model x repeat x order) -> vote (jury majority, when there is a jury) -> END.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from nodes.judgecheck.verdicts import judge, vote
+from state.judgecheck import JudgeCheckContext, JudgeCheckState
+
+
+def after_judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> Literal["vote", "__end__"]:
+    """A jury of two or more judge models votes; a single judge's verdicts stand as they are."""
+    return "vote" if len(runtime.context.jury or []) > 1 else END
+
+
+builder = StateGraph(JudgeCheckState, context_schema=JudgeCheckContext)
+builder.add_node("judge", judge)
+builder.add_node("vote", vote)
+builder.add_edge(START, "judge")
+builder.add_conditional_edges("judge", after_judge)
+builder.add_edge("vote", END)
+
+graph = builder.compile(name="judgecheck")

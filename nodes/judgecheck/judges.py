@@ -1,0 +1,83 @@
+"""The judging steps a judge check runs, by name, each through the protocol's own function and prompt.
+
+* ``llmeval.judge`` - :func:`nodes.llmeval.judge.judge_item` (Figure 11 rubric, 0-3 stars, code band for
+  true/false and multiple choice);
+* ``interview.grader`` - :func:`nodes.interview.grader.grade_response` (Appendix D.2.1 graders by task);
+* ``judgeagent.judge`` - :func:`nodes.judgeagent.judging.grade_reply` (option letters in code, exact match,
+  else the evaluator with the phrase or free-form prompt; Benchmark Grading and Validation both use it);
+* ``pairwise`` - :func:`judge_pair`, a preference judge over two outputs (``judgecheck/evaluator_pairwise``),
+  shown in either order (LLMBar section 3, MT-Bench section 3.3: position bias).
+
+The judge model is the evaluator role's (or a jury member), whatever role the step has in its protocol
+(the interview's grader defaults to the evaluator there too). Each returns ``{"value", "reason", "how"}``: ``value`` on the judge's scale (:data:`state.judgecheck.SCALES`)
+in the item's original numbering, ``None`` when the judge gave no usable verdict after retries and one repair
+(ungraded, never a disagreement). ATAD's orchestrator and reviewer are not offered: they judge generated
+problems, not answers, and no labelled set for them exists here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.interview.grader import grade_response
+from nodes.judgeagent.common import question_text as judgeagent_question
+from nodes.judgeagent.judging import answer_format, grade_reply
+from nodes.llmeval.bankio import question_type
+from nodes.llmeval.judge import judge_item
+from prompts import load_prompt
+from runtime.llm import RoleLLM
+from runtime.services import Services
+from state.errors import ModelError
+from state.judgeagent import BaseQuestion
+from state.judgecheck import LabelledItem, PairwiseVerdict
+
+#: The pairwise judge's answer for the output shown first / second, in each order -> original numbering.
+_ORIGINAL = {("original", "A"): "1", ("original", "B"): "2", ("swapped", "A"): "2", ("swapped", "B"): "1"}
+
+
+def judge_pair(llm: RoleLLM, item: LabelledItem, order: str, *, step: str) -> dict[str, Any]:
+    """Which output is better, ``output_1`` shown first (``original``) or second (``swapped``)."""
+    first, second = (item.output_1, item.output_2) if order == "original" else (item.output_2, item.output_1)
+    messages = load_prompt("judgecheck/evaluator_pairwise").render(instruction=item.question, output_a=first,
+                                                                   output_b=second)
+    try:
+        verdict = llm.structured(PairwiseVerdict, messages, step=step)
+    except ModelError as exc:
+        return {"value": None, "reason": f"ungraded: the judge gave no usable verdict: {exc}"[:600],
+                "how": "ungraded"}
+    value = "tie" if verdict.winner == "tie" else _ORIGINAL[order, verdict.winner]
+    return {"value": value, "reason": verdict.reason.strip(), "how": f"judge:{verdict.winner}"}
+
+
+def _llmeval(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
+    stars, reason, status = judge_item(llm, {
+        "qtype": question_type(item.qtype, item.options, item.reference, item.question),
+        "question": item.question, "options": item.options or None, "answer": item.reference,
+        "explanation": item.explanation, "response": item.response})
+    return {"value": None if stars is None else str(stars), "reason": reason, "how": status}
+
+
+def _interview(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
+    seed = {"task": item.task, "question": item.question, "solution": item.solution, "answer": item.reference}
+    out = grade_response(svc, seed, item.question, "", item.response, step=step, grader=llm)
+    value = None if out["correct"] is None else ("correct" if out["correct"] else "wrong")
+    return {"value": value, "reason": out.get("reason", ""), "how": out.get("graded_by", "")}
+
+
+def _judgeagent(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
+    q = BaseQuestion(id=item.id, question=item.question, answer=item.reference, options=item.options or None)
+    out = grade_reply(svc, judgeagent_question(q), q.answer, item.response, q.options,
+                      fmt=answer_format("auto", [q]), step=step, llm=llm)
+    value = None if out["correct"] is None else ("correct" if out["correct"] else "wrong")
+    return {"value": value, "reason": out.get("error", ""), "how": out["how"]}
+
+
+_POINTWISE = {"llmeval.judge": _llmeval, "interview.grader": _interview, "judgeagent.judge": _judgeagent}
+
+
+def judge_once(judge: str, svc: Services, llm: RoleLLM, item: LabelledItem, order: str, *,
+               step: str) -> dict[str, Any]:
+    """One verdict of judging step ``judge`` by ``llm`` on ``item`` (``order`` matters for ``pairwise`` only)."""
+    if judge == "pairwise":
+        return judge_pair(llm, item, order, step=step)
+    return _POINTWISE[judge](svc, llm, item, step)

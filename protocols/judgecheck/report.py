@@ -1,0 +1,93 @@
+"""Report blocks of a judge check: the verdict table ordered by agreement, then a section per judge (and the
+jury) with its measures and intervals, confusion matrix figure, categories, swap-flip and repeat-flip examples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocols.judgecheck.metrics import Obs, repeat_sets
+from runtime.protocol import Run
+from runtime.report import Block, Details, Figure, Heading, Table, Text, figure_path, heatmap
+
+EXAMPLES = 5
+
+
+def lead_measure(judge: str, orders: int) -> str:
+    """The agreement that orders the verdict table (pairwise: the mean of both orders, as LLMBar reports)."""
+    if judge != "pairwise":
+        return "accuracy"
+    return "accuracy_mean" if orders == 2 else "accuracy_original"
+
+
+def cell(m: dict[str, Any] | None) -> str:
+    """``0.795 [0.740, 0.850] (n=200, 1 ungraded)``; ``n/a`` when nothing was graded."""
+    if not m:
+        return ""
+    if m.get("value") is None:
+        text = "n/a"
+    else:
+        text = f"{m['value']:.3f}"
+        if m.get("low") is not None:
+            text += f" [{m['low']:.3f}, {m['high']:.3f}]"
+    extra = f", {m['ungraded']} ungraded" if m.get("ungraded") else ""
+    return f"{text} (n={m.get('n', 0)}{extra})" if "n" in m else text
+
+
+def report_blocks(run: Run, m: dict[str, Any], obs: dict[str, tuple[str, list[Obs]]]) -> list[Block]:
+    pairwise = m["judge"] == "pairwise"
+    raters = m["raters"]
+    blocks: list[Block] = [Text(
+        f"Judging step {m['judge']} on {m['items']} labelled items from {m['inputs']['labels']}; "
+        f"{m['repeats']} repeat(s), {m['orders']} order(s) per item. Intervals: 95 % percentile bootstrap over "
+        "items. Ungraded verdicts (no usable verdict after retries and one repair) are left out of every measure "
+        "and counted; a jury split (no majority) counts as a miss.")]
+    if not raters:
+        return [*blocks, Text("No item was judged.")]
+    lead = lead_measure(m["judge"], m["orders"])
+    order = sorted(raters, key=lambda name: -1.0 if raters[name]["measures"][lead]["value"] is None
+                   else raters[name]["measures"][lead]["value"], reverse=True)
+    consistency = "swap_consistency" if m["orders"] == 2 else "repeat_consistency"
+    kappa = "kappa_original" if pairwise else "kappa"
+    blocks.append(Table(
+        ["judge", "model", "agreement", "kappa", consistency.replace("_", " "), "tokens / item", "seconds / item"],
+        [[name, raters[name]["model"], cell(raters[name]["measures"][lead]),
+          cell(raters[name]["measures"].get(kappa)), cell(raters[name]["measures"].get(consistency)),
+          raters[name]["cost"]["tokens_per_item"], raters[name]["cost"]["seconds_per_item"]] for name in order],
+        caption="Verdict table, ordered by agreement with the human labels (cost from the event log)"))
+    for name in order:
+        blocks.extend(_section(run, name, raters[name], obs[name][1], m["orders"] == 2))
+    return blocks
+
+
+def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], swapped: bool) -> list[Block]:
+    blocks: list[Block] = [Heading(f"{name}: {rater['model']}", 3),
+                           Table(["measure", "value [95 % CI] (n)"],
+                                 [[k.replace("_", " "), cell(v)] for k, v in rater["measures"].items()],
+                                 caption=f"{name}: agreement with human labels")]
+    conf = rater["confusion"]
+    path = heatmap(figure_path(run.run_dir, f"confusion_{name}"), [f"human {x}" for x in conf["labels"]],
+                   conf["columns"], conf["matrix"], title=f"{name}: human label (rows) vs verdict (columns)")
+    blocks.append(Figure(path, f"{name}: confusion matrix (original order, all repeats)"))
+    cats = rater["by_category"]
+    if len(cats) > 1:
+        blocks.append(Table(["category", "items", "agreement [95 % CI] (n)"],
+                            [[c, v["items"], cell(v)] for c, v in cats.items()], caption=f"{name}: by category"))
+    if swapped:
+        flips = [o for o in obs for (r, od), v in sorted(o.values.items())
+                 if od == "original" and v is not None and o.values.get((r, "swapped")) not in (None, v)]
+        blocks.append(_examples(f"{name}: swap flips (a different winner once the outputs swap places)", flips,
+                                lambda o: [f"{k[1]} r{k[0]}: {v}" for k, v in sorted(o.values.items())]))
+    flips = [o for od in ("original", "swapped") for o, vs in repeat_sets(obs, od) if len(set(vs)) > 1]
+    if flips:
+        blocks.append(_examples(f"{name}: repeat flips (verdicts differ between repeats)", flips,
+                                lambda o: [f"{k[1]} r{k[0]}: {v}" for k, v in sorted(o.values.items())]))
+    return blocks
+
+
+def _examples(title: str, flips: list[Obs], show: Any) -> Details:
+    unique = list({o.id: o for o in flips}.values())
+    if not unique:
+        return Details(title, [Text("None.")])
+    rows = [[o.id, o.label, "; ".join(show(o)), " | ".join(r for r in o.reasons.values() if r)[:400]]
+            for o in unique[:EXAMPLES]]
+    return Details(f"{title}: {len(unique)} item(s)", [Table(["item", "human", "verdicts", "reasons"], rows)])

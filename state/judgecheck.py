@@ -1,0 +1,105 @@
+"""Judge check: state, schemas and context of measuring a judging step against human labels.
+
+One graph thread = one human-labelled item, judged by the chosen judging step (:data:`JUDGES`) of each
+judge model (the evaluator role's model, or every ``jury`` member), ``repeats`` times, and for a pairwise
+judge in both presentation orders (position swap). A verdict is a value on the judge's own scale
+(:data:`SCALES`) or ``None`` when the judge gave no usable verdict (ungraded). A jury's verdict per
+(repeat, order) is the majority of its graded members, or ``split`` when no value has the most votes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
+
+from pydantic import BaseModel, Field
+
+from state.context import BaseContext, described
+
+#: The judging steps that can be checked, by name: ``protocol.step``, plus the pairwise preference judge.
+JUDGES: tuple[str, ...] = ("llmeval.judge", "interview.grader", "judgeagent.judge", "pairwise")
+#: Each judge's verdict scale, as label strings: 0-3 stars (LLMEval-3 Figure 11), correct/wrong, or the
+#: better output of a pair in the original order (``1``, ``2``) or ``tie``.
+SCALES: dict[str, tuple[str, ...]] = {"llmeval.judge": ("0", "1", "2", "3"),
+                                      "interview.grader": ("correct", "wrong"),
+                                      "judgeagent.judge": ("correct", "wrong"),
+                                      "pairwise": ("1", "2", "tie")}
+#: Judges whose scale is ordinal (quadratic-weighted kappa and Spearman apply).
+ORDINAL = frozenset({"llmeval.judge"})
+#: A jury without a majority (no value has the most votes): counted, never turned into a win.
+SPLIT = "split"
+ORDERS = ("original", "swapped")
+
+_ALIASES = {
+    "pairwise": {"1": "1", "2": "2", "a": "1", "b": "2", "output_1": "1", "output_2": "2", "model_a": "1",
+                 "model_b": "2", "tie": "tie"},
+    "correct": {"correct": "correct", "true": "correct", "yes": "correct", "1": "correct", "right": "correct",
+                "wrong": "wrong", "incorrect": "wrong", "false": "wrong", "no": "wrong", "0": "wrong"},
+}
+
+
+def normalize_label(judge: str, value: Any) -> str:
+    """A human label on ``judge``'s scale (see :data:`SCALES`); ``ValueError`` naming the accepted values."""
+    text = str(value).strip().lower() if not isinstance(value, bool) else str(value).lower()
+    if judge == "llmeval.judge":
+        if text in SCALES[judge]:
+            return text
+        raise ValueError(f"needs 0, 1, 2 or 3 stars, got {value!r}")
+    aliases = _ALIASES["pairwise" if judge == "pairwise" else "correct"]
+    if text in aliases:
+        return aliases[text]
+    raise ValueError(f"needs one of {', '.join(sorted(aliases))}, got {value!r}")
+
+
+class LabelledItem(BaseModel):
+    """One human-labelled item: what the judge sees and the human label (on the judge's scale)."""
+
+    id: str
+    category: str = ""
+    question: str = Field(description="the question or instruction (a pair's input)")
+    response: str = Field("", description="pointwise: the answer to judge")
+    output_1: str = Field("", description="pairwise: the first output")
+    output_2: str = Field("", description="pairwise: the second output")
+    reference: str = Field("", description="reference answer (an option letter for multiple choice)")
+    solution: str = Field("", description="interview: reference solution (worked steps)")
+    explanation: str = Field("", description="llmeval: explanation of the reference answer")
+    options: list[str] = Field(default_factory=list, description="multiple-choice options")
+    qtype: str = Field("", description="llmeval question type (inferred when empty)")
+    task: str = Field("generic", description="interview task type: math, factual, instruction or generic")
+    label: str
+
+
+class PairwiseVerdict(BaseModel):
+    """The pairwise judge's choice between the two outputs as shown (A first, B second)."""
+
+    winner: Literal["A", "B", "tie"] = Field(description="A, B, or tie when neither is better")
+    reason: str = Field(description="one or two sentences explaining the choice")
+
+
+class JudgeCheckState(TypedDict, total=False):
+    """One labelled item and every verdict on it.
+
+    ``verdicts``: one per (member, repeat, order) with ``value`` (None = ungraded), ``reason``, ``how`` and the
+    call ``cost`` (calls, tokens, seconds, from the event log); ``jury``: one per (repeat, order) with the
+    members' ``votes``, the majority ``value`` (``split`` without one) and, on an ordinal scale, the mean
+    ``score``.
+    """
+
+    item: dict[str, Any]
+    verdicts: list[dict[str, Any]]
+    jury: list[dict[str, Any]]
+
+
+@dataclass(kw_only=True)
+class JudgeCheckContext(BaseContext):
+    """Which judging step to check, with which judges, how often and in which orders."""
+
+    judge: str = described("pairwise", "Judging step to check: llmeval.judge (0-3 stars), interview.grader and "
+                                       "judgeagent.judge (correct/wrong), pairwise (1, 2 or tie).",
+                           choices=JUDGES)
+    jury: list[str] | None = described(None, "Judge models combined by majority vote (local, a config name or "
+                                             "MODEL@BASE_URL each); default: the evaluator role's model alone.",
+                                       metavar="MODEL")
+    repeats: int = described(1, "Judge every item K times per judge and order (repeat consistency; needs a "
+                                "temperature above 0 to differ).", minimum=1, maximum=20)
+    swap: bool = described(True, "Pairwise: judge each pair in both orders (position-swap consistency).")

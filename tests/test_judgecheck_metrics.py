@@ -1,0 +1,98 @@
+"""Judge-check measures on small cases computed by hand: a tie, an ungraded verdict, a split jury, repeats."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nodes.judgecheck.verdicts import majority
+from protocols.judgecheck import metrics
+from protocols.judgecheck.metrics import Obs
+from state.judgecheck import SPLIT
+
+
+def pair(id_: str, label: str, original: str | None, swapped: str | None) -> Obs:
+    return Obs(id_, "", label, {(0, "original"): original, (0, "swapped"): swapped})
+
+
+#: A: right in both orders; B: position flip, right only swapped; C: a tie label, right only in the original
+#: order; D: the original verdict is ungraded.
+PAIRS = [pair("A", "1", "1", "1"), pair("B", "2", "1", "2"), pair("C", "tie", "tie", "1"), pair("D", "1", None, "1")]
+
+
+def test_pairwise_measures_with_a_tie_and_an_ungraded_verdict():
+    m = metrics.measures(PAIRS, pairwise=True, swapped=True, ordinal=False, resamples=200, seed=1)
+    assert m["accuracy_original"] | {"low": 0, "high": 0} == {"value": 2 / 3, "low": 0, "high": 0, "n": 3,
+                                                              "ungraded": 1}
+    assert m["accuracy_swapped"]["value"] == 3 / 4 and m["accuracy_swapped"]["n"] == 4
+    assert m["accuracy_mean"]["value"] == pytest.approx((2 / 3 + 3 / 4) / 2)
+    # both orders graded: A, B, C (D's original verdict is ungraded, so D is out, not a disagreement)
+    assert m["both_orders_correct"]["value"] == 1 / 3 and m["both_orders_correct"]["n"] == 3
+    assert m["swap_consistency"]["value"] == 1 / 3
+    # labels 1, 2, tie vs verdicts 1, 1, tie: p_o = 2/3, p_e = 1/3 * 2/3 + 1/3 * 1/3 = 1/3 -> kappa = 0.5
+    assert m["kappa_original"]["value"] == pytest.approx(0.5)
+    assert "repeat_consistency_original" not in m  # one repeat: nothing to compare
+
+
+def test_pairwise_without_swap_reports_the_original_order_only():
+    m = metrics.measures(PAIRS, pairwise=True, swapped=False, ordinal=False, resamples=100, seed=1)
+    assert set(m) == {"accuracy_original", "kappa_original"}
+
+
+def test_ordinal_stars_quadratic_kappa_and_spearman():
+    obs = [Obs(str(i), "", str(label), {(0, "original"): str(v)}, {(0, "original"): float(v)})
+           for i, (label, v) in enumerate([(0, 0), (1, 1), (2, 3), (3, 3)])]
+    m = metrics.measures(obs, pairwise=False, swapped=False, ordinal=True, resamples=100, seed=0)
+    assert m["accuracy"]["value"] == 3 / 4
+    # p_o = 3/4; marginals 1/4 each vs 1/4, 1/4, 0, 1/2 -> p_e = 1/4 -> kappa = 2/3
+    assert m["kappa"]["value"] == pytest.approx(2 / 3)
+    # quadratic weights (i-j)^2/9: observed 1/4 * 1/9 = 1/36, expected 1/3 -> 1 - 1/12
+    assert m["kappa_quadratic"]["value"] == pytest.approx(11 / 12)
+    # ranks 1,2,3,4 vs 1,2,3.5,3.5: rho = 4.5 / sqrt(5 * 4.5)
+    assert m["spearman"]["value"] == pytest.approx(math.sqrt(0.9))
+
+
+def test_a_three_member_jury_with_a_split_vote_never_wins():
+    assert majority(["1", "2", "tie"]) == SPLIT
+    assert majority(["1", "1", "2"]) == "1"
+    assert majority([None, "1", "2"]) == SPLIT      # the graded members disagree 1-1
+    assert majority([None, "2", "2"]) == "2"        # an ungraded member does not vote
+    assert majority([None, None, None]) is None     # nobody graded: the jury is ungraded
+    jury = [Obs("A", "", "1", {(0, "original"): SPLIT}), Obs("B", "", "2", {(0, "original"): "2"})]
+    m = metrics.measures(jury, pairwise=False, swapped=False, ordinal=True, resamples=100, seed=0)
+    assert m["accuracy"]["value"] == 1 / 2 and m["accuracy"]["n"] == 2  # the split is a miss, not left out
+    assert m["kappa_quadratic"]["n"] == 2 and m["kappa_quadratic"]["value"] is not None
+    conf = metrics.confusion(jury, ("0", "1", "2", "3"))
+    assert conf["columns"] == ["0", "1", "2", "3", SPLIT]
+    assert conf["matrix"][1] == [0, 0, 0, 0, 1] and conf["matrix"][2] == [0, 0, 1, 0, 0]
+
+
+def test_repeat_consistency_counts_items_with_two_graded_repeats():
+    obs = [Obs("A", "", "correct", {(0, "original"): "correct", (1, "original"): "correct"}),
+           Obs("B", "", "correct", {(0, "original"): "correct", (1, "original"): "wrong"}),
+           Obs("C", "", "wrong", {(0, "original"): "wrong", (1, "original"): None})]
+    m = metrics.measures(obs, pairwise=False, swapped=False, ordinal=False, resamples=100, seed=0)
+    assert m["repeat_consistency"]["value"] == 1 / 2 and m["repeat_consistency"]["n"] == 2
+    # repeats pooled: 4 of 5 graded verdicts match the label
+    assert m["accuracy"]["value"] == 4 / 5 and m["accuracy"]["ungraded"] == 1
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_estimate():
+    obs = [Obs(str(i), "", "1", {(0, "original"): "1" if i % 4 else "2"}) for i in range(40)]
+    a = metrics.bootstrap(metrics.accuracy, obs, resamples=500, seed=7)
+    assert a == metrics.bootstrap(metrics.accuracy, obs, resamples=500, seed=7)
+    assert a["low"] < a["value"] == 0.75 < a["high"]
+    assert metrics.bootstrap(metrics.accuracy, obs[:1], resamples=50, seed=7)["low"] is None
+    nothing = [Obs("x", "", "1", {(0, "original"): None})]
+    assert metrics.bootstrap(metrics.accuracy, nothing, resamples=50, seed=7)["value"] is None
+
+
+def test_per_category_and_cost_per_item():
+    obs = [Obs("a", "math", "1", {(0, "original"): "1"}, cost={"calls": 2, "tokens": 30, "seconds": 1.0}),
+           Obs("b", "math", "1", {(0, "original"): "2"}, cost={"calls": 2, "tokens": 30, "seconds": 3.0}),
+           Obs("c", "", "2", {(0, "original"): "2"}, cost={"calls": 1, "tokens": 15, "seconds": 0.5})]
+    cats = metrics.by_category(obs, swapped=False, resamples=100, seed=0)
+    assert cats["math"]["value"] == 0.5 and cats["math"]["items"] == 2 and cats["(none)"]["value"] == 1.0
+    assert metrics.cost(obs) == {"calls_per_item": round(5 / 3, 3), "tokens_per_item": 25.0,
+                                 "seconds_per_item": 1.5}
