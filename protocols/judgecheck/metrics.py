@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from sklearn.metrics import confusion_matrix
 
 from protocols.llmeval.metrics import cohen_kappa, spearman
 from state.judgecheck import SPLIT
@@ -179,6 +178,8 @@ def measures(obs: list[Obs], *, pairwise: bool, swapped: bool, ordinal: bool, re
 
 def confusion(obs: list[Obs], scale: tuple[str, ...], order: str = "original") -> dict[str, Any]:
     """Counts of (human label, verdict) with scikit-learn; a ``split`` column only when a jury split."""
+    from sklearn.metrics import confusion_matrix  # heavy: loaded for the summary only
+
     got = pairs(obs, order)
     columns = [*scale, *([SPLIT] if any(v == SPLIT for _, v in got) else [])]
     matrix = (confusion_matrix([a for a, _ in got], [b for _, b in got], labels=columns).tolist() if got
