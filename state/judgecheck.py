@@ -9,6 +9,7 @@ judge in both presentation orders (position swap). A verdict is a value on the j
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
@@ -49,6 +50,17 @@ def normalize_label(judge: str, value: Any) -> str:
     if text in aliases:
         return aliases[text]
     raise ValueError(f"needs one of {', '.join(sorted(aliases))}, got {value!r}")
+
+
+def majority(values: list[str | None]) -> str | None:
+    """Majority vote (the jury papers' max voting): the value most graded votes share; :data:`SPLIT` when
+    several share the most, so a tie in the vote is never turned into a win; ``None`` when none is graded."""
+    counts = Counter(v for v in values if v is not None).most_common()
+    if not counts:
+        return None
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return SPLIT
+    return counts[0][0]
 
 
 class LabelledItem(BaseModel):

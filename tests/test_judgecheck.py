@@ -109,7 +109,8 @@ def test_a_three_member_jury_votes_and_reports_each_member_and_its_cost(tmp_path
     run, summary = _execute(tmp_path, {"judge": "llmeval.judge", "labels": str(labels), "jury": JURY,
                                        "repeats": 2}, chats)
     raters = summary["metrics"]["raters"]
-    assert set(raters) == {"m0", "m1", "m2", "jury"}
+    assert set(raters) == {"m0", "m1", "m2", "m0-vote", "m1-vote", "m2-vote", "jury"}  # with each one's repeats
+    assert raters["m0-vote"]["measures"]["accuracy"]["n"] == 3                          # voted: one per item
     assert raters["m0"]["measures"]["accuracy"]["value"] == 1 / 3    # always 1 star
     assert raters["m1"]["measures"]["accuracy"]["value"] == 1 / 3    # always 2 stars
     assert raters["jury"]["measures"]["accuracy"]["value"] == 1 / 3  # majority 2 of (1, 2, 2)
@@ -153,3 +154,24 @@ def test_mapped_columns_and_a_bad_jury_reference_exit_2_with_one_line(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "--jury" in err and "\n" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_judge_that_changes_its_mind_between_repeats_shows_repeat_flips_and_a_split_self_vote(tmp_path):
+    calls: dict[str, int] = {}
+
+    def fickle(messages, tool):
+        if tool is None:
+            return "pong"
+        text = all_text(messages)
+        calls[text] = calls.get(text, 0) + 1
+        return {"winner": "A" if calls[text] % 2 else "B", "reason": f"call {calls[text]}"}
+
+    run, summary = _execute(tmp_path, {"judge": "pairwise", "swap": False, "repeats": 2},
+                            {"evaluator": ScriptedChat(fickle)})
+    raters = summary["metrics"]["raters"]
+    assert raters["m0"]["measures"]["repeat_consistency_original"]["value"] == 0
+    assert raters["m0"]["measures"]["accuracy_original"]["value"] == 7 / 16  # r0 says 1, r1 says 2: 3 + 4 labels
+    vote = raters["m0-vote"]
+    assert vote["measures"]["accuracy_original"] | {"low": None, "high": None} == {
+        "value": 0.0, "n": 8, "ungraded": 0, "low": None, "high": None}    # every self-vote is split: a miss
+    assert "repeat flips (verdicts differ between repeats): 8 item(s)" in (run.run_dir / "report.md").read_text()

@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from nodes.judgecheck.verdicts import majority
 from protocols.judgecheck import metrics
 from protocols.judgecheck.metrics import Obs
-from state.judgecheck import SPLIT
+from state.judgecheck import SPLIT, majority
 
 
 def pair(id_: str, label: str, original: str | None, swapped: str | None) -> Obs:

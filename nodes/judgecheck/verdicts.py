@@ -6,15 +6,13 @@ limits), ``repeats`` times, in both orders for a pairwise judge with ``swap``. C
 inside the unit, so each verdict's cost is read exactly from the event log's account of the unit (calls,
 tokens, seconds) before and after it.
 
-``vote`` combines the members' verdicts per (repeat, order) by majority vote (the jury papers' max voting):
-the value with the most votes among the graded members; ``split`` when two values share the most votes, so
-a tie in the vote is never silently turned into a win; ungraded when no member gave a verdict. On an ordinal
-scale (stars) the jury also has the mean score of its graded members.
+``vote`` combines the members' verdicts per (repeat, order) by majority vote
+(:func:`state.judgecheck.majority`); on an ordinal scale (stars) the jury also has the mean score of its
+graded members.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -22,7 +20,7 @@ from langgraph.runtime import Runtime
 from nodes.judgecheck.judges import judge_once
 from runtime.llm import current_unit
 from runtime.services import services_of
-from state.judgecheck import ORDERS, ORDINAL, SPLIT, JudgeCheckContext, JudgeCheckState, LabelledItem
+from state.judgecheck import ORDERS, ORDINAL, JudgeCheckContext, JudgeCheckState, LabelledItem, majority
 
 
 def orders(ctx: JudgeCheckContext) -> tuple[str, ...]:
@@ -52,16 +50,6 @@ def judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> dict[s
                 verdicts.append({"member": member, "model": llm.model_label, "repeat": repeat, "order": order,
                                  **out, "cost": cost})
     return {"verdicts": verdicts}
-
-
-def majority(values: list[str | None]) -> str | None:
-    """The value most graded votes share; :data:`SPLIT` when several share the most; None if none graded."""
-    counts = Counter(v for v in values if v is not None).most_common()
-    if not counts:
-        return None
-    if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        return SPLIT
-    return counts[0][0]
 
 
 def vote(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> dict[str, Any]:

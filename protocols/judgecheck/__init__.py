@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
-
-from langgraph.graph import StateGraph
+from typing import TYPE_CHECKING, Any
 
 from protocols.judgecheck import metrics
 from protocols.judgecheck.data import CANONICAL, load_items, sample_path
@@ -25,7 +23,10 @@ from runtime.report import Block
 from state.config import parse_model_ref
 from state.context import described
 from state.errors import InfraError, InputError
-from state.judgecheck import ORDINAL, SCALES, JudgeCheckContext
+from state.judgecheck import ORDINAL, SCALES, JudgeCheckContext, majority
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
 
 
 @dataclass(kw_only=True)
@@ -124,7 +125,8 @@ class JudgeCheckProtocol(Protocol):
 
 
 def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tuple[str, list[metrics.Obs]]]:
-    """Rater name -> (model label, one :class:`metrics.Obs` per item): each judge model, then the jury."""
+    """Rater name -> (model label, one :class:`metrics.Obs` per item): each judge model (and, with repeats, the
+    majority of its repeats: a self-consistency jury), then the jury of the models."""
     raters: dict[str, tuple[str, list[metrics.Obs]]] = {}
     by_member: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -140,6 +142,9 @@ def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tupl
                 {(v["repeat"], v["order"]): float(v["value"]) for v in mine if ordinal and v["value"] is not None},
                 {(v["repeat"], v["order"]): v["reason"] for v in mine}, _cost(mine)))
         raters[f"m{member}"] = (model, obs)
+        repeats = 1 + max(v["repeat"] for v in by_member[member])
+        if repeats > 1:
+            raters[f"m{member}-vote"] = (f"{model}, majority of its {repeats} repeats", [_vote(o) for o in obs])
     if any(r.get("jury") for r in records):
         obs = [metrics.Obs(r["item_id"], r["category"], r["label"],
                            {(j["repeat"], j["order"]): j["value"] for j in r["jury"]},
@@ -149,6 +154,18 @@ def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tupl
                for r in records]
         raters["jury"] = (f"majority of {len(by_member)}", obs)
     return raters
+
+
+def _vote(o: metrics.Obs) -> metrics.Obs:
+    """One judge's repeats combined like a jury: per order the majority value (``split`` without one) and, on a
+    scale, the mean score of the graded repeats."""
+    values, scores = {}, {}
+    for order in sorted({od for _, od in o.values}):
+        values[0, order] = majority([v for (_, od), v in sorted(o.values.items()) if od == order])
+        graded = [s for (_, od), s in o.scores.items() if od == order and s is not None]
+        if graded:
+            scores[0, order] = sum(graded) / len(graded)
+    return metrics.Obs(o.id, o.category, o.label, values, scores, {}, o.cost)
 
 
 def _cost(verdicts: list[dict[str, Any]]) -> dict[str, float]:
