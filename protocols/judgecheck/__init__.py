@@ -61,6 +61,11 @@ class JudgeCheckProtocol(Protocol):
                 parse_model_ref(ref, run.config.models)
             except ValueError as exc:
                 raise InputError(str(exc), field="--jury") from None
+        if ctx.jury:  # the jury judges instead of the evaluator: no pre-flight ping or smoke warning for it
+            self.roles = ()
+            if local := embedded_members(run):
+                run.console.print(f"warning: {smoke_warning(local)}",
+                                  style="bold yellow", markup=False, highlight=False)
         items = load_items(options.labels, ctx.judge, options.fields)
         run.console.print(f"labelled items: {self.inputs(run)}", markup=False, highlight=False)
         return [Unit(id=i.id, input={"item": i.model_dump()}, meta={"category": i.category, "label": i.label})
@@ -77,8 +82,8 @@ class JudgeCheckProtocol(Protocol):
         return f"{per} judge call(s) per item (+1 repair each when the reply is malformed)"
 
     def prepare(self, run: Run, units: list[Unit]) -> None:
-        """Ping each jury member's endpoint once (the role models had the pre-flight ping)."""
-        seen = {run.services.model_label("evaluator")}
+        """Ping each jury member's endpoint once (the pre-flight ping of the roles leaves the jury out)."""
+        seen: set[str] = set()
         for ref in self.context(run).jury or []:
             label = run.services.model_label("evaluator", ref)
             if label in seen:
@@ -115,13 +120,29 @@ class JudgeCheckProtocol(Protocol):
                                                    seed=run.config.seed),
                 "cost": metrics.cost(obs),
             }
+        local = embedded_members(run)
         return {"judge": ctx.judge, "inputs": {"labels": self.inputs(run)},
+                "jury": {f"m{i}": run.services.model_label("evaluator", ref) for i, ref in enumerate(ctx.jury or [])},
+                "jury_smoke_test": smoke_warning(local) if local else None,
                 "items": len(done), "scale": list(SCALES[ctx.judge]), "repeats": ctx.repeats,
                 "orders": 2 if swapped else 1, "raters": raters}
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         m = summary.get("metrics", {})
         return report_blocks(run, m, observations(with_results(records), m.get("judge") in ORDINAL)) if m else []
+
+
+def embedded_members(run: Run) -> list[str]:
+    """The jury members served by the embedded model (their verdicts are a smoke test)."""
+    jury = run.params.get("jury") or []
+    return [f"m{i}" for i, ref in enumerate(jury) if parse_model_ref(ref, run.config.models).provider == "embedded"]
+
+
+def smoke_warning(members: list[str]) -> str:
+    """The runner's smoke-test warning, for jury members served by the embedded model."""
+    from runtime.runner import SMOKE_TEST_WARNING  # the runner's module is only needed for this text
+
+    return SMOKE_TEST_WARNING.format(roles="jury member " + ", ".join(members))
 
 
 def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tuple[str, list[metrics.Obs]]]:

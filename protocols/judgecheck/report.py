@@ -41,6 +41,10 @@ def report_blocks(run: Run, m: dict[str, Any], obs: dict[str, tuple[str, list[Ob
         f"{m['repeats']} repeat(s), {m['orders']} order(s) per item. Intervals: 95 % percentile bootstrap over "
         "items. Ungraded verdicts (no usable verdict after retries and one repair) are left out of every measure "
         "and counted; a jury split (no majority) counts as a miss.")]
+    if m.get("jury_smoke_test"):
+        blocks.insert(0, Text("WARNING: " + m["jury_smoke_test"]))
+    if m.get("jury"):
+        blocks.append(Text("Jury (majority vote): " + ", ".join(f"{k} = {v}" for k, v in m["jury"].items()) + "."))
     if not raters:
         return [*blocks, Text("No item was judged.")]
     lead = lead_measure(m["judge"], m["orders"])
