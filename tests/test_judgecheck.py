@@ -153,6 +153,12 @@ def test_mapped_columns_and_a_bad_jury_reference_exit_2_with_one_line(tmp_path, 
     assert main(["--protocol", "judgecheck", "--jury", "nonsense", "--out", out, "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "--jury" in err and "\n" not in err
+    assert main(["--protocol", "judgecheck", "--labels", str(tmp_path / "none.jsonl"), "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "none.jsonl" in err and "file not found" in err and "--labels" in err and "\n" not in err
+    assert main(["--protocol", "judgecheck", "--judge", "llmeval.judge", "--labels", str(path), "--out", out,
+                 "--fields", "question=Prompt,response=Answer,label=Human"]) == 2  # yes is no star rating
+    assert "record 1" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 

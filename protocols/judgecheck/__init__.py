@@ -61,15 +61,19 @@ class JudgeCheckProtocol(Protocol):
                 parse_model_ref(ref, run.config.models)
             except ValueError as exc:
                 raise InputError(str(exc), field="--jury") from None
-        if ctx.jury:  # the jury judges instead of the evaluator: no pre-flight ping or smoke warning for it
-            self.roles = ()
-            if local := embedded_members(run):
-                run.console.print(f"warning: {smoke_warning(local)}",
-                                  style="bold yellow", markup=False, highlight=False)
+        if local := embedded_members(run):
+            run.console.print(f"warning: {smoke_warning(local)}", style="bold yellow", markup=False,
+                              highlight=False)
         items = load_items(options.labels, ctx.judge, options.fields)
         run.console.print(f"labelled items: {self.inputs(run)}", markup=False, highlight=False)
         return [Unit(id=i.id, input={"item": i.model_dump()}, meta={"category": i.category, "label": i.label})
                 for i in items]
+
+    def custom_run(self, run: Run) -> bool:
+        """No other mode; this only settles the roles before the pre-flight ping and the smoke-test warning (a
+        resumed run does not plan again): a jury judges instead of the evaluator, which is then left out."""
+        self.roles = () if self.context(run).jury else ("evaluator",)
+        return False
 
     def inputs(self, run: Run) -> str:
         """Where the labels come from (the shipped sample only when no --labels was given)."""
