@@ -61,7 +61,9 @@ class EventLog:
 
     def record(self, *, unit: str, role: str, model: str, step: str, messages: list[dict[str, Any]],
                output: Any, prompt_tokens: int, completion_tokens: int, latency_s: float,
-               error: str | None = None, attempt: int = 1) -> None:
+               error: str | None = None, attempt: int = 1, queue_s: float = 0.0) -> None:
+        """Append one exchange: ``latency_s`` = the endpoint's time from request to reply, ``queue_s`` = the
+        wait before the request went out (the model's in-flight ceiling and rate limit)."""
         event = {
             "ts": round(time.time(), 3),
             "unit": unit,
@@ -74,6 +76,7 @@ class EventLog:
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "latency_s": round(latency_s, 3),
+            "queue_s": round(queue_s, 3),
             "error": error,
         }
         with self._lock:

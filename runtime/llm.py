@@ -2,11 +2,14 @@
 
 One :class:`RoleLLM` per role: retries transient endpoint faults with
 exponential backoff, bounds in-flight requests, gets structured output with one
-repair attempt, and appends every exchange to the run's :class:`EventLog`.
+repair attempt, and appends every exchange to the run's :class:`EventLog`, with
+the time spent queueing for the endpoint (``queue_s``: in-flight ceiling and
+rate limit) apart from the endpoint's own latency (``latency_s``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -23,6 +26,7 @@ from state.errors import InfraError, ModelError
 if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`run.py --help` stays fast)
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.rate_limiters import BaseRateLimiter
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -89,7 +93,11 @@ class RetryPolicy:
 
 @dataclass
 class RoleLLM:
-    """A chat model bound to a role, with retries, limits, repair and logging."""
+    """A chat model bound to a role, with retries, limits, repair and logging.
+
+    ``slots`` (the endpoint's in-flight ceiling, ``None`` = none) and ``limiter`` (its rate limit) are shared by
+    every user of the endpoint (:func:`runtime.models.open_endpoint`).
+    """
 
     role: str
     model_label: str
@@ -97,7 +105,8 @@ class RoleLLM:
     events: EventLog
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     structured_method: str = "function_calling"
-    slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(4))
+    slots: threading.BoundedSemaphore | None = None
+    limiter: BaseRateLimiter | None = None
 
     # -- plain text -------------------------------------------------------------------------
     def text(self, messages: list[BaseMessage], *, step: str, max_retries: int | None = None) -> str:
@@ -136,29 +145,35 @@ class RoleLLM:
         attempt = 0
         while True:
             attempt += 1
-            started = time.perf_counter()
+            queued = time.perf_counter()
+            started = None
             try:
-                with self.slots:
+                with self.slots if self.slots is not None else contextlib.nullcontext():
+                    if self.limiter is not None:
+                        self.limiter.acquire()
                     raise_if_stopped()  # Ctrl-C: no new request (runtime.stop)
+                    started = time.perf_counter()
                     result = invoke()
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised if not ours
-                latency = time.perf_counter() - started
+                ended = time.perf_counter()
                 if not is_endpoint_fault(exc):
                     raise
                 self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
                                    messages=_message_dicts(messages), output=None, prompt_tokens=0,
-                                   completion_tokens=0, latency_s=latency,
+                                   completion_tokens=0, latency_s=ended - (started or ended),
+                                   queue_s=(started or ended) - queued,
                                    error=f"{type(exc).__name__}: {exc}", attempt=attempt)
                 if is_transient(exc) and attempt <= retries:
                     self.policy.sleep(self.policy.delay(attempt))
                     continue
                 raise InfraError(f"{self.role} ({self.model_label}) failed at step {step} after "
                                  f"{attempt} attempt(s): {type(exc).__name__}: {exc}") from exc
-            latency = time.perf_counter() - started
+            ended = time.perf_counter()
             p_tok, c_tok = _tokens(raw(result))
             self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
                                messages=_message_dicts(messages), output=describe(result),
-                               prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=latency, attempt=attempt)
+                               prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=ended - started,
+                               queue_s=started - queued, attempt=attempt)
             return result
 
 

@@ -20,6 +20,7 @@ from state.errors import InputError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+    from langchain_core.rate_limiters import BaseRateLimiter
 
 #: llama.cpp ignores the key, but the OpenAI client insists on one.
 _NO_KEY = "sk-no-key-needed"
@@ -42,15 +43,9 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
 
     langchain-openai (and the OpenAI client under it) is imported here, when a run opens its first endpoint.
     """
-    from langchain_core.rate_limiters import InMemoryRateLimiter
     from langchain_openai import ChatOpenAI
 
     base_url = embedded_base_url() if spec.provider == "embedded" else spec.base_url
-    limiter = (
-        InMemoryRateLimiter(requests_per_second=spec.requests_per_second, max_bucket_size=1)
-        if spec.requests_per_second
-        else None
-    )
     return ChatOpenAI(
         model=spec.model,
         base_url=base_url,
@@ -59,7 +54,6 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         max_tokens=spec.max_tokens,
         timeout=spec.timeout_s,
         max_retries=0,
-        rate_limiter=limiter,
         stream_usage=False,
         # langchain-openai sends the limit as `max_completion_tokens`, which llama-cpp-python's server ignores;
         # without `max_tokens` the embedded model may generate up to its whole context window.
@@ -69,19 +63,29 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """What every user of one model spec shares: the chat model (holding the spec's rate limiter) and the
-    semaphore bounding requests in flight (``spec.concurrency``)."""
+    """What every user of one model spec shares: the chat model, the semaphore bounding requests in flight
+    (``spec.concurrency``; ``None`` = no ceiling) and the rate limiter (``spec.requests_per_second``).
+
+    The call layer waits for both itself (:class:`runtime.llm.RoleLLM`), so that the time spent queueing is
+    logged apart from the endpoint's own latency.
+    """
 
     spec: ModelSpec
     label: str
     chat: BaseChatModel
-    slots: threading.BoundedSemaphore
+    slots: threading.BoundedSemaphore | None
+    limiter: BaseRateLimiter | None
 
 
 def open_endpoint(spec: ModelSpec, *, chat: BaseChatModel | None = None, label: str | None = None) -> Endpoint:
     """The endpoint of ``spec``; ``chat`` replaces the real chat model (a fake in tests, labelled ``label``)."""
+    from langchain_core.rate_limiters import InMemoryRateLimiter
+
+    limiter = (InMemoryRateLimiter(requests_per_second=spec.requests_per_second, max_bucket_size=1)
+               if spec.requests_per_second else None)
     return Endpoint(spec=spec, label=label or model_label(spec), chat=build_chat_model(spec) if chat is None else chat,
-                    slots=threading.BoundedSemaphore(spec.concurrency))
+                    slots=threading.BoundedSemaphore(spec.concurrency) if spec.concurrency else None,
+                    limiter=limiter)
 
 
 def model_label(spec: ModelSpec) -> str:

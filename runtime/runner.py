@@ -286,6 +286,8 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
         units = plan_units(protocol, run, notes)
     resume = resume_command(protocol, run)
     run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False, soft_wrap=True)
+    for note in run.services.ceiling_notes(protocol.roles):
+        run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     if dry_run:
         print_plan(protocol, run, units)
         return {}

@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from runtime.config_loader import load_config, read_config_file
 from runtime.events import EventLog
@@ -69,6 +69,7 @@ class Services:
                     policy.sleep = self.retry_sleep
                 self._llms[role, ref] = RoleLLM(role=role, model_label=endpoint.label, chat=endpoint.chat,
                                                 events=self.events, policy=policy, slots=endpoint.slots,
+                                                limiter=endpoint.limiter,
                                                 structured_method=endpoint.spec.structured_method)
             return self._llms[role, ref]
 
@@ -95,6 +96,17 @@ class Services:
         ref = self.config.role_ref(role) if ref is None else ref
         fake = self._override(ref, role)
         return f"fake:{fake}" if fake is not None else model_label(parse_model_ref(ref, self.config.models))
+
+    def ceiling_notes(self, roles: Iterable[str]) -> list[str]:
+        """One line per model of ``roles`` whose ``concurrency`` ceiling holds fewer requests in flight than the
+        run's ``--concurrency`` (without a ceiling a model takes as many as the run sends)."""
+        ceilings: dict[str, int] = {}
+        for role in roles:
+            spec = self.spec(role)
+            if spec.concurrency is not None and spec.concurrency < self.config.concurrency:
+                ceilings.setdefault(self.model_label(role), spec.concurrency)
+        return [f"{label}: at most {n} request(s) in flight (its `concurrency` ceiling), below --concurrency "
+                f"{self.config.concurrency}; units queue for it" for label, n in ceilings.items()]
 
     def cached(self, key: str, build: Any) -> Any:
         """A per-run lazily built resource (vector store, graph, bank), built once under a lock."""

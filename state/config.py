@@ -66,7 +66,9 @@ class ModelSpec(BaseModel):
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0, description="retries on timeouts, 429 and 5xx, with exponential backoff")
     requests_per_second: float | None = Field(None, gt=0)
-    concurrency: int = Field(4, ge=1, description="requests in flight at once to this model")
+    concurrency: int | None = Field(
+        None, ge=1, description="ceiling on requests in flight to this model (all roles together); unset = as many "
+        "as the run sends (its --concurrency units and their parallel calls)")
     structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
 
     @field_validator("base_url")

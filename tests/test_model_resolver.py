@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 URL = "http://127.0.0.1:9/v1"  # nothing listens: no test here sends a request to it
 REF = f"m@{URL}"
 #: The endpoint of REF under config names: with a rate limit, warmer, and exactly REF's spec.
-NAMED = ModelSpec(model="m", base_url=URL, api_key_env="OPENAI_API_KEY", requests_per_second=5)
+NAMED = ModelSpec(model="m", base_url=URL, api_key_env="OPENAI_API_KEY", requests_per_second=5, concurrency=4)
 MODELS = {"qwen": NAMED, "warm": NAMED.model_copy(update={"temperature": 0.7}),
           "same": ModelSpec(model="m", base_url=URL, api_key_env="OPENAI_API_KEY")}
 
@@ -60,7 +60,7 @@ def test_roles_and_references_naming_one_spec_share_its_chat_model_semaphore_and
             svc.model("qwen", role="reference")]
     assert len(built) == 1
     assert all(x.chat is llms[0].chat and x.slots is llms[0].slots for x in llms)
-    assert llms[0].chat.rate_limiter is not None
+    assert all(x.limiter is llms[0].limiter for x in llms) and llms[0].limiter is not None
     assert [x.role for x in llms] == ["target", "evaluator", "grader", "student", "reference"]  # logged apart
     assert svc.llm("target") is llms[0]  # the call layer itself is cached per role and reference
     warm = svc.model("warm", role="student")  # another spec: its own endpoint and limits

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from runtime.events import EventLog
 from runtime.llm import RetryPolicy, RoleLLM
-from runtime.models import build_chat_model
+from runtime.models import build_chat_model, open_endpoint
 from state.config import ModelSpec
 from state.errors import InfraError, InputError, ModelError
 from tests.fake_endpoint import completion, serve, url_of
@@ -119,7 +119,8 @@ def test_factory_passes_spec_settings_to_the_openai_client(monkeypatch):
         "gpt-x", "https://api.example/v1", 0.3, 77)
     assert chat.request_timeout == 9 and chat.max_retries == 0
     assert chat.openai_api_key.get_secret_value() == "sk-test"
-    assert chat.rate_limiter is not None
+    assert chat.rate_limiter is None  # the endpoint holds it: the call layer times the wait as queue_s
+    assert open_endpoint(spec).limiter is not None
 
 
 def test_factory_refuses_a_named_key_variable_that_is_unset(monkeypatch):
