@@ -75,6 +75,9 @@ class LLMEvalContext(BaseContext):
     answer_batch: int = described(20, "Questions answered per graph step (progress is kept in the bank).",
                                   minimum=1)
     judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).", minimum=1)
+    judge_jury: list[str] | None = described(None, "Judge models rating every answer instead of the evaluator, "
+                                                   "combined by majority vote of the stars; no majority leaves the "
+                                                   "answer unscored with status split.", metavar="MODEL")
     sample_if_empty: bool = described(True, "Import the shipped sample bank when the bank is empty (Studio).",
                                       cli=False)
     bank_db: str = described("", "Question bank: SQLite file or postgresql:// DSN; empty = the configured "

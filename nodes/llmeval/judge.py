@@ -25,6 +25,7 @@ from runtime.concurrency import parallel_map
 from runtime.llm import RoleLLM
 from runtime.services import services_of
 from state.errors import ModelError
+from state.judgecheck import SPLIT, majority
 from state.llmeval import JudgeRating, LLMEvalContext, LLMEvalState
 from stores.question_bank import QuestionBank, question_text
 
@@ -81,7 +82,26 @@ def judge_item(llm: RoleLLM, item: dict[str, Any]) -> tuple[int | None, str, str
     return stars, rating.reason, "judged"
 
 
-def judge_session(bank: QuestionBank, session_id: str, llm: RoleLLM, concurrency: int) -> tuple[int, int]:
+def jury_item(llms: list[RoleLLM], item: dict[str, Any]) -> tuple[int | None, str, str]:
+    """:func:`judge_item` by each judge of a jury (``--judge-jury``), combined by majority vote of the stars
+    (:func:`state.judgecheck.majority`, ungraded members do not vote). A vote without a majority leaves the
+    answer without stars, status ``split`` (final, shown in the session's judge statuses and unscored count):
+    a disagreement is never turned into a score. A single judge is :func:`judge_item` itself."""
+    if len(llms) == 1:
+        return judge_item(llms[0], item)
+    results = [judge_item(llm, item) for llm in llms]
+    stars = [None if s is None else str(s) for s, _, _ in results]
+    votes = ", ".join("-" if s is None else s for s in stars)
+    vote = majority(stars)
+    if vote is None:
+        return None, f"ungraded: no jury member gave a valid rating (votes {votes})", "ungraded"
+    if vote == SPLIT:
+        return None, f"split: the jury has no majority (votes {votes})", "split"
+    _, reason, status = next(r for r, s in zip(results, stars) if s == vote)
+    return int(vote), f"jury majority ({votes}): {reason}", status
+
+
+def judge_session(bank: QuestionBank, session_id: str, llms: list[RoleLLM], concurrency: int) -> tuple[int, int]:
     """Judge every completed slot not judged yet (or left ungraded) concurrently; returns (judged, ungraded)."""
     todo = [i for i in bank.judged_items(session_id)
             if i["status"] == "completed" and i["judge_status"] in (None, "ungraded")]
@@ -90,7 +110,7 @@ def judge_session(bank: QuestionBank, session_id: str, llm: RoleLLM, concurrency
         it["options"] = q.options if q else None
 
     def one(item: dict[str, Any]) -> None:
-        stars, reason, status = judge_item(llm, item)
+        stars, reason, status = jury_item(llms, item)
         bank.set_judgement(session_id, item["position"], stars, reason, status)
 
     parallel_map(one, todo, workers=concurrency)
@@ -99,13 +119,15 @@ def judge_session(bank: QuestionBank, session_id: str, llm: RoleLLM, concurrency
 
 
 def judge_answers(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
-    """Judge the target's answers (and the reference model's, when there is one) with the evaluator role."""
+    """Judge the target's answers (and the reference model's, when there is one) with the evaluator role, or
+    with the ``judge_jury`` models by majority vote."""
     ctx = runtime.context
     bank = bank_of(ctx)
-    llm = services_of(ctx).llm("evaluator")
-    judged, ungraded = judge_session(bank, state["session_id"], llm, int(ctx.judge_concurrency))
+    svc = services_of(ctx)
+    llms = [svc.model(ref, role="evaluator") for ref in ctx.judge_jury] if ctx.judge_jury else [svc.llm("evaluator")]
+    judged, ungraded = judge_session(bank, state["session_id"], llms, int(ctx.judge_concurrency))
     reference_ungraded = 0
     if state.get("reference_session_id"):
-        _, reference_ungraded = judge_session(bank, state["reference_session_id"], llm, int(ctx.judge_concurrency))
+        _, reference_ungraded = judge_session(bank, state["reference_session_id"], llms, int(ctx.judge_concurrency))
     return {"judged": judged, "ungraded": ungraded, "reference_ungraded": reference_ungraded}
 

@@ -288,7 +288,8 @@ class LLMEvalProtocol(Protocol):
               "n/a" if r.get("S") is None else r["S"], r.get("S_ref"), r.get("R")] for r in ok],
             caption="Sessions: absolute score S (eq. 1) over the N scored answers, reference score and relative "
                     "score R (eq. 2). Ungraded = the judge gave no valid rating after retries and one repair: in no "
-                    "score, re-judged by --resume; unscored = allocated but without stars (ungraded or unanswered)")]
+                    "score, re-judged by --resume; unscored = allocated but without stars (ungraded, a split "
+                    "--judge-jury or unanswered)")]
         if metrics.get("answers_ungraded"):
             blocks.append(Text(f"{metrics['answers_ungraded']} answer(s) in {metrics.get('sessions_ungraded')} "
                                "session(s) are ungraded and count neither for nor against the model."))
