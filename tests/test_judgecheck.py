@@ -44,6 +44,7 @@ def test_a_judge_that_always_picks_the_first_output_is_caught_by_the_swap(tmp_pa
     assert m["swap_consistency"]["value"] == 0 and m["both_orders_correct"]["value"] == 0
     assert summary["metrics"]["raters"]["m0"]["cost"] == {"calls_per_item": 2.0, "tokens_per_item": 30.0,
                                                           "seconds_per_item": pytest.approx(0, abs=0.5)}
+    assert summary["metrics"]["raters"]["m0"]["decided_by"] == {"judge:A": 2 * len(labels)}  # always the first
     report = (run.run_dir / "report.md").read_text()
     assert "Verdict table, ordered by agreement" in report and "swap flips" in report
     assert f"swap flips (a different winner once the outputs swap places): {len(labels)} item(s)" in report

@@ -124,6 +124,10 @@ class JudgeCheckProtocol(Protocol):
                                                    seed=run.config.seed),
                 "cost": metrics.cost(obs),
             }
+        for r in done:  # how each verdict came about: judge (pairwise: the position it picked), code, ungraded
+            for v in r["verdicts"]:
+                how = raters[f"m{v['member']}"].setdefault("decided_by", {})
+                how[v["how"]] = how.get(v["how"], 0) + 1
         local = embedded_members(run)
         return {"judge": ctx.judge, "inputs": {"labels": self.inputs(run)},
                 "jury": {f"m{i}": run.services.model_label("evaluator", ref) for i, ref in enumerate(ctx.jury or [])},

@@ -68,6 +68,10 @@ def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], swapped
                            Table(["measure", "value [95 % CI] (n)"],
                                  [[k.replace("_", " "), cell(v)] for k, v in rater["measures"].items()],
                                  caption=f"{name}: agreement with human labels")]
+    if rater.get("decided_by"):
+        blocks.append(Text("How the verdicts came about (pairwise judge:A / judge:B = it picked the output shown "
+                           "first / second): " + ", ".join(f"{k} {v}" for k, v in sorted(rater["decided_by"].items()))
+                           + "."))
     conf = rater["confusion"]
     path = heatmap(figure_path(run.run_dir, f"confusion_{name}"), [f"human {x}" for x in conf["labels"]],
                    conf["columns"], conf["matrix"], title=f"{name}: human label (rows) vs verdict (columns)")
