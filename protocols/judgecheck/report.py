@@ -59,19 +59,21 @@ def report_blocks(run: Run, m: dict[str, Any], obs: dict[str, tuple[str, list[Ob
           raters[name]["cost"]["tokens_per_item"], raters[name]["cost"]["seconds_per_item"]] for name in order],
         caption="Verdict table, ordered by agreement with the human labels (cost from the event log)"))
     for name in order:
-        blocks.extend(_section(run, name, raters[name], obs[name][1], m["orders"] == 2))
+        blocks.extend(_section(run, name, raters[name], obs[name][1], pairwise, m["orders"] == 2))
     return blocks
 
 
-def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], swapped: bool) -> list[Block]:
+def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], pairwise: bool,
+             swapped: bool) -> list[Block]:
     blocks: list[Block] = [Heading(f"{name}: {rater['model']}", 3),
                            Table(["measure", "value [95 % CI] (n)"],
                                  [[k.replace("_", " "), cell(v)] for k, v in rater["measures"].items()],
                                  caption=f"{name}: agreement with human labels")]
     if rater.get("decided_by"):
-        blocks.append(Text("How the verdicts came about (pairwise judge:A / judge:B = it picked the output shown "
-                           "first / second): " + ", ".join(f"{k} {v}" for k, v in sorted(rater["decided_by"].items()))
-                           + "."))
+        what = ("judge:A / judge:B = it picked the output shown first / second" if pairwise else
+                "judged / banded / exact / code / empty / ungraded, as the protocol's step reports it")
+        blocks.append(Text(f"How the verdicts came about ({what}): "
+                           + ", ".join(f"{k} {v}" for k, v in sorted(rater["decided_by"].items())) + "."))
     conf = rater["confusion"]
     path = heatmap(figure_path(run.run_dir, f"confusion_{name}"), [f"human {x}" for x in conf["labels"]],
                    conf["columns"], conf["matrix"], title=f"{name}: human label (rows) vs verdict (columns)")
