@@ -13,6 +13,9 @@
   node-link data + chunk texts) and a Chroma client in ``.../chroma`` with the
   chunk and entity-name embeddings. ``key`` hashes the corpus and the extraction
   model, so reopening an unchanged corpus loads the graph and makes no LLM call.
+  Vectors are also cached by text content per embedding model
+  (:mod:`stores.embedding_cache`), so a changed corpus embeds only its new texts,
+  in batches; the vectors a build computed stay in memory for path sampling.
   Entity labels are also cached per chunk content hash
   (``<cache>/judgeagent/entities-<model>.jsonl``), so a changed corpus only sends
   its new chunks to the model.
@@ -35,6 +38,7 @@ import numpy as np
 
 from pydantic import BaseModel
 
+from stores.embedding_cache import EmbeddingCache, embedder_label
 from stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
 
 GRAPH_FORMAT = 1
@@ -230,6 +234,7 @@ class ContextGraph:
         self.key = key
         self.folder = folder
         self._embed: Any = None
+        self._vectors_cache: EmbeddingCache | None = None
         self._client: Any = None
         self._vec_cache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
@@ -287,9 +292,10 @@ class ContextGraph:
         return cls(g, data["chunks"], data["docs"], key=data.get("key", ""), folder=folder)
 
     # -- vector index (Chroma) ------------------------------------------------------------------
-    def attach(self, client: Any, embed: Any) -> None:
-        """Bind the Chroma client and embedding function (index built by :meth:`index`)."""
-        self._client, self._embed = client, embed
+    def attach(self, client: Any, embed: Any, vectors: EmbeddingCache | None = None) -> None:
+        """Bind the Chroma client, the embedding function and the content-keyed vector cache (index built by
+        :meth:`index`)."""
+        self._client, self._embed, self._vectors_cache = client, embed, vectors
 
     def _collection(self, kind: str) -> Any:
         name = f"ja-{self.key[:20] or 'graph'}-{kind}"
@@ -301,21 +307,31 @@ class ContextGraph:
         return "e-" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:20]
 
     def index(self) -> None:
-        """Embed chunks and entity names into Chroma (idempotent: only missing ids are added)."""
-        chunks = self._collection("chunks")
-        have = set(chunks.get(include=[])["ids"])
-        todo = [cid for cid in self.chunks if cid not in have]
-        for i in range(0, len(todo), 64):
-            part = todo[i:i + 64]
-            chunks.add(ids=part, documents=[self.chunks[c]["text"] for c in part],
-                       metadatas=[{"doc": self.chunks[c]["doc"]} for c in part])
-        ents = self._collection("entities")
-        have = set(ents.get(include=[])["ids"])
-        todo = [k for k in self.g.nodes if self.entity_id(k) not in have]
-        for i in range(0, len(todo), 128):
-            part = todo[i:i + 128]
-            ents.add(ids=[self.entity_id(k) for k in part], documents=[self.g.nodes[k]["name"] for k in part],
-                     metadatas=[{"key": k} for k in part])
+        """Embed chunks and entity names into Chroma (idempotent: only missing ids are added).
+
+        Each batch is embedded with one call on the list (texts already in the vector cache are looked up, not
+        embedded again) and added with its vectors; the vectors stay in memory for path sampling.
+        """
+        chunk_ids = list(self.chunks)
+        self._add("chunks", chunk_ids, [self.chunks[c]["text"] for c in chunk_ids],
+                  [{"doc": self.chunks[c]["doc"]} for c in chunk_ids], batch=64)
+        keys = list(self.g.nodes)
+        self._add("entities", [self.entity_id(k) for k in keys], [self.g.nodes[k]["name"] for k in keys],
+                  [{"key": k} for k in keys], batch=128)
+
+    def _add(self, kind: str, ids: list[str], texts: list[str], metadatas: list[dict[str, str]], batch: int) -> None:
+        collection = self._collection(kind)
+        have = set(collection.get(include=[])["ids"])
+        todo = [i for i, id_ in enumerate(ids) if id_ not in have]
+        for start in range(0, len(todo), batch):
+            part = todo[start:start + batch]
+            docs = [texts[i] for i in part]
+            vecs = (self._vectors_cache.embed(docs, self._embed) if self._vectors_cache is not None
+                    else [np.asarray(v, dtype=np.float32) for v in self._embed(docs)])
+            collection.add(ids=[ids[i] for i in part], embeddings=vecs, documents=docs,
+                           metadatas=[metadatas[i] for i in part])
+            with self._lock:
+                self._vec_cache.update((f"{kind}:{ids[i]}", v) for i, v in zip(part, vecs))
 
     def _vectors(self, kind: str, ids: list[str]) -> dict[str, np.ndarray]:
         cache_key = kind + ":"
@@ -337,11 +353,14 @@ class ContextGraph:
 
     @staticmethod
     def _rank(query: np.ndarray, vecs: dict[str, np.ndarray], k: int) -> list[str]:
-        """Ids by cosine similarity to ``query``, ties broken by id (deterministic)."""
-        def sim(v: np.ndarray) -> float:
-            return float(np.dot(query, v) / ((np.linalg.norm(query) * np.linalg.norm(v)) or 1.0))
-        scored = sorted(vecs.items(), key=lambda kv: (-round(sim(kv[1]), 6), kv[0]))
-        return [i for i, _ in scored[:k]]
+        """Ids by cosine similarity to ``query`` (rounded to 6 places), ties broken by id (deterministic)."""
+        if not vecs:
+            return []
+        ids = list(vecs)
+        matrix = np.stack([vecs[i] for i in ids])
+        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
+        sims = (matrix @ query) / np.where(norms == 0, 1.0, norms).astype(np.float32)
+        return sorted(ids, key=lambda i, s=dict(zip(ids, sims.tolist())): (-round(s[i], 6), i))[:k]
 
     # -- lookups (also exposed as LangChain tools in tools/knowledge.py) ------------------------
     def entity_lookup(self, text: str, k: int = 5) -> list[dict[str, Any]]:
@@ -363,6 +382,10 @@ class ContextGraph:
         return out
 
     def most_similar_entity(self, text: str) -> str | None:
+        """The graph entity closest to ``text``: its own node when ``text`` names one (what :meth:`entity_lookup`
+        ranks first), found without embedding ``text``."""
+        if entity_key(text) in self.g:
+            return entity_key(text)
         found = self.entity_lookup(text, k=1)
         return found[0]["entity"] if found else None
 
@@ -465,7 +488,14 @@ class ContextGraph:
 
 # -- build or open -----------------------------------------------------------------------------
 
-_build_lock = threading.Lock()
+_locks_guard = threading.Lock()
+_build_locks: dict[Path, threading.Lock] = {}
+
+
+def _build_lock(folder: Path) -> threading.Lock:
+    """One lock per graph folder: a graph is built once, while other knowledge bases build beside it."""
+    with _locks_guard:
+        return _build_locks.setdefault(folder.resolve(), threading.Lock())
 
 
 def graph_key(docs: Sequence[Document], extractor_label: str) -> str:
@@ -482,7 +512,7 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
     """
     key = graph_key(docs, extractor_label)
     folder = cache_dir / "judgeagent" / f"graph-{key[:24]}"
-    with _build_lock:
+    with _build_lock(folder):
         if (folder / "graph.json").exists():
             graph = ContextGraph.load(folder)
             log(f"context graph loaded from {folder}")
@@ -501,6 +531,7 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
                 labels[cid] = (rec["entities"], rec["source"])
             graph = ContextGraph.construct(docs, labels, key=key)
             graph.save(folder)
-        graph.attach(chroma(folder / "chroma"), embed)
+        graph.attach(chroma(folder / "chroma"), embed,
+                     EmbeddingCache(cache_dir / "judgeagent", embedder_label(embed)))
         graph.index()
     return graph
