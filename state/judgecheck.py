@@ -18,15 +18,23 @@ from pydantic import BaseModel, Field
 from state.context import BaseContext, described
 
 #: The judging steps that can be checked, by name: ``protocol.step``, plus the pairwise preference judge.
-JUDGES: tuple[str, ...] = ("llmeval.judge", "interview.grader", "judgeagent.judge", "pairwise")
+JUDGES: tuple[str, ...] = ("llmeval.judge", "interview.grader", "judgeagent.judge", "atad.orchestrator",
+                           "atad.reviewer", "pairwise")
 #: Each judge's verdict scale, as label strings: 0-3 stars (LLMEval-3 Figure 11), correct/wrong, or the
+#: approved/rejected (ATAD's orchestrator, Appendix D.2), 1-5 (one of ATAD's reviewer scores, Table 3), or the
 #: better output of a pair in the original order (``1``, ``2``) or ``tie``.
 SCALES: dict[str, tuple[str, ...]] = {"llmeval.judge": ("0", "1", "2", "3"),
                                       "interview.grader": ("correct", "wrong"),
                                       "judgeagent.judge": ("correct", "wrong"),
+                                      "atad.orchestrator": ("approved", "rejected"),
+                                      "atad.reviewer": ("1", "2", "3", "4", "5"),
                                       "pairwise": ("1", "2", "tie")}
 #: Judges whose scale is ordinal (quadratic-weighted kappa and Spearman apply).
-ORDINAL = frozenset({"llmeval.judge"})
+ORDINAL = frozenset({"llmeval.judge", "atad.reviewer"})
+#: Judges of generated problems (ATAD), not of answers: an item is a problem of a task type.
+PROBLEM_JUDGES = frozenset({"atad.orchestrator", "atad.reviewer"})
+#: The reviewer's scores (Table 3); ``aspect`` picks the one compared with the labels.
+ASPECTS = ("validity", "coherence", "fairness")
 #: A jury without a majority (no value has the most votes): counted, never turned into a win.
 SPLIT = "split"
 ORDERS = ("original", "swapped")
@@ -36,17 +44,21 @@ _ALIASES = {
                  "model_b": "2", "tie": "tie"},
     "correct": {"correct": "correct", "true": "correct", "yes": "correct", "1": "correct", "right": "correct",
                 "wrong": "wrong", "incorrect": "wrong", "false": "wrong", "no": "wrong", "0": "wrong"},
+    "approved": {"approved": "approved", "approve": "approved", "accept": "approved", "accepted": "approved",
+                 "valid": "approved", "true": "approved", "yes": "approved", "1": "approved",
+                 "rejected": "rejected", "reject": "rejected", "invalid": "rejected", "false": "rejected",
+                 "no": "rejected", "0": "rejected"},
 }
 
 
 def normalize_label(judge: str, value: Any) -> str:
     """A human label on ``judge``'s scale (see :data:`SCALES`); ``ValueError`` naming the accepted values."""
     text = str(value).strip().lower() if not isinstance(value, bool) else str(value).lower()
-    if judge == "llmeval.judge":
+    if judge in ORDINAL:
         if text in SCALES[judge]:
             return text
-        raise ValueError(f"needs 0, 1, 2 or 3 stars, got {value!r}")
-    aliases = _ALIASES["pairwise" if judge == "pairwise" else "correct"]
+        raise ValueError(f"needs one of {', '.join(SCALES[judge])}, got {value!r}")
+    aliases = _ALIASES[{"pairwise": "pairwise", "atad.orchestrator": "approved"}.get(judge, "correct")]
     if text in aliases:
         return aliases[text]
     raise ValueError(f"needs one of {', '.join(sorted(aliases))}, got {value!r}")
@@ -68,7 +80,7 @@ class LabelledItem(BaseModel):
 
     id: str
     category: str = ""
-    question: str = Field(description="the question or instruction (a pair's input)")
+    question: str = Field("", description="the question or instruction (a pair's input)")
     response: str = Field("", description="pointwise: the answer to judge")
     output_1: str = Field("", description="pairwise: the first output")
     output_2: str = Field("", description="pairwise: the second output")
@@ -77,7 +89,10 @@ class LabelledItem(BaseModel):
     explanation: str = Field("", description="llmeval: explanation of the reference answer")
     options: list[str] = Field(default_factory=list, description="multiple-choice options")
     qtype: str = Field("", description="llmeval question type (inferred when empty)")
-    task: str = Field("generic", description="interview task type: math, factual, instruction or generic")
+    task: str = Field("generic", description="interview task type (math, factual, instruction, generic) or ATAD "
+                                             "task type (T1-T7)")
+    problem: dict[str, Any] = Field(default_factory=dict, description="ATAD: the problem (Table 6 fields)")
+    level: str = Field("", description="ATAD: the difficulty tier of a scaled problem; empty = a base problem")
     label: str
 
 
@@ -115,3 +130,7 @@ class JudgeCheckContext(BaseContext):
     repeats: int = described(1, "Judge every item K times per judge and order (repeat consistency; needs a "
                                 "temperature above 0 to differ).", minimum=1, maximum=20)
     swap: bool = described(True, "Pairwise: judge each pair in both orders (position-swap consistency).")
+    aspect: str = described("validity", "atad.reviewer: the Table 3 score compared with the labels (read from the "
+                                        "column of that name unless --fields maps label).", choices=ASPECTS)
+    lenient_escalation: bool = described(True, "atad.orchestrator: judge problems with a level with the lenient "
+                                               "prompt of Appendix D.2.3, as ATAD does by default.")

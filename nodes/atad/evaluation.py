@@ -19,6 +19,7 @@ from langgraph.runtime import Runtime
 from nodes.atad.problems import render_with_answer
 from nodes.atad.student import solve_problem
 from prompts import load_prompt
+from runtime.llm import RoleLLM
 from runtime.services import services_of
 from state.atad import TASKS, EvalContext, EvalState, Review
 from state.errors import ModelError
@@ -32,17 +33,22 @@ def answer_item(state: EvalState, runtime: Runtime[EvalContext]) -> dict[str, An
             "parse_error": result["parse_error"]}
 
 
-def review_item(state: EvalState, runtime: Runtime[EvalContext]) -> dict[str, Any]:
-    """The reviewer scores validity, coherence, fairness (1-5, clamped) and approval (Table 3)."""
-    llm = services_of(runtime.context).model(state["model"], role="grader")
-    spec = TASKS[state["task"]]
+def review_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str) -> dict[str, Any]:
+    """One reviewer's validity, coherence, fairness (1-5, clamped) and approval of a problem (Table 3);
+    ``review`` None with ``parse_error`` when it gave no usable review."""
+    spec = TASKS[task]
     messages = load_prompt("atad/reviewer_review").render(
-        task_id=spec.id, task_name=spec.name, anomaly=spec.anomaly,
-        problem=render_with_answer(state["task"], state["problem"]))
+        task_id=spec.id, task_name=spec.name, anomaly=spec.anomaly, problem=render_with_answer(task, problem))
     try:
-        r = llm.structured(Review, messages, step="evaluate:review")
+        r = llm.structured(Review, messages, step=step)
     except ModelError as exc:
         return {"review": None, "parse_error": str(exc)}
     clamp = lambda v: max(1, min(5, int(v)))  # noqa: E731
     return {"review": {"validity": clamp(r.validity), "coherence": clamp(r.coherence),
                        "fairness": clamp(r.fairness), "approved": bool(r.approved)}, "parse_error": None}
+
+
+def review_item(state: EvalState, runtime: Runtime[EvalContext]) -> dict[str, Any]:
+    """The reviewer scores validity, coherence, fairness (1-5, clamped) and approval (Table 3)."""
+    llm = services_of(runtime.context).model(state["model"], role="grader")
+    return review_problem(llm, state["task"], state["problem"], step="evaluate:review")

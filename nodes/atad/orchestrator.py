@@ -19,6 +19,7 @@ from langgraph.runtime import Runtime
 from nodes.atad.common import ladder, level_name
 from nodes.atad.problems import render_with_answer
 from prompts import load_prompt
+from runtime.llm import RoleLLM
 from runtime.services import services_of
 from state.atad import TASKS, AtadContext, AtadState, EscalationFeedback, Verdict, level_for
 from nodes.atad.problems import structure_text
@@ -29,30 +30,42 @@ LENIENT = ("While keeping quality standards, be lenient: accept problems that ar
 STRICT = "Apply the same standard as for a base problem."
 
 
+def judge_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, level: str | None, lenient: bool,
+                  step: str) -> dict[str, Any]:
+    """The orchestrator's verdict on one problem: the initial validation (D.2.1) when ``level`` is None, else the
+    difficulty-scaled validation (D.2.3) for tier ``level``. ``approved`` is None (with ``error``) when it gave
+    no usable verdict; ``llm`` is the orchestrator role's model (or a judge-check jury member)."""
+    spec = TASKS[task]
+    common = {"task_id": spec.id, "task_name": spec.name, "anomaly": spec.anomaly,
+              "structure": structure_text(task), "problem": render_with_answer(task, problem)}
+    if level is not None:
+        messages = load_prompt("atad/orchestrator_validate_scaled").render(
+            **common, level=level, leniency=LENIENT if lenient else STRICT)
+    else:
+        messages = load_prompt("atad/orchestrator_validate").render(**common)
+    try:
+        verdict = llm.structured(Verdict, messages, step=step)
+    except ModelError as exc:
+        return {"approved": None, "feedback": "", "error": str(exc)}
+    return {"approved": verdict.approved, "feedback": verdict.feedback.strip(), "error": None}
+
+
 def validate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
     """Approve the candidate or reject it with feedback (labels a and e of Figure 2); ``approved`` is None when
     the orchestrator gave no usable verdict."""
     ctx = runtime.context
-    task = state["task"]
-    spec = TASKS[task]
     scaled = state.get("phase", "init") == "escalate"
-    common = {"task_id": spec.id, "task_name": spec.name, "anomaly": spec.anomaly,
-              "structure": structure_text(task), "problem": render_with_answer(task, state["candidate"])}
-    if scaled:
-        messages = load_prompt("atad/orchestrator_validate_scaled").render(
-            **common, level=level_name(ctx, state.get("level", 0)),
-            leniency=LENIENT if ctx.lenient_escalation else STRICT)
-    else:
-        messages = load_prompt("atad/orchestrator_validate").render(**common)
-    event = {"step": "validate", "phase": state.get("phase", "init"), "level": level_name(ctx, state.get("level", 0)),
+    level = level_name(ctx, state.get("level", 0))
+    event = {"step": "validate", "phase": state.get("phase", "init"), "level": level,
              "attempt": state.get("attempts", 0), "lenient": scaled and ctx.lenient_escalation}
-    try:
-        verdict = services_of(ctx).llm("orchestrator").structured(
-            Verdict, messages, step="orchestrator:validate_scaled" if scaled else "orchestrator:validate")
-    except ModelError as exc:
-        why = f"ungraded: the orchestrator gave no usable verdict on the {event['phase']} candidate: {exc}"[:600]
-        return {"approved": None, "ungraded": why, "history": [{**event, "approved": None, "error": str(exc)[:600]}]}
-    approved, feedback = verdict.approved, verdict.feedback.strip()
+    out = judge_problem(services_of(ctx).llm("orchestrator"), state["task"], state["candidate"],
+                        level=level if scaled else None, lenient=ctx.lenient_escalation,
+                        step="orchestrator:validate_scaled" if scaled else "orchestrator:validate")
+    if out["approved"] is None:
+        why = f"ungraded: the orchestrator gave no usable verdict on the {event['phase']} candidate: {out['error']}"
+        return {"approved": None, "ungraded": why[:600],
+                "history": [{**event, "approved": None, "error": out["error"][:600]}]}
+    approved, feedback = out["approved"], out["feedback"]
     update: dict[str, Any] = {"approved": approved,
                               "history": [{**event, "approved": approved, "feedback": feedback, "error": None}]}
     if not approved:

@@ -5,20 +5,25 @@
 * ``interview.grader`` - :func:`nodes.interview.grader.grade_response` (Appendix D.2.1 graders by task);
 * ``judgeagent.judge`` - :func:`nodes.judgeagent.judging.grade_reply` (option letters in code, exact match,
   else the evaluator with the phrase or free-form prompt; Benchmark Grading and Validation both use it);
+* ``atad.orchestrator`` - :func:`nodes.atad.orchestrator.judge_problem` (the initial validation of Appendix
+  D.2.1, or D.2.3 for a problem with a difficulty ``level``): approved / rejected;
+* ``atad.reviewer`` - :func:`nodes.atad.evaluation.review_problem` (the quality review of section 4.4, Table 3):
+  the 1-5 score of the context's ``aspect`` (validity, coherence or fairness);
 * ``pairwise`` - :func:`judge_pair`, a preference judge over two outputs (``judgecheck/evaluator_pairwise``),
   shown in either order (LLMBar section 3, MT-Bench section 3.3: position bias).
 
 The judge model is the evaluator role's (or a jury member), whatever role the step has in its protocol
 (the interview's grader defaults to the evaluator there too). Each returns ``{"value", "reason", "how"}``: ``value`` on the judge's scale (:data:`state.judgecheck.SCALES`)
 in the item's original numbering, ``None`` when the judge gave no usable verdict after retries and one repair
-(ungraded, never a disagreement). ATAD's orchestrator and reviewer are not offered: they judge generated
-problems, not answers, and no labelled set for them exists here.
+(ungraded, never a disagreement).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from nodes.atad.evaluation import review_problem
+from nodes.atad.orchestrator import judge_problem
 from nodes.interview.grader import grade_response
 from nodes.judgeagent.common import question_text as judgeagent_question
 from nodes.judgeagent.judging import answer_format, grade_reply
@@ -29,7 +34,7 @@ from runtime.llm import RoleLLM
 from runtime.services import Services
 from state.errors import ModelError
 from state.judgeagent import BaseQuestion
-from state.judgecheck import LabelledItem, PairwiseVerdict
+from state.judgecheck import JudgeCheckContext, LabelledItem, PairwiseVerdict
 
 #: The pairwise judge's answer for the output shown first / second, in each order -> original numbering.
 _ORIGINAL = {("original", "A"): "1", ("original", "B"): "2", ("swapped", "A"): "2", ("swapped", "B"): "1"}
@@ -49,7 +54,7 @@ def judge_pair(llm: RoleLLM, item: LabelledItem, order: str, *, step: str) -> di
     return {"value": value, "reason": verdict.reason.strip(), "how": f"judge:{verdict.winner}"}
 
 
-def _llmeval(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
+def _llmeval(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
     stars, reason, status = judge_item(llm, {
         "qtype": question_type(item.qtype, item.options, item.reference, item.question),
         "question": item.question, "options": item.options or None, "answer": item.reference,
@@ -57,14 +62,16 @@ def _llmeval(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict
     return {"value": None if stars is None else str(stars), "reason": reason, "how": status}
 
 
-def _interview(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
+def _interview(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
+               step: str) -> dict[str, Any]:
     seed = {"task": item.task, "question": item.question, "solution": item.solution, "answer": item.reference}
     out = grade_response(svc, seed, item.question, "", item.response, step=step, grader=llm)
     value = None if out["correct"] is None else ("correct" if out["correct"] else "wrong")
     return {"value": value, "reason": out.get("reason", ""), "how": out.get("graded_by", "")}
 
 
-def _judgeagent(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
+def _judgeagent(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
+                step: str) -> dict[str, Any]:
     q = BaseQuestion(id=item.id, question=item.question, answer=item.reference, options=item.options or None)
     out = grade_reply(svc, judgeagent_question(q), q.answer, item.response, q.options,
                       fmt=answer_format("auto", [q]), step=step, llm=llm)
@@ -72,12 +79,37 @@ def _judgeagent(svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> d
     return {"value": value, "reason": out.get("error", ""), "how": out["how"]}
 
 
-_POINTWISE = {"llmeval.judge": _llmeval, "interview.grader": _interview, "judgeagent.judge": _judgeagent}
+def _orchestrator(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
+                  step: str) -> dict[str, Any]:
+    out = judge_problem(llm, item.task, item.problem, level=item.level or None, lenient=ctx.lenient_escalation,
+                        step=step)
+    if out["approved"] is None:
+        return {"value": None, "reason": f"ungraded: the orchestrator gave no usable verdict: {out['error']}"[:600],
+                "how": "ungraded"}
+    return {"value": "approved" if out["approved"] else "rejected", "reason": out["feedback"],
+            "how": "scaled" if item.level else "initial"}
 
 
-def judge_once(judge: str, svc: Services, llm: RoleLLM, item: LabelledItem, order: str, *,
+def _reviewer(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
+              step: str) -> dict[str, Any]:
+    out = review_problem(llm, item.task, item.problem, step=step)
+    if out["review"] is None:
+        return {"value": None, "reason": f"ungraded: the reviewer gave no usable review: {out['parse_error']}"[:600],
+                "how": "ungraded"}
+    review = out["review"]
+    scores = ", ".join(f"{k} {review[k]}" for k in ("validity", "coherence", "fairness"))
+    return {"value": str(review[ctx.aspect]), "reason": f"{scores}; approved {review['approved']}",
+            "how": "reviewer"}
+
+
+_POINTWISE = {"llmeval.judge": _llmeval, "interview.grader": _interview, "judgeagent.judge": _judgeagent,
+              "atad.orchestrator": _orchestrator, "atad.reviewer": _reviewer}
+
+
+def judge_once(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, order: str, *,
                step: str) -> dict[str, Any]:
-    """One verdict of judging step ``judge`` by ``llm`` on ``item`` (``order`` matters for ``pairwise`` only)."""
-    if judge == "pairwise":
+    """One verdict of the context's judging step by ``llm`` on ``item`` (``order`` matters for ``pairwise``
+    only)."""
+    if ctx.judge == "pairwise":
         return judge_pair(llm, item, order, step=step)
-    return _POINTWISE[judge](svc, llm, item, step)
+    return _POINTWISE[ctx.judge](ctx, svc, llm, item, step)

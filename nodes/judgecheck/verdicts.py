@@ -40,7 +40,7 @@ def judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> dict[s
         for repeat in range(ctx.repeats):
             for order in orders(ctx):
                 before = svc.events.usage(unit)
-                out = judge_once(ctx.judge, svc, llm, item, order,
+                out = judge_once(ctx, svc, llm, item, order,
                                  step=f"judgecheck:{ctx.judge}:m{member}:r{repeat}:{order}")
                 after = svc.events.usage(unit)
                 cost = {"calls": after.calls - before.calls,

@@ -34,7 +34,8 @@ class JudgeCheckBatch:
     """Batch-only options: the labelled set, its column names, the bootstrap."""
 
     labels: str | None = described(None, "human-labelled items (JSONL, JSON, CSV or TSV: question or input, "
-                                         "response or output_1 + output_2, reference, category, label); "
+                                         "response or output_1 + output_2, reference, category, label; ATAD: "
+                                         "task, problem, level); "
                                          "default: the shipped sample for --judge")
     fields: str | None = described(None, f"column names of --labels, e.g. label=Human,response=Answer "
                                          f"(names: {', '.join(CANONICAL)})")
@@ -64,7 +65,7 @@ class JudgeCheckProtocol(Protocol):
         if local := embedded_members(run):
             run.console.print(f"warning: {smoke_warning(local)}", style="bold yellow", markup=False,
                               highlight=False)
-        items = load_items(options.labels, ctx.judge, options.fields)
+        items = load_items(options.labels, ctx.judge, options.fields, aspect=ctx.aspect)
         run.console.print(f"labelled items: {self.inputs(run)}", markup=False, highlight=False)
         return [Unit(id=i.id, input={"item": i.model_dump()}, meta={"category": i.category, "label": i.label})
                 for i in items]

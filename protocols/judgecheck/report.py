@@ -71,7 +71,8 @@ def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], pairwis
                                  caption=f"{name}: agreement with human labels")]
     if rater.get("decided_by"):
         what = ("judge:A / judge:B = it picked the output shown first / second" if pairwise else
-                "judged / banded / exact / code / empty / ungraded, as the protocol's step reports it")
+                "the path the protocol's step took: judged / banded / exact / code / empty, ATAD's initial / "
+                "scaled validation or reviewer; or ungraded")
         blocks.append(Text(f"How the verdicts came about ({what}): "
                            + ", ".join(f"{k} {v}" for k, v in sorted(rater["decided_by"].items())) + "."))
     conf = rater["confusion"]
