@@ -176,3 +176,7 @@ class InterviewContext(BaseContext):
     interviewee: str = described("model", "model = the target role answers; human = a person answers through "
                                           "interrupt() (terminal or Studio).", choices=("model", "human"))
     history_chars: int = described(1500, "Longest text of one earlier turn shown again to the interviewee.")
+    judge_jury: list[str] | None = described(None, "Grader models judging every answer instead of the grader "
+                                                   "role, combined by majority vote; no majority leaves the "
+                                                   "answer ungraded as a split (counted, never correct or wrong).",
+                                             metavar="MODEL")

@@ -195,6 +195,10 @@ class JudgeAgentContext(BaseContext):
         "auto", "Answers to base questions without options: phrase (a word or a phrase, judged as the same "
                 "fact), free (free-form, judged against the full reference), or auto (free as soon as a "
                 "reference answer is longer than a few words or one sentence).")
+    judge_jury: list[str] | None = described(None, "Judge models deciding every answer the evaluator would judge "
+                                                   "(grading, extension, validation), combined by majority vote; "
+                                                   "no majority leaves the answer ungraded as a split (counted, "
+                                                   "never correct or wrong).", metavar="MODEL")
 
     def control(self) -> DifficultyControl:
         return DifficultyControl.parse(self.gains, self.thresholds)

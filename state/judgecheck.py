@@ -75,6 +75,17 @@ def majority(values: list[str | None]) -> str | None:
     return counts[0][0]
 
 
+def jury_vote(results: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any], str]:
+    """A jury inside a protocol (``--judge-jury``): the majority (:func:`majority`) of pointwise results, each
+    with a ``verdict`` correct / wrong / ungraded; an ungraded member does not vote. Returns the vote (a verdict,
+    :data:`SPLIT`, or None when no member graded), the result to keep (the first member's that gave the vote,
+    else the first member's) and the tally (``correct, wrong, ungraded``, in member order)."""
+    votes = [None if r.get("verdict") == "ungraded" else r.get("verdict") for r in results]
+    vote = majority(votes)
+    keep = next((r for r, v in zip(results, votes) if v is not None and v == vote), results[0])
+    return vote, keep, ", ".join(v or "ungraded" for v in votes)
+
+
 class LabelledItem(BaseModel):
     """One human-labelled item: what the judge sees and the human label (on the judge's scale)."""
 

@@ -15,11 +15,16 @@ verdict after retries and one repair (``ModelError``) makes the answer
 ``ungraded`` with its reason: it is never graded by the code check alone and
 never counted as wrong; the interview stops there (:mod:`graphs.interview`)
 and resume re-judges it.
+
+With ``judge_jury`` every answer is graded by each jury model and the majority
+verdict counts (:func:`by_jury`); a vote without a majority leaves the answer
+ungraded with ``graded_by`` ``split``: counted, never correct or wrong, and the
+session stops there like at any ungraded answer (resume asks the jury again).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from langgraph.runtime import Runtime
 
@@ -30,6 +35,7 @@ from runtime.llm import RoleLLM
 from runtime.services import Services, services_of
 from state.errors import ModelError
 from state.interview import FactGrade, FollowUpGrade, Grade, InterviewContext, InterviewState
+from state.judgecheck import SPLIT, jury_vote
 from state.verdicts import is_ungraded, outcome
 
 
@@ -118,8 +124,10 @@ def _grade_factual(grader: Any, seed: dict[str, Any], question: str, response: s
                     reason=reason, graded_by="grader", facts=facts, complete=complete, status=status)
 
 
-def grade_followup(svc: Services, seed: dict[str, Any], cur: dict[str, Any], response: str) -> dict[str, Any]:
-    """Grade a follow-up answer against the interviewer's expected answer (section 3.2)."""
+def grade_followup(svc: Services, seed: dict[str, Any], cur: dict[str, Any], response: str, *,
+                   grader: RoleLLM | None = None) -> dict[str, Any]:
+    """Grade a follow-up answer against the interviewer's expected answer (section 3.2); ``grader``: see
+    :func:`grade_response`."""
     words = len(str(response or "").split())
     if not str(response or "").strip():
         return _empty(words)
@@ -128,11 +136,26 @@ def grade_followup(svc: Services, seed: dict[str, Any], cur: dict[str, Any], res
         solution=seed.get("solution") or seed.get("answer") or "(none)", question=cur["text"],
         expected=cur.get("expected") or "(not given)", response=response)
     try:
-        g = svc.llm("grader").structured(FollowUpGrade, messages, step=f"grade:q{cur['q']}")
+        g = (grader or svc.llm("grader")).structured(FollowUpGrade, messages, step=f"grade:q{cur['q']}")
     except ModelError as exc:
         return ungraded(exc, words)
     return _verdict(bool(g.correct), 1.0 if g.correct else 0.0, error_type="N/A", reason=g.reason.strip(),
                     graded_by="grader", words=words)
+
+
+def by_jury(svc: Services, jury: list[str] | None, grade_one: Callable[[RoleLLM | None], dict[str, Any]]
+            ) -> dict[str, Any]:
+    """``grade_one`` by the grader role, or by each ``jury`` model (``--judge-jury``) combined by majority vote
+    (:func:`state.judgecheck.jury_vote`): the majority member's record, its reason prefixed with the tally; a
+    vote without a majority is ungraded with ``graded_by`` ``split``; no graded member: the first one's
+    ungraded record. ``jury`` holds the tally."""
+    if not jury:
+        return grade_one(None)
+    vote, keep, tally = jury_vote([grade_one(svc.model(ref, role="grader")) for ref in jury])
+    if vote == SPLIT:
+        return _verdict(None, None, error_type="N/A", graded_by="split", words=keep.get("words", 0),
+                        reason=f"split: the grader jury has no majority ({tally})", jury=tally)
+    return {**keep, "reason": f"jury ({tally}): {keep['reason']}"[:600], "jury": tally}
 
 
 def verdict_text(result: dict[str, Any]) -> str:
@@ -155,20 +178,22 @@ def grade(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[str
     seed, cur, response = state["seed"], state["current"], state.get("last_answer", "")
     step = f"grade:q{cur['q']}:try{cur['attempt']}"
     if cur["kind"] == "followup":
-        result = grade_followup(svc, seed, cur, response)
+        result = by_jury(svc, ctx.judge_jury, lambda g: grade_followup(svc, seed, cur, response, grader=g))
     else:
         previous = [i for i in state.get("interactions", []) if i["q"] == cur["q"] and i.get("facts")]
         fb = [f["text"] for f in state.get("feedbacks", []) if f["q"] == cur["q"]]
-        result = grade_response(svc, seed, cur["text"], state.get("modification", {}).get("explanation", ""),
-                                response, previous_facts=previous[-1]["facts"] if previous else None,
-                                feedback=fb[-1] if fb else "", step=step)
+        result = by_jury(svc, ctx.judge_jury, lambda g: grade_response(
+            svc, seed, cur["text"], state.get("modification", {}).get("explanation", ""), response,
+            previous_facts=previous[-1]["facts"] if previous else None, feedback=fb[-1] if fb else "", step=step,
+            grader=g))
     record = {"q": cur["q"], "kind": cur["kind"], "type": cur.get("type", "seed"), "attempt": cur["attempt"],
               "answer": response, **result}
     turn = {"speaker": "grader", "kind": "grade", "q": cur["q"], "attempt": cur["attempt"],
             "text": f"{verdict_text(result)}: {result['reason']}"[:600]}
     update: dict[str, Any] = {"last_grade": record, "interactions": [record], "transcript": [turn]}
     if is_ungraded(result):
-        why = (f"session stopped at question {cur['q']} try {cur['attempt']}: the answer is ungraded "
+        split = " (the grader jury split)" if result.get("graded_by") == "split" else ""
+        why = (f"session stopped at question {cur['q']} try {cur['attempt']}: the answer is ungraded{split} "
                f"(resume re-judges it)")
         update["stopped"] = why
         update["transcript"] = [turn, {"speaker": "system", "kind": "note", "q": cur["q"],
@@ -188,7 +213,10 @@ def single_turn_judge(state: InterviewState, runtime: Runtime[InterviewContext])
         return {"single_turn": {"skipped": "human interviewee (the original question would spoil the interview)"}}
     seed = state["seed"]
     response = answer_single_turn(ctx, seed.get("task", "generic"), seed["question"])
-    result = grade_response(services_of(ctx), seed, seed["question"], "", response, step="single_turn:grade")
+    svc = services_of(ctx)
+    result = by_jury(svc, ctx.judge_jury,
+                     lambda g: grade_response(svc, seed, seed["question"], "", response, step="single_turn:grade",
+                                              grader=g))
     result.pop("check", None)
     note = {"speaker": "system", "kind": "note", "q": 0, "attempt": 0,
             "text": f"single-turn judge on the unmodified question: {verdict_text(result)} "

@@ -89,7 +89,8 @@ def estimate_capability(state: JudgeAgentState, runtime: Runtime[JudgeAgentConte
     }
     graded = False
     if gen.get("status") == "ok":
-        verdict = judge_free(svc, gen["question"], gen["answer"], gen.get("reply", ""), step="extended_judge")
+        verdict = judge_free(svc, gen["question"], gen["answer"], gen.get("reply", ""), step="extended_judge",
+                             jury=ctx.judge_jury)
         graded = verdict["verdict"] != "ungraded"
         gain = ctx.control().gain(difficulty) if verdict["correct"] else 0.0
         score, answered = score + gain, answered + int(graded)

@@ -58,7 +58,8 @@ def grade_benchmark(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext])
 
     def one(q: BaseQuestion) -> dict[str, Any]:
         reply = svc.llm("target").text(base_messages(q, fmt), step="base_answer")
-        verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge")
+        verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge",
+                              jury=ctx.judge_jury)
         gain = control.gain(q.difficulty) if verdict["correct"] else 0.0
         return {"id": q.id, "difficulty": q.difficulty, "reply": reply, "gain": gain, **verdict}
 

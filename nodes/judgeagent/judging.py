@@ -9,7 +9,9 @@ an answer correct: "It is not Harl; it is Orden" goes to the evaluator for the r
 a multiple-choice reply that names no letter. The evaluator judges against the full reference with the
 prompt of the run's answer format (``phrase``: the same fact; ``free``: the reference's key points, see
 :func:`answer_format`). A judge that gives no valid verdict after retries and its one repair leaves the
-answer ``ungraded`` with the reason; it never counts as wrong.
+answer ``ungraded`` with the reason; it never counts as wrong. With ``judge_jury`` each jury model judges in the
+evaluator's place and the majority verdict counts (:func:`judge_free`); a vote without a majority leaves the
+answer ungraded with ``how`` ``split``: counted, never correct or wrong.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from runtime.llm import RoleLLM
 from runtime.services import Services
 from state.errors import ModelError
 from state.judgeagent import BaseQuestion, Verdict
+from state.judgecheck import SPLIT, jury_vote
 from state.verdicts import outcome
 
 from nodes.judgeagent.common import LETTERS
@@ -104,12 +107,13 @@ def unwrap_json_answer(reply: str) -> str:
 
 
 def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt: str = "phrase",
-               step: str, llm: RoleLLM | None = None) -> dict[str, Any]:
+               step: str, llm: RoleLLM | None = None, jury: list[str] | None = None) -> dict[str, Any]:
     """Free-form correctness: empty -> wrong, exact normalised match -> correct, else the evaluator (or ``llm``,
-    a judge-check jury member, in its place).
+    a judge-check jury member, in its place; or each ``jury`` model, ``--judge-jury``, by majority vote).
 
     Returns ``verdict`` (correct / wrong / ungraded), ``correct`` (None when ungraded), ``how`` (``empty``,
-    ``exact``, ``evaluator`` or ``ungraded``) and, when ungraded, ``error``.
+    ``exact``, ``evaluator``, ``ungraded`` or ``split``: the jury had no majority), when ungraded ``error`` and
+    with a jury its tally ``jury`` (``correct, wrong, ungraded``; an ungraded member does not vote).
     """
     if not str(reply or "").strip():
         return {"verdict": "wrong", "correct": False, "how": "empty"}
@@ -117,17 +121,28 @@ def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt:
         return {"verdict": "correct", "correct": True, "how": "exact"}
     prompt = "judgeagent/evaluator_judge_free" if fmt == "free" else "judgeagent/evaluator_judge"
     messages = load_prompt(prompt).render(question=question, reference=reference, response=reply)
+    if llm is not None or not jury:
+        return _judge(llm or svc.llm("evaluator"), messages, step)
+    vote, keep, tally = jury_vote([_judge(svc.model(ref, role="evaluator"), messages, step) for ref in jury])
+    if vote == SPLIT:
+        return {"verdict": "ungraded", "correct": None, "how": "split", "jury": tally,
+                "error": f"split: the judge jury has no majority ({tally})"}
+    return {**keep, "jury": tally}
+
+
+def _judge(llm: RoleLLM, messages: list, step: str) -> dict[str, Any]:
     try:
-        verdict = (llm or svc.llm("evaluator")).structured(Verdict, messages, step=step)
+        verdict = llm.structured(Verdict, messages, step=step)
     except ModelError as exc:
         return {"verdict": "ungraded", "correct": None, "how": "ungraded", "error": str(exc)[:300]}
     return {"verdict": outcome(bool(verdict.correct)), "correct": bool(verdict.correct), "how": "evaluator"}
 
 
 def grade_reply(svc: Services, question: str, reference: str, reply: str, options: list[str] | None, *,
-                fmt: str = "phrase", step: str, llm: RoleLLM | None = None) -> dict[str, Any]:
-    """Correctness of ``reply``: an option letter in code, anything else via :func:`judge_free` (``llm``: see
-    there)."""
+                fmt: str = "phrase", step: str, llm: RoleLLM | None = None,
+                jury: list[str] | None = None) -> dict[str, Any]:
+    """Correctness of ``reply``: an option letter in code, anything else via :func:`judge_free` (``llm`` and
+    ``jury``: see there)."""
     if options:
         letter = choice_letter(reply, options)
         if letter is not None:
@@ -135,5 +150,5 @@ def grade_reply(svc: Services, question: str, reference: str, reply: str, option
                     "choice": letter}
         gold = LETTERS.index(reference) if reference in LETTERS[: len(options)] else None
         full = f"{reference}. {options[gold]}" if gold is not None else reference
-        return judge_free(svc, question, full, reply, fmt="phrase", step=step, llm=llm) | {"choice": None}
-    return judge_free(svc, question, reference, reply, fmt=fmt, step=step, llm=llm)
+        return judge_free(svc, question, full, reply, fmt="phrase", step=step, llm=llm, jury=jury) | {"choice": None}
+    return judge_free(svc, question, reference, reply, fmt=fmt, step=step, llm=llm, jury=jury)

@@ -40,7 +40,7 @@ def validate(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dic
                                  format_hint=FORMAT_HINTS["choice" if q.options else fmt])
         reply = svc.llm("target").text(messages, step="validation_answer")
         verdict = grade_reply(svc, question_text(q), q.answer, unwrap_json_answer(reply), q.options, fmt=fmt,
-                              step="validation_judge")
+                              step="validation_judge", jury=runtime.context.judge_jury)
         first = base[q.id]
         return {"id": q.id, "difficulty": q.difficulty, "verdict1": first["verdict"], "correct1": first["correct"],
                 "verdict2": verdict["verdict"], "correct2": verdict["correct"], "reply2": reply,

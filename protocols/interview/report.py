@@ -55,10 +55,12 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
                                              "score is over the graded answers only; the last row gives that "
                                              "denominator and the ungraded answers left out"))
     if m.get("sessions_ungraded"):
+        split = m.get("graded_by", {}).get("split", 0)
+        why = "the grader gave no usable verdict after retries and one repair" + (
+            f", or ({split} of them) the grader jury split without a majority" if split else "")
         blocks.append(Text(f"{m['sessions_ungraded']} session(s) hold {m.get('answers_ungraded', 0)} ungraded "
-                           "answer(s): the grader gave no usable verdict after retries and one repair. A session "
-                           "stops at its first ungraded answer; ungraded answers count neither for nor against "
-                           "the model, and --resume re-judges them."))
+                           f"answer(s): {why}. A session stops at its first ungraded answer; ungraded answers "
+                           "count neither for nor against the model, and --resume re-judges them."))
     series = {"interview (all)": _nan(all_s)}
     for task, t in m["by_task"].items():
         if len(m["by_task"]) > 1:

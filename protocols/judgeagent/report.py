@@ -49,7 +49,8 @@ def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> 
     den = m.get("score_denominator") or {}
     if m.get("batches_ungraded"):
         blocks.append(Text(f"{m['batches_ungraded']} batch(es) hold ungraded answers or are unvalidated: the "
-                           "evaluator gave no usable verdict or feedback after retries and one repair. Ungraded "
+                           "evaluator gave no usable verdict or feedback after retries and one repair (or the "
+                           "--judge-jury split without a majority). Ungraded "
                            "answers count neither for nor against the model (every rate below is over graded "
                            "answers and gives its denominator); --resume re-judges them."))
     blocks.append(Table(["metric", "value"], [
@@ -59,7 +60,7 @@ def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> 
         ["Generated questions (failed generations)", f"{m['generation']['rounds']} "
                                                      f"({m['generation']['failed']})"],
         ["Answers judged by (code = option letter / exact = the reference itself / evaluator / empty / "
-         "ungraded)", str(m["judged_by"])],
+         "ungraded / split = the --judge-jury had no majority, left ungraded)", str(m["judged_by"])],
         ["Feedback status per batch", str(m["feedback_status"])],
         ["Base questions whose free-form answer the feedback quotes", ", ".join(m["leak_suspects"]) or "none"],
     ], caption="Overall"))
