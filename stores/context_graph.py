@@ -235,6 +235,7 @@ class ContextGraph:
         self.folder = folder
         self._embed: Any = None
         self._vectors_cache: EmbeddingCache | None = None
+        self._collections: dict[str, Any] = {}
         self._client: Any = None
         self._vec_cache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
@@ -296,11 +297,14 @@ class ContextGraph:
         """Bind the Chroma client, the embedding function and the content-keyed vector cache (index built by
         :meth:`index`)."""
         self._client, self._embed, self._vectors_cache = client, embed, vectors
+        self._collections: dict[str, Any] = {}
 
     def _collection(self, kind: str) -> Any:
-        name = f"ja-{self.key[:20] or 'graph'}-{kind}"
-        return self._client.get_or_create_collection(name, embedding_function=self._embed,
-                                                     metadata={"hnsw:space": "cosine"})
+        if kind not in self._collections:  # opened once: each opening is a round trip to the Chroma store
+            name = f"ja-{self.key[:20] or 'graph'}-{kind}"
+            self._collections[kind] = self._client.get_or_create_collection(
+                name, embedding_function=self._embed, metadata={"hnsw:space": "cosine"})
+        return self._collections[kind]
 
     @staticmethod
     def entity_id(key: str) -> str:

@@ -46,6 +46,7 @@ class EmbeddingCache:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # a vector lost in a crash is only embedded again
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
 
     def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
@@ -59,9 +60,11 @@ class EmbeddingCache:
         return found
 
     def put_many(self, items: dict[str, np.ndarray]) -> None:
+        rows = [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()]
         with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)",
-                                 [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()])
+            self._db.execute("BEGIN")  # one transaction per batch, not one per row
+            self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
+            self._db.execute("COMMIT")
 
     def embed(self, texts: Sequence[str], embed: Callable[[list[str]], Any]) -> list[np.ndarray]:
         """Vectors of ``texts`` in order: cached ones looked up, the rest embedded in one batch call and kept."""
