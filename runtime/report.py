@@ -217,3 +217,25 @@ def line_chart(path: Path, series: dict[str, Sequence[float]], *, title: str, xl
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def scatter(path: Path, points: dict[str, tuple[float, float]], *, title: str, xlabel: str, ylabel: str,
+            errors: dict[str, tuple[float, float]] | None = None) -> Path:
+    """One labelled point per name at (x, y); ``errors``: a name's (low, high) y interval, drawn as a bar."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, (x, y) in points.items():
+        if errors and name in errors:
+            low, high = errors[name]
+            ax.errorbar([x], [y], yerr=[[max(0.0, y - low)], [max(0.0, high - y)]], fmt="o", capsize=3)
+        else:
+            ax.plot([x], [y], "o")
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.margins(0.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -192,3 +192,26 @@ def test_a_jury_replaces_the_evaluator_and_an_embedded_member_gets_the_smoke_tes
     report = (run.run_dir / "report.md").read_text()
     assert "WARNING: The embedded SmolLM2-135M model is acting as jury member m0." in report
     assert report.count("WARNING") == 1
+
+
+def test_the_report_plots_agreement_against_cost_for_each_judge_and_the_jury(tmp_path):
+    def member(first: bool):
+        return ScriptedChat(lambda m, t: {"winner": "A" if first else "B", "reason": "."} if t else "pong")
+
+    chats = {JURY[0]: member(True), JURY[1]: member(True), JURY[2]: member(False)}
+    run, summary = _execute(tmp_path, {"judge": "pairwise", "jury": JURY}, chats)
+    raters = summary["metrics"]["raters"]
+    assert raters["jury"]["cost"]["tokens_per_item"] == 3 * raters["m0"]["cost"]["tokens_per_item"]
+    report = (run.run_dir / "report.md").read_text()
+    assert (run.run_dir / "figures" / "agreement_vs_cost.png").stat().st_size > 0
+    assert "Agreement (accuracy mean, 95 % bootstrap interval) against tokens per judged item" in report
+    single, _ = _execute(tmp_path / "one", {"judge": "pairwise"}, {"evaluator": ScriptedChat(always_first)})
+    assert not (single.run_dir / "figures" / "agreement_vs_cost.png").exists()  # one point compares nothing
+
+
+def test_scatter_draws_a_point_whose_interval_does_not_contain_it(tmp_path):
+    from runtime.report import scatter
+
+    path = scatter(tmp_path / "s.png", {"a": (10.0, 0.5), "b": (30.0, 0.9)}, errors={"a": (0.55, 0.7)},
+                   title="t", xlabel="x", ylabel="y")
+    assert path.stat().st_size > 0

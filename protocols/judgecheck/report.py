@@ -7,7 +7,7 @@ from typing import Any
 
 from protocols.judgecheck.metrics import Obs, repeat_sets
 from runtime.protocol import Run
-from runtime.report import Block, Details, Figure, Heading, Table, Text, figure_path, heatmap
+from runtime.report import Block, Details, Figure, Heading, Table, Text, figure_path, heatmap, scatter
 
 EXAMPLES = 5
 
@@ -58,9 +58,32 @@ def report_blocks(run: Run, m: dict[str, Any], obs: dict[str, tuple[str, list[Ob
           cell(raters[name]["measures"].get(kappa)), cell(raters[name]["measures"].get(consistency)),
           raters[name]["cost"]["tokens_per_item"], raters[name]["cost"]["seconds_per_item"]] for name in order],
         caption="Verdict table, ordered by agreement with the human labels (cost from the event log)"))
+    blocks.extend(_cost_figure(run, raters, lead, order))
     for name in order:
         blocks.extend(_section(run, name, raters[name], obs[name][1], pairwise, m["orders"] == 2))
     return blocks
+
+
+def _cost_figure(run: Run, raters: dict[str, Any], lead: str, order: list[str]) -> list[Block]:
+    """Agreement against tokens per judged item, one point per judge (and self-vote) and the jury, with the
+    agreement's interval: the jury papers' quality-against-cost view. Drawn when two or more raters have an
+    agreement (one point compares nothing; its cost is in the verdict table)."""
+    points, errors = {}, {}
+    for name in order:
+        m, tokens = raters[name]["measures"][lead], raters[name]["cost"]["tokens_per_item"]
+        if m["value"] is None or tokens is None:
+            continue
+        points[name] = (tokens, m["value"])
+        if m.get("low") is not None:
+            errors[name] = (m["low"], m["high"])
+    if len(points) < 2:
+        return []
+    what = lead.replace("_", " ")
+    path = scatter(figure_path(run.run_dir, "agreement_vs_cost"), points, errors=errors,
+                   title="Agreement with human labels against cost", xlabel="tokens per judged item (event log)",
+                   ylabel=what)
+    return [Figure(path, f"Agreement ({what}, 95 % bootstrap interval) against tokens per judged item: one point "
+                         "per judge and for the jury (its cost is the sum of its members')")]
 
 
 def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], pairwise: bool,
