@@ -1,8 +1,11 @@
-"""Concurrent calls inside one unit that keep the unit's context."""
+"""Concurrency: calls inside one unit that keep the unit's context, and the adaptive in-flight limit of an
+endpoint."""
 
 from __future__ import annotations
 
 import contextvars
+import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
@@ -23,3 +26,47 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int = 4) -> 
     with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="call") as pool:
         futures = [pool.submit(contextvars.copy_context().run, fn, x) for x in items]
         return [f.result() for f in futures]
+
+
+class InFlight:
+    """Requests in flight to one endpoint, under an adaptive limit (additive increase, multiplicative decrease,
+    as inspect_ai adapts its connections to a provider).
+
+    The limit starts at ``ceiling`` (the model spec's ``concurrency``; ``None`` = no limit, the run's own
+    concurrency bounds the requests). A request the endpoint refuses as overloaded (429, timeout) halves it, at
+    most once per window: only requests that started under the current limit count, so a burst of 429s from one
+    window halves it once. Each request that succeeds adds ``1 / limit``, one more slot per window of successes,
+    up to the ceiling.
+    """
+
+    def __init__(self, ceiling: int | None = None) -> None:
+        self.ceiling = ceiling
+        self.limit: float = float(ceiling) if ceiling else math.inf
+        self.in_flight = 0
+        self.overloads = 0
+        self._window = 1  # bumped at every decrease
+        self._cond = threading.Condition()
+
+    def acquire(self, blocking: bool = True) -> int:
+        """Wait for a slot; the window it was granted in (``0``: none free and ``blocking`` is false)."""
+        with self._cond:
+            while self.in_flight + 1 > max(1.0, self.limit):
+                if not blocking:
+                    return 0
+                self._cond.wait()
+            self.in_flight += 1
+            return self._window
+
+    def release(self, window: int = 0, *, overloaded: bool = False) -> None:
+        """Free a slot granted in ``window``; ``overloaded`` = the endpoint refused the request as overloaded."""
+        with self._cond:
+            self.in_flight -= 1
+            if overloaded:
+                self.overloads += 1
+                if window == self._window:
+                    base = self.limit if self.limit < math.inf else self.in_flight + 1  # unlimited: what was in
+                    self.limit = max(1.0, base / 2)
+                    self._window += 1
+            elif self.limit < (self.ceiling or math.inf):
+                self.limit = min(self.ceiling or math.inf, self.limit + 1 / self.limit)
+            self._cond.notify_all()

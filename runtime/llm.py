@@ -9,16 +9,16 @@ rate limit) apart from the endpoint's own latency (``latency_s``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
-import threading
 import time
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from runtime.concurrency import InFlight
 from runtime.events import EventLog
 from runtime.stop import raise_if_stopped
 from state.errors import InfraError, ModelError
@@ -43,6 +43,29 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code >= 500 or exc.status_code in _TRANSIENT_STATUS
     return isinstance(exc, (httpx.TimeoutException, httpx.TransportError, TimeoutError, ConnectionError))
+
+
+def is_overload(exc: BaseException) -> bool:
+    """The endpoint is over its capacity: 429 or a timeout (the adaptive in-flight limit halves)."""
+    import httpx
+    import openai
+
+    return isinstance(exc, (openai.RateLimitError, openai.APITimeoutError, httpx.TimeoutException, TimeoutError))
+
+
+def retry_after(exc: BaseException) -> float:
+    """Seconds the endpoint asked to wait (``Retry-After``: seconds or an HTTP date); 0 when it did not say."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    value = str(headers.get("retry-after") or "").strip()
+    if not value:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return 0.0
 
 
 def is_endpoint_fault(exc: BaseException) -> bool:
@@ -83,20 +106,23 @@ class RetryPolicy:
     max_retries: int = 4
     base_delay_s: float = 0.5
     max_delay_s: float = 20.0
+    max_retry_after_s: float = 120.0
     sleep: Callable[[float], None] = time.sleep
 
-    def delay(self, attempt: int) -> float:
-        """Exponential backoff with full jitter for retry number ``attempt`` (1-based)."""
+    def delay(self, attempt: int, exc: BaseException | None = None) -> float:
+        """Exponential backoff with full jitter for retry number ``attempt`` (1-based), and at least the wait the
+        endpoint asked for in ``Retry-After`` (up to ``max_retry_after_s``)."""
         cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
-        return random.uniform(cap / 2, cap)
+        asked = min(self.max_retry_after_s, retry_after(exc)) if exc is not None else 0.0
+        return max(asked, random.uniform(cap / 2, cap))
 
 
 @dataclass
 class RoleLLM:
     """A chat model bound to a role, with retries, limits, repair and logging.
 
-    ``slots`` (the endpoint's in-flight ceiling, ``None`` = none) and ``limiter`` (its rate limit) are shared by
-    every user of the endpoint (:func:`runtime.models.open_endpoint`).
+    ``slots`` (the endpoint's adaptive in-flight limit) and ``limiter`` (its rate limit) are shared by every user
+    of the endpoint (:func:`runtime.models.open_endpoint`).
     """
 
     role: str
@@ -105,7 +131,7 @@ class RoleLLM:
     events: EventLog
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     structured_method: str = "function_calling"
-    slots: threading.BoundedSemaphore | None = None
+    slots: InFlight = field(default_factory=InFlight)
     limiter: BaseRateLimiter | None = None
     _structured: dict[type, Callable[[list[BaseMessage]], dict[str, Any]]] = field(default_factory=dict, repr=False)
 
@@ -170,28 +196,32 @@ class RoleLLM:
         while True:
             attempt += 1
             queued = time.perf_counter()
-            started = None
+            started, failure = None, None
+            window = self.slots.acquire()
             try:
-                with self.slots if self.slots is not None else contextlib.nullcontext():
-                    if self.limiter is not None:
-                        self.limiter.acquire()
-                    raise_if_stopped()  # Ctrl-C: no new request (runtime.stop)
-                    started = time.perf_counter()
-                    result = invoke()
+                if self.limiter is not None:
+                    self.limiter.acquire()
+                raise_if_stopped()  # Ctrl-C: no new request (runtime.stop)
+                started = time.perf_counter()
+                result = invoke()
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised if not ours
+                failure = exc
+            finally:
+                self.slots.release(window, overloaded=failure is not None and is_overload(failure))
+            if failure is not None:
                 ended = time.perf_counter()
-                if not is_endpoint_fault(exc):
-                    raise
+                if not is_endpoint_fault(failure):
+                    raise failure
                 self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
                                    messages=_message_dicts(messages), output=None, prompt_tokens=0,
                                    completion_tokens=0, latency_s=ended - (started or ended),
                                    queue_s=(started or ended) - queued,
-                                   error=f"{type(exc).__name__}: {exc}", attempt=attempt)
-                if is_transient(exc) and attempt <= retries:
-                    self.policy.sleep(self.policy.delay(attempt))
+                                   error=f"{type(failure).__name__}: {failure}", attempt=attempt)
+                if is_transient(failure) and attempt <= retries:
+                    self.policy.sleep(self.policy.delay(attempt, failure))
                     continue
                 raise InfraError(f"{self.role} ({self.model_label}) failed at step {step} after "
-                                 f"{attempt} attempt(s): {type(exc).__name__}: {exc}") from exc
+                                 f"{attempt} attempt(s): {type(failure).__name__}: {failure}") from failure
             ended = time.perf_counter()
             p_tok, c_tok = _tokens(raw(result))
             self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,

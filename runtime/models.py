@@ -10,10 +10,10 @@ logs and classifies every attempt itself. Only the resolver
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from runtime.concurrency import InFlight
 from runtime.embedded import embedded_base_url
 from state.config import ModelSpec
 from state.errors import InputError
@@ -63,8 +63,8 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """What every user of one model spec shares: the chat model, the semaphore bounding requests in flight
-    (``spec.concurrency``; ``None`` = no ceiling) and the rate limiter (``spec.requests_per_second``).
+    """What every user of one model spec shares: the chat model, the adaptive limit on requests in flight
+    (ceiling ``spec.concurrency``; ``None`` = none) and the rate limiter (``spec.requests_per_second``).
 
     The call layer waits for both itself (:class:`runtime.llm.RoleLLM`), so that the time spent queueing is
     logged apart from the endpoint's own latency.
@@ -73,7 +73,7 @@ class Endpoint:
     spec: ModelSpec
     label: str
     chat: BaseChatModel
-    slots: threading.BoundedSemaphore | None
+    slots: InFlight
     limiter: BaseRateLimiter | None
 
 
@@ -84,7 +84,7 @@ def open_endpoint(spec: ModelSpec, *, chat: BaseChatModel | None = None, label: 
     limiter = (InMemoryRateLimiter(requests_per_second=spec.requests_per_second, max_bucket_size=1)
                if spec.requests_per_second else None)
     return Endpoint(spec=spec, label=label or model_label(spec), chat=build_chat_model(spec) if chat is None else chat,
-                    slots=threading.BoundedSemaphore(spec.concurrency) if spec.concurrency else None,
+                    slots=InFlight(spec.concurrency),
                     limiter=limiter)
 
 

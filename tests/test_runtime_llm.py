@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
+from runtime.concurrency import InFlight
 from runtime.events import EventLog
 from runtime.llm import RetryPolicy, RoleLLM
 from runtime.models import build_chat_model, open_endpoint
@@ -143,7 +144,7 @@ def test_concurrency_slots_bound_requests_in_flight():
         return "ok"
 
     role = RoleLLM(role="target", model_label="m", chat=ScriptedChat(slow), events=EventLog(),
-                   slots=threading.BoundedSemaphore(2))
+                   slots=InFlight(2))
     threads = [threading.Thread(target=role.text, args=([HumanMessage("x")],), kwargs={"step": "s"})
                for _ in range(6)]
     for t in threads:

@@ -13,6 +13,7 @@ from pathlib import Path
 from langchain_core.messages import HumanMessage
 
 import run as cli
+from runtime.concurrency import InFlight
 from runtime.events import EventLog
 from runtime.llm import RoleLLM
 from runtime.models import open_endpoint
@@ -56,7 +57,7 @@ def test_a_model_without_a_ceiling_takes_every_request_the_run_sends(tmp_path):
 
 def test_an_explicit_ceiling_still_bounds_the_endpoint_and_is_told(tmp_path):
     spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1", concurrency=3)
-    assert open_endpoint(spec, chat=ScriptedChat(lambda m, t: "ok")).slots._value == 3
+    assert open_endpoint(spec, chat=ScriptedChat(lambda m, t: "ok")).slots.limit == 3
     config = tmp_path / "eval.toml"
     config.write_text('[models.slow]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nconcurrency = 3\n'
                       '[roles]\ntarget = "slow"\nevaluator = "slow"\n')
@@ -92,7 +93,7 @@ def test_queue_wait_is_logged_apart_from_endpoint_latency():
 
     events = EventLog()
     llm = RoleLLM(role="target", model_label="m", chat=ScriptedChat(answer), events=events,
-                  slots=threading.BoundedSemaphore(1))
+                  slots=InFlight(1))
     first = threading.Thread(target=llm.text, args=([HumanMessage("first")],), kwargs={"step": "a"})
     first.start()
     first_in.wait(30)
