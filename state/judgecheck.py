@@ -15,7 +15,9 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
+from state.config import ModelSpec, parse_model_ref
 from state.context import BaseContext, described
+from state.errors import InputError
 
 #: The judging steps that can be checked, by name: ``protocol.step``, plus the pairwise preference judge.
 JUDGES: tuple[str, ...] = ("llmeval.judge", "interview.grader", "judgeagent.judge", "atad.orchestrator",
@@ -73,6 +75,16 @@ def majority(values: list[str | None]) -> str | None:
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
         return SPLIT
     return counts[0][0]
+
+
+def check_jury(refs: list[str] | None, models: dict[str, ModelSpec], flag: str) -> None:
+    """Every jury member is a model reference (``local``, a config name, ``MODEL@BASE_URL``); else InputError
+    naming ``flag``, before anything is created or spent."""
+    for ref in refs or []:
+        try:
+            parse_model_ref(ref, models)
+        except ValueError as exc:
+            raise InputError(str(exc), field=flag) from None
 
 
 def jury_vote(results: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any], str]:

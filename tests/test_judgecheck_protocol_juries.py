@@ -110,3 +110,14 @@ def test_an_interview_with_a_split_jury_stops_the_session_and_the_report_counts_
     record = json.loads((run.run_dir / "results.jsonl").read_text().splitlines()[0])
     assert "the grader jury split" in record["stopped"]
     assert "or (1 of them) the grader jury split without a majority" in (run.run_dir / "report.md").read_text()
+
+
+@pytest.mark.parametrize("protocol", ["interview", "judgeagent"])
+def test_a_bad_jury_reference_exits_2_naming_the_flag_before_anything_is_created(tmp_path, capsys, protocol):
+    from run import main
+
+    out = tmp_path / "runs"
+    assert main(["--protocol", protocol, "--judge-jury", "local", "nonsense", "--out", str(out), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "--judge-jury" in err and "nonsense" in err and "\n" not in err
+    assert not out.exists()

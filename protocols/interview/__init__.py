@@ -20,6 +20,7 @@ from runtime.report import Block, Text
 from state.context import described
 from state.errors import InfraError, InputError, ModelError
 from state.interview import TASK_TYPES, InterviewContext
+from state.judgecheck import check_jury
 from state.verdicts import is_ungraded
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class InterviewProtocol(Protocol):
 
     def plan(self, run: Run) -> list[Unit]:
         options = self.batch(run)
+        check_jury(self.context(run).judge_jury, run.config.models, "--judge-jury")
         seeds = load_seeds(options.data, options.task, options.fields)
         run.console.print(f"seed questions: {self.inputs(run)}", markup=False, highlight=False)
         units = []

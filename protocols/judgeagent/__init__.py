@@ -41,6 +41,7 @@ from runtime.report import Block, Text
 from state.context import described
 from state.errors import InputError
 from state.judgeagent import BaseQuestion, DifficultyConfigError, JudgeAgentContext
+from state.judgecheck import check_jury
 from state.verdicts import is_ungraded
 from stores.context_graph import load_knowledge_base
 
@@ -110,6 +111,7 @@ class JudgeAgentProtocol(Protocol):
 
     def plan(self, run: Run) -> list[Unit]:
         ctx = self._check_params(run)
+        check_jury(ctx.judge_jury, run.config.models, "--judge-jury")
         questions, source = load_questions(run.params)
         if not (run.params.get("kb") or run.params.get("no_extension") or any(q.references for q in questions)
                 or uses_sample(run.params)):

@@ -23,7 +23,7 @@ from runtime.report import Block
 from state.config import parse_model_ref
 from state.context import described
 from state.errors import InfraError, InputError
-from state.judgecheck import ORDINAL, SCALES, JudgeCheckContext, majority
+from state.judgecheck import ORDINAL, SCALES, JudgeCheckContext, check_jury, majority
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
@@ -57,11 +57,7 @@ class JudgeCheckProtocol(Protocol):
 
     def plan(self, run: Run) -> list[Unit]:
         ctx, options = self.context(run), self.batch(run)
-        for ref in ctx.jury or []:
-            try:
-                parse_model_ref(ref, run.config.models)
-            except ValueError as exc:
-                raise InputError(str(exc), field="--jury") from None
+        check_jury(ctx.jury, run.config.models, "--jury")
         if local := embedded_members(run):
             run.console.print(f"warning: {smoke_warning(local)}", style="bold yellow", markup=False,
                               highlight=False)
