@@ -42,6 +42,10 @@ class LLMEvalState(TypedDict, total=False):
     scores: dict[str, Any]
     reference_scores: dict[str, Any]
     relative: float | None
+    adaptive: bool            # an adaptive (IRT) session: one question chosen at a time
+    stopped: str              # why an adaptive session ended: target_se / max_items / bank
+    theta: float              # its running ability estimate (EAP) and standard error
+    se: float
     notes: Annotated[list[str], operator.add]
 
 
@@ -80,6 +84,19 @@ class LLMEvalContext(BaseContext):
                                                    "answer unscored with status split.", metavar="MODEL")
     sample_if_empty: bool = described(True, "Import the shipped sample bank when the bank is empty (Studio).",
                                       cli=False)
+    adaptive: bool = described(False, "Adaptive session (IRT): each next question has the most Fisher information "
+                                      "at the current ability among calibrated questions the model has not met "
+                                      "(randomesque exposure control); stops at --target-se or --max-items.")
+    irt_model: str = described("2pl", "IRT model of calibration and adaptive sessions: 1pl (Rasch, a = 1) or 2pl.",
+                               choices=("1pl", "2pl"))
+    target_se: float = described(0.3, "Adaptive sessions stop once the ability's standard error is at most this.",
+                                 minimum=0.01, metavar="SE")
+    max_items: int = described(100, "Adaptive sessions ask at most this many questions.", minimum=1, metavar="N")
+    exposure_k: int = described(5, "Randomesque exposure control: the next question is drawn among the K most "
+                                   "informative ones (1 = always the most informative).", minimum=1, metavar="K")
+    min_responses: int = described(10, "Calibration: a question needs this many judged answers (models) to get IRT "
+                                       "parameters; fewer = uncalibrated, sampled as in normal sessions.",
+                                   minimum=2, metavar="N")
     bank_db: str = described("", "Question bank: SQLite file or postgresql:// DSN; empty = the configured "
                                  "PostgreSQL DSN, else <out>/_cache/llmeval_bank.sqlite.", metavar="DB")
 

@@ -16,6 +16,11 @@ the HTTP exam server and the analyses share one source of truth:
 * ``llmeval_examinees``: the exam server's registered examinees (name -> session).
 * ``llmeval_meta``: the bank's own id (which scopes its near-duplicate index) and
   the exam server's token signing secret, so that tokens survive a restart.
+* ``llmeval_item_params``: calibrated IRT parameters per question and model (1PL/2PL):
+  discrimination, difficulty, the number of responses behind them and the fit date;
+  ``llmeval_calibrations`` one row per fit (responses, examinees, star means).
+* ``llmeval_adaptive``: the settings and the running ability estimate of an adaptive session,
+  whose slots are appended one at a time (:meth:`QuestionBank.append_item`).
 
 Quota rules (the "inner layer" of section 2.2): a session's questions are
 allocated once, delivered strictly in order, one pending at a time; an answer is
@@ -110,6 +115,38 @@ meta = sa.Table(  # values that identify the bank or must survive a restart: ban
     "llmeval_meta", metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
+)
+
+item_params = sa.Table(  # IRT calibration (nodes/llmeval/calibration.py); absent = uncalibrated
+    "llmeval_item_params", metadata,
+    sa.Column("question_uuid", sa.String(64), sa.ForeignKey("llmeval_questions.uuid"), primary_key=True),
+    sa.Column("irt_model", sa.String(8), primary_key=True),  # 1pl / 2pl
+    sa.Column("a", sa.Float, nullable=False),
+    sa.Column("b", sa.Float, nullable=False),
+    sa.Column("n_responses", sa.Integer, nullable=False),
+    sa.Column("fitted_at", sa.String(40), nullable=False),
+)
+
+calibrations = sa.Table(  # one row per fit: what it was fitted on
+    "llmeval_calibrations", metadata,
+    sa.Column("irt_model", sa.String(8), primary_key=True),
+    sa.Column("fitted_at", sa.String(40), primary_key=True),
+    sa.Column("responses", sa.Integer, nullable=False),
+    sa.Column("examinees", sa.Integer, nullable=False),
+    sa.Column("items", sa.Integer, nullable=False),
+    sa.Column("details", sa.Text, nullable=False, default="{}"),  # JSON: star means, iterations, min responses
+)
+
+adaptive = sa.Table(  # adaptive sessions: settings and the running ability estimate
+    "llmeval_adaptive", metadata,
+    sa.Column("session_id", sa.String(200), sa.ForeignKey("llmeval_sessions.session_id"), primary_key=True),
+    sa.Column("irt_model", sa.String(8), nullable=False),
+    sa.Column("target_se", sa.Float, nullable=False),
+    sa.Column("max_items", sa.Integer, nullable=False),
+    sa.Column("exposure_k", sa.Integer, nullable=False),
+    sa.Column("theta", sa.Float, nullable=False, default=0.0),
+    sa.Column("se", sa.Float, nullable=False, default=1.0),
+    sa.Column("stopped", sa.String(40), nullable=True),  # why the session ended: target_se / max_items / bank
 )
 
 QTYPES = ("mcq", "true_false", "fill_blank", "short_answer", "term", "material", "open")
@@ -498,6 +535,95 @@ class QuestionBank:
             for model, qid, stars in conn.execute(query):
                 out.setdefault(model, {}).setdefault(qid, []).append(int(stars))
         return out
+
+    # -- IRT calibration and adaptive sessions -----------------------------------------------
+    def responses(self) -> list[tuple[str, str, int, str]]:
+        """Every judged answer as ``(model, question uuid, stars, answered_at)`` (ungraded ones have no stars)."""
+        query = (sa.select(sessions.c.model, items.c.question_uuid, items.c.stars, items.c.answered_at)
+                 .join(sessions, sessions.c.session_id == items.c.session_id)
+                 .where(items.c.stars.is_not(None)).order_by(items.c.answered_at))
+        with self.engine.connect() as conn:
+            return [(m, q, int(s), a or "") for m, q, s, a in conn.execute(query)]
+
+    def save_calibration(self, irt_model: str, params: dict[str, tuple[float, float, int]],
+                         fit: dict[str, Any]) -> None:
+        """Replace ``irt_model``'s item parameters (uuid -> (a, b, responses)) and log the fit."""
+        stamp = fit["fitted_at"]
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(item_params.delete().where(item_params.c.irt_model == irt_model))
+            if params:
+                conn.execute(item_params.insert(), [
+                    {"question_uuid": u, "irt_model": irt_model, "a": a, "b": b, "n_responses": n, "fitted_at": stamp}
+                    for u, (a, b, n) in params.items()])
+            conn.execute(calibrations.insert().values(
+                irt_model=irt_model, fitted_at=stamp, responses=fit["responses"], examinees=fit["examinees"],
+                items=len(params), details=json.dumps(fit.get("details", {}))))
+
+    def item_parameters(self, irt_model: str) -> dict[str, dict[str, Any]]:
+        """uuid -> {a, b, n_responses, fitted_at} of the calibrated active questions."""
+        query = (sa.select(item_params).join(questions, questions.c.uuid == item_params.c.question_uuid)
+                 .where(item_params.c.irt_model == irt_model, questions.c.active.is_(True)))
+        with self.engine.connect() as conn:
+            return {r.question_uuid: {"a": r.a, "b": r.b, "n_responses": r.n_responses, "fitted_at": r.fitted_at}
+                    for r in conn.execute(query)}
+
+    def last_calibration(self, irt_model: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(calibrations).where(calibrations.c.irt_model == irt_model)
+                               .order_by(calibrations.c.fitted_at.desc()).limit(1)).first()
+        if row is None:
+            return None
+        return {**dict(row._mapping), "details": json.loads(row.details or "{}")}
+
+    def create_adaptive_session(self, session_id: str, *, model: str, paradigm: str, seed: str, irt_model: str,
+                                target_se: float, max_items: int, exposure_k: int, run_id: str = "",
+                                owner: str | None = None) -> dict[str, Any]:
+        """An adaptive session: no slot allocated up front, at most ``max_items``; idempotent per id."""
+        with self._lock, self.engine.begin() as conn:
+            if conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first():
+                return self.session(session_id) or {}
+            conn.execute(sessions.insert().values(
+                session_id=session_id, model=model, paradigm=paradigm, seed=str(seed), n=max_items,
+                stratified=False, cycle=self._cycle(conn, model), fewshot="[]", mirror_of=None, run_id=run_id,
+                owner=owner, created_at=now()))
+            conn.execute(adaptive.insert().values(session_id=session_id, irt_model=irt_model, target_se=target_se,
+                                                  max_items=max_items, exposure_k=exposure_k, theta=0.0, se=1.0))
+        return self.session(session_id) or {}
+
+    def adaptive_state(self, session_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(adaptive).where(adaptive.c.session_id == session_id)).first()
+        return dict(row._mapping) if row else None
+
+    def update_adaptive(self, session_id: str, **values: Any) -> None:
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(adaptive.update().where(adaptive.c.session_id == session_id).values(**values))
+
+    def unavailable_for(self, session_id: str) -> set[str]:
+        """Questions an adaptive session may not ask: those its model met in its current cycle (this
+        session's included) - the no-repeat rule of section 2.2."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(sessions.c.model, sessions.c.cycle)
+                               .where(sessions.c.session_id == session_id)).first()
+            if row is None:
+                raise QuotaError("unknown", f"no session {session_id}")
+            return self._seen(conn, row.model, row.cycle)
+
+    def append_item(self, session_id: str, question_uuid: str) -> int:
+        """Allocate the next slot of an adaptive session; only when every earlier slot is answered (serial
+        delivery) and below the session's maximum. Returns its position."""
+        with self._lock, self.engine.begin() as conn:
+            n = conn.scalar(sa.select(sessions.c.n).where(sessions.c.session_id == session_id))
+            if n is None:
+                raise QuotaError("unknown", f"no session {session_id}")
+            rows = conn.execute(sa.select(items.c.status).where(items.c.session_id == session_id)).all()
+            if any(r.status != "completed" for r in rows):
+                raise QuotaError("out_of_order", f"session {session_id}: the previous question is not answered")
+            if len(rows) >= n:
+                raise QuotaError("exhausted", f"session {session_id}: all {n} questions are used")
+            conn.execute(items.insert().values(session_id=session_id, position=len(rows),
+                                               question_uuid=question_uuid, status="allocated"))
+        return len(rows)
 
     def iter_export(self) -> Iterator[Question]:
         yield from self.all_questions()

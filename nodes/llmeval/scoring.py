@@ -5,6 +5,7 @@ The formulas live here, below the protocol layer, which uses them too (leaderboa
 * :func:`absolute_score` - equation 1: S = sum(s_i) / (N * s_max) * 100.
 * :func:`discipline_scores` - subject-level scores on a 10-point scale (Table 1).
 * :func:`relative_score` - equation 2: R = S_model / S_ref * 100.
+* :func:`adaptive_scores` - an adaptive session's ability (IRT) and expected absolute score on the bank.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from langgraph.runtime import Runtime
 
+from nodes.llmeval.calibration import ability_of, expected_scores, load_params
 from nodes.llmeval.common import bank_of
 from state.llmeval import S_MAX, LLMEvalContext, LLMEvalState
 from stores.question_bank import QuestionBank
@@ -58,6 +60,24 @@ def session_scores(bank: QuestionBank, session_id: str) -> dict[str, Any]:
     }
 
 
+def adaptive_scores(bank: QuestionBank, session_id: str, scores: dict[str, Any]) -> dict[str, Any]:
+    """An adaptive session's result: theta +/- SE (EAP), the expected absolute score on the calibrated bank
+    with its interval, and why it stopped. Equation 1 over the asked questions is kept as ``S_asked`` only:
+    adaptively chosen questions are no random sample, so it is no S (and not in the leaderboard's S)."""
+    conf = bank.adaptive_state(session_id) or {}
+    params = load_params(bank, conf.get("irt_model", "2pl"))
+    rows = [r for r in bank.judged_items(session_id) if r["stars"] is not None]
+    out = {k: v for k, v in scores.items() if k != "S"}
+    out.update({"S_asked": scores["S"], "irt_model": conf.get("irt_model"), "stopped": conf.get("stopped"),
+                "items": len(rows)})
+    if params is not None:
+        ability = ability_of(params, [(r["question_uuid"], r["stars"]) for r in rows])
+        out.update({"theta": ability.theta, "se": ability.se, "irt_responses": ability.n,
+                    **expected_scores(params, ability), "calibrated_items": len(params.uuids),
+                    "calibrated_at": params.fit["fitted_at"]})
+    return out
+
+
 def score_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
     """Score the session (and its reference replay); R = S / S_ref x 100 on the same questions.
 
@@ -66,6 +86,10 @@ def score_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict
     """
     bank = bank_of(runtime.context)
     scores = session_scores(bank, state["session_id"])
+    if state.get("adaptive"):
+        scores = adaptive_scores(bank, state["session_id"], scores)
+        bank.set_scores(state["session_id"], scores)
+        return {"scores": scores, "relative": None}
     update: dict[str, Any] = {"scores": scores, "relative": None}
     if state.get("reference_session_id"):
         ref = session_scores(bank, state["reference_session_id"])

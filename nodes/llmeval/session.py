@@ -13,7 +13,8 @@ from state.llmeval import PARADIGMS, LLMEvalContext, LLMEvalState
 
 
 def open_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
-    """Create (or reopen) the session: N questions sampled without replacement, seeded by seed + unit id,
+    """Create (or reopen) the session: adaptive (no slot allocated yet, see :mod:`nodes.llmeval.adaptive`) or
+    N questions sampled without replacement, seeded by seed + unit id,
     never repeating a question the model met in its earlier sessions until the bank is exhausted, in a
     fixed delivery order; few-shot examples drawn from outside the session. Idempotent per session id."""
     ctx = runtime.context
@@ -25,6 +26,14 @@ def open_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[
     if paradigm not in PARADIGMS:
         raise ValueError(f"unknown paradigm {paradigm!r}; use one of {', '.join(PARADIGMS)}")
     model = state.get("model") or svc.model_label("target")
+    if ctx.adaptive:
+        session = bank.create_adaptive_session(session_id, model=model, paradigm=paradigm, seed=f"{ctx.seed}:{unit}",
+                                               irt_model=ctx.irt_model, target_se=float(ctx.target_se),
+                                               max_items=int(ctx.max_items), exposure_k=int(ctx.exposure_k),
+                                               run_id=str(ctx.run_dir or ""))
+        quota = bank.quota(session_id)
+        return {"session_id": session_id, "model": session["model"], "paradigm": session["paradigm"],
+                "adaptive": True, "allocated": quota["allocated"], "answered": quota["completed"]}
     session = bank.create_session(session_id, model=model, n=int(ctx.questions), seed=f"{ctx.seed}:{unit}",
                                   paradigm=paradigm, stratified=bool(ctx.stratified),
                                   fewshot_k=int(ctx.fewshot_k) if paradigm == "few-shot" else 0,

@@ -37,7 +37,7 @@ def leaderboard(bank: QuestionBank) -> list[dict[str, Any]]:
     """
     by_model: dict[str, list[dict[str, Any]]] = {}
     for s in bank.sessions_of():
-        if s["scores"]:
+        if s["scores"] and "S" in s["scores"]:  # adaptive sessions have no S (see irt_ranking)
             by_model.setdefault(s["model"], []).append(s)
     rows = []
     for model, sess in by_model.items():

@@ -30,7 +30,10 @@ from state.llmeval import PARADIGMS, LLMEvalContext
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.llmeval.common.SAMPLE_BANK
-BANK_NOTE = "bank_source.txt"  # where the run's questions came from (shown in the report)
+BANK_NOTE = "bank_source.txt"
+#: What an adaptive session adds to its result (nodes.llmeval.scoring.adaptive_scores).
+ADAPTIVE_FIELDS = ("theta", "se", "expected_S", "expected_S_low", "expected_S_high", "items", "stopped",
+                   "S_asked", "irt_model")  # where the run's questions came from (shown in the report)
 
 
 def _sizes(text: str) -> list[int]:
@@ -82,6 +85,8 @@ class LLMEvalBatch:
     contamination: str | None = described(None, "replay test: a public question set vs the bank", metavar="PUBLIC")
     export: str | None = described(None, "export the bank to JSONL or CSV and exit", metavar="FILE")
     export_layout: str = described("native", "layout of --export JSONL", choices=("native", "llmeval"))
+    calibrate: bool = described(False, "fit the IRT item parameters (--irt-model) on every judged answer in the "
+                                       "bank, store them, print the IRT ranking and exit")
 
 
 def check_files(p: dict[str, Any]) -> None:
@@ -212,6 +217,9 @@ class LLMEvalProtocol(Protocol):
         paradigms = list(PARADIGMS) if ctx.paradigm == "all" else [ctx.paradigm]
         n = ctx.questions
         self.check_inputs(run)
+        if ctx.adaptive and run.params.get("reference_model"):
+            raise InputError("an adaptive session has no fixed question set for a reference model to replay; "
+                             "compare adaptive sessions by theta instead", field="--reference-model")
         if run.params.get("reference_model"):
             try:
                 run.services.model_label("reference", run.params["reference_model"])
@@ -226,13 +234,35 @@ class LLMEvalProtocol(Protocol):
         return units
 
     def expected_calls(self, run: Run) -> str:
-        n = self._ctx(run).questions
+        ctx = self._ctx(run)
+        if ctx.adaptive:
+            return (f"at most {2 * ctx.max_items}: up to {ctx.max_items} answers and judgements, fewer when the "
+                    f"ability's SE reaches {ctx.target_se}")
+        n = ctx.questions
         if run.params.get("reference_model"):
             return f"about {4 * n}: {n} answers and {n} judgements each for the target and the reference model"
         return f"about {2 * n}: {n} answers and {n} judgements (plus judge repairs)"
 
     def prepare(self, run: Run, units: list[Unit]) -> None:
         self.ensure_bank(run)
+        ctx = self._ctx(run)
+        if ctx.adaptive:
+            fit = self.calibrate(run)
+            if not fit.get("items"):
+                raise InputError(f"no question has {ctx.min_responses} judged answers yet, so none is calibrated; "
+                                 "run normal sessions of several models first (or lower --min-responses)",
+                                 field="--adaptive")
+
+    def calibrate(self, run: Run) -> dict[str, Any]:
+        """(Re)fit the IRT item parameters on the bank's judged answers (skipped when nothing is new)."""
+        from nodes.llmeval.calibration import calibrate_bank
+
+        ctx = self._ctx(run)
+        fit = calibrate_bank(bank_of(ctx), ctx.irt_model, min_responses=ctx.min_responses)
+        run.console.print(f"IRT {ctx.irt_model} calibration ({'refit' if fit['refit'] else 'unchanged'}, "
+                          f"{fit['fitted_at']}): {fit['items']} calibrated questions from {fit['responses']} "
+                          f"responses of {fit['examinees']} models", highlight=False)
+        return fit
 
     def ungraded(self, state: dict[str, Any]) -> int:
         """Answers of the session and of its reference replay that the judge could not rate."""
@@ -247,7 +277,8 @@ class LLMEvalProtocol(Protocol):
                 "ungraded": scores.get("ungraded", 0), "reference_ungraded": ref.get("ungraded", 0),
                 "disciplines": scores.get("disciplines"), "stars": scores.get("stars"),
                 "judge_status": scores.get("judge_status"), "R": state.get("relative"),
-                "S_ref": ref.get("S"), "reference_session_id": state.get("reference_session_id")}
+                "S_ref": ref.get("S"), "reference_session_id": state.get("reference_session_id"),
+                **{k: scores.get(k) for k in ADAPTIVE_FIELDS if k in scores}}
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         held = with_results(records)
@@ -307,7 +338,7 @@ class LLMEvalProtocol(Protocol):
         p, options = run.params, self.batch(run)
         check_files(p)
         modes = [m for m in ("serve", "admin_token", "import_only", "export", "leaderboard", "stability", "kappa",
-                             "contamination") if p.get(m)]
+                             "contamination", "calibrate") if p.get(m)]
         if not modes:
             return False
         if p.get("admin_token"):
@@ -350,6 +381,8 @@ class LLMEvalProtocol(Protocol):
             blocks += [Heading("Contamination replay test (Finding 6)"),
                        Table(["set", "tested", "recalled (>=2 of 3)", "rate"], rows,
                              caption=f"Target {run.services.model_label('target')}")]
+        if p.get("calibrate"):
+            summary["calibration"] = self.calibrate(run)
         if p.get("serve"):
             self.serve(run, options.port)
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")

@@ -1,0 +1,71 @@
+"""Adaptive session node: update the ability, then stop or choose the next question (computerized adaptive
+testing on the calibrated bank, :mod:`nodes.llmeval.calibration`).
+
+LLMEval-3's session rules (seed 002, section 2.2) hold: the next question is allocated only once every
+earlier one is answered (serial delivery), never one the model met in its current cycle (no repeats), and it
+reaches the examinee through the same whitelisted payload (answers never sent). The choice: maximum Fisher
+information at the current EAP ability among those questions, drawn at random among the ``exposure_k`` best
+(randomesque exposure control). Stop at ``se <= target_se``, at ``max_items`` answers, or when no calibrated
+question is left. Used by the graph and, after every answer, by the exam server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+from langgraph.runtime import Runtime
+
+from nodes.llmeval import irt
+from nodes.llmeval.calibration import ItemParams, ability_of, load_params
+from nodes.llmeval.common import bank_of
+from state.llmeval import LLMEvalContext, LLMEvalState
+from stores.question_bank import QuestionBank
+
+
+def _rng(seed: str, position: int) -> np.random.Generator:
+    """A generator fixed by the session seed and slot, so a resumed session makes the same choice."""
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(f"{seed}:{position}".encode()).digest()[:8], "big"))
+
+
+def adaptive_step(bank: QuestionBank, session_id: str, params: ItemParams | None = None) -> dict[str, Any]:
+    """Update the session's ability from its judged answers; then stop it or allocate its next question."""
+    conf = bank.adaptive_state(session_id)
+    session = bank.session(session_id)
+    if conf is None or session is None:
+        raise ValueError(f"{session_id} is not an adaptive session")
+    params = params or load_params(bank, conf["irt_model"])
+    if params is None:
+        raise ValueError(f"no calibrated question for {conf['irt_model']}: calibrate the bank first")
+    rows = bank.judged_items(session_id)
+    ability = ability_of(params, [(r["question_uuid"], r["stars"]) for r in rows if r["stars"] is not None])
+    out: dict[str, Any] = {"theta": ability.theta, "se": ability.se, "allocated": len(rows),
+                           "answered": sum(r["status"] == "completed" for r in rows)}
+    if conf["stopped"]:
+        return {**out, "stopped": conf["stopped"]}
+    if any(r["status"] != "completed" for r in rows):  # a slot is open (e.g. re-entered on resume)
+        bank.update_adaptive(session_id, theta=ability.theta, se=ability.se)
+        return {**out, "stopped": ""}
+    stopped = ""
+    if ability.n and ability.se <= conf["target_se"]:
+        stopped = "target_se"
+    elif len(rows) >= conf["max_items"]:
+        stopped = "max_items"
+    else:
+        unavailable = bank.unavailable_for(session_id)
+        eligible = np.array([u not in unavailable for u in params.uuids])
+        pick = irt.select_item(ability.theta, params.a, params.b, eligible, _rng(session["seed"], len(rows)),
+                               k=int(conf["exposure_k"]))
+        if pick is None:
+            stopped = "bank"
+        else:
+            bank.append_item(session_id, params.uuids[pick])
+            out["allocated"] += 1
+    bank.update_adaptive(session_id, theta=ability.theta, se=ability.se, stopped=stopped or None)
+    return {**out, "stopped": stopped}
+
+
+def select_question(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
+    """Graph node: :func:`adaptive_step` on the thread's session."""
+    return adaptive_step(bank_of(runtime.context), state["session_id"])

@@ -1,0 +1,143 @@
+"""Adaptive LLMEval sessions: calibration stored in the bank, and the IRT exam graph with fake models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nodes.llmeval import irt
+from nodes.llmeval.calibration import calibrate_bank, load_params
+from stores.question_bank import Question, QuestionBank
+from tests.fakes import ScriptedChat, all_text
+from tests.test_llmeval_graph import ctx_for, run_session
+
+N_ITEMS = 60
+
+
+def synthetic_bank(path) -> tuple[QuestionBank, np.ndarray]:
+    """60 questions 'Item k: is k even?' with known difficulties (b rises with k)."""
+    bank = QuestionBank(path)
+    b = np.linspace(-2, 2, N_ITEMS)
+    bank.add_questions([Question(uuid=f"q{k:03d}", discipline="Maths", sub_discipline="", qtype="short_answer",
+                                 question=f"Item {k}: is {k} even?", answer="yes" if k % 2 == 0 else "no",
+                                 explanation=f"secret-explanation-{k}") for k in range(N_ITEMS)])
+    return bank, b
+
+
+def answer_as(bank: QuestionBank, model: str, theta: float, b: np.ndarray, rng, uuids=None, tag="") -> None:
+    """A simulated model's judged session over ``uuids`` (default all): stars 3 if correct by the Rasch model."""
+    sid = f"{model}{tag}"
+    bank.create_session(sid, model=model, n=N_ITEMS, seed=sid)
+    for it in bank.judged_items(sid):
+        k = int(it["question_uuid"][1:])
+        item = bank.next_item(sid)
+        bank.submit(sid, item["position"], "answer")
+        if uuids is not None and it["question_uuid"] not in uuids:
+            bank.set_judgement(sid, it["position"], None, "judge failed", "ungraded")
+            continue
+        correct = rng.random() < irt.probability(theta, np.array([1.0]), b[k:k + 1])[0]
+        bank.set_judgement(sid, it["position"], 3 if correct else int(rng.integers(0, 2)), "sim", "judged")
+
+
+@pytest.fixture
+def calibrated(tmp_path):
+    bank, b = synthetic_bank(tmp_path / "bank.sqlite")
+    rng = np.random.default_rng(0)
+    for m, theta in enumerate(np.linspace(-2, 2, 25)):
+        answer_as(bank, f"model-{m}", theta, b, rng)
+    return bank, b
+
+
+def test_calibration_is_stored_with_date_and_response_counts_and_tracks_the_true_difficulties(calibrated):
+    bank, b = calibrated
+    fit = calibrate_bank(bank, "1pl", min_responses=10)
+    assert fit["refit"] and fit["items"] == N_ITEMS and fit["examinees"] == 25
+    stored = bank.item_parameters("1pl")
+    assert {p["n_responses"] for p in stored.values()} == {25}
+    assert {p["fitted_at"] for p in stored.values()} == {fit["fitted_at"]}
+    fitted = np.array([stored[f"q{k:03d}"]["b"] for k in range(N_ITEMS)])
+    assert np.corrcoef(fitted, b)[0, 1] > 0.85
+    # star means for the expected score: correct answers got 3 stars, wrong ones 0 or 1
+    details = bank.last_calibration("1pl")["details"]
+    assert details["stars_correct"] == 3.0 and 0 < details["stars_wrong"] < 1
+
+
+def test_refit_is_skipped_without_new_responses_and_warm_started_after_new_ones(calibrated):
+    bank, b = calibrated
+    first = calibrate_bank(bank, "2pl", min_responses=10)
+    again = calibrate_bank(bank, "2pl", min_responses=10)
+    assert not again["refit"] and again["fitted_at"] == first["fitted_at"]
+    answer_as(bank, "model-new", 0.5, b, np.random.default_rng(1))
+    third = calibrate_bank(bank, "2pl", min_responses=10)
+    assert third["refit"] and third["details"]["warm_start"] and third["examinees"] == 26
+    assert {p["n_responses"] for p in bank.item_parameters("2pl").values()} == {26}
+
+
+def test_items_with_too_few_responses_stay_uncalibrated_and_ungraded_answers_are_no_response(tmp_path):
+    bank, b = synthetic_bank(tmp_path / "bank.sqlite")
+    rng = np.random.default_rng(2)
+    few = {f"q{k:03d}" for k in range(10)}  # the others are ungraded for half the models
+    for m, theta in enumerate(np.linspace(-1, 1, 12)):
+        answer_as(bank, f"m{m}", theta, b, rng, uuids=None if m < 6 else few)
+    fit = calibrate_bank(bank, "1pl", min_responses=8)
+    stored = bank.item_parameters("1pl")
+    assert set(stored) == few and fit["items"] == 10
+    assert {p["n_responses"] for p in stored.values()} == {12}
+
+
+def judge_by_number(messages, tool):
+    """A fake judge that reads the item number from the question: the target 'knows' items below 30."""
+    text = all_text(messages)
+    k = int(text.split("Item ")[1].split(":")[0])
+    return {"rating": 3 if k < 30 else 0, "reason": "fake"}
+
+
+def test_adaptive_session_asks_one_calibrated_unseen_question_at_a_time_and_reports_theta(calibrated, tmp_path):
+    bank, _ = calibrated
+    calibrate_bank(bank, "1pl", min_responses=10)
+    target = ScriptedChat(lambda m, t: "my answer")
+    ctx = ctx_for(tmp_path, tmp_path / "bank.sqlite", {"target": target, "evaluator": ScriptedChat(judge_by_number)},
+                  adaptive=True, irt_model="1pl", target_se=0.05, max_items=12, exposure_k=1)
+    final = run_session(ctx, "adaptive-1", model="fresh-model")
+    ids = bank.question_ids("adaptive-1")
+    assert len(ids) == 12 == len(set(ids)) == len(target.calls)           # stopped at max_items, no repeat
+    assert final["stopped"] == "max_items" and final["answered"] == 12
+    for (messages, _), uid in zip(target.calls, ids):                      # one question per call, in order
+        text = all_text(messages)
+        assert bank.get(uid).question in text and "secret-explanation" not in text
+    scores = bank.session("adaptive-1")["scores"]
+    assert "S" not in scores and scores["items"] == 12 and scores["stopped"] == "max_items"
+    assert scores["expected_S_low"] < scores["expected_S"] < scores["expected_S_high"]
+    assert 0 < scores["se"] < 1
+    # the fake knows exactly the easier half (items 0-29, b < 0): its ability lands at that boundary, b = 0
+    assert abs(scores["theta"]) < 0.5
+    # maximum information with k = 1: the first item (at the prior's theta = 0) is a most informative one
+    params = load_params(bank, "1pl")
+    info = irt.information(0.0, params.a, params.b)
+    assert info[params.index[ids[0]]] == pytest.approx(info.max())
+
+
+def test_adaptive_session_stops_at_the_target_standard_error_and_never_repeats_a_met_question(calibrated, tmp_path):
+    bank, _ = calibrated
+    calibrate_bank(bank, "1pl", min_responses=10)
+    bank.create_session("partial-fixed", model="partial", n=30, seed="s")   # met 30 questions already
+    met = set(bank.question_ids("partial-fixed"))
+
+    def adaptive_run(session_id: str) -> tuple[dict, list[str]]:
+        ctx = ctx_for(tmp_path, tmp_path / "bank.sqlite",
+                      {"target": ScriptedChat(lambda m, t: "x"), "evaluator": ScriptedChat(judge_by_number)},
+                      adaptive=True, irt_model="1pl", target_se=0.6, max_items=40)
+        final = run_session(ctx, session_id, model="partial")
+        return final, bank.question_ids(session_id)
+
+    final, first = adaptive_run("adaptive-2")
+    assert final["stopped"] == "target_se" and final["se"] <= 0.6 and 0 < len(first) < 30
+    assert len(first) == len(set(first)) and not met & set(first)
+    _, second = adaptive_run("adaptive-3")
+    assert second and not (met | set(first)) & set(second)                  # none met in earlier sessions
+    final, rest = None, []
+    for k in range(4, 20):                                                  # until the calibrated bank is used up
+        final, rest = adaptive_run(f"adaptive-{k}")
+        if final["stopped"] == "bank":
+            break
+    assert final["stopped"] == "bank"
