@@ -13,9 +13,10 @@
   shown in either order (LLMBar section 3, MT-Bench section 3.3: position bias).
 
 The judge model is the evaluator role's (or a jury member), whatever role the step has in its protocol
-(the interview's grader defaults to the evaluator there too). Each returns ``{"value", "reason", "how"}``: ``value`` on the judge's scale (:data:`state.judgecheck.SCALES`)
-in the item's original numbering, ``None`` when the judge gave no usable verdict after retries and one repair
-(ungraded, never a disagreement).
+(the interview's grader and ATAD's orchestrator default to the evaluator there too). Each returns
+``{"value", "reason", "how"}``: ``value`` on the judge's scale (:data:`state.judgecheck.SCALES`) in the item's
+original numbering, ``None`` when the judge gave no usable verdict after retries and one repair (ungraded, never
+a disagreement).
 """
 
 from __future__ import annotations
