@@ -1,0 +1,268 @@
+"""What each protocol's viewer shows beyond the generic parts: headline metrics (named and defined as in its
+paper, with their denominators), the per-unit numeric outcomes a comparison pairs, extra unit-table columns and
+detail sections. Everything is read from the run's files (records, summary), never recomputed from scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A headline metric: ``path`` is dotted into ``summary["metrics"]``; ``n`` (dotted) is its denominator, a
+    count or a ``{"n", "ungraded"}`` object. A ``*`` in ``path`` repeats the metric for each key of that mapping
+    (``{key}`` in ``label``; the same key replaces ``*`` in ``n``)."""
+
+    path: str
+    label: str
+    definition: str
+    n: str | None = None
+
+
+Outcome = Callable[[dict[str, Any]], "float | None"]
+Section = dict[str, Any]  # {"title", "headers", "rows"} or {"title", "text"}
+
+
+@dataclass(frozen=True)
+class Adapter:
+    metrics: tuple[Metric, ...] = ()
+    #: name -> the unit's numeric outcome from its record (None = no value: not graded, not finished)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    #: extra unit-table columns: name -> value from the record
+    columns: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
+    #: detail sections shown first in a unit's drill-down
+    sections: Callable[[dict[str, Any]], list[Section]] = lambda record: []
+
+
+def dig(data: Any, path: str) -> Any:
+    """``data`` followed along a dotted path (None where a key is missing)."""
+    for key in path.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _share(items: list[dict[str, Any]] | None, key: str = "correct") -> float | None:
+    """Share of graded entries (verdict correct / wrong) with ``key`` true; None when none is graded."""
+    graded = [i for i in items or [] if i.get("verdict") in ("correct", "wrong")]
+    return sum(bool(i.get(key)) for i in graded) / len(graded) if graded else None
+
+
+# -- JudgeAgent (seed 000) ----------------------------------------------------------------------------------
+
+def _judgeagent_sections(record: dict[str, Any]) -> list[Section]:
+    out: list[Section] = []
+    if record.get("trajectory"):
+        out.append({"title": "Difficulty trajectory (running score after each step, next difficulty; Algorithm 1)",
+                    "headers": ["after", "running score", "next difficulty", "ungraded"],
+                    "rows": [[t.get("after"), t.get("avg"), t.get("next"), t.get("ungraded")]
+                             for t in record["trajectory"]]})
+    judged = [["base", b.get("id"), b.get("difficulty"), b.get("verdict"), b.get("how"), b.get("reply")]
+              for b in record.get("base") or []]
+    judged += [["round " + str(r.get("round")), r.get("question"), r.get("difficulty"), r.get("verdict"),
+                r.get("how"), r.get("reply")] for r in record.get("rounds") or []]
+    judged += [["validation", v.get("id"), v.get("difficulty"), f"{v.get('verdict1')} -> {v.get('verdict2')}",
+                v.get("how2"), v.get("reply2")] for v in record.get("validation") or []]
+    if judged:
+        out.append({"title": "Verdicts (base questions, extension rounds, validation with suggestions)",
+                    "headers": ["step", "question", "difficulty", "verdict", "judged by", "answer"], "rows": judged})
+    feedback = record.get("feedback") or {}
+    if feedback:
+        out.append({"title": "The evaluator's feedback (knowledge and capability flaws, suggestions; Table 13)",
+                    "headers": ["field", "text"], "rows": [[k, v] for k, v in feedback.items()]})
+    return out
+
+
+JUDGEAGENT = Adapter(
+    metrics=(
+        Metric("score", "JudgeAgent score", "sum of the gains of all graded answers (base questions and extension "
+               "rounds) divided by their number (Algorithm 1)", "score_denominator"),
+        Metric("base_accuracy.value", "Base accuracy", "share of base questions answered correctly in Benchmark "
+               "Grading", "base_accuracy"),
+        Metric("validation.overall.acc1", "ACC1", "accuracy on the base questions before the suggestions "
+               "(Algorithm 2, Table 1)", "validation.overall"),
+        Metric("validation.overall.acc2", "ACC2", "accuracy on the same questions answered with the batch's "
+               "suggestions (Algorithm 2, Table 1)", "validation.overall"),
+        Metric("validation.overall.cr", "CR", "wrong -> right share over all validated base questions "
+               "(Algorithm 2)", "validation.overall"),
+        Metric("validation.overall.cte", "CtE", "right -> wrong share over all validated base questions "
+               "(Algorithm 2)", "validation.overall"),
+    ),
+    outcomes={"score": lambda r: _number(r.get("score")),
+              "base accuracy": lambda r: _share(r.get("base"))},
+    columns={"base accuracy": lambda r: _share(r.get("base")),
+             "last difficulty": lambda r: (r.get("trajectory") or [{}])[-1].get("next")},
+    sections=_judgeagent_sections,
+)
+
+
+# -- ATAD (seed 003) ----------------------------------------------------------------------------------------
+
+def _rejected(item: dict[str, Any]) -> list[list[Any]]:
+    """Each candidate the code checks or the orchestrator turned down, with why (from the item's history)."""
+    rows, problem = [], None
+    for h in item.get("history") or []:
+        if h.get("step") == "generate":
+            problem = h.get("problem")
+            if h.get("structure_errors"):
+                rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "code checks",
+                             "; ".join(map(str, h["structure_errors"])), problem])
+        elif h.get("step") in ("validate", "validate_scaled") and not h.get("approved"):
+            rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "orchestrator",
+                         h.get("error") or h.get("feedback"), problem])
+    return rows
+
+
+def _atad_sections(record: dict[str, Any]) -> list[Section]:
+    item = record.get("item") or {}
+    out: list[Section] = []
+    rejected = _rejected(item)
+    if rejected:
+        out.append({"title": "Rejected candidates, with why (Appendix D.2)",
+                    "headers": ["phase", "level", "attempt", "rejected by", "why", "candidate"], "rows": rejected})
+    if item.get("history"):
+        out.append({"title": "Generation history (teacher, orchestrator, student, escalation)",
+                    "headers": ["step", "phase / level", "attempt", "outcome"],
+                    "rows": [[h.get("step"), h.get("phase") or h.get("level"), h.get("attempt"),
+                              {k: v for k, v in h.items() if k not in ("step", "phase", "attempt")}]
+                             for h in item["history"]]})
+    if "correct" in record:
+        out.append({"title": "Evaluated answer", "headers": ["predicted", "correct", "explanation", "parse error"],
+                    "rows": [[record.get("predicted"), record.get("correct"), record.get("explanation"),
+                              record.get("parse_error")]]})
+    return out
+
+
+ATAD = Adapter(
+    metrics=(
+        Metric("finalized", "Finalized problems", "problems kept in the benchmark: approved by the orchestrator, "
+               "then failed by the student or not escalated further (section 3)", "items"),
+        Metric("discarded", "Discarded problems", "problems that ended without a finalized version", "items"),
+        Metric("mean_level", "Mean difficulty level", "mean escalation level of the finalized problems",
+               "finalized"),
+        Metric("table1.*.avg", "Accuracy (%) of {key}", "share of benchmark items the model answered correctly, "
+               "mean over task types (Table 1)", "table1.*.n"),
+    ),
+    outcomes={"correct": lambda r: _number(r.get("correct")),
+              "finalized": lambda r: (None if "item" not in r else
+                                      float((r.get("item") or {}).get("status") == "finalized")),
+              "level": lambda r: _number((r.get("item") or {}).get("current_level"))},
+    columns={"task": lambda r: (r.get("item") or r.get("meta") or {}).get("task"),
+             "outcome": lambda r: (r.get("item") or {}).get("acceptance") or (r.get("item") or {}).get("status"),
+             "rejected": lambda r: len(_rejected(r["item"])) if r.get("item") else None},
+    sections=_atad_sections,
+)
+
+
+# -- LLM-as-an-Interviewer (seed 004) -----------------------------------------------------------------------
+
+def _interview_sections(record: dict[str, Any]) -> list[Section]:
+    out: list[Section] = []
+    answers = [*(record.get("seed_interactions") or []), *(record.get("followup_results") or [])]
+    if record.get("single_turn"):
+        answers.insert(0, {"kind": "single-turn judge", **record["single_turn"]})
+    if answers:
+        out.append({"title": "Answers and the grader's verdicts and reasons",
+                    "headers": ["question", "kind", "attempt", "answer", "verdict", "score", "error type", "reason"],
+                    "rows": [[a.get("q"), a.get("kind") or a.get("type"), a.get("attempt"), a.get("answer"),
+                              a.get("verdict"), a.get("score"), a.get("error_type"), a.get("reason")]
+                             for a in answers]})
+    if record.get("feedbacks"):
+        out.append({"title": "Interviewer feedback", "headers": ["question", "attempt", "level", "text"],
+                    "rows": [[f.get("q"), f.get("attempt"), f.get("level"), f.get("text")]
+                             for f in record["feedbacks"]]})
+    if record.get("transcript"):
+        out.append({"title": "Interview transcript", "headers": ["speaker", "kind", "question", "attempt", "text"],
+                    "rows": [[t.get("speaker"), t.get("kind"), t.get("q"), t.get("attempt"), t.get("text")]
+                             for t in record["transcript"]]})
+    return out
+
+
+def _final_seed_score(record: dict[str, Any]) -> float | None:
+    scores = record.get("seed_scores") or []
+    return _number(scores[-1]) if scores else None
+
+
+INTERVIEW = Adapter(
+    metrics=tuple(
+        Metric(f"score@{n}", f"Score@{n}", f"mean score of the seed question at the {n}. interaction; a session "
+               "solved earlier keeps its score, one stopped at an ungraded answer leaves the denominator "
+               "(section 3.2)", f"denominators.score@{n}") for n in (1, 2, 3)) + (
+        Metric("judge", "Judge", "single-turn LLM-as-a-judge score on the unmodified question (Table 2)",
+               "denominators.judge"),
+        Metric("followup_accuracy.overall", "Follow-up accuracy", "share of follow-up questions answered "
+               "correctly (section 3.2)", "followup_accuracy"),
+    ),
+    outcomes={"score@1": lambda r: _number((r.get("seed_scores") or [None])[0]),
+              "final seed score": _final_seed_score,
+              "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
+              "follow-up accuracy": lambda r: _share(r.get("followup_results"))},
+    sections=_interview_sections,
+)
+
+
+# -- LLMEval-3 (seed 002) -----------------------------------------------------------------------------------
+
+LLMEVAL = Adapter(
+    metrics=(
+        Metric("S", "Absolute score S", "mean over scored sessions of S = sum of stars / (N answers x 3) x 100 "
+               "(equation 1)", "sessions_scored"),
+        Metric("R", "Relative score R", "mean over sessions of R = S_model / S_reference x 100 on the same "
+               "questions (equation 2)", "sessions_scored"),
+        Metric("answers_scored", "Answers scored", "answers rated 0-3 stars by the judge", None),
+    ),
+    outcomes={"S": lambda r: _number(r.get("S")), "R": lambda r: _number(r.get("R"))},
+)
+
+
+ADAPTERS: dict[str, Adapter] = {"judgeagent": JUDGEAGENT, "atad": ATAD, "interview": INTERVIEW,
+                                "llmeval": LLMEVAL}
+
+
+def adapter(protocol: str) -> Adapter:
+    """The protocol's viewer choices (a user's own protocol gets the generic page)."""
+    return ADAPTERS.get(protocol, Adapter())
+
+
+def llmeval_answers(run_dir: Path, config: dict[str, Any], records: list[dict[str, Any]]
+                    ) -> dict[str, list[Section]]:
+    """Per session: every question with the answer, stars and the judge's reason, from the question bank.
+
+    The bank (not the graph state) holds a session's answers (seed 002, section 3); its location is the run's
+    ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory, as the
+    protocol opens it (``nodes.llmeval.common.bank_location``).
+    """
+    from stores.question_bank import QuestionBank
+
+    params, stores = config.get("params") or {}, config.get("stores") or {}
+    location = params.get("bank_db") or stores.get("postgres_dsn") or str(
+        run_dir.parent / "_cache" / "llmeval_bank.sqlite")
+    if "://" not in location and not Path(location).exists():
+        return {}
+    bank = QuestionBank(location)
+    try:
+        out: dict[str, list[Section]] = {}
+        for r in records:
+            sections = []
+            for label, session in (("", r.get("session_id")), ("reference model: ", r.get("reference_session_id"))):
+                rows = [[i.get("position"), i.get("discipline"), i.get("question"), i.get("answer"),
+                         i.get("response"), i.get("stars"), i.get("judge_status"), i.get("reason")]
+                        for i in (bank.judged_items(session) if session else [])]
+                if rows:
+                    sections.append({"title": f"{label}questions, answers and stars (0-3, the judge's reason)",
+                                     "headers": ["#", "discipline", "question", "reference", "answer", "stars",
+                                                 "judge status", "reason"], "rows": rows})
+            out[r["unit_id"]] = sections
+        return out
+    finally:
+        bank.close()

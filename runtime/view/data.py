@@ -1,0 +1,215 @@
+"""A run directory read into the viewer's payload: metrics, the unit table, and each unit's drill-down.
+
+The unit table's columns come from the records themselves (``results.jsonl``: status, the unit's ``meta`` from
+``units.jsonl``, every short scalar field) plus the protocol's own columns (:mod:`runtime.view.adapters`); a
+unit's drill-down holds the protocol's sections, every list or mapping field of its record as a table, and every
+LLM exchange of the unit in the order of ``events.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runtime.view.adapters import Adapter, Section, adapter, dig, llmeval_answers
+from stores.files import read_records
+
+#: Longest text kept in the page per string (the page stays small; the run's files keep everything).
+MAX_TEXT = 20_000
+#: Record fields shown elsewhere (columns, usage) or not worth a drill-down table.
+_SKIP = {"unit_id", "meta", "status", "usage", "traceback", "wall_s"}
+#: Event fields shown per exchange, in this order (plus ``cached`` / ``cache_hit`` when an event has them).
+EVENT_FIELDS = ("role", "model", "step", "attempt", "prompt_tokens", "completion_tokens", "latency_s", "queue_s",
+                "error")
+
+
+def clip(value: Any) -> Any:
+    """Strings longer than :data:`MAX_TEXT` cut, saying how much of it the run's files still hold."""
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[:MAX_TEXT] + f"\n[... {len(value) - MAX_TEXT} more characters in the run's files]"
+    if isinstance(value, dict):
+        return {k: clip(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clip(v) for v in value]
+    return value
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return list(read_records(path, [])) if path.exists() else []
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def latest_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The last record of each unit (a resumed run appends a unit's newer record), in plan order."""
+    latest = {r["unit_id"]: r for r in read_jsonl(run_dir / "results.jsonl") if "unit_id" in r}
+    order = [u["id"] for u in read_jsonl(run_dir / "units.jsonl") if "id" in u]
+    return [latest[i] for i in order if i in latest] + [r for i, r in latest.items() if i not in set(order)]
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 80)
+
+
+def _flat(metrics: Any, prefix: str = "") -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for key, value in (metrics or {}).items():
+        if isinstance(value, dict):
+            rows.extend(_flat(value, f"{prefix}{key}."))
+        elif isinstance(value, list) and not all(_scalar(v) for v in value):
+            rows.append([f"{prefix}{key}", json.dumps(value, default=str)])
+        else:
+            rows.append([f"{prefix}{key}", value])
+    return rows
+
+
+def _denominator(value: Any) -> str:
+    if isinstance(value, dict) and "n" in value:
+        return f"n={value['n']}" + (f", {value['ungraded']} ungraded" if value.get("ungraded") is not None else "")
+    return "" if value is None else f"n={value}"
+
+
+def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The protocol's headline metrics present in this summary, with definitions and denominators."""
+    out = []
+    for m in spec.metrics:
+        for key, value, n in _expanded(metrics, m.path, m.n):
+            if value is not None:
+                out.append({"name": m.label.format(key=key), "value": value, "definition": m.definition,
+                            "denominator": _denominator(n),
+                            "path": m.path if key is None else m.path.replace("*", key)})
+    return out
+
+
+def _expanded(metrics: dict[str, Any], path: str, n: str | None) -> list[tuple[str | None, Any, Any]]:
+    """(key, value, denominator) of a metric path, once per key of the mapping a ``*`` stands for (keys may
+    hold dots, e.g. model URLs, so they are looked up, never re-split)."""
+    if "*" not in path:
+        return [(None, dig(metrics, path), dig(metrics, n) if n else None)]
+
+    def at(dotted: str, key: str) -> Any:
+        head, _, tail = dotted.partition("*")
+        inner = (dig(metrics, head.rstrip(".")) or {}).get(key)
+        return dig(inner, tail.lstrip(".")) if tail.strip(".") else inner
+
+    keys = dig(metrics, path.partition("*")[0].rstrip(".")) or {}
+    return [(key, at(path, key), at(n, key) if n else None) for key in keys]
+
+
+def _columns(records: list[dict[str, Any]], spec: Adapter) -> list[str]:
+    columns: dict[str, None] = {"unit": None, "status": None}
+    for r in records:
+        for k, v in (r.get("meta") or {}).items():
+            if _scalar(v):
+                columns[k] = None
+    columns.update(dict.fromkeys(spec.columns))
+    for r in records:
+        for k, v in r.items():
+            if k not in _SKIP and k not in columns and _scalar(v) and v is not None:
+                columns[k] = None
+    return [*columns, "calls", "tokens", "wall s"]
+
+
+def _row(record: dict[str, Any], columns: list[str], spec: Adapter) -> dict[str, Any]:
+    usage = record.get("usage") or {}
+    values = {"unit": record["unit_id"], "status": record.get("status"), "calls": usage.get("calls"),
+              "tokens": (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0),
+              "wall s": record.get("wall_s")}
+    for name in columns:
+        if name in values:
+            continue
+        if name in spec.columns:
+            values[name] = spec.columns[name](record)
+        elif name in (record.get("meta") or {}):
+            values[name] = record["meta"][name]
+        else:
+            values[name] = record.get(name)
+    return {c: values.get(c) for c in columns}
+
+
+def _field_sections(record: dict[str, Any]) -> list[Section]:
+    """Every list or mapping field of the record as a table; short scalars in one 'fields' table."""
+    out: list[Section] = []
+    scalars = [[k, v] for k, v in record.items() if k not in _SKIP and not isinstance(v, (dict, list))]
+    if scalars:
+        out.append({"title": "Record fields", "headers": ["field", "value"], "rows": scalars})
+    for key, value in record.items():
+        if key in _SKIP or not value or not isinstance(value, (dict, list)):
+            continue
+        if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            headers = list(dict.fromkeys(k for v in value for k in v))
+            out.append({"title": f"record: {key}", "headers": headers,
+                        "rows": [[v.get(h) for h in headers] for v in value]})
+        elif isinstance(value, dict):
+            out.append({"title": f"record: {key}", "headers": ["key", "value"],
+                        "rows": [[k, v] for k, v in value.items()]})
+        else:
+            out.append({"title": f"record: {key}", "headers": ["value"], "rows": [[v] for v in value]})
+    return out
+
+
+def _exchange(event: dict[str, Any]) -> dict[str, Any]:
+    out = {k: event.get(k) for k in EVENT_FIELDS}
+    for flag in ("cached", "cache_hit"):
+        if flag in event:
+            out["cache hit"] = event[flag]
+    out["messages"] = [{"role": m.get("role"), "content": m.get("content")} for m in event.get("messages") or []]
+    out["output"] = event.get("output")
+    return out
+
+
+def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:
+    """Everything ``view.html`` shows of one run, as JSON-ready data."""
+    run_dir = Path(run_dir)
+    summary = read_json(run_dir / "summary.json")
+    config = read_json(run_dir / "config.json")
+    protocol = summary.get("protocol") or config.get("protocol") or ""
+    spec = adapter(protocol)
+    records = latest_records(run_dir)
+    if extra_sections is None and protocol == "llmeval":
+        extra_sections = llmeval_answers(run_dir, config, records)
+    units = {u["id"]: u for u in read_jsonl(run_dir / "units.jsonl") if "id" in u}
+    for r in records:  # a record written before its unit's meta was kept still gets the plan's meta
+        r.setdefault("meta", (units.get(r["unit_id"]) or {}).get("meta") or {})
+    done = {r["unit_id"] for r in records}  # a partial run lists its planned units that have no record yet
+    records += [{"unit_id": i, "status": "not finished", "meta": u.get("meta") or {}} for i, u in units.items()
+                if i not in done]
+    events: dict[str, list[dict[str, Any]]] = {}
+    for e in read_jsonl(run_dir / "events.jsonl"):
+        events.setdefault(str(e.get("unit")), []).append(_exchange(e))
+    columns = _columns(records, spec)
+    metrics = summary.get("metrics") or {}
+    return clip({
+        "kind": "run",
+        "title": f"{protocol} run {run_dir.name}",
+        "protocol": protocol,
+        "run_id": run_dir.name,
+        "notes": [n for n in [summary.get("smoke_test_warning"),
+                              _interrupted_note(summary.get("interrupted"))] if n],
+        "overview": [["units", summary.get("units")],
+                     ["statuses", ", ".join(f"{k}={v}" for k, v in sorted((summary.get("status_counts")
+                                                                           or {}).items()))],
+                     ["ungraded verdicts", summary.get("ungraded_verdicts")],
+                     *[[f"model: {role}", model] for role, model in (summary.get("models") or {}).items()],
+                     *[[f"LLM {k}", v] for k, v in (summary.get("usage") or {}).items()]],
+        "headline": headline_metrics(spec, metrics),
+        "metrics": _flat(metrics),
+        "columns": columns,
+        "units": [{"id": r["unit_id"], "row": _row(r, columns, spec),
+                   "input": (units.get(r["unit_id"]) or {}).get("input"),
+                   "error": r.get("error"),
+                   "sections": [*spec.sections(r), *(extra_sections or {}).get(r["unit_id"], []),
+                                *_field_sections(r)],
+                   "events": events.get(r["unit_id"], [])} for r in records],
+        "outside": events.get("-", []),
+    })
+
+
+def _interrupted_note(interrupted: dict[str, Any] | None) -> str | None:
+    if not interrupted:
+        return None
+    return (f"INTERRUPTED: a partial run; {interrupted.get('unfinished_units')} units are not finished. "
+            f"Continue with: {interrupted.get('resume')}")

@@ -1,0 +1,173 @@
+"""The viewer's data and the comparison (no browser; ``test_viewer_browser.py`` drives the pages in Chromium).
+
+Run directories are written by hand here, so each test states exactly which records and events a page is made of.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import run as cli
+from runtime.view import write_view
+from runtime.view.compare import compare_payload, mean_difference_ci
+from runtime.view.data import MAX_TEXT, run_payload
+from runtime.view.page import embed, render
+from state.errors import InputError
+
+ATTACK = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> &amp;"
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def make_run(root: Path, name: str, protocol: str, records: list[dict], *, events: list[dict] = (),
+             units: list[dict] | None = None, metrics: dict | None = None) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    units = units if units is not None else [{"id": r["unit_id"], "input": {}, "meta": r.get("meta", {})}
+                                             for r in records]
+    _jsonl(d / "units.jsonl", units)
+    _jsonl(d / "results.jsonl", records)
+    _jsonl(d / "events.jsonl", list(events))
+    (d / "config.json").write_text(json.dumps({"protocol": protocol, "out": str(root), "params": {}}))
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    (d / "summary.json").write_text(json.dumps({"protocol": protocol, "units": len(records), "status_counts": counts,
+                                                "metrics": metrics or {}}))
+    return d
+
+
+def event(unit: str, step: str, output, **kw) -> dict:
+    return {"ts": 1.0, "unit": unit, "role": kw.pop("role", "target"), "model": "m@http://127.0.0.1:1/v1",
+            "step": step, "attempt": 1, "messages": [{"role": "human", "content": kw.pop("prompt", "q")}],
+            "output": output, "prompt_tokens": 3, "completion_tokens": 2, "latency_s": 0.1, "queue_s": 0.0,
+            "error": None, **kw}
+
+
+def atad_answer(unit: str, correct: bool) -> dict:
+    return {"unit_id": unit, "meta": {"task": unit.split("-")[0]}, "status": "ok", "ungraded_verdicts": 0,
+            "correct": correct, "predicted": 1, "explanation": "e", "wall_s": 0.1,
+            "usage": {"calls": 1, "prompt_tokens": 3, "completion_tokens": 2}}
+
+
+def test_model_text_never_becomes_markup(tmp_path):
+    d = make_run(tmp_path, "r", "atad", [atad_answer("T1-a", True) | {"explanation": ATTACK}],
+                 events=[event("T1-a", "evaluate:answer", ATTACK, prompt=ATTACK)])
+    page = write_view(d).read_text(encoding="utf-8")
+    data = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S).group(1)
+    assert "<" not in data and ">" not in data and "&" not in data  # nothing in the data can end the element
+    assert json.loads(data)["units"][0]["events"][0]["output"] == ATTACK  # ... and it is the text, byte-exact
+    assert page.count("</script>") == 2  # the JSON element and the page's own script, nothing injected
+    assert "innerHTML" not in page and "insertAdjacentHTML" not in page and "document.write" not in page
+
+
+def test_payload_lists_units_with_meta_columns_exchanges_in_order_and_unfinished_units(tmp_path):
+    records = [atad_answer("T1-a", True), atad_answer("T2-b", False)]
+    units = [{"id": r["unit_id"], "input": {}, "meta": r["meta"]} for r in records]
+    units.append({"id": "T3-c", "input": {}, "meta": {"task": "T3"}})
+    events = [event("T2-b", "first", "one"), event("T1-a", "x", "a"), event("T2-b", "second", {"answer": 2},
+                                                                              cached=True),
+              event("-", "preflight", "pong")]
+    p = run_payload(make_run(tmp_path, "r", "atad", records, events=events, units=units))
+    assert p["columns"][:3] == ["unit", "status", "task"]
+    rows = {u["id"]: u for u in p["units"]}
+    assert rows["T3-c"]["row"]["status"] == "not finished"  # a partial run shows what did not run
+    assert [e["step"] for e in rows["T2-b"]["events"]] == ["first", "second"]
+    assert rows["T2-b"]["events"][1]["cache hit"] is True and "cache hit" not in rows["T2-b"]["events"][0]
+    assert rows["T2-b"]["row"]["correct"] is False and rows["T2-b"]["row"]["tokens"] == 5
+    assert [e["step"] for e in p["outside"]] == ["preflight"]
+
+
+def test_long_text_is_clipped_saying_how_much_is_left_out(tmp_path):
+    d = make_run(tmp_path, "r", "atad", [atad_answer("T1-a", True)],
+                 events=[event("T1-a", "s", "x" * (MAX_TEXT + 123))])
+    out = run_payload(d)["units"][0]["events"][0]["output"]
+    assert out.startswith("x" * MAX_TEXT) and "123 more characters" in out
+
+
+def test_headline_metrics_carry_definition_and_denominator(tmp_path):
+    metrics = {"score@1": 0.25, "score@2": 0.5, "denominators": {"score@1": {"n": 4, "ungraded": 1},
+                                                                "score@2": {"n": 3, "ungraded": 2}}}
+    p = run_payload(make_run(tmp_path, "r", "interview", [], metrics=metrics))
+    head = {m["name"]: m for m in p["headline"]}
+    assert head["Score@1"]["value"] == 0.25 and head["Score@1"]["denominator"] == "n=4, 1 ungraded"
+    assert head["Score@2"]["denominator"] == "n=3, 2 ungraded" and "section 3.2" in head["Score@2"]["definition"]
+    assert "Score@3" not in head  # absent from the summary: not shown, never invented
+
+
+def test_atad_rejected_candidates_are_listed_with_why(tmp_path):
+    history = [{"step": "generate", "phase": "init", "level": "easy", "attempt": 1, "problem": {"p": 1},
+                "structure_errors": ["needs 5 sentences"]},
+               {"step": "generate", "phase": "init", "level": "easy", "attempt": 2, "problem": {"p": 2},
+                "structure_errors": []},
+               {"step": "validate", "phase": "init", "level": "easy", "attempt": 2, "approved": False,
+                "feedback": "copies the example"}]
+    rec = {"unit_id": "T1-0", "meta": {"task": "T1"}, "status": "ok", "item": {"task": "T1", "history": history,
+                                                                              "status": "discarded"}}
+    sections = run_payload(make_run(tmp_path, "r", "atad", [rec]))["units"][0]["sections"]
+    rejected = next(s for s in sections if s["title"].startswith("Rejected candidates"))
+    assert [(r[3], r[4], r[5]) for r in rejected["rows"]] == [("code checks", "needs 5 sentences", {"p": 1}),
+                                                              ("orchestrator", "copies the example", {"p": 2})]
+
+
+def test_paired_difference_and_interval_over_shared_units_only(tmp_path):
+    a = make_run(tmp_path, "a", "atad", [atad_answer(f"T{i}-x", i % 2 == 0) for i in range(1, 9)])
+    b = make_run(tmp_path, "b", "atad", [atad_answer(f"T{i}-x", True) for i in range(1, 8)]
+                 + [atad_answer("T9-x", False)])  # T8 only in a, T9 only in b: not paired
+    p = compare_payload([a, b])
+    row = next(r for r in p["paired"] if r["outcome"] == "correct")
+    assert row["n"] == 7 and row["mean_baseline"] == pytest.approx(3 / 7) and row["diff"] == pytest.approx(4 / 7)
+    assert row["low"] <= row["diff"] <= row["high"] and row["high"] <= 1.0
+    assert p["paired"] == compare_payload([a, b])["paired"]  # seeded: the same runs give the same interval
+    changed = {d["unit"] for d in p["unit_diffs"]}
+    assert changed == {"T1-x", "T3-x", "T5-x", "T7-x", "T8-x", "T9-x"}
+
+
+def test_interval_edge_cases():
+    assert mean_difference_ci([1.0]) == (None, None)
+    assert mean_difference_ci([0.5, 0.5, 0.5]) == (0.5, 0.5)
+    low, high = mean_difference_ci([0.0, 1.0, 1.0, 0.0, 1.0])
+    assert 0.0 <= low < 0.6 < high <= 1.0
+
+
+@pytest.mark.parametrize("make, blame", [
+    (lambda t: ["--compare", "nope", "other", "--out", str(t)], "--compare: no finished run 'nope'"),
+    (lambda t: ["--compare", str(t / "a")], "--compare: give at least two runs"),
+    (lambda t: ["--compare", str(t / "a"), str(t / "j")], "runs of different protocols cannot be compared"),
+    (lambda t: ["--compare", str(t / "a"), str(t / "a")], "a run is named twice"),
+    (lambda t: ["--compare", str(t / "a"), str(t / "a2"), "--seed", "3"], "--compare takes run ids and --out only"),
+])
+def test_bad_compare_exits_2_with_one_line(make, blame, tmp_path, capsys):
+    make_run(tmp_path, "a", "atad", [atad_answer("T1-a", True)])
+    make_run(tmp_path, "a2", "atad", [atad_answer("T1-a", False)])
+    make_run(tmp_path, "j", "judgeagent", [])
+    before = set(tmp_path.iterdir())
+    assert cli.main(make(tmp_path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and blame in err and "\n" not in err
+    assert set(tmp_path.iterdir()) == before  # nothing written
+
+
+def test_compare_by_run_id_under_out_writes_one_page(tmp_path, capsys):
+    make_run(tmp_path, "a", "atad", [atad_answer("T1-a", True)])
+    make_run(tmp_path, "b", "atad", [atad_answer("T1-a", False)])
+    assert cli.main(["--compare", "a", "b", "--out", str(tmp_path)]) == 0
+    pages = list(tmp_path.glob("compare-*.html"))
+    assert len(pages) == 1 and str(pages[0]) in capsys.readouterr().out
+    assert "a vs b" in pages[0].read_text(encoding="utf-8")
+
+
+def test_render_refuses_nothing_and_keeps_nan_out_of_the_data():
+    page = render({"kind": "run", "title": "t <b>", "value": float("nan")})
+    assert "<title>t &lt;b&gt;</title>" in page and "NaN" not in page
+
+
+def test_embed_round_trips_any_text():
+    payload = {"s": ATTACK + "\u2028\u2029 é 漢字"}
+    assert json.loads(embed(payload)) == payload
