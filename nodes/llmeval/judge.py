@@ -118,13 +118,18 @@ def judge_session(bank: QuestionBank, session_id: str, llms: list[RoleLLM], conc
     return sum(i["stars"] is not None for i in items), sum(i["judge_status"] == "ungraded" for i in items)
 
 
+def judges(ctx: LLMEvalContext) -> list[RoleLLM]:
+    """The judges of a run: the ``judge_jury`` models, else the evaluator role."""
+    svc = services_of(ctx)
+    return [svc.model(ref, role="evaluator") for ref in ctx.judge_jury] if ctx.judge_jury else [svc.llm("evaluator")]
+
+
 def judge_answers(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
     """Judge the target's answers (and the reference model's, when there is one) with the evaluator role, or
     with the ``judge_jury`` models by majority vote."""
     ctx = runtime.context
     bank = bank_of(ctx)
-    svc = services_of(ctx)
-    llms = [svc.model(ref, role="evaluator") for ref in ctx.judge_jury] if ctx.judge_jury else [svc.llm("evaluator")]
+    llms = judges(ctx)
     judged, ungraded = judge_session(bank, state["session_id"], llms, int(ctx.judge_concurrency))
     reference_ungraded = 0
     if state.get("reference_session_id"):

@@ -26,7 +26,7 @@ def open_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[
     if paradigm not in PARADIGMS:
         raise ValueError(f"unknown paradigm {paradigm!r}; use one of {', '.join(PARADIGMS)}")
     model = state.get("model") or svc.model_label("target")
-    if ctx.adaptive:
+    if ctx.adaptive or bank.adaptive_state(session_id) is not None:
         session = bank.create_adaptive_session(session_id, model=model, paradigm=paradigm, seed=f"{ctx.seed}:{unit}",
                                                irt_model=ctx.irt_model, target_se=float(ctx.target_se),
                                                max_items=int(ctx.max_items), exposure_k=int(ctx.exposure_k),

@@ -400,6 +400,7 @@ class LLMEvalProtocol(Protocol):
 
         from protocols.llmeval.server import ExamServer, create_app
 
+        self.calibrate(run)  # adaptive sessions choose among the calibrated questions (refit only if new answers)
         server = ExamServer(self._ctx(run), rate=self.batch(run).rate_limit)
         token_file = write_admin_token(run, server)
         run.console.print(f"exam server on http://127.0.0.1:{port}  (admin token in {token_file}; "

@@ -22,7 +22,10 @@ admin token and ``POST /admin/sessions/{id}/token`` an examinee's, since tokens 
 (one hour by default).
 
 Sessions are created with the ``open_session`` node and scored by running the
-exam graph (judge + score nodes) on the session once it is complete.
+exam graph (judge + score nodes) on the session once it is complete. An adaptive
+session (``"adaptive": true``, IRT) gets one question at a time: each accepted answer
+is judged at once, the ability updated and the next question allocated (or the session
+stopped at its target SE or maximum), so ``/next`` then serves it; scoring reports theta.
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ from fastapi.responses import JSONResponse
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
 
+from nodes.llmeval.adaptive import adaptive_step
+from nodes.llmeval.calibration import load_params
 from nodes.llmeval.common import bank_of
 from nodes.llmeval.examinee import build_messages, fewshot_examples
+from nodes.llmeval.judge import judge_session, judges
 from nodes.llmeval.session import open_session
 from state.errors import InputError
 from state.llmeval import PARADIGMS, LLMEvalContext
@@ -62,6 +68,9 @@ class NewSession(BaseModel):
     paradigm: str = "zero-shot"
     stratified: bool = False
     examinee: str | None = Field(None, min_length=1, max_length=200)
+    adaptive: bool = False  # IRT session: each question chosen after the previous answer is judged
+    target_se: float | None = Field(None, gt=0)
+    max_items: int | None = Field(None, ge=1, le=100000)
 
     @field_validator("examinee")
     @classmethod
@@ -174,13 +183,20 @@ class ExamServer:
         session_id = f"srv-{uuid.uuid4().hex[:16]}"
         examinee = body.examinee or f"examinee-{session_id}"
         ctx = dataclasses.replace(self.ctx, questions=body.questions or self.ctx.questions, paradigm=body.paradigm,
-                                  stratified=body.stratified, reference_model="")
+                                  stratified=body.stratified, reference_model="", adaptive=body.adaptive,
+                                  target_se=body.target_se or self.ctx.target_se,
+                                  max_items=body.max_items or self.ctx.max_items)
+        if body.adaptive and load_params(self.bank, self.ctx.irt_model) is None:
+            raise HTTPException(409, f"no calibrated question ({self.ctx.irt_model}) for an adaptive session; "
+                                     "calibrate the bank first (--calibrate)")
         with self._create_lock:
             if self.bank.examinee_session(examinee) is not None:
                 raise HTTPException(409, f"examinee {examinee!r} is already registered")
             try:
                 state = open_session({"session_id": session_id, "model": body.model, "paradigm": body.paradigm},
                                      Runtime(context=ctx))
+                if body.adaptive:  # the first question, chosen at the prior's ability
+                    state = adaptive_step(self.bank, session_id)
                 self.bank.register_examinee(examinee, session_id)
             except ValueError as exc:
                 raise HTTPException(409, str(exc)) from None
@@ -211,7 +227,13 @@ class ExamServer:
             quota = self.bank.submit(session_id, body.position, body.answer)
         except QuotaError as exc:
             raise _quota_http(exc) from None
-        return {"accepted": True, "position": body.position, "quota": quota}
+        out: dict[str, Any] = {"accepted": True, "position": body.position}
+        if self.bank.adaptive_state(session_id) is not None:  # judge it, update theta, choose the next question
+            judge_session(self.bank, session_id, judges(self.ctx), int(self.ctx.judge_concurrency))
+            step = adaptive_step(self.bank, session_id)
+            out["stopped"] = step["stopped"] or None
+            quota = self.bank.quota(session_id)
+        return {**out, "quota": quota}
 
     def examinee_token(self, session_id: str) -> dict[str, Any]:
         """A fresh token for the examinee of ``session_id`` (tokens expire; the session and its answers stay)."""
