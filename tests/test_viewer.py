@@ -171,3 +171,39 @@ def test_render_refuses_nothing_and_keeps_nan_out_of_the_data():
 def test_embed_round_trips_any_text():
     payload = {"s": ATTACK + "\u2028\u2029 é 漢字"}
     assert json.loads(embed(payload)) == payload
+
+
+def test_an_interrupted_run_leaves_a_view_of_what_finished_and_what_did_not(tmp_path):
+    import os
+    import signal
+    import time
+
+    from rich.console import Console
+
+    from runtime import stop
+    from runtime.runner import RunInterrupted, execute, open_run
+    from state.config import RunConfig
+    from tests.fakes import ScriptedChat, last_text
+    from tests.toy_protocol import ToyProtocol
+
+    def target(messages, tool):
+        if last_text(messages) == "question 1":
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while this request is in flight
+            deadline = time.monotonic() + 30
+            while not stop.stopped() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return "answer to " + last_text(messages)
+
+    chats = {"target": ScriptedChat(target), "evaluator": ScriptedChat(lambda m, t: {"correct": True})}
+    config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 4}, concurrency=1)
+    run = open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True), chat_overrides=chats)
+    try:
+        with pytest.raises(RunInterrupted):
+            execute(ToyProtocol(), run, skip_preflight=True)
+    finally:
+        stop.clear()
+    page = (run.run_dir / "view.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="data">(.*?)</script>', page, re.S).group(1))
+    assert [u["row"]["status"] for u in data["units"]] == ["ok", "not finished", "not finished", "not finished"]
+    assert any(n.startswith("INTERRUPTED") and "--resume" in n for n in data["notes"])
+    assert [e["output"] for e in data["units"][0]["events"]][0] == "answer to question 0"
