@@ -8,6 +8,7 @@ matplotlib and Jinja2 are imported on first use, so a process that writes no rep
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -149,15 +150,24 @@ def write_report(run_dir: Path, title: str, blocks: Sequence[Block]) -> tuple[Pa
 
 # -- plots ----------------------------------------------------------------------------------------
 
-@cache
+_pyplot_lock = threading.Lock()
+
+
 def _pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend, imported when the first figure is drawn."""
-    import matplotlib
+    """``matplotlib.pyplot`` on the Agg backend, imported when the first figure is drawn (or preloaded)."""
+    with _pyplot_lock:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
-    return plt
+        return plt
+
+
+def preload_plotting() -> None:
+    """Import matplotlib on a background thread (about a second): a run calls this when its units start, so
+    the import overlaps their waiting on the endpoint instead of delaying the report after them."""
+    threading.Thread(target=_pyplot, name="preload-matplotlib", daemon=True).start()
 
 
 def figure_path(run_dir: Path, name: str) -> Path:

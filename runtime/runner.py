@@ -50,11 +50,11 @@ from rich.table import Table as RichTable
 
 from runtime import stop
 from runtime.events import EventLog, Usage
+from runtime.concurrency import parallel_map
 from runtime.llm import is_endpoint_fault
 from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
-from runtime.report import Heading, Table, Text, write_report
+from runtime.report import Heading, Table, Text, preload_plotting, write_report
 from runtime.services import Services
-from runtime.view import write_view
 from state.config import ROLES, RunConfig
 from state.errors import InfraError, InputError, ModelError
 from stores.checkpoints import open_checkpointer
@@ -181,19 +181,21 @@ def print_plan(protocol: Protocol, run: Run, units: list[Unit]) -> None:
 
 
 def preflight(protocol: Protocol, run: Run) -> None:
-    """One cheap request per distinct model before any real tokens are spent."""
+    """One cheap request per distinct model before any real tokens are spent (the models at once)."""
     from prompts import load_prompt  # LangChain's prompt classes load with the run, not for `run.py --help`
 
-    checked: set[str] = set()
+    first_role: dict[str, str] = {}
     for role in protocol.roles:
-        label = run.services.model_label(role)
-        if label in checked:
-            continue
-        checked.add(label)
+        first_role.setdefault(run.services.model_label(role), role)
+
+    def ping(label_role: tuple[str, str]) -> None:
+        label, role = label_role
         try:
             run.services.llm(role).text(load_prompt("common/ping").render(), step="preflight", max_retries=1)
         except (InfraError, InputError) as exc:
             raise InputError(f"endpoint for role {role} ({label}) does not answer: {exc}") from None
+
+    parallel_map(ping, first_role.items(), workers=len(first_role))
 
 
 def warn_if_smoke_test(protocol: Protocol, run: Run) -> str | None:
@@ -299,6 +301,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
         with _stop_on_sigint():
             if not skip_preflight:
                 preflight(protocol, run)
+            preload_plotting()  # imported while the units wait on the endpoint, not after them
             protocol.prepare(run, units)
             finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
             todo = [u for u in units if u.id not in finished]
@@ -331,7 +334,6 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
     write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
     blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
     write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
-    write_view(run.run_dir)
     print_summary(run, summary)
     return summary
 
@@ -536,8 +538,7 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
     if len(rows) > _CONSOLE_METRICS:
         table.add_row("...", f"{len(rows) - _CONSOLE_METRICS} more in summary.json and the report")
     run.console.print(table)
-    run.console.print(f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'}, "
-                      f"viewer: {run.run_dir / 'view.html'})")
+    run.console.print(f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'})")
 
 
 _CONSOLE_METRICS = 24  # rows of flattened metrics printed on the console
