@@ -68,6 +68,9 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
     run.add_argument("--dry-run", action="store_true", help="print the plan (units, models, calls) and exit")
+    run.add_argument("--compare", nargs="+", metavar="RUN",
+                     help="write one page comparing these runs of one protocol (run ids under --out, or folders) "
+                          "and exit; needs no --protocol")
     run.add_argument("--skip-preflight", action="store_true", help="do not ping each endpoint before the run")
     stores = parser.add_argument_group("stores")
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
@@ -110,6 +113,23 @@ def _chosen_protocol(argv: list[str] | None) -> str | None:
     return pre.parse_known_args(argv)[0].protocol
 
 
+def _compare(argv: list[str] | None, console: Console) -> bool:
+    """``--compare RUN ...`` (with ``--out``): write the comparison page; False when not asked for."""
+    pre = _Parser(add_help=False)
+    pre.add_argument("--compare", nargs="+")
+    pre.add_argument("--out", default=RunConfig.model_fields["out"].default)
+    args, rest = pre.parse_known_args(argv)
+    if args.compare is None:
+        return False
+    if rest:
+        raise InputError(f"--compare takes run ids and --out only, not {' '.join(rest)}", setting="--compare")
+    from runtime.view import write_compare  # loaded only when a comparison is asked for
+
+    console.print(f"comparison: {write_compare(args.compare, args.out)}", markup=False, highlight=False,
+                  soft_wrap=True)
+    return True
+
+
 def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict[str, Any]:
     return {
         "roles": {r: getattr(args, r) for r in ROLES if getattr(args, r)},
@@ -128,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     errors = Console(stderr=True)
     config = run = None
     try:
+        if _compare(argv, console):
+            return 0
         parser, dests = build_parser(_chosen_protocol(argv))
         args = parser.parse_args(argv)
         cls = protocol_class(args.protocol)

@@ -55,6 +55,7 @@ from runtime.llm import is_endpoint_fault
 from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from runtime.report import Heading, Table, Text, preload_plotting, write_report
 from runtime.services import Services
+from runtime.view import write_view
 from state.config import ROLES, RunConfig
 from state.errors import InfraError, InputError, ModelError
 from stores.checkpoints import open_checkpointer
@@ -334,6 +335,7 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
     write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
     blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
     write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
+    write_view(run.run_dir)
     print_summary(run, summary)
     return summary
 
@@ -538,7 +540,8 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
     if len(rows) > _CONSOLE_METRICS:
         table.add_row("...", f"{len(rows) - _CONSOLE_METRICS} more in summary.json and the report")
     run.console.print(table)
-    run.console.print(f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'})")
+    run.console.print(f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'}, "
+                      f"viewer: {run.run_dir / 'view.html'})")
 
 
 _CONSOLE_METRICS = 24  # rows of flattened metrics printed on the console
