@@ -141,3 +141,52 @@ def test_adaptive_session_stops_at_the_target_standard_error_and_never_repeats_a
         if final["stopped"] == "bank":
             break
     assert final["stopped"] == "bank"
+
+
+def test_irt_ranking_has_intervals_that_cover_the_ranks_and_follows_the_true_abilities(calibrated):
+    from scipy.stats import kendalltau
+
+    from protocols.llmeval.analyses import irt_ranking
+
+    bank, _ = calibrated
+    calibrate_bank(bank, "1pl", min_responses=10)
+    rows = irt_ranking(bank, "1pl")
+    assert len(rows) == 25
+    true = {f"model-{m}": t for m, t in enumerate(np.linspace(-2, 2, 25))}
+    tau = kendalltau([true[r["model"]] for r in rows], [r["theta"] for r in rows]).statistic
+    assert tau > 0.8
+    for r in rows:
+        assert r["theta_low"] < r["theta"] < r["theta_high"] and r["rank_best"] <= r["rank"] <= r["rank_worst"]
+        assert r["expected_S_low"] < r["expected_S"] < r["expected_S_high"] and r["responses"] == 60
+    # 60 questions do not separate 25 models: neighbours share ranks
+    assert any(r["rank_worst"] - r["rank_best"] >= 2 for r in rows)
+
+
+def test_paired_comparison_separates_distant_models_and_says_when_it_cannot_distinguish_close_ones(calibrated):
+    from protocols.llmeval.analyses import irt_ranking, paired_comparison
+
+    bank, _ = calibrated
+    calibrate_bank(bank, "1pl", min_responses=10)
+    far = paired_comparison(bank, "1pl", "model-24", "model-0")            # true difference 4 logits
+    assert far["distinguishable"] and far["theta_diff_low"] > 0 and far["S_diff_low"] > 0
+    se = {r["model"]: r["se"] for r in irt_ranking(bank, "1pl")}
+    assert far["theta_diff_se"] ** 2 == pytest.approx(se["model-24"] ** 2 + se["model-0"] ** 2)
+    near = paired_comparison(bank, "1pl", "model-13", "model-12")          # true difference 1/6 logit
+    assert not near["distinguishable"] and near["theta_diff_low"] < 0 < near["theta_diff_high"]
+    assert near["verdict"].startswith("cannot distinguish")
+
+
+def test_calibrate_and_compare_from_the_command_line(calibrated, tmp_path):
+    import subprocess
+
+    from tests.test_llmeval_bank import CLI, REPO
+
+    base = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "out"), "--bank-db", str(tmp_path / "bank.sqlite"),
+            "--irt-model", "1pl", "--min-responses", "10"]
+    run = subprocess.run([*base, "--calibrate", "--compare", "model-13,model-12"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "60 calibrated questions from 1500 responses of 25 models" in run.stdout
+    assert "cannot distinguish model-13 and model-12" in run.stdout
+    bad = subprocess.run([*base, "--compare", "model-13"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--compare" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -23,7 +23,8 @@ BATCH_ONLY = {
     "interview": {"data", "fields", "task", "repeats", "bootstrap_resamples"},
     "llmeval": {"bank", "fields", "skip_invalid", "augment", "rewrite", "near_dup_threshold", "import_only",
                 "sessions", "serve", "port", "admin_token", "rate_limit", "leaderboard", "stability", "sizes",
-                "trials", "kappa", "contamination", "export", "export_layout", "calibrate"},
+                "trials", "kappa", "contamination", "export", "export_layout", "calibrate",
+                "compare"},
     "judgecheck": {"labels", "fields", "bootstrap_resamples"},
 }
 #: Context fields Studio shows but the command line does not offer.

@@ -5,6 +5,8 @@
 * :func:`stability_from_bank` - appendix D.1 / Table 9 / Figure 5 on the questions the models share.
 * :func:`kappa_from_labels` - appendix D.2: Cohen's kappa between the judge and human labels.
 * :func:`contamination_test` - Finding 6 / Table 4: masked-tail replay, three attempts, recalled at >= 2.
+* :func:`irt_ranking` / :func:`paired_comparison` - IRT abilities with 95 % intervals, rank ranges, and the
+  difference of two models with its interval (adaptive testing, issue 17).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from nodes.llmeval.bankio import dialog_question
+from nodes.llmeval.calibration import ability_of, expected_scores, latest_responses, load_params
+from nodes.llmeval.irt import expected_score
 from nodes.llmeval.scoring import discipline_scores
 from protocols.llmeval.metrics import (cohen_kappa, mask_tail, mean, population_variance, recalled, replay_match,
                                        stability)
@@ -184,3 +188,74 @@ def contamination_test(llm: RoleLLM, sets: dict[str, list[str]], *, per_set: int
         out[name] = {"tested": len(rows), "skipped_short": len(split) - len(usable), "recalled": n_rec,
                      "rate": n_rec / len(rows) if rows else 0.0, "examples": rows[:5]}
     return out
+
+
+Z95 = 1.959963984540054
+
+
+def irt_abilities(bank: QuestionBank, irt_model: str) -> dict[str, dict[str, Any]]:
+    """model -> EAP theta, SE and expected absolute score (with its 95 % interval) from the model's latest
+    judged answer to every calibrated question, fixed and adaptive sessions alike."""
+    params = load_params(bank, irt_model)
+    if params is None:
+        raise InputError(f"no calibrated question ({irt_model}); run --calibrate after sessions of several models",
+                         field="--irt-model")
+    by_model: dict[str, list[tuple[str, int]]] = {}
+    for (model, uid), stars in latest_responses(bank).items():
+        by_model.setdefault(model, []).append((uid, stars))
+    out = {}
+    for model, judged in by_model.items():
+        ability = ability_of(params, judged)
+        if ability.n:
+            out[model] = {"theta": ability.theta, "se": ability.se, "responses": ability.n,
+                          "theta_low": ability.theta - Z95 * ability.se, "theta_high": ability.theta + Z95 * ability.se,
+                          **expected_scores(params, ability, Z95)}
+    return out
+
+
+def irt_ranking(bank: QuestionBank, irt_model: str) -> list[dict[str, Any]]:
+    """Models by theta, each with its 95 % interval and the range of ranks those intervals allow: a model is
+    surely ahead of another only when its interval lies wholly above the other's."""
+    ab = irt_abilities(bank, irt_model)
+    rows = []
+    for model, r in ab.items():
+        ahead = sum(o["theta_low"] > r["theta_high"] for m, o in ab.items() if m != model)
+        not_behind = sum(o["theta_high"] >= r["theta_low"] for m, o in ab.items() if m != model)
+        rows.append({"model": model, **r, "rank_best": ahead + 1, "rank_worst": not_behind + 1})
+    rows.sort(key=lambda r: (-r["theta"], r["model"]))
+    for i, r in enumerate(rows, start=1):
+        r["rank"] = i
+    return rows
+
+
+def paired_comparison(bank: QuestionBank, irt_model: str, first: str, second: str) -> dict[str, Any]:
+    """theta(first) - theta(second) with its 95 % interval (the two estimates come from separate answers, so
+    their variances add) and the same on the expected-score scale (delta method); ``distinguishable`` only when
+    the interval excludes 0."""
+    ab = irt_abilities(bank, irt_model)
+    for name in (first, second):
+        if name not in ab:
+            raise InputError(f"model {name!r} has no judged answer on a calibrated question; models: "
+                             f"{', '.join(sorted(ab))}", field="--compare")
+    params = load_params(bank, irt_model)
+    assert params is not None
+    a, b = ab[first], ab[second]
+    diff, se = a["theta"] - b["theta"], (a["se"] ** 2 + b["se"] ** 2) ** 0.5
+
+    def slope(theta: float) -> float:  # d expected score / d theta
+        h = 1e-4
+        return (expected_score(theta + h, params.a, params.b, params.stars_correct, params.stars_wrong)
+                - expected_score(theta - h, params.a, params.b, params.stars_correct, params.stars_wrong)) / (2 * h)
+
+    s_diff = a["expected_S"] - b["expected_S"]
+    s_se = ((slope(a["theta"]) * a["se"]) ** 2 + (slope(b["theta"]) * b["se"]) ** 2) ** 0.5
+    low, high = diff - Z95 * se, diff + Z95 * se
+    distinguishable = low > 0 or high < 0
+    verdict = (f"{first if diff > 0 else second} is ahead (95 % interval of the difference excludes 0)"
+               if distinguishable else
+               f"cannot distinguish {first} and {second}: the 95 % interval of the difference contains 0; "
+               "more questions (a lower --target-se) are needed to tell them apart")
+    return {"first": first, "second": second, "theta_diff": diff, "theta_diff_se": se, "theta_diff_low": low,
+            "theta_diff_high": high, "S_diff": s_diff, "S_diff_low": s_diff - Z95 * s_se,
+            "S_diff_high": s_diff + Z95 * s_se, "distinguishable": distinguishable, "verdict": verdict,
+            "responses": [a["responses"], b["responses"]]}

@@ -47,6 +47,14 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _pair(text: str) -> tuple[str, str]:
+    """``"a,b"`` -> ``("a", "b")`` (``--compare``); ``ValueError`` unless two different names."""
+    names = [x.strip() for x in str(text).split(",")]
+    if len(names) != 2 or not all(names) or names[0] == names[1]:
+        raise ValueError(f"needs two different model names separated by a comma, got {text!r}")
+    return names[0], names[1]
+
+
 def _positive(value: float) -> None:
     if value <= 0:
         raise ValueError("must be greater than 0")
@@ -87,6 +95,9 @@ class LLMEvalBatch:
     export_layout: str = described("native", "layout of --export JSONL", choices=("native", "llmeval"))
     calibrate: bool = described(False, "fit the IRT item parameters (--irt-model) on every judged answer in the "
                                        "bank, store them, print the IRT ranking and exit")
+    compare: str | None = described(None, "paired comparison of two models by IRT ability: the difference with its "
+                                           "95 percent interval, or that they cannot be distinguished",
+                                     check=_pair, metavar="MODEL_A,MODEL_B")
 
 
 def check_files(p: dict[str, Any]) -> None:
@@ -261,7 +272,7 @@ class LLMEvalProtocol(Protocol):
         fit = calibrate_bank(bank_of(ctx), ctx.irt_model, min_responses=ctx.min_responses)
         run.console.print(f"IRT {ctx.irt_model} calibration ({'refit' if fit['refit'] else 'unchanged'}, "
                           f"{fit['fitted_at']}): {fit['items']} calibrated questions from {fit['responses']} "
-                          f"responses of {fit['examinees']} models", highlight=False)
+                          f"responses of {fit['examinees']} models", highlight=False, soft_wrap=True)
         return fit
 
     def ungraded(self, state: dict[str, Any]) -> int:
@@ -338,7 +349,7 @@ class LLMEvalProtocol(Protocol):
         p, options = run.params, self.batch(run)
         check_files(p)
         modes = [m for m in ("serve", "admin_token", "import_only", "export", "leaderboard", "stability", "kappa",
-                             "contamination", "calibrate") if p.get(m)]
+                             "contamination", "calibrate", "compare") if p.get(m)]
         if not modes:
             return False
         if p.get("admin_token"):
@@ -381,8 +392,29 @@ class LLMEvalProtocol(Protocol):
             blocks += [Heading("Contamination replay test (Finding 6)"),
                        Table(["set", "tested", "recalled (>=2 of 3)", "rate"], rows,
                              caption=f"Target {run.services.model_label('target')}")]
-        if p.get("calibrate"):
+        if p.get("calibrate") or p.get("compare"):
             summary["calibration"] = self.calibrate(run)
+            irt_model = self._ctx(run).irt_model
+            rows = analyses.irt_ranking(bank, irt_model)
+            summary["irt_ranking"] = rows
+            blocks += irt_blocks(rows)
+            for r in rows:
+                run.console.print(f"{r['rank']:>3}. {r['model']}: theta {r['theta']:+.2f} +/- {r['se']:.2f} "
+                                  f"(ranks {r['rank_best']}-{r['rank_worst']}), expected S {r['expected_S']:.1f} "
+                                  f"[{r['expected_S_low']:.1f}, {r['expected_S_high']:.1f}]", highlight=False,
+                                  soft_wrap=True)
+            if p.get("compare"):
+                result = analyses.paired_comparison(bank, irt_model, *_pair(p["compare"]))
+                summary["comparison"] = result
+                run.console.print(f"{result['first']} - {result['second']}: theta {result['theta_diff']:+.2f} "
+                                  f"[{result['theta_diff_low']:+.2f}, {result['theta_diff_high']:+.2f}], expected S "
+                                  f"{result['S_diff']:+.1f} [{result['S_diff_low']:+.1f}, {result['S_diff_high']:+.1f}]"
+                                  f"; {result['verdict']}", highlight=False, soft_wrap=True)
+                blocks += [Heading("Paired comparison (IRT)"), Text(result["verdict"] + "."),
+                           Table(["difference", "estimate", "95 % low", "95 % high"],
+                                 [["theta", result["theta_diff"], result["theta_diff_low"], result["theta_diff_high"]],
+                                  ["expected S", result["S_diff"], result["S_diff_low"], result["S_diff_high"]]],
+                                 caption=f"{result['first']} minus {result['second']}")]
         if p.get("serve"):
             self.serve(run, options.port)
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
@@ -459,6 +491,19 @@ def leaderboard_blocks(run: Run, rows: list[dict[str, Any]]) -> list[Block]:
                        title="Per-discipline scores (10-point scale)")
         blocks.append(Figure(path, "Per-discipline scores of every model"))
     return blocks
+
+
+def irt_blocks(rows: list[dict[str, Any]]) -> list[Block]:
+    """The IRT ranking: theta with its 95 % interval, the ranks the intervals allow, expected absolute score."""
+    return [Heading("IRT ranking (ability with 95 % intervals)"), Table(
+        ["rank", "model", "theta", "SE", "95 % interval", "possible ranks", "expected S", "expected S 95 %",
+         "responses"],
+        [[r["rank"], r["model"], r["theta"], r["se"], f"[{r['theta_low']:.2f}, {r['theta_high']:.2f}]",
+          f"{r['rank_best']}-{r['rank_worst']}", r["expected_S"],
+          f"[{r['expected_S_low']:.1f}, {r['expected_S_high']:.1f}]", r["responses"]] for r in rows],
+        caption="EAP ability from each model's latest judged answers on the calibrated questions; possible ranks: "
+                "a model is surely ahead only when its interval lies wholly above the other's; expected S: "
+                "equation 1's expected value on the calibrated bank")]
 
 
 def stability_blocks(run: Run, result: dict[str, Any]) -> list[Block]:
