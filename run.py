@@ -52,7 +52,9 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     """The options every protocol shares."""
     parser = _Parser(
         prog="run.py",
-        description="Evaluate LLMs with dynamic protocols (JudgeAgent, ATAD, LLM-as-an-Interviewer, LLMEval-3).",
+        description="Evaluate LLMs with dynamic protocols (JudgeAgent, ATAD, LLM-as-an-Interviewer, LLMEval-3). "
+                    "Without --protocol, 'run.py --compare RUN_A RUN_B ... [--out DIR]' writes one page comparing "
+                    "finished runs of one protocol (run ids under --out, or run folders).",
         formatter_class=_HelpFormatter, **kwargs,
     )
     parser.add_argument("--protocol", required=True, help=f"one of: {', '.join(REGISTRY)}")
@@ -68,9 +70,6 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
     run.add_argument("--dry-run", action="store_true", help="print the plan (units, models, calls) and exit")
-    run.add_argument("--compare", nargs="+", metavar="RUN",
-                     help="write one page comparing these runs of one protocol (run ids under --out, or folders) "
-                          "and exit; needs no --protocol")
     run.add_argument("--skip-preflight", action="store_true", help="do not ping each endpoint before the run")
     stores = parser.add_argument_group("stores")
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
@@ -114,12 +113,14 @@ def _chosen_protocol(argv: list[str] | None) -> str | None:
 
 
 def _compare(argv: list[str] | None, console: Console) -> bool:
-    """``--compare RUN ...`` (with ``--out``): write the comparison page; False when not asked for."""
+    """``--compare RUN ...`` (with ``--out``, without ``--protocol``): write the comparison page of finished runs;
+    False when not asked for. With ``--protocol`` a ``--compare`` is that protocol's own option (llmeval's)."""
     pre = _Parser(add_help=False)
     pre.add_argument("--compare", nargs="+")
+    pre.add_argument("--protocol")
     pre.add_argument("--out", default=RunConfig.model_fields["out"].default)
     args, rest = pre.parse_known_args(argv)
-    if args.compare is None:
+    if args.compare is None or args.protocol is not None:
         return False
     if rest:
         raise InputError(f"--compare takes run ids and --out only, not {' '.join(rest)}", setting="--compare")

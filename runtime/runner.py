@@ -104,12 +104,13 @@ def resume_command(protocol: Protocol, run: Run) -> str:
 
 
 @contextmanager
-def _kept_only_if_accepted(run: Run) -> Iterator[None]:
+def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
     """Make the run directory; remove it again if an ``InputError`` rejects the inputs before any request.
 
     Every folder this call creates goes (``--out`` too, if it did not exist), so a
     rejected input leaves nothing behind. The directory exists before ``plan()``
-    only because the protocols' other modes (``custom_run``) write into it.
+    only because the protocols' other modes (``custom_run``) write into it. Yields
+    the folders it made, outermost last.
     """
     made = [p for p in (run.run_dir, *run.run_dir.parents) if not p.exists()]
     try:
@@ -119,7 +120,7 @@ def _kept_only_if_accepted(run: Run) -> Iterator[None]:
         except OSError as exc:
             raise InputError(f"cannot create the run directory {run.run_dir}: {exc.strerror or exc}",
                              field="--out") from None
-        yield
+        yield made
     except InputError:
         if made and run.services.events.total().calls == 0:
             shutil.rmtree(made[-1], ignore_errors=True)
@@ -284,16 +285,20 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     """Validate the inputs, then run every unfinished unit concurrently and write summary.json and the report."""
     stop.clear()
     notes: list[str] = list(run.services.events.notes)
-    with _kept_only_if_accepted(run):
+    with _kept_only_if_accepted(run) as made:
         if protocol.custom_run(run):
             return {}
         units = plan_units(protocol, run, notes)
     resume = resume_command(protocol, run)
-    run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False, soft_wrap=True)
+    if not dry_run:
+        run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False,
+                          soft_wrap=True)
     for note in run.services.ceiling_notes(protocol.roles):
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     if dry_run:
         print_plan(protocol, run, units)
+        if made:  # a plan leaves no run folder behind (a resumed run's own folder stays)
+            shutil.rmtree(made[-1], ignore_errors=True)
         return {}
     warning = warn_if_smoke_test(protocol, run)
     results = ResultStore(run.run_dir / "results.jsonl")

@@ -167,11 +167,13 @@ class AtadProtocol(Protocol):
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         m = summary["metrics"]
         items = self._items(run, records)
+        cost = m["per_finalized"]
+        per_finalized = (f"Per finalized problem: {cost['wall_s']} s wall and {cost['llm_calls']} LLM calls (all "
+                         "units' cost divided by the finalized ones)." if m["finalized"] else
+                         "No problem was finalized, so there is no cost per finalized problem.")
         blocks: list[Block] = [Text(
             f"Benchmark file: {m['benchmark_file']} ({m['finalized']} finalized, {m['discarded']} discarded; "
-            f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). Per finalized problem: "
-            f"{m['per_finalized']['wall_s']} s wall and {m['per_finalized']['llm_calls']} LLM calls "
-            "(all units' cost divided by the finalized ones).")]
+            f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). {per_finalized}")]
         if m.get("ungraded"):
             blocks.append(Table(["unit", "why it stopped"], [[u, why] for u, why in sorted(m["ungraded"].items())],
                                 caption="Units stopped unjudged (the orchestrator gave no usable verdict after "
