@@ -56,6 +56,8 @@ from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from runtime.report import Heading, Table, Text, preload_plotting, write_report
 from runtime.services import Services
 from runtime.view import write_view
+from runtime.view.adapters import adapter
+from runtime.view.data import headline_metrics
 from state.config import ROLES, RunConfig
 from state.errors import InfraError, InputError, ModelError
 from stores.checkpoints import open_checkpointer
@@ -539,7 +541,12 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
         table.add_row("interrupted", f"{summary['interrupted']['unfinished_units']} units unfinished (partial)")
     table.add_row("LLM calls", str(summary["usage"]["calls"]))
     table.add_row("tokens", str(summary["usage"]["prompt_tokens"] + summary["usage"]["completion_tokens"]))
-    rows = _flat(summary["metrics"])
+    headline = headline_metrics(adapter(summary["protocol"]), summary["metrics"])  # named as in the paper, first
+    for m in headline:
+        value = f"{m['value']:.4g}" if isinstance(m["value"], float) else str(m["value"])
+        table.add_row(m["name"], value + (f"  ({m['denominator']})" if m["denominator"] else ""))
+    shown = {m["path"] for m in headline}
+    rows = [row for row in _flat(summary["metrics"]) if row[0] not in shown]
     for key, value in rows[:_CONSOLE_METRICS]:
         table.add_row(key, value)
     if len(rows) > _CONSOLE_METRICS:

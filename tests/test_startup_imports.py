@@ -29,13 +29,14 @@ print("\\nMODULES " + json.dumps(sorted({m.split('.')[0] for m in sys.modules}))
 """
 
 
-def loaded_after(*argv: str) -> set[str]:
-    """Top-level packages imported by ``python run.py ARGV`` in a fresh interpreter."""
+def loaded_after(*argv: str, printed: str | None = None) -> set[str]:
+    """Top-level packages imported by ``python run.py ARGV`` in a fresh interpreter (which printed ``printed``)."""
     done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(list(argv))], cwd=REPO, capture_output=True,
                           text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")})
     line = next((x for x in done.stdout.splitlines() if x.startswith("MODULES ")), None)
     assert line is not None, done.stderr[-2000:]
+    assert printed is None or printed in done.stdout, done.stdout[-2000:]
     return set(json.loads(line.removeprefix("MODULES ")))
 
 
@@ -57,6 +58,6 @@ def test_protocol_help_imports_no_model_client_nor_heavy_library(protocol):
 
 @pytest.mark.parametrize("protocol", ["atad", "interview"])
 def test_planning_a_run_without_vectors_loads_no_embedding_model_nor_plotting(protocol, tmp_path):
-    loaded = loaded_after("--protocol", protocol, "--dry-run", "--out", str(tmp_path))
-    assert any(tmp_path.iterdir())  # the plan was really made (a run directory opened)
+    loaded = loaded_after("--protocol", protocol, "--dry-run", "--out", str(tmp_path), printed="units:")
+    assert not any(tmp_path.iterdir())  # the plan was really made (printed), and left no run folder behind
     assert not loaded & set(HEAVY)
