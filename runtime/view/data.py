@@ -51,7 +51,8 @@ def latest_records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 80)
+    """A value short enough for a table cell (longer texts stay in the unit's drill-down)."""
+    return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 60)
 
 
 def _flat(metrics: Any, prefix: str = "") -> list[list[Any]]:
@@ -105,11 +106,9 @@ def _columns(records: list[dict[str, Any]], spec: Adapter) -> list[str]:
         for k, v in (r.get("meta") or {}).items():
             if _scalar(v):
                 columns[k] = None
-    columns.update(dict.fromkeys(spec.columns))
-    for r in records:
-        for k, v in r.items():
-            if k not in _SKIP and k not in columns and _scalar(v) and v is not None:
-                columns[k] = None
+    columns.update((k, None) for k, f in spec.columns.items() if any(f(r) is not None for r in records))
+    fields = dict.fromkeys(k for r in records for k, v in r.items() if k not in _SKIP and v is not None)
+    columns.update((k, None) for k in fields if all(_scalar(r.get(k)) for r in records))  # short in every record
     return [*columns, "calls", "tokens", "wall s"]
 
 
