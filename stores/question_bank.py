@@ -162,7 +162,8 @@ class QuotaError(Exception):
     """An examinee asked for more than its quota or tried to answer out of turn.
 
     ``kind`` is ``exhausted`` (no questions left: HTTP 429), ``resubmission`` or
-    ``out_of_order`` (HTTP 409), or ``unknown`` (no such session: HTTP 404).
+    ``out_of_order`` (HTTP 409), ``unknown`` (no such session: HTTP 404), or ``repeat`` (an adaptive
+    session's choice was taken by another session of the same model meanwhile; choose again).
     """
 
     def __init__(self, kind: str, message: str) -> None:
@@ -611,11 +612,17 @@ class QuestionBank:
 
     def append_item(self, session_id: str, question_uuid: str) -> int:
         """Allocate the next slot of an adaptive session; only when every earlier slot is answered (serial
-        delivery) and below the session's maximum. Returns its position."""
+        delivery), below the session's maximum, and for a question its model has not met in this cycle
+        (checked in the same transaction, so concurrent sessions of one model cannot both take it;
+        :class:`QuotaError` ``repeat``). Returns its position."""
         with self._lock, self.engine.begin() as conn:
-            n = conn.scalar(sa.select(sessions.c.n).where(sessions.c.session_id == session_id))
-            if n is None:
+            row = conn.execute(sa.select(sessions.c.n, sessions.c.model, sessions.c.cycle)
+                               .where(sessions.c.session_id == session_id)).first()
+            if row is None:
                 raise QuotaError("unknown", f"no session {session_id}")
+            n = row.n
+            if question_uuid in self._seen(conn, row.model, row.cycle):  # another session of the model took it
+                raise QuotaError("repeat", f"session {session_id}: {question_uuid} was met by {row.model}")
             rows = conn.execute(sa.select(items.c.status).where(items.c.session_id == session_id)).all()
             if any(r.status != "completed" for r in rows):
                 raise QuotaError("out_of_order", f"session {session_id}: the previous question is not answered")

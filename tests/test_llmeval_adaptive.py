@@ -190,3 +190,28 @@ def test_calibrate_and_compare_from_the_command_line(calibrated, tmp_path):
     assert "cannot distinguish model-13 and model-12" in run.stdout
     bad = subprocess.run([*base, "--compare", "model-13"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--compare" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_concurrent_adaptive_sessions_of_one_model_never_share_a_question(calibrated, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nodes.llmeval.adaptive import adaptive_step
+
+    bank, _ = calibrated
+    calibrate_bank(bank, "1pl", min_responses=10)
+    sids = [f"conc-{i}" for i in range(4)]
+    for sid in sids:  # the same seed: left alone, all four would choose the same questions
+        bank.create_adaptive_session(sid, model="twin", paradigm="zero-shot", seed="same", irt_model="1pl",
+                                     target_se=0.01, max_items=5, exposure_k=1)
+
+    def run(sid: str) -> None:
+        for _ in range(5):
+            adaptive_step(bank, sid)
+            item = bank.next_item(sid)
+            bank.submit(sid, item["position"], "x")
+            bank.set_judgement(sid, item["position"], 3, "sim", "judged")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(run, sids))
+    asked = [u for sid in sids for u in bank.question_ids(sid)]
+    assert len(asked) == 20 == len(set(asked))

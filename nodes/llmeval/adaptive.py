@@ -21,7 +21,7 @@ from nodes.llmeval import irt
 from nodes.llmeval.calibration import ItemParams, ability_of, load_params
 from nodes.llmeval.common import bank_of
 from state.llmeval import LLMEvalContext, LLMEvalState
-from stores.question_bank import QuestionBank
+from stores.question_bank import QuestionBank, QuotaError
 
 
 def _rng(seed: str, position: int) -> np.random.Generator:
@@ -55,13 +55,21 @@ def adaptive_step(bank: QuestionBank, session_id: str, params: ItemParams | None
     else:
         unavailable = bank.unavailable_for(session_id)
         eligible = np.array([u not in unavailable for u in params.uuids])
-        pick = irt.select_item(ability.theta, params.a, params.b, eligible, _rng(session["seed"], len(rows)),
-                               k=int(conf["exposure_k"]))
-        if pick is None:
-            stopped = "bank"
-        else:
-            bank.append_item(session_id, params.uuids[pick])
+        rng = _rng(session["seed"], len(rows))
+        while True:
+            pick = irt.select_item(ability.theta, params.a, params.b, eligible, rng, k=int(conf["exposure_k"]))
+            if pick is None:
+                stopped = "bank"
+                break
+            try:
+                bank.append_item(session_id, params.uuids[pick])
+            except QuotaError as exc:
+                if exc.kind != "repeat":
+                    raise
+                eligible[pick] = False  # a concurrent session of the same model took it: choose again
+                continue
             out["allocated"] += 1
+            break
     bank.update_adaptive(session_id, theta=ability.theta, se=ability.se, stopped=stopped or None)
     return {**out, "stopped": stopped}
 

@@ -48,7 +48,8 @@ def calibrate_bank(bank: QuestionBank, irt_model: str = "2pl", *, min_responses:
     """Fit (or refit) ``irt_model`` on the bank's responses and store it; returns the fit's record.
 
     ``refit: False`` in the record when nothing changed since the last fit (same responses and
-    minimum) and ``force`` is off.
+    minimum) and ``force`` is off, or when no question has ``min_responses`` responses (``items: 0``;
+    nothing is stored then, so an earlier calibration stays).
     """
     responses = latest_responses(bank)
     last = bank.last_calibration(irt_model)
@@ -64,10 +65,8 @@ def calibrate_bank(bank: QuestionBank, irt_model: str = "2pl", *, min_responses:
     models = sorted({m for m, _, _ in used})
     fit: dict[str, Any] = {"fitted_at": now(), "responses": len(responses), "examinees": len(models),
                            "refit": True}
-    if not used:
-        fit["details"] = {"min_responses": min_responses, "fitted_responses": 0}
-        bank.save_calibration(irt_model, {}, fit)
-        return {**fit, "items": 0}
+    if not used:  # nothing to fit: an earlier calibration stays as it was
+        return {**fit, "items": 0, "refit": False}
     item_ix = {u: i for i, u in enumerate(uuids)}
     model_ix = {m: i for i, m in enumerate(models)}
     ex = np.array([model_ix[m] for m, _, _ in used])

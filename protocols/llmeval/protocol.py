@@ -294,6 +294,7 @@ class LLMEvalProtocol(Protocol):
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         held = with_results(records)
         ok = [r for r in held if r.get("S") is not None]
+        adaptive = [r for r in held if r.get("theta") is not None]
         per_paradigm = {p: mean([r["S"] for r in ok if r["paradigm"] == p]) for p in PARADIGMS
                         if any(r["paradigm"] == p for r in ok)}
         rs = [r["R"] for r in ok if r.get("R") is not None]
@@ -301,9 +302,13 @@ class LLMEvalProtocol(Protocol):
         for r in ok:
             for d, v in (r.get("disciplines") or {}).items():
                 disciplines.setdefault(d, []).append(v)
+        extra = {"adaptive_sessions": [{k: r.get(k) for k in ("unit_id", "model", *ADAPTIVE_FIELDS)}
+                                       for r in adaptive],
+                 "adaptive_questions": sum(r.get("items") or 0 for r in adaptive)} if adaptive else {}
         return {
+            **extra,
             "sessions_scored": len(ok),
-            "sessions_without_score": len(held) - len(ok),
+            "sessions_without_score": len(held) - len(ok) - len(adaptive),
             "sessions_ungraded": sum(1 for r in held if r.get("ungraded") or r.get("reference_ungraded")),
             "S": mean([r["S"] for r in ok]) if ok else None,
             "R": mean(rs) if rs else None,
@@ -332,6 +337,16 @@ class LLMEvalProtocol(Protocol):
                     "score R (eq. 2). Ungraded = the judge gave no valid rating after retries and one repair: in no "
                     "score, re-judged by --resume; unscored = allocated but without stars (ungraded, a split "
                     "--judge-jury or unanswered)")]
+        if metrics.get("adaptive_sessions"):
+            blocks.append(Table(
+                ["session", "model", "questions", "stopped", "theta", "SE", "expected S", "expected S 95 %",
+                 "S on the asked questions"],
+                [[r["unit_id"], r["model"], r["items"], r["stopped"], r["theta"], r["se"], r["expected_S"],
+                  f"[{r['expected_S_low']:.1f}, {r['expected_S_high']:.1f}]", r["S_asked"]]
+                 for r in metrics["adaptive_sessions"]],
+                caption="Adaptive (IRT) sessions: EAP ability theta +/- SE, the expected absolute score (eq. 1) on "
+                        "the calibrated bank with the interval implied by theta's 95 % interval, and why the session "
+                        "stopped; eq. 1 on the adaptively chosen questions is shown but is no S (no random sample)"))
         if metrics.get("answers_ungraded"):
             blocks.append(Text(f"{metrics['answers_ungraded']} answer(s) in {metrics.get('sessions_ungraded')} "
                                "session(s) are ungraded and count neither for nor against the model."))
@@ -395,6 +410,9 @@ class LLMEvalProtocol(Protocol):
         if p.get("calibrate") or p.get("compare"):
             summary["calibration"] = self.calibrate(run)
             irt_model = self._ctx(run).irt_model
+            if not summary["calibration"]["items"]:
+                raise InputError(f"no question has {self._ctx(run).min_responses} judged answers (from as many "
+                                 "models) yet, so none is calibrated", field="--min-responses")
             rows = analyses.irt_ranking(bank, irt_model)
             summary["irt_ranking"] = rows
             blocks += irt_blocks(rows)
