@@ -207,3 +207,16 @@ def test_an_interrupted_run_leaves_a_view_of_what_finished_and_what_did_not(tmp_
     assert [u["row"]["status"] for u in data["units"]] == ["ok", "not finished", "not finished", "not finished"]
     assert any(n.startswith("INTERRUPTED") and "--resume" in n for n in data["notes"])
     assert [e["output"] for e in data["units"][0]["events"]][0] == "answer to question 0"
+
+
+def test_a_long_prompt_repeated_in_every_exchange_is_stored_once(tmp_path):
+    system = "You grade answers. " * 40
+    events = [event("T1-a", f"s{i}", f"out {i}") | {"messages": [{"role": "system", "content": system},
+                                                                 {"role": "human", "content": f"q{i}"}]}
+              for i in range(5)]
+    d = make_run(tmp_path, "r", "atad", [atad_answer("T1-a", True)], events=events)
+    p = run_payload(d)
+    assert p["texts"] == [system]
+    assert [e["messages"][0]["content"] for e in p["units"][0]["events"]] == [{"ref": 0}] * 5
+    assert [e["messages"][1]["content"] for e in p["units"][0]["events"]] == [f"q{i}" for i in range(5)]
+    assert write_view(d).read_text(encoding="utf-8").count("You grade answers.") == 40  # one copy in the page

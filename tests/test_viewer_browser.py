@@ -138,6 +138,9 @@ def test_view_of_each_protocol_filters_units_and_shows_a_units_exchanges(case, b
     summary = last.find_element(By.TAG_NAME, "summary").text
     assert own[-1]["role"] in summary and own[-1]["step"] in summary
     assert _shown(own[-1]["output"])[:200] in last.find_element(By.CSS_SELECTOR, ".output pre").text
+    prompts = [m.text for m in last.find_elements(By.CSS_SELECTOR, ".msg:not(.output) pre")]
+    assert [" ".join(p.split())[:100] for p in prompts] == [" ".join(str(m["content"]).split())[:100]
+                                                           for m in own[-1]["messages"]]  # long ones stored once
     browser.save_screenshot(str(tmp_path / f"{case}.png"))
     _no_console_errors(browser)
 

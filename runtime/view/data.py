@@ -150,12 +150,32 @@ def _field_sections(record: dict[str, Any]) -> list[Section]:
     return out
 
 
-def _exchange(event: dict[str, Any]) -> dict[str, Any]:
+class Texts:
+    """Long message texts stored once per page (a system prompt recurs in every exchange of its step);
+    a message holds ``{"ref": i}`` into :attr:`items` instead."""
+
+    LONG = 200
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def __call__(self, content: Any) -> Any:
+        if not isinstance(content, str) or len(content) < self.LONG:
+            return content
+        if content not in self._index:
+            self._index[content] = len(self.items)
+            self.items.append(content)
+        return {"ref": self._index[content]}
+
+
+def _exchange(event: dict[str, Any], texts: Texts) -> dict[str, Any]:
     out = {k: event.get(k) for k in EVENT_FIELDS}
     for flag in ("cached", "cache_hit"):
         if flag in event:
             out["cache hit"] = event[flag]
-    out["messages"] = [{"role": m.get("role"), "content": m.get("content")} for m in event.get("messages") or []]
+    out["messages"] = [{"role": m.get("role"), "content": texts(m.get("content"))}
+                       for m in event.get("messages") or []]
     out["output"] = event.get("output")
     return out
 
@@ -177,8 +197,9 @@ def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None =
     records += [{"unit_id": i, "status": "not finished", "meta": u.get("meta") or {}} for i, u in units.items()
                 if i not in done]
     events: dict[str, list[dict[str, Any]]] = {}
+    texts = Texts()
     for e in read_jsonl(run_dir / "events.jsonl"):
-        events.setdefault(str(e.get("unit")), []).append(_exchange(e))
+        events.setdefault(str(e.get("unit")), []).append(_exchange(e, texts))
     columns = _columns(records, spec)
     metrics = summary.get("metrics") or {}
     return clip({
@@ -204,6 +225,7 @@ def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None =
                                 *_field_sections(r)],
                    "events": events.get(r["unit_id"], [])} for r in records],
         "outside": events.get("-", []),
+        "texts": texts.items,
     })
 
 
