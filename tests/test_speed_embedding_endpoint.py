@@ -1,0 +1,70 @@
+"""Embeddings from an OpenAI-compatible endpoint (``--embedding-model MODEL@BASE_URL``): the knowledge graph is
+embedded by a loopback ``/v1/embeddings`` server, one request per batch of texts, and samples the same paths as
+with the same vectors computed in-process; a malformed endpoint is refused as bad input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from state.config import StoreConfig
+from stores.vectors import embedding_function
+from tests.fake_embedding import HashEmbedding
+from tests.test_speed_context_graph import build, corpus, paths
+
+
+@pytest.fixture
+def embeddings_endpoint():
+    """``POST /v1/embeddings``: the hash embedding of each input, as floats or base64 as the client asks."""
+    fake, batches = HashEmbedding(), []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            batches.append(len(texts))
+            vectors = fake(texts)
+            encode = (lambda v: base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode()) \
+                if body.get("encoding_format") == "base64" else (lambda v: [float(x) for x in v])
+            data = json.dumps({"object": "list", "model": body["model"],
+                               "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
+                                        for i, v in enumerate(vectors)],
+                               "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1", batches
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_graph_embedded_by_an_endpoint_samples_as_the_same_vectors_in_process(tmp_path, embeddings_endpoint,
+                                                                                monkeypatch):
+    url, batches = embeddings_endpoint
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a loopback server takes any key
+    remote = embedding_function(f"hash-embed@{url}")
+    graph = build(corpus(20), tmp_path / "remote", remote)
+    assert len(batches) <= 2 + 2 and max(batches) > 1  # chunks and entities in batches, not one text per request
+    local = build(corpus(20), tmp_path / "local", HashEmbedding())
+    assert paths(graph) == paths(local)
+
+
+def test_a_malformed_embeddings_endpoint_is_refused():
+    with pytest.raises(ValidationError, match="malformed MODEL@BASE_URL"):
+        StoreConfig(embedding_model="m@http://127.0.0.1:notaport/v1")
+    assert StoreConfig(embedding_model="sentence-transformers/all-MiniLM-L6-v2").embedding_model
