@@ -220,3 +220,21 @@ def test_a_long_prompt_repeated_in_every_exchange_is_stored_once(tmp_path):
     assert [e["messages"][0]["content"] for e in p["units"][0]["events"]] == [{"ref": 0}] * 5
     assert [e["messages"][1]["content"] for e in p["units"][0]["events"]] == [f"q{i}" for i in range(5)]
     assert write_view(d).read_text(encoding="utf-8").count("You grade answers.") == 40  # one copy in the page
+
+
+def test_judgecheck_headline_names_each_judge_and_its_agreement_is_the_paired_outcome(tmp_path):
+    metrics = {"raters": {"m0": {"measures": {"accuracy": {"value": 0.5, "n": 2, "ungraded": 1},
+                                              "kappa": {"value": 0.1, "n": 2, "ungraded": 1}}}}}
+    verdict = {"member": 0, "repeat": 0, "order": "original", "how": "judged"}
+    records = [{"unit_id": "a", "status": "ok", "label": "3", "verdicts": [verdict | {"value": "3"}]},
+               {"unit_id": "b", "status": "ok", "label": "1", "verdicts": [verdict | {"value": "2"}]},
+               {"unit_id": "c", "status": "ok", "label": "1", "verdicts": [verdict | {"value": None,
+                                                                                      "how": "ungraded"}]}]
+    d = make_run(tmp_path, "j1", "judgecheck", records, metrics=metrics)
+    head = run_payload(d)["headline"]
+    assert [(m["name"], m["value"], m["denominator"]) for m in head] == [
+        ("Accuracy of judge m0", 0.5, "n=2, 1 ungraded"), ("Cohen's kappa of judge m0", 0.1, "n=2, 1 ungraded")]
+    d2 = make_run(tmp_path, "j2", "judgecheck", [r | {"verdicts": [verdict | {"value": r["label"]}]}
+                                                 for r in records], metrics=metrics)
+    (row,) = compare_payload([d, d2])["paired"]
+    assert (row["n"], row["mean_baseline"], row["mean"]) == (2, 0.5, 1.0)  # the ungraded item is not paired

@@ -226,8 +226,29 @@ LLMEVAL = Adapter(
 )
 
 
+# -- judge check (agreement with human labels) --------------------------------------------------------------
+
+def _first_verdict_agrees(record: dict[str, Any]) -> float | None:
+    """1 when the first judge's first verdict equals the human label, 0 when it differs, None when ungraded."""
+    verdicts = [v for v in record.get("verdicts") or [] if v.get("member") == 0]
+    if not verdicts or verdicts[0].get("value") is None or verdicts[0].get("how") in ("ungraded", "split"):
+        return None
+    return float(str(verdicts[0]["value"]) == str(record.get("label")))
+
+
+JUDGECHECK = Adapter(
+    metrics=(
+        Metric("raters.*.measures.accuracy.value", "Accuracy of judge {key}", "share of judged items whose verdict "
+               "equals the human label", "raters.*.measures.accuracy"),
+        Metric("raters.*.measures.kappa.value", "Cohen's kappa of judge {key}", "chance-corrected agreement with "
+               "the human labels", "raters.*.measures.kappa"),
+    ),
+    outcomes={"agreement (first judge)": _first_verdict_agrees},
+)
+
+
 ADAPTERS: dict[str, Adapter] = {"judgeagent": JUDGEAGENT, "atad": ATAD, "interview": INTERVIEW,
-                                "llmeval": LLMEVAL}
+                                "llmeval": LLMEVAL, "judgecheck": JUDGECHECK}
 
 
 def adapter(protocol: str) -> Adapter:

@@ -115,6 +115,7 @@ def compare_payload(run_dirs: list[Path]) -> dict[str, Any]:
         "metrics_note": "Each run's summary.json; the protocol's headline metrics first.",
         "metrics": metrics,
         "paired_note": (f"Per-unit outcomes of units that hold results (status ok or ungraded) in both runs, "
+                        f"paired by unit id (the same seed question, batch, problem, item or session slot), "
                         f"difference = run - vs. Interval: {CONFIDENCE:.0%} percentile bootstrap of the mean "
                         f"difference over units ({RESAMPLES} resamples, seed {SEED}); none below two units."),
         "paired": paired,
