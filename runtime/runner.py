@@ -444,7 +444,8 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             with _sigint_ignored():
                 stop.request_stop()
                 deadline = time.monotonic() + STOP_GRACE_S
-                while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+                # records already queued count too: a worker may end before the main thread took its last one
+                while (any(w.is_alive() for w in workers) or not ended.empty()) and time.monotonic() < deadline:
                     try:
                         item = ended.get(timeout=0.05)
                     except queue.Empty:

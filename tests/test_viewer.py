@@ -107,13 +107,20 @@ def test_atad_rejected_candidates_are_listed_with_why(tmp_path):
                {"step": "generate", "phase": "init", "level": "easy", "attempt": 2, "problem": {"p": 2},
                 "structure_errors": []},
                {"step": "validate", "phase": "init", "level": "easy", "attempt": 2, "approved": False,
-                "feedback": "copies the example"}]
+                "feedback": "copies the example"},
+               {"step": "generate", "phase": "init", "level": "easy", "attempt": 3, "problem": {"p": 3},
+                "structure_errors": []},
+               {"step": "validate", "phase": "init", "level": "easy", "attempt": 3, "approved": None,
+                "error": "no tool call"},
+               {"step": "validate", "phase": "init", "level": "easy", "attempt": 3, "approved": True,
+                "feedback": "fine"}]
     rec = {"unit_id": "T1-0", "meta": {"task": "T1"}, "status": "ok", "item": {"task": "T1", "history": history,
                                                                               "status": "discarded"}}
     sections = run_payload(make_run(tmp_path, "r", "atad", [rec]))["units"][0]["sections"]
     rejected = next(s for s in sections if s["title"].startswith("Rejected candidates"))
     assert [(r[3], r[4], r[5]) for r in rejected["rows"]] == [("code checks", "needs 5 sentences", {"p": 1}),
-                                                              ("orchestrator", "copies the example", {"p": 2})]
+                                                              ("orchestrator", "copies the example", {"p": 2}),
+                                                              ("not judged (ungraded)", "no tool call", {"p": 3})]
 
 
 def test_paired_difference_and_interval_over_shared_units_only(tmp_path):

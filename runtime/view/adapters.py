@@ -117,9 +117,12 @@ def _rejected(item: dict[str, Any]) -> list[list[Any]]:
             if h.get("structure_errors"):
                 rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "code checks",
                              "; ".join(map(str, h["structure_errors"])), problem])
-        elif h.get("step") in ("validate", "validate_scaled") and not h.get("approved"):
-            rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "orchestrator",
-                         h.get("error") or h.get("feedback"), problem])
+        elif h.get("step") == "validate" and h.get("approved") is False:
+            rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "orchestrator", h.get("feedback"),
+                         problem])
+        elif h.get("step") == "validate" and h.get("approved") is None:  # ungraded: resume validates it again
+            rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "not judged (ungraded)", h.get("error"),
+                         problem])
     return rows
 
 
