@@ -215,3 +215,39 @@ def test_concurrent_adaptive_sessions_of_one_model_never_share_a_question(calibr
         list(pool.map(run, sids))
     asked = [u for sid in sids for u in bank.question_ids(sid)]
     assert len(asked) == 20 == len(set(asked))
+
+
+def test_batch_adaptive_run_calibrates_on_earlier_sessions_and_reports_theta(tmp_path):
+    import json
+    import subprocess
+
+    from tests.standin_endpoint import StandIn
+    from tests.test_llmeval_bank import CLI, REPO
+
+    standin = StandIn()
+    out = tmp_path / "out"
+    try:
+        base = [*CLI, "--protocol", "llmeval", "--out", str(out), "--evaluator", standin.spec("judge")]
+        refused = subprocess.run([*base, "--target", standin.spec("m0"), "--adaptive"], cwd=REPO,
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and "--adaptive" in refused.stderr               # nothing calibrated yet
+        for m in ("m1", "m2", "m3"):
+            done = subprocess.run([*base, "--target", standin.spec(m), "--questions", "36"], cwd=REPO,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+        before = len(standin.ok_requests())
+        run = subprocess.run([*base, "--target", standin.spec("m4"), "--adaptive", "--max-items", "4",
+                              "--min-responses", "3", "--sessions", "2"], cwd=REPO, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert "36 calibrated questions from 108 responses of 3 models" in " ".join(run.stdout.split())
+        run_dir = max((out).glob("*-llmeval-*"), key=lambda p: p.stat().st_mtime)
+        metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+        sessions = metrics["adaptive_sessions"]
+        assert len(sessions) == 2 and metrics["adaptive_questions"] == 8 and metrics["sessions_without_score"] == 0
+        assert all(s["stopped"] == "max_items" and s["se"] > 0 for s in sessions)
+        # 2 sessions x 4 questions: one answer and one judgement each, plus the start-up pings
+        assert len(standin.ok_requests()) - before <= 16 + 2
+        assert "Adaptive (IRT) sessions" in (run_dir / "report.md").read_text()
+    finally:
+        standin.close()
