@@ -29,6 +29,7 @@ import json
 import random
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -42,6 +43,8 @@ from stores.embedding_cache import EmbeddingCache, embedder_label
 from stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
 
 GRAPH_FORMAT = 1
+CHUNK_BATCH = 64  # texts per embedding call
+ENTITY_BATCH = 128
 MIN_CHUNK_CHARS = 200
 MAX_CHUNK_CHARS = 1200
 
@@ -319,10 +322,10 @@ class ContextGraph:
         """
         chunk_ids = list(self.chunks)
         self._add("chunks", chunk_ids, [self.chunks[c]["text"] for c in chunk_ids],
-                  [{"doc": self.chunks[c]["doc"]} for c in chunk_ids], batch=64)
+                  [{"doc": self.chunks[c]["doc"]} for c in chunk_ids], batch=CHUNK_BATCH)
         keys = list(self.g.nodes)
         self._add("entities", [self.entity_id(k) for k in keys], [self.g.nodes[k]["name"] for k in keys],
-                  [{"key": k} for k in keys], batch=128)
+                  [{"key": k} for k in keys], batch=ENTITY_BATCH)
 
     def _add(self, kind: str, ids: list[str], texts: list[str], metadatas: list[dict[str, str]], batch: int) -> None:
         collection = self._collection(kind)
@@ -517,6 +520,7 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
     """
     key = graph_key(docs, extractor_label)
     folder = cache_dir / "judgeagent" / f"graph-{key[:24]}"
+    vectors = EmbeddingCache(cache_dir / "judgeagent", embedder_label(embed))
     with _build_lock(folder):
         if (folder / "graph.json").exists():
             graph = ContextGraph.load(folder)
@@ -526,17 +530,27 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
             all_chunks = [(f"{d.id}#{i}", t) for d in docs for i, t in enumerate(d.chunks)]
             todo_texts = list(dict.fromkeys(t for _, t in all_chunks if cache.get(t) is None))
             log(f"context graph: {len(all_chunks)} chunks, {len(todo_texts)} to label")
-            if todo_texts:
-                results = extract(todo_texts)
-                for text, (entities, source) in zip(todo_texts, results):
-                    cache.put(text, entities, source)
+            # chunk texts do not depend on the entities: they are embedded while the model labels them, in the
+            # batches index() uses, so index() finds their vectors cached
+            texts = [t for _, t in all_chunks]
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
+            try:
+                embedded = [pool.submit(vectors.embed, texts[i:i + CHUNK_BATCH], embed)
+                            for i in range(0, len(texts), CHUNK_BATCH)]
+                if todo_texts:
+                    results = extract(todo_texts)
+                    for text, (entities, source) in zip(todo_texts, results):
+                        cache.put(text, entities, source)
+                for batch in embedded:
+                    batch.result()
+            finally:
+                pool.shutdown(wait=False, cancel_futures=True)  # a failed or interrupted build stops embedding
             labels = {}
             for cid, text in all_chunks:
                 rec = cache.get(text) or {"entities": [], "source": "none"}
                 labels[cid] = (rec["entities"], rec["source"])
             graph = ContextGraph.construct(docs, labels, key=key)
             graph.save(folder)
-        graph.attach(chroma(folder / "chroma"), embed,
-                     EmbeddingCache(cache_dir / "judgeagent", embedder_label(embed)))
+        graph.attach(chroma(folder / "chroma"), embed, vectors)
         graph.index()
     return graph

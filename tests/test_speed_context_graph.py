@@ -119,3 +119,23 @@ def test_vectorised_ranking_orders_as_the_per_vector_cosine(seed):
 
     expected = [i for i, _ in sorted(vecs.items(), key=lambda kv: (-round(sim(kv[1]), 6), kv[0]))[:50]]
     assert ContextGraph._rank(query, vecs, 50) == expected
+
+
+def test_chunks_are_embedded_while_the_entities_are_extracted(tmp_path):
+    """Extraction here waits until a chunk has been embedded: with embedding only after extraction (as before)
+    the build would never finish (caught by the timeout); the vectors are the same as a build without overlap."""
+    embed = HashEmbedding()
+    chunk_embedded = threading.Event()
+
+    class Watching(HashEmbedding):
+        def __call__(self, input):
+            chunk_embedded.set()
+            return embed(input)
+
+    def waiting_extract(texts):
+        assert chunk_embedded.wait(30), "no chunk was embedded while the entities were being extracted"
+        return extract(texts)
+
+    overlapped = build(corpus(12), tmp_path / "a", Watching(), waiting_extract)
+    sequential = build(corpus(12), tmp_path / "b", HashEmbedding())
+    assert paths(overlapped) == paths(sequential)
