@@ -20,6 +20,7 @@ from langgraph.runtime import Runtime
 from nodes.llmeval import irt
 from nodes.llmeval.calibration import ItemParams, ability_of, load_params
 from nodes.llmeval.common import bank_of
+from runtime.services import services_of
 from state.llmeval import LLMEvalContext, LLMEvalState
 from stores.question_bank import QuestionBank, QuotaError
 
@@ -74,6 +75,18 @@ def adaptive_step(bank: QuestionBank, session_id: str, params: ItemParams | None
     return {**out, "stopped": stopped}
 
 
+def run_params(ctx: Any, bank: QuestionBank, session_id: str) -> ItemParams | None:
+    """The calibration an adaptive session uses, loaded once per run and fit (a large bank is not re-read
+    at every question)."""
+    conf = bank.adaptive_state(session_id)
+    last = bank.last_calibration(conf["irt_model"]) if conf else None
+    if last is None:
+        return None
+    key = f"llmeval:irt:{bank.url}:{conf['irt_model']}:{last['fitted_at']}"
+    return services_of(ctx).cached(key, lambda: load_params(bank, conf["irt_model"]))
+
+
 def select_question(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:
     """Graph node: :func:`adaptive_step` on the thread's session."""
-    return adaptive_step(bank_of(runtime.context), state["session_id"])
+    bank = bank_of(runtime.context)
+    return adaptive_step(bank, state["session_id"], run_params(runtime.context, bank, state["session_id"]))

@@ -44,7 +44,7 @@ from fastapi.responses import JSONResponse
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
 
-from nodes.llmeval.adaptive import adaptive_step
+from nodes.llmeval.adaptive import adaptive_step, run_params
 from nodes.llmeval.calibration import load_params
 from nodes.llmeval.common import bank_of
 from nodes.llmeval.examinee import build_messages, fewshot_examples
@@ -196,7 +196,7 @@ class ExamServer:
                 state = open_session({"session_id": session_id, "model": body.model, "paradigm": body.paradigm},
                                      Runtime(context=ctx))
                 if body.adaptive:  # the first question, chosen at the prior's ability
-                    state = adaptive_step(self.bank, session_id)
+                    state = adaptive_step(self.bank, session_id, run_params(self.ctx, self.bank, session_id))
                 self.bank.register_examinee(examinee, session_id)
             except ValueError as exc:
                 raise HTTPException(409, str(exc)) from None
@@ -230,7 +230,7 @@ class ExamServer:
         out: dict[str, Any] = {"accepted": True, "position": body.position}
         if self.bank.adaptive_state(session_id) is not None:  # judge it, update theta, choose the next question
             judge_session(self.bank, session_id, judges(self.ctx), int(self.ctx.judge_concurrency))
-            step = adaptive_step(self.bank, session_id)
+            step = adaptive_step(self.bank, session_id, run_params(self.ctx, self.bank, session_id))
             out["stopped"] = step["stopped"] or None
             quota = self.bank.quota(session_id)
         return {**out, "quota": quota}
