@@ -76,6 +76,10 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")
     stores.add_argument("--embedding-model", help="sentence-transformers model name or path, or MODEL@BASE_URL (an "
                         "OpenAI-compatible embeddings endpoint)")
+    stores.add_argument("--cache", action=argparse.BooleanOptionalAction, default=None,
+                        help="reuse the accepted reply of an identical request from earlier runs (default: off)")
+    stores.add_argument("--cache-dir", help="response cache folder (default ~/.cache/dyneval)")
+    stores.add_argument("--cache-expiry-hours", type=float, help="ignore cached replies older than this")
     return parser
 
 
@@ -140,7 +144,8 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
         "seed": args.seed,
         "out": args.out,
         "stores": {"chroma_url": args.chroma_url, "postgres_dsn": args.postgres_dsn,
-                   "embedding_model": args.embedding_model},
+                   "embedding_model": args.embedding_model, "cache": args.cache, "cache_dir": args.cache_dir,
+                   "cache_expiry_hours": args.cache_expiry_hours},
         "params": {d: getattr(args, d) for d in protocol_dests if getattr(args, d) is not None},
     }
 

@@ -34,7 +34,8 @@ from state.errors import InputError
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
 _ENV_SCALARS = {"LIMIT": "limit", "CONCURRENCY": "concurrency", "SEED": "seed", "OUT": "out"}
-_ENV_STORES = {"CHROMA_URL": "chroma_url", "POSTGRES_DSN": "postgres_dsn", "EMBEDDING_MODEL": "embedding_model"}
+_ENV_STORES = {"CHROMA_URL": "chroma_url", "POSTGRES_DSN": "postgres_dsn", "EMBEDDING_MODEL": "embedding_model",
+               "CACHE": "cache", "CACHE_DIR": "cache_dir", "CACHE_EXPIRY_HOURS": "cache_expiry_hours"}
 
 Loc = tuple[str, ...]
 
@@ -110,8 +111,8 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     for key, value in override.items():
         if value is None:
             continue
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        if isinstance(value, dict):
+            out[key] = merge(out[key] if isinstance(out.get(key), dict) else {}, value)
         else:
             out[key] = value
     return out
@@ -309,10 +310,6 @@ def _check_api_keys(config: RunConfig, sources: _Sources) -> None:
 
 # -- resuming ----------------------------------------------------------------------------------------------------
 
-#: What a model spec contributes to its answers: changing one of these on resume would mix two models in a run.
-ANSWER_FIELDS = ("provider", "model", "base_url", "temperature", "max_tokens", "structured_method")
-
-
 def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSchema) -> None:
     """Refuse a resume whose models, seed or protocol parameters differ from the run's own (``config.json``).
 
@@ -321,11 +318,11 @@ def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSc
     """
     hint = "a resumed run keeps its settings; start a new run (without --resume) to change them"
     for role in ROLES:
-        before, after = stored.spec_for(role), config.spec_for(role)
-        changed = [f for f in ANSWER_FIELDS if getattr(before, f) != getattr(after, f)]
+        before, after = stored.spec_for(role).answer_identity(), config.spec_for(role).answer_identity()
+        changed = [f for f in before if before[f] != after[f]]
         if changed:
-            was = ", ".join(f"{f} {getattr(before, f)!r}" for f in changed)
-            now = ", ".join(f"{f} {getattr(after, f)!r}" for f in changed)
+            was = ", ".join(f"{f} {before[f]!r}" for f in changed)
+            now = ", ".join(f"{f} {after[f]!r}" for f in changed)
             raise InputError(f"the {role} model of this run has {was}, not {now}; {hint}",
                              setting=config.sources.get(f"--{role}", f"--{role}"))
     if stored.seed != config.seed:

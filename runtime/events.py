@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import defaultdict
@@ -14,20 +15,32 @@ from stores.files import append_line, drop_torn_tail, read_records
 
 @dataclass
 class Usage:
-    """Calls, tokens and seconds spent by one unit (or a whole run)."""
+    """Calls, tokens and seconds spent by one unit (or a whole run), and the replies the response cache saved."""
 
     calls: int = 0
     failed_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    cache_hits: int = 0
+    tokens_saved: int = 0
+
+    def count(self, event: dict[str, Any]) -> None:
+        """Add one exchange of the event log: a cache hit spends nothing and saves its reply's tokens."""
+        tokens = (event.get("prompt_tokens") or 0), (event.get("completion_tokens") or 0)
+        if event.get("cached"):
+            self.cache_hits += 1
+            self.tokens_saved += sum(tokens)
+            return
+        self.calls += 1
+        self.failed_calls += event.get("error") is not None
+        self.prompt_tokens += tokens[0]
+        self.completion_tokens += tokens[1]
+        self.seconds += event.get("latency_s") or 0.0
 
     def add(self, other: Usage) -> None:
-        self.calls += other.calls
-        self.failed_calls += other.failed_calls
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.seconds += other.seconds
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +49,8 @@ class Usage:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "llm_seconds": round(self.seconds, 3),
+            "cache_hits": self.cache_hits,
+            "tokens_saved_by_cache": self.tokens_saved,
         }
 
 
@@ -61,9 +76,10 @@ class EventLog:
 
     def record(self, *, unit: str, role: str, model: str, step: str, messages: list[dict[str, Any]],
                output: Any, prompt_tokens: int, completion_tokens: int, latency_s: float,
-               error: str | None = None, attempt: int = 1, queue_s: float = 0.0) -> None:
+               error: str | None = None, attempt: int = 1, queue_s: float = 0.0, cached: bool = False) -> None:
         """Append one exchange: ``latency_s`` = the endpoint's time from request to reply, ``queue_s`` = the
-        wait before the request went out (the model's in-flight ceiling and rate limit)."""
+        wait before the request went out (the model's in-flight ceiling and rate limit), ``cached`` = the reply
+        came from the response cache (no request was sent)."""
         event = {
             "ts": round(time.time(), 3),
             "unit": unit,
@@ -78,14 +94,10 @@ class EventLog:
             "latency_s": round(latency_s, 3),
             "queue_s": round(queue_s, 3),
             "error": error,
+            "cached": cached,
         }
         with self._lock:
-            usage = self._usage[unit]
-            usage.calls += 1
-            usage.failed_calls += error is not None
-            usage.prompt_tokens += prompt_tokens
-            usage.completion_tokens += completion_tokens
-            usage.seconds += latency_s
+            self._usage[unit].count(event)
             if self.keep_in_memory or self.path is None:
                 self.records.append(event)
             if self.path is not None:
@@ -94,8 +106,7 @@ class EventLog:
     def usage(self, unit: str) -> Usage:
         """Usage of one unit so far (a copy)."""
         with self._lock:
-            u = self._usage.get(unit, Usage())
-            return Usage(u.calls, u.failed_calls, u.prompt_tokens, u.completion_tokens, u.seconds)
+            return dataclasses.replace(self._usage.get(unit, Usage()))
 
     def total(self) -> Usage:
         with self._lock:
@@ -110,9 +121,4 @@ class EventLog:
             return
         with self._lock:
             for e in read_records(self.path, self.notes):
-                u = self._usage[e.get("unit", "-")]
-                u.calls += 1
-                u.failed_calls += e.get("error") is not None
-                u.prompt_tokens += e.get("prompt_tokens") or 0
-                u.completion_tokens += e.get("completion_tokens") or 0
-                u.seconds += e.get("latency_s") or 0.0
+                self._usage[e.get("unit", "-")].count(e)

@@ -4,7 +4,10 @@ One :class:`RoleLLM` per role: retries transient endpoint faults with
 exponential backoff, bounds in-flight requests, gets structured output with one
 repair attempt, and appends every exchange to the run's :class:`EventLog`, with
 the time spent queueing for the endpoint (``queue_s``: in-flight ceiling and
-rate limit) apart from the endpoint's own latency (``latency_s``).
+rate limit) apart from the endpoint's own latency (``latency_s``). With a
+response cache (``--cache``, :mod:`runtime.cache`) an accepted reply to an
+identical request is reused and logged as ``cached``; a pre-flight ping always
+goes to the endpoint.
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ from state.errors import InfraError, ModelError
 
 if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`run.py --help` stays fast)
     from langchain_core.language_models import BaseChatModel
+    from runtime.cache import CacheKey, ResponseCache
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.rate_limiters import BaseRateLimiter
 
 T = TypeVar("T", bound=BaseModel)
 
 _TRANSIENT_STATUS = {408, 409, 429}
+
+#: The step of a pre-flight ping: never answered from the response cache (it checks that the endpoint is up).
+PING_STEP = "preflight"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -133,35 +140,71 @@ class RoleLLM:
     structured_method: str = "function_calling"
     slots: InFlight = field(default_factory=InFlight)
     limiter: BaseRateLimiter | None = None
+    #: The response cache and what identifies this endpoint in its keys (``None``: every request is sent).
+    cache: ResponseCache | None = None
+    cache_endpoint: dict[str, Any] | None = None
     _structured: dict[type, Callable[[list[BaseMessage]], dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     # -- plain text -------------------------------------------------------------------------
     def text(self, messages: list[BaseMessage], *, step: str, max_retries: int | None = None) -> str:
         """Free-form answer as a string (``max_retries`` overrides the policy, e.g. for a quick ping)."""
         messages = _as_messages(messages)
-        reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content,
-                           max_retries=max_retries)
+        key, hit = self._cached({"kind": "text"}, messages, step) if step != PING_STEP else (None, None)
+        if hit is not None:
+            reply = hit[0]
+        else:
+            reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content,
+                               max_retries=max_retries)
+            if key is not None:
+                self.cache.put(key, reply)
         return reply.content if isinstance(reply.content, str) else str(reply.content)
 
     # -- structured -------------------------------------------------------------------------
     def structured(self, schema: type[T], messages: list[BaseMessage], *, step: str) -> T:
         """A validated ``schema`` instance; one repair attempt, then :class:`ModelError`."""
         messages = _as_messages(messages)
-        ask = self._structured_call(schema)
-        result = self._call(lambda: ask(messages), messages, step, _structured_output, _raw_of)
-        parsed, problem = _parsed_or_problem(schema, result)
+        parsed, result, problem = self._structured_once(schema, messages, step)
         if parsed is not None:
             return parsed
         from prompts import load_prompt
 
         repair = load_prompt("common/repair").render(error=problem, previous=_sent(result))
-        retry_messages = [*messages, *repair]
-        result = self._call(lambda: ask(retry_messages), retry_messages, f"{step}:repair",
-                            _structured_output, _raw_of)
-        parsed, problem = _parsed_or_problem(schema, result)
+        parsed, _, problem = self._structured_once(schema, [*messages, *repair], f"{step}:repair")
         if parsed is not None:
             return parsed
         raise ModelError(f"{self.role} ({self.model_label}) gave no valid {schema.__name__} at step {step}: {problem}")
+
+    def _structured_once(self, schema: type[T], messages: list[BaseMessage], step: str
+                         ) -> tuple[T | None, dict[str, Any], str]:
+        """One structured request (or its cached accepted reply): ``(parsed or None, raw result, problem)``.
+
+        Only a reply that validated is stored, so an unusable one is asked again on the next run or resume.
+        """
+        key, hit = self._cached({"kind": "structured", "schema": schema.model_json_schema()}, messages, step)
+        if hit is not None:
+            return schema.model_validate(hit[1]["parsed"]), {"raw": hit[0]}, ""
+        ask = self._structured_call(schema)
+        result = self._call(lambda: ask(messages), messages, step, _structured_output, _raw_of)
+        parsed, problem = _parsed_or_problem(schema, result)
+        if parsed is not None and key is not None and result.get("raw") is not None:
+            self.cache.put(key, result["raw"], parsed=parsed.model_dump(mode="json"))
+        return parsed, result, problem
+
+    def _cached(self, request: dict[str, Any], messages: list[BaseMessage], step: str
+                ) -> tuple[CacheKey | None, tuple[AIMessage, dict[str, Any]] | None]:
+        """The cache key of this request and the stored reply, logged as a cached exchange (no cache: both None)."""
+        if self.cache is None or self.cache_endpoint is None:
+            return None, None
+        unit = current_unit()
+        key = self.cache.key(endpoint=self.cache_endpoint, request=request, messages=messages, unit=unit, step=step)
+        hit = self.cache.get(key)
+        if hit is not None:
+            message, info = hit
+            p_tok, c_tok = _tokens(message)
+            self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
+                               messages=_message_dicts(messages), output=info.get("parsed", message.content),
+                               prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=0.0, cached=True)
+        return key, hit
 
     def _structured_call(self, schema: type[BaseModel]) -> Callable[[list[BaseMessage]], dict[str, Any]]:
         """``messages -> {"raw", "parsed", "parsing_error"}``, what ``with_structured_output(include_raw=True)``

@@ -22,6 +22,7 @@ from stores.vectors import chroma_client, embedding_function
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
+    from runtime.cache import ResponseCache
     from langchain_core.language_models import BaseChatModel
 
 
@@ -67,10 +68,13 @@ class Services:
                 policy = RetryPolicy(max_retries=endpoint.spec.max_retries)
                 if self.retry_sleep is not None:
                     policy.sleep = self.retry_sleep
+                cached = self.config.stores.cache and self._override(ref, role) is None  # fakes: never cached
                 self._llms[role, ref] = RoleLLM(role=role, model_label=endpoint.label, chat=endpoint.chat,
                                                 events=self.events, policy=policy, slots=endpoint.slots,
                                                 limiter=endpoint.limiter,
-                                                structured_method=endpoint.spec.structured_method)
+                                                structured_method=endpoint.spec.structured_method,
+                                                cache=self._response_cache() if cached else None,
+                                                cache_endpoint=endpoint.spec.answer_identity())
             return self._llms[role, ref]
 
     def _endpoint(self, ref: str, role: str) -> Endpoint:
@@ -87,6 +91,17 @@ class Services:
         if key not in self._endpoints:
             self._endpoints[key] = open_endpoint(spec)
         return self._endpoints[key]
+
+    def _response_cache(self) -> ResponseCache:
+        """The run's response cache (``--cache``), opened on first use (caller holds the lock)."""
+        if "responses" not in self._cache:
+            from runtime.cache import ResponseCache, default_folder
+
+            stores = self.config.stores
+            folder = Path(stores.cache_dir) if stores.cache_dir else default_folder()
+            expiry = stores.cache_expiry_hours * 3600 if stores.cache_expiry_hours else None
+            self._cache["responses"] = ResponseCache(folder, expiry)
+        return self._cache["responses"]
 
     def _override(self, ref: str, role: str) -> str | None:
         return next((key for key in (ref, role) if key in self.chat_overrides), None)

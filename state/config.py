@@ -6,7 +6,7 @@ Precedence (lowest to highest): built-in defaults < config file (TOML or YAML)
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
@@ -71,6 +71,14 @@ class ModelSpec(BaseModel):
         "as the run sends (its --concurrency units and their parallel calls)")
     structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
 
+    #: What this spec contributes to an answer (timeouts, retries and limits do not change one).
+    ANSWER_FIELDS: ClassVar[tuple[str, ...]] = ("provider", "model", "base_url", "temperature", "max_tokens",
+                                                "structured_method")
+
+    def answer_identity(self) -> dict[str, Any]:
+        """The fields that change an answer: the response cache's endpoint key, what a resume may not change."""
+        return {name: getattr(self, name) for name in self.ANSWER_FIELDS}
+
     @field_validator("base_url")
     @classmethod
     def _url_is_http(cls, url: str | None) -> str | None:
@@ -123,6 +131,11 @@ class StoreConfig(BaseModel):
         None, description="sentence-transformers model name or path, or MODEL@BASE_URL for an OpenAI-compatible "
         "embeddings endpoint (key from OPENAI_API_KEY); unset = the offline all-MiniLM-L6-v2 package",
     )
+    cache: bool = Field(False, description="response cache: reuse the accepted reply of an identical request, "
+                                           "across runs (runtime/cache.py)")
+    cache_dir: str | None = Field(None, description="response cache folder; unset = $XDG_CACHE_HOME/dyneval "
+                                                    "or ~/.cache/dyneval")
+    cache_expiry_hours: float | None = Field(None, gt=0, description="ignore cached replies older than this")
 
     @field_validator("embedding_model")
     @classmethod

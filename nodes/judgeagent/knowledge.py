@@ -78,7 +78,8 @@ def _usable(entities: list[str], text: str) -> list[str]:
 
 def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str = "extract_entities"
                    ) -> list[tuple[list[str], str]]:
-    """Table 11 over ``texts``, ``batch`` texts per call (calls run concurrently); ``(entities, source)`` each."""
+    """Table 11 over ``texts``, ``batch`` texts per call (up to the run's ``--concurrency`` at once);
+    ``(entities, source)`` each."""
     groups = [texts[i:i + max(1, batch)] for i in range(0, len(texts), max(1, batch))]
 
     def one(group: list[str]) -> list[tuple[list[str], str]]:
@@ -97,7 +98,7 @@ def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str
             out.append((ents, "llm") if ents else (keyword_entities(text), "keyword"))
         return out
 
-    return [r for part in parallel_map(one, groups) for r in part]
+    return [r for part in parallel_map(one, groups, workers=svc.config.concurrency) for r in part]
 
 
 def kb_documents(ctx: JudgeAgentContext) -> list[Document]:
