@@ -251,3 +251,27 @@ def test_batch_adaptive_run_calibrates_on_earlier_sessions_and_reports_theta(tmp
         assert "Adaptive (IRT) sessions" in (run_dir / "report.md").read_text()
     finally:
         standin.close()
+
+
+def test_an_ungraded_answer_is_no_response_and_the_adaptive_session_goes_on(calibrated, tmp_path):
+    bank, _ = calibrated
+    calibrate_bank(bank, "1pl", min_responses=10)
+    first_question: list[str] = []
+
+    def flaky_judge(messages, tool):
+        text = all_text(messages)
+        k = text.split("Item ")[1].split(":")[0]
+        first_question[:] = first_question or [k]
+        if k == first_question[0]:
+            return {"rating": 9, "reason": "out of range"}                # invalid, also after the repair
+        return judge_by_number(messages, tool)
+
+    ctx = ctx_for(tmp_path, tmp_path / "bank.sqlite",
+                  {"target": ScriptedChat(lambda m, t: "x"), "evaluator": ScriptedChat(flaky_judge)},
+                  adaptive=True, irt_model="1pl", target_se=0.01, max_items=6)
+    final = run_session(ctx, "flaky", model="flaky-model")
+    rows = bank.judged_items("flaky")
+    assert final["ungraded"] == 1 and final["stopped"] == "max_items" and len(rows) == 6
+    assert rows[0]["judge_status"] == "ungraded" and rows[0]["stars"] is None
+    scores = bank.session("flaky")["scores"]
+    assert scores["irt_responses"] == 5 and scores["ungraded"] == 1           # counted, but not as a response
