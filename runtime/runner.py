@@ -45,7 +45,8 @@ from typing import Any, Iterator
 
 from rich.console import Console
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 from rich.table import Table as RichTable
 
 from runtime import stop
@@ -411,20 +412,16 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
                 ended.put(exc)
                 return
 
-    cost = Usage()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=run.console,
-                  transient=False) as progress:
-        task = progress.add_task(protocol.name, total=len(todo) + already, completed=already, status="")
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                  console=run.console, transient=False) as progress, \
+            _live_status(run, progress, protocol.name, total=len(todo) + already, completed=already) as task:
 
         def keep(record: dict[str, Any]) -> None:
             if record["status"] == "interrupted":
                 return  # stopped mid-unit: no record, resume continues it from its checkpoint
             results.append(record)
-            u = record["usage"]
-            cost.add(Usage(u["calls"], u["failed_calls"], u["prompt_tokens"], u["completion_tokens"]))
-            progress.update(task, advance=1, status=f"{record['unit_id']}: {record['status']}  calls {cost.calls}  "
-                                                    f"tokens {cost.prompt_tokens + cost.completion_tokens}")
+            progress.update(task, advance=1)
             if record["status"] not in FINAL_STATUSES:
                 run.console.print(f"{record['unit_id']} {record['status']}: {record.get('error', '')}",
                                   style="red" if record["status"] != "ungraded" else "yellow",
@@ -455,6 +452,31 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             if not isinstance(exc, KeyboardInterrupt) and not any(w.is_alive() for w in workers):
                 stop.clear()  # not Ctrl-C and nothing left running: later calls in this process may go on
             raise
+
+
+@contextmanager
+def _live_status(run: Run, progress: Progress, name: str, *, total: int, completed: int) -> Iterator[TaskID]:
+    """The progress task of the units, its status line refreshed twice a second from the event log and the
+    endpoints while units run: requests in flight, calls, failed attempts (retried or not), cache hits."""
+    task = progress.add_task(name, total=total, completed=completed, status="")
+    done = threading.Event()
+
+    def refresh() -> None:
+        while True:
+            total = run.services.events.total()
+            status = (f"in flight {run.services.in_flight()}, calls {total.calls}, failed {total.failed_calls}, "
+                      f"cached {total.cache_hits}")
+            progress.update(task, status=status)
+            if done.wait(0.5):
+                return
+
+    ticker = threading.Thread(target=refresh, name="progress", daemon=True)
+    ticker.start()
+    try:
+        yield task
+    finally:
+        done.set()
+        ticker.join()
 
 
 def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float,

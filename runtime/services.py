@@ -92,6 +92,11 @@ class Services:
             self._endpoints[key] = open_endpoint(spec)
         return self._endpoints[key]
 
+    def in_flight(self) -> int:
+        """Requests on their way to any endpoint of this run right now (the live progress line shows it)."""
+        with self._lock:
+            return sum(e.slots.in_flight for e in self._endpoints.values())
+
     def _response_cache(self) -> ResponseCache:
         """The run's response cache (``--cache``), opened on first use (caller holds the lock)."""
         if "responses" not in self._cache:

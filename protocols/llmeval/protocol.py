@@ -20,7 +20,6 @@ from langgraph.graph import StateGraph
 from nodes.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file, index_name,
                                   load_file)
 from nodes.llmeval.common import bank_location, bank_of, chroma_folder
-from protocols.llmeval import analyses
 from protocols.llmeval.metrics import mean, population_variance
 from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap, write_report
@@ -292,6 +291,8 @@ class LLMEvalProtocol(Protocol):
                 **{k: scores.get(k) for k in ADAPTIVE_FIELDS if k in scores}}
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
+        from protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with run.py --help
+
         held = with_results(records)
         ok = [r for r in held if r.get("S") is not None]
         adaptive = [r for r in held if r.get("theta") is not None]
@@ -323,6 +324,8 @@ class LLMEvalProtocol(Protocol):
         }
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+        from protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with run.py --help
+
         metrics = summary["metrics"]
         ok = with_results(records)
         blocks: list[Block] = []
@@ -361,6 +364,8 @@ class LLMEvalProtocol(Protocol):
 
     # -- other modes -----------------------------------------------------------------------------
     def custom_run(self, run: Run) -> bool:
+        from protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with run.py --help
+
         p, options = run.params, self.batch(run)
         check_files(p)
         modes = [m for m in ("serve", "admin_token", "import_only", "export", "leaderboard", "stability", "kappa",
