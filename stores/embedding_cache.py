@@ -44,7 +44,8 @@ class EmbeddingCache:
         digest = hashlib.sha256(model.encode("utf-8")).hexdigest()[:8]
         self.path = folder / f"embeddings-{slug}-{digest}.sqlite"
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # two builds (threads or processes) may share the file: wait for the other's write instead of failing
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=120)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # a vector lost in a crash is only embedded again
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
@@ -62,7 +63,7 @@ class EmbeddingCache:
     def put_many(self, items: dict[str, np.ndarray]) -> None:
         rows = [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()]
         with self._lock:
-            self._db.execute("BEGIN")  # one transaction per batch, not one per row
+            self._db.execute("BEGIN IMMEDIATE")  # one transaction per batch, not one per row
             self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
             self._db.execute("COMMIT")
 
