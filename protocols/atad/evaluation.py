@@ -211,7 +211,12 @@ def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
         f"{m['answers']} answers ({m['parse_errors']} unparseable, counted wrong: the evaluated model gave no "
         f"usable answer), {m['reviews']} reviews ({m.get('reviews_ungraded', 0)} ungraded: the reviewer gave no "
         f"usable review; in no mean, redone by --resume); {m['excluded_infra_errors']} units with endpoint errors "
-        "excluded from every metric. Accuracy in %.")]
+        "excluded from every metric. Accuracy in %."),
+        Text("What this run measured: each evaluated model's answers, scored in code against the benchmark's "
+             "answer keys (no LLM judge is involved, so the embedded model is measured honestly here). Generating "
+             "a benchmark of your own needs a teacher and an orchestrator much stronger than the embedded 135M "
+             "model: python run.py --protocol atad --teacher MODEL@URL --orchestrator MODEL@URL --per-task 2, then "
+             "python run.py --protocol atad --evaluate local MODEL@URL --benchmark runs/RUN_ID/benchmark.jsonl")]
     if m["models"]:
         blocks.append(Table(headers, _task_rows(m["table1"]),
                             caption="Table 1: accuracy per task on the final problems (mean over benchmark files)"))
