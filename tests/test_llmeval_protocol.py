@@ -214,7 +214,7 @@ def test_dry_run_lists_one_session_per_paradigm_and_bad_flags_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr
     flat = " ".join(dry.stdout.split())  # rich wraps long lines
-    assert "units: 6" in flat and "about 10: 5 answers and 5 judgements" in flat
+    assert "units: 6" in flat and "at most 10: 5 answers and 5 judgements" in flat and "fewer when the bank" in flat
     for unit in ("zero-shot-1", "few-shot-2", "cot-2"):
         assert unit in dry.stdout
     bad = subprocess.run([*base, "--dry-run", "--reference-model", "no-such-model"], cwd=REPO, capture_output=True,

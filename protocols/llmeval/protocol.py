@@ -249,9 +249,10 @@ class LLMEvalProtocol(Protocol):
             return (f"at most {2 * ctx.max_items}: up to {ctx.max_items} answers and judgements, fewer when the "
                     f"ability's SE reaches {ctx.target_se}")
         n = ctx.questions
+        fewer = "; fewer when the bank holds fewer questions the model has not met (a session never repeats one)"
         if run.params.get("reference_model"):
-            return f"about {4 * n}: {n} answers and {n} judgements each for the target and the reference model"
-        return f"about {2 * n}: {n} answers and {n} judgements (plus judge repairs)"
+            return f"at most {4 * n}: {n} answers and {n} judgements each for the target and the reference model{fewer}"
+        return f"at most {2 * n}: {n} answers and {n} judgements (plus judge repairs){fewer}"
 
     def prepare(self, run: Run, units: list[Unit]) -> None:
         self.ensure_bank(run)
