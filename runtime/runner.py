@@ -195,10 +195,16 @@ def preflight(protocol: Protocol, run: Run) -> None:
 
     def ping(label_role: tuple[str, str]) -> None:
         label, role = label_role
+        started = time.perf_counter()
         try:
             run.services.llm(role).text(load_prompt("common/ping").render(), step="preflight", max_retries=1)
         except (InfraError, InputError) as exc:
             raise InputError(f"endpoint for role {role} ({label}) does not answer: {exc}") from None
+        if run.services.spec(role).provider == "embedded":
+            run.console.print(f"{label} runs on this machine's CPU: a one-word reply took "
+                              f"{time.perf_counter() - started:.1f} s (server start included), a long answer takes "
+                              "tens of seconds, so a unit can take minutes; the ETA follows the finished units",
+                              style="yellow", markup=False, highlight=False)
 
     parallel_map(ping, first_role.items(), workers=len(first_role))
 
