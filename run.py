@@ -27,6 +27,7 @@ from rich.text import Text  # noqa: E402
 from protocols import REGISTRY, available, protocol_class  # noqa: E402
 from runtime.config_loader import ParamSchema, check_resume_unchanged, load_config, read_config_file  # noqa: E402
 from runtime import stop  # noqa: E402
+from runtime.rescore import check_rescore, source_dir  # noqa: E402
 from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
 from state.config import ROLES, RunConfig  # noqa: E402
 from state.errors import InputError  # noqa: E402
@@ -69,6 +70,9 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help=f"seed for every random choice (default {default['seed']})")
     run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
+    run.add_argument("--rescore", metavar="RUN_ID", help="a new run that re-judges run OUT/RUN_ID with the judging "
+                     "role(s) given (e.g. --evaluator), replaying every other role's recorded replies (no target "
+                     "call); a unit the new verdicts lead elsewhere ends 'diverged'")
     run.add_argument("--dry-run", action="store_true", help="print the plan (units, models, calls) and exit")
     run.add_argument("--skip-preflight", action="store_true", help="do not ping each endpoint before the run")
     stores = parser.add_argument_group("stores")
@@ -162,16 +166,26 @@ def main(argv: list[str] | None = None) -> int:
         cls = protocol_class(args.protocol)
         flags = flags_from_args(args, dests)
         config_file = args.config
-        if args.resume:
+        if args.resume and args.rescore:
+            raise InputError("--rescore makes a new run: it cannot --resume one (a re-score interrupted is "
+                             "resumed by its own run id alone)", field="--rescore")
+        if args.resume or args.rescore:
             out = (args.out or (read_config_file(args.config).get("out") if args.config else None)
                    or RunConfig.model_fields["out"].default)
-            config_file = os.path.join(out, args.resume, "config.json")
+            if args.rescore:
+                config_file = str(source_dir(out, args.rescore) / "config.json")
+                flags["rescored_from"] = args.rescore
+            else:
+                config_file = os.path.join(out, args.resume, "config.json")
             if not os.path.exists(config_file):
                 raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
         config = load_config(args.protocol, config_file=config_file, flags=flags, params=ParamSchema.of(cls))
-        if args.resume:
+        if args.resume or args.rescore:
             stored = RunConfig.model_validate_json(Path(config_file).read_text(encoding="utf-8"))
-            check_resume_unchanged(stored, config, ParamSchema.of(cls))
+            if args.rescore:
+                check_rescore(cls, stored, config)
+            else:
+                check_resume_unchanged(stored, config, ParamSchema.of(cls))
         protocol = cls()
         run = open_run(protocol, config, run_id=args.resume, console=console)
         execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)

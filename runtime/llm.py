@@ -267,10 +267,11 @@ class RoleLLM:
                                  f"{attempt} attempt(s): {type(failure).__name__}: {failure}") from failure
             ended = time.perf_counter()
             p_tok, c_tok = _tokens(raw(result))
+            replayed = "replayed_from" in (getattr(raw(result), "response_metadata", None) or {})  # runtime.replay
             self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
                                messages=_message_dicts(messages), output=describe(result),
                                prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=ended - started,
-                               queue_s=started - queued, attempt=attempt)
+                               queue_s=started - queued, attempt=attempt, cached=replayed)
             return result
 
 

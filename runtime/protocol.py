@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
 
 
-#: Statuses that end a unit for good; anything else is redone on resume.
-FINAL_STATUSES = frozenset({"ok", "model_error"})
+#: Statuses that end a unit for good; anything else is redone on resume. ``diverged``: in a re-score
+#: (``--rescore``), the new judge led the unit to a request its source run never made (:mod:`runtime.rescore`).
+FINAL_STATUSES = frozenset({"ok", "model_error", "diverged"})
 #: Statuses whose record holds the unit's results: ``ungraded`` = the graph reached END but some verdicts are
 #: ungraded (a judge failed after retries and one repair); those units are re-judged on resume.
 RESULT_STATUSES = frozenset({"ok", "ungraded"})
@@ -74,6 +75,11 @@ class Protocol(ABC):
     batch_cls: ClassVar[type | None] = None
     #: Roles whose endpoints pre-flight pings before any tokens are spent.
     roles: ClassVar[tuple[str, ...]] = ("target", "evaluator")
+    #: Roles whose output is a verdict on another role's output: what ``--rescore`` asks again (every other role
+    #: is replayed from the source run). Empty = the protocol cannot be re-scored.
+    judge_roles: ClassVar[tuple[str, ...]] = ()
+    #: For a re-score's report: which metrics are re-scored as-is and which depend on the verdicts' path.
+    rescore_note: ClassVar[str] = ""
 
     # -- parameters ----------------------------------------------------------------------------
     @classmethod

@@ -54,6 +54,7 @@ from runtime.events import EventLog, Usage
 from runtime.concurrency import parallel_map
 from runtime.llm import is_endpoint_fault
 from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
+from runtime.rescore import DIVERGED, ReplayMissing, report_text as rescore_text, summary_fields as rescore_fields
 from runtime.report import Heading, Table, Text, preload_plotting, write_report
 from runtime.services import Services
 from runtime.view import write_view
@@ -89,13 +90,21 @@ def new_run_id(protocol: str) -> str:
 
 def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, console: Console,
              chat_overrides: dict[str, Any] | None = None, retry_sleep: Any = None) -> Run:
-    """The run and its services; a resumed run's directory must exist, a new one is made by :func:`execute`."""
+    """The run and its services; a resumed run's directory must exist, a new one is made by :func:`execute`.
+
+    A re-score (``config.rescored_from``) serves every role but the protocol's judges from its source run's log.
+    """
     resumed = run_id is not None
     run_dir = Path(config.out) / (run_id or new_run_id(protocol.name))
     if resumed and not run_dir.is_dir():
         raise InputError(f"no run directory {run_dir} to resume", field="--resume")
     events = EventLog(run_dir / "events.jsonl")
     events.load_existing()
+    if config.rescored_from:
+        from runtime.replay import replay_models  # LangChain: loaded for a re-score only, not for `--help`
+
+        chat_overrides = {**replay_models(Path(config.out) / config.rescored_from, protocol.judge_roles),
+                          **(chat_overrides or {})}
     services = Services(config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {},
                         retry_sleep=retry_sleep)
     return Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
@@ -191,6 +200,8 @@ def preflight(protocol: Protocol, run: Run) -> None:
 
     first_role: dict[str, str] = {}
     for role in protocol.roles:
+        if getattr(run.services.chat_overrides.get(role), "replay_of", None):
+            continue  # a re-score's replayed role: no endpoint to ping
         first_role.setdefault(run.services.model_label(role), role)
 
     def ping(label_role: tuple[str, str]) -> None:
@@ -277,6 +288,8 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
                       **protocol.result(unit, values))
     except stop.StopRequested:
         record.update(status="interrupted")
+    except ReplayMissing as exc:
+        record.update(status=DIVERGED, error=str(exc))
     except ModelError as exc:
         record.update(status="model_error", error=str(exc))
     except InfraError as exc:
@@ -524,6 +537,7 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
             "wall_s": round(unit_wall / n, 3),
         },
         "metrics": protocol.summarize(run, records),
+        **rescore_fields(protocol, run.config, records),
     }
 
 
@@ -536,6 +550,8 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
         stopped = summary["interrupted"]
         blocks.append(Text(f"INTERRUPTED (Ctrl-C): a partial report; {stopped['unfinished_units']} units are not "
                            f"finished. Continue with: {stopped['resume']}"))
+    if rescored := rescore_text(summary):
+        blocks.append(Text(rescored))
     for note in summary.get("file_notes") or []:
         blocks.append(Text("Repaired run file: " + note))
     blocks.append(Table(["role", "model"], [[k, v] for k, v in summary["models"].items()], caption="Models"))
@@ -566,6 +582,9 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
     table.add_row("statuses", ", ".join(f"{k}={v}" for k, v in sorted(summary["status_counts"].items())))
     if summary["ungraded_verdicts"]:
         table.add_row("ungraded verdicts", f"{summary['ungraded_verdicts']} (resume re-judges them)")
+    if summary.get("rescored_from"):
+        table.add_row("re-scored from", f"{summary['rescored_from']} ({len(summary['diverged_units'])} unit(s) "
+                                        "diverged: need a full re-run)")
     if summary["interrupted"]:
         table.add_row("interrupted", f"{summary['interrupted']['unfinished_units']} units unfinished (partial)")
     table.add_row("LLM calls", str(summary["usage"]["calls"]))

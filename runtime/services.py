@@ -84,7 +84,7 @@ class Services:
             key = f"fake:{fake}"
             spec = parse_model_ref(ref, self.config.models) if fake == ref else self.spec(role)
             if key not in self._endpoints:
-                self._endpoints[key] = open_endpoint(spec, chat=self.chat_overrides[fake], label=key)
+                self._endpoints[key] = open_endpoint(spec, chat=self.chat_overrides[fake], label=self._fake_label(fake))
             return self._endpoints[key]
         spec = parse_model_ref(ref, self.config.models)
         key = spec.model_dump_json()
@@ -111,11 +111,15 @@ class Services:
     def _override(self, ref: str, role: str) -> str | None:
         return next((key for key in (ref, role) if key in self.chat_overrides), None)
 
+    def _fake_label(self, fake: str) -> str:
+        """A stand-in chat model's label: where a replay's replies come from (``--rescore``), else ``fake:KEY``."""
+        return getattr(self.chat_overrides[fake], "replay_of", None) or f"fake:{fake}"
+
     def model_label(self, role: str, ref: str | None = None) -> str:
         """The label of the model :meth:`model` resolves for ``role`` (and ``ref``), without building it."""
         ref = self.config.role_ref(role) if ref is None else ref
         fake = self._override(ref, role)
-        return f"fake:{fake}" if fake is not None else model_label(parse_model_ref(ref, self.config.models))
+        return self._fake_label(fake) if fake is not None else model_label(parse_model_ref(ref, self.config.models))
 
     def ceiling_notes(self, roles: Iterable[str]) -> list[str]:
         """One line per model of ``roles`` whose ``concurrency`` ceiling holds fewer requests in flight than the

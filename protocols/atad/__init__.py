@@ -79,6 +79,10 @@ class AtadProtocol(Protocol):
     context_cls = AtadContext
     batch_cls = AtadBatch
     roles = ("teacher", "orchestrator", "student")
+    judge_roles = ("orchestrator",)
+    rescore_note = ("The orchestrator's validation of each candidate is re-judged over the teacher's and student's "
+                    "replayed replies. Escalation follows its verdicts and feedback (seed 003, Sec. 3), so a problem "
+                    "whose verdict or feedback changed reaches requests the source never made and diverged.")
 
     def builder(self) -> StateGraph:
         from graphs.atad import builder

@@ -53,6 +53,12 @@ class InterviewProtocol(Protocol):
     context_cls = InterviewContext
     batch_cls = InterviewBatch
     roles = ("target", "evaluator", "grader")
+    judge_roles = ("evaluator", "grader")
+    rescore_note = ("A new grader (--grader) re-grades the replayed answers; Score@n, follow-up accuracy and the "
+                    "error analysis are re-scored where the grades leave the session's path as it was. Retries and "
+                    "follow-ups depend on the grades and the interviewer's feedback (seed 004, Sec. 3), so a session "
+                    "they change, and any session under a new interviewer (--evaluator) that rewrites its questions, "
+                    "diverged.")
 
     def builder(self) -> StateGraph:
         from graphs.interview import builder

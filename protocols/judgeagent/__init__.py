@@ -72,6 +72,11 @@ class JudgeAgentProtocol(Protocol):
     context_cls = JudgeAgentContext
     batch_cls = JudgeAgentBatch
     roles = ("target", "evaluator")
+    judge_roles = ("evaluator",)
+    rescore_note = ("Base-question grading is re-judged over the replayed target answers. The extension rounds "
+                    "adapt the difficulty to the verdicts and the evaluator writes their questions (seed 000, Sec. "
+                    "3), so a batch whose extension questions change diverged; the capability score, difficulty "
+                    "trajectory and validation metrics cover the batches that kept their path.")
 
     def builder(self) -> StateGraph:
         from graphs.judgeagent import builder

@@ -113,6 +113,10 @@ class LLMEvalProtocol(Protocol):
     context_cls = LLMEvalContext
     batch_cls = LLMEvalBatch
     roles = ("target", "evaluator")
+    judge_roles = ("evaluator",)
+    rescore_note = ("The judge's 0-3 scores (seed 002, Sec. 3) are re-judged over the replayed answers, so the "
+                    "absolute, relative and per-discipline scores are re-scored as-is. An adaptive session "
+                    "(--adaptive) picks its next question from the scores, so one whose scores changed diverged.")
     _loaded: tuple[tuple[Any, ...], LoadedFile] | None = None  # the validated --bank file of this run
 
     def builder(self) -> StateGraph:

@@ -1,0 +1,97 @@
+"""Re-scoring a finished run with another judge: ``run.py --protocol P --rescore RUN_ID --evaluator MODEL``.
+
+The re-score is a new run linked to its source (``rescored_from`` in config.json and summary.json). Every unit is
+run again through the protocol's graph; the judging roles (``Protocol.judge_roles``) call their (new) models, and
+every other role (the target, ATAD's teacher and student, llmeval's reference model) is served only from the
+source run's event log by :class:`runtime.replay.ReplayChat`: a request is answered with the source's recorded
+reply to the very same messages, so no target request is sent.
+
+Where a protocol's later steps depend on the verdicts (JudgeAgent's difficulty, the interviewer's retries and
+follow-ups, ATAD's escalation), a new verdict can lead a unit to a request the source never made. That unit is
+not scored on invented answers: the replay raises :class:`ReplayMissing` and the unit ends ``diverged`` (final
+for this run, listed in the summary and report as needing a full re-run with the new judge).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from state.config import ROLES, RunConfig
+from state.errors import InputError
+
+if TYPE_CHECKING:
+    from runtime.protocol import Protocol
+
+#: The status of a unit whose path under the new judge left the source run's recorded requests.
+DIVERGED = "diverged"
+
+
+class ReplayMissing(BaseException):
+    """A replayed role was asked something the source run never asked (the unit's path changed).
+
+    A ``BaseException``, like :class:`runtime.stop.StopRequested`: a node's ``except Exception`` must not turn it
+    into a verdict or a failed answer that would then be scored.
+    """
+
+
+def source_dir(out: str, run_id: str) -> Path:
+    """The source run's folder; ``InputError`` naming ``--rescore`` when there is no finished run there."""
+    path = Path(out) / run_id
+    if not (path / "config.json").is_file() or not (path / "events.jsonl").is_file():
+        raise InputError(f"no run {run_id!r} with a config.json and events.jsonl under {out}", field="--rescore")
+    return path
+
+
+def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig) -> None:
+    """A re-score changes at least one judging role and nothing that changes the replayed answers.
+
+    Replayed roles keep their source models (their answers come from the log); the seed stays (it chooses the
+    units and their questions). Protocol parameters may change: a request the source never made diverges.
+    """
+    if not protocol.judge_roles:
+        raise InputError(f"{protocol.name} has no stored target answers to re-judge (every role judges); start a "
+                         "new run instead", field="--rescore")
+    if source.protocol != config.protocol:
+        raise InputError(f"run was made with --protocol {source.protocol}, not {config.protocol}", field="--rescore")
+    identity = {r: (source.spec_for(r).answer_identity(), config.spec_for(r).answer_identity()) for r in ROLES}
+    if all(identity[r][0] == identity[r][1] for r in protocol.judge_roles):
+        flags = " or ".join(f"--{r}" for r in protocol.judge_roles)
+        raise InputError(f"a re-score needs another judge: give {flags} a model other than the source run's",
+                         field="--rescore")
+    for role in protocol.roles:
+        if role not in protocol.judge_roles and identity[role][0] != identity[role][1]:
+            flag = f"--{role}"
+            raise InputError(f"the {role} answers are replayed from run {config.rescored_from}; its model cannot "
+                             "change in a re-score (--rescore); start a new run",
+                             setting=config.sources.get(flag, flag))
+    if source.seed != config.seed:
+        raise InputError(f"run {config.rescored_from} was made with seed {source.seed}, not {config.seed}; a "
+                         "re-score keeps it", setting=config.sources.get("--seed", "--seed"))
+
+
+def summary_fields(protocol: Protocol, config: RunConfig, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a re-scored run's summary says about its source and its diverged units (nothing for other runs)."""
+    if not config.rescored_from:
+        return {}
+    return {"rescored_from": config.rescored_from,
+            "judge_roles": list(protocol.judge_roles),
+            "diverged_units": [r["unit_id"] for r in records if r["status"] == DIVERGED],
+            "rescore_note": protocol.rescore_note}
+
+
+def report_text(summary: dict[str, Any]) -> str | None:
+    """The report's paragraph on a re-score: source, what is re-scored as-is, which units need a full re-run."""
+    if not summary.get("rescored_from"):
+        return None
+    diverged = summary["diverged_units"]
+    text = (f"RE-SCORED from run {summary['rescored_from']}: the judging roles ({', '.join(summary['judge_roles'])}) "
+            "were asked again; every other role's replies were replayed from that run's event log (no request "
+            f"sent). {summary['rescore_note']} ")
+    if diverged:
+        text += (f"{len(diverged)} unit(s) diverged: the new judge led them to a request the source run never made, "
+                 f"so they are not scored and need a full re-run with the new judge: {', '.join(diverged)}. The "
+                 "metrics cover the other units only.")
+    else:
+        text += "No unit diverged: every unit followed its source path, so all metrics are re-scored."
+    return text
