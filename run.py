@@ -33,6 +33,10 @@ from state.config import ROLES, RunConfig  # noqa: E402
 from state.errors import InputError  # noqa: E402
 
 
+#: Exit code of a run its budget (--max-calls, --max-tokens) stopped; 130 = Ctrl-C, 2 = bad input.
+EXIT_BUDGET = 3
+
+
 class _Parser(argparse.ArgumentParser):
     """Argument errors are bad input like any other: one line and exit 2 (no usage dump)."""
 
@@ -68,6 +72,11 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     default = {name: f.default for name, f in RunConfig.model_fields.items()}
     run.add_argument("--concurrency", type=int, help=f"units in flight at once (default {default['concurrency']})")
     run.add_argument("--seed", type=int, help=f"seed for every random choice (default {default['seed']})")
+    run.add_argument("--max-calls", type=int, metavar="N", help="budget: start no request once the run sent N "
+                     f"(then stop like Ctrl-C: partial report, exit code {EXIT_BUDGET}, resumable with a higher "
+                     "budget)")
+    run.add_argument("--max-tokens", type=int, metavar="N", help="budget: start no request once the run's requests "
+                     "used N prompt + completion tokens (as --max-calls)")
     run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
     run.add_argument("--rescore", metavar="RUN_ID", help="a new run that re-judges run OUT/RUN_ID with the judging "
@@ -146,6 +155,8 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
         "limit": args.limit,
         "concurrency": args.concurrency,
         "seed": args.seed,
+        "max_calls": args.max_calls,
+        "max_tokens": args.max_tokens,
         "out": args.out,
         "stores": {"chroma_url": args.chroma_url, "postgres_dsn": args.postgres_dsn,
                    "embedding_model": args.embedding_model, "cache": args.cache, "cache_dir": args.cache_dir,
@@ -194,12 +205,14 @@ def main(argv: list[str] | None = None) -> int:
                      highlight=False, soft_wrap=True)
         return 2
     except RunInterrupted as exc:
-        console.print(f"interrupted: {exc}; the partial report is in {run.run_dir}", style="yellow",
+        console.print(f"{exc}; the partial report is in {run.run_dir}", style="yellow",
                       markup=False, highlight=False, soft_wrap=True)
-        console.print(f"resume with: {exc.resume}", markup=False, highlight=False, soft_wrap=True)
+        more = " with a higher --max-calls / --max-tokens" if exc.budget else ""
+        console.print(f"resume{more} with: {exc.resume}", markup=False, highlight=False, soft_wrap=True)
+        code = EXIT_BUDGET if exc.budget else 130
         if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
-            stop.exit_now(130)  # a request still in flight must not hold the exit up
-        return 130
+            stop.exit_now(code)  # a request still in flight must not hold the exit up
+        return code
     except KeyboardInterrupt:
         resumable = run is not None and run.run_dir.is_dir()
         console.print("interrupted" + (f"; resume with: {resume_command(protocol, run)}" if resumable else

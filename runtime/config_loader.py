@@ -33,7 +33,8 @@ from state.errors import InputError
 
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
-_ENV_SCALARS = {"LIMIT": "limit", "CONCURRENCY": "concurrency", "SEED": "seed", "OUT": "out"}
+_ENV_SCALARS = {"LIMIT": "limit", "CONCURRENCY": "concurrency", "SEED": "seed", "OUT": "out",
+                "MAX_CALLS": "max_calls", "MAX_TOKENS": "max_tokens"}
 _ENV_STORES = {"CHROMA_URL": "chroma_url", "POSTGRES_DSN": "postgres_dsn", "EMBEDDING_MODEL": "embedding_model",
                "CACHE": "cache", "CACHE_DIR": "cache_dir", "CACHE_EXPIRY_HOURS": "cache_expiry_hours"}
 
@@ -121,7 +122,7 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 # -- provenance --------------------------------------------------------------------------------------------------
 
 #: Settings that have a command-line flag of their own (besides roles, stores and protocol params).
-_FLAGGED = frozenset({("limit",), ("concurrency",), ("seed",), ("out",)})
+_FLAGGED = frozenset({("limit",), ("concurrency",), ("seed",), ("out",), ("max_calls",), ("max_tokens",)})
 
 
 def _flag_namer(param_flags: Mapping[str, str]) -> Callable[[Loc], str | None]:
@@ -316,7 +317,8 @@ def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSc
     Finished units would keep their old answers and verdicts and the rest would get new ones: one run, two
     setups, one number. Concurrency, ``--limit`` and retries may change; anything that changes an answer may not.
     """
-    hint = "a resumed run keeps its settings; start a new run (without --resume) to change them"
+    hint = ("a resumed run keeps its settings; start a new run (without --resume) to change them, or re-judge "
+            "it with --rescore RUN_ID and another judge")
     for role in ROLES:
         before, after = stored.spec_for(role).answer_identity(), config.spec_for(role).answer_identity()
         changed = [f for f in before if before[f] != after[f]]

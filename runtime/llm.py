@@ -28,6 +28,7 @@ from state.errors import InfraError, ModelError
 
 if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`run.py --help` stays fast)
     from langchain_core.language_models import BaseChatModel
+    from runtime.budget import Budget
     from runtime.cache import CacheKey, ResponseCache
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.rate_limiters import BaseRateLimiter
@@ -143,6 +144,8 @@ class RoleLLM:
     #: The response cache and what identifies this endpoint in its keys (``None``: every request is sent).
     cache: ResponseCache | None = None
     cache_endpoint: dict[str, Any] | None = None
+    #: The run's budget (:mod:`runtime.budget`), checked before each request (``None``: unlimited).
+    budget: Budget | None = None
     _structured: dict[type, Callable[[list[BaseMessage]], dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     # -- plain text -------------------------------------------------------------------------
@@ -245,6 +248,8 @@ class RoleLLM:
                 if self.limiter is not None:
                     self.limiter.acquire()
                 raise_if_stopped()  # Ctrl-C: no new request (runtime.stop)
+                if self.budget is not None:
+                    self.budget.check()  # spent: no new request either (runtime.budget)
                 started = time.perf_counter()
                 result = invoke()
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised if not ours

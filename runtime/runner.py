@@ -76,11 +76,14 @@ SMOKE_TEST_WARNING = (
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C ended the run: a partial summary and report are written; ``resume`` continues it."""
+    """Ctrl-C, or the spent budget (``budget``: what was spent), ended the run: a partial summary and report are
+    written; ``resume`` continues it."""
 
-    def __init__(self, run_id: str, resume: str, unfinished: int, total: int) -> None:
-        super().__init__(f"run {run_id} interrupted: {unfinished} of {total} units unfinished")
+    def __init__(self, run_id: str, resume: str, unfinished: int, total: int, budget: str | None = None) -> None:
+        cause = f"its budget is spent ({budget})" if budget else "interrupted"
+        super().__init__(f"run {run_id} stopped, {cause}: {unfinished} of {total} units unfinished")
         self.run_id, self.resume, self.unfinished, self.total = run_id, resume, unfinished, total
+        self.budget = budget
 
 
 def new_run_id(protocol: str) -> str:
@@ -337,16 +340,18 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver:
                 graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
                 _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, stop.StopRequested):  # Ctrl-C, or the budget is spent (runtime.budget)
+        budget = run.services.budget.reached if run.services.budget else None
         with _sigint_ignored():
             stop.request_stop()
             latest = results.latest()
             unfinished = sum(latest.get(u.id, {}).get("status") not in FINAL_STATUSES for u in units)
-            interrupted = {"unfinished_units": unfinished, "resume": resume}
+            interrupted = {"unfinished_units": unfinished, "resume": resume, "budget": budget}
             with stop.refused_as_infra_error():
                 _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
-        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units)) from None
-    return _finish(protocol, run, units, results, notes, wall_started, warning, None)
+        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget) from None
+    with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would
+        return _finish(protocol, run, units, results, notes, wall_started, warning, None)
 
 
 def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStore, notes: list[str],
@@ -430,6 +435,7 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
                 ended.put(exc)
                 return
+        ended.put(stop.StopRequested("no unit is started after the stop"))  # the main thread stops waiting
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
@@ -456,6 +462,8 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
                 if isinstance(item, BaseException):
                     raise item
                 keep(item)
+            if stop.stopped():  # the budget was spent as the last units ran: some of them may not have ended
+                raise stop.StopRequested("no request is sent after the stop")
         except BaseException as exc:
             with _sigint_ignored():
                 stop.request_stop()
@@ -548,7 +556,8 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
         blocks.append(Text("WARNING: " + warning))
     if summary.get("interrupted"):
         stopped = summary["interrupted"]
-        blocks.append(Text(f"INTERRUPTED (Ctrl-C): a partial report; {stopped['unfinished_units']} units are not "
+        cause = f"the budget is spent: {stopped['budget']}" if stopped.get("budget") else "Ctrl-C"
+        blocks.append(Text(f"INTERRUPTED ({cause}): a partial report; {stopped['unfinished_units']} units are not "
                            f"finished. Continue with: {stopped['resume']}"))
     if rescored := rescore_text(summary):
         blocks.append(Text(rescored))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from runtime.budget import Budget
 from runtime.config_loader import load_config, read_config_file
 from runtime.events import EventLog
 from runtime.llm import RetryPolicy, RoleLLM
@@ -44,6 +45,12 @@ class Services:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
     _key_locks: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
+    #: The run's budget (``--max-calls`` / ``--max-tokens``), checked by the call layer; ``None`` = unlimited.
+    budget: Budget | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.config.max_calls is not None or self.config.max_tokens is not None:
+            self.budget = Budget(self.events, max_calls=self.config.max_calls, max_tokens=self.config.max_tokens)
 
     def spec(self, role: str) -> ModelSpec:
         return self.config.spec_for(role)
@@ -74,6 +81,7 @@ class Services:
                                                 limiter=endpoint.limiter,
                                                 structured_method=endpoint.spec.structured_method,
                                                 cache=self._response_cache() if cached else None,
+                                                budget=self.budget,
                                                 cache_endpoint=endpoint.spec.answer_identity())
             return self._llms[role, ref]
 

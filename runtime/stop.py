@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 from state.errors import InfraError
 
@@ -47,6 +47,14 @@ def raise_if_stopped() -> None:
         if _as_infra_error.get():
             raise InfraError("the run was interrupted (Ctrl-C): no new request is sent")
         raise StopRequested("the run was interrupted: no new request is sent")
+
+
+def refuse(reason: str, kind: type[StopRequested]) -> NoReturn:
+    """Refuse a request: ``kind`` (a :class:`StopRequested`), or ``InfraError`` within
+    :func:`refused_as_infra_error`."""
+    if _as_infra_error.get():
+        raise InfraError(reason)
+    raise kind(reason)
 
 
 @contextmanager

@@ -175,6 +175,10 @@ class RunConfig(BaseModel):
     roles: dict[str, str] = Field(default_factory=lambda: {"target": EMBEDDED, "evaluator": EMBEDDED})
     limit: int | None = Field(None, ge=1, description="process at most this many units")
     concurrency: int = Field(2, ge=1, description="units in flight at once")
+    max_calls: int | None = Field(None, ge=1, description="budget: no request starts once the run sent this many "
+                                                          "(runtime/budget.py)")
+    max_tokens: int | None = Field(None, ge=1, description="budget: no request starts once the run's requests "
+                                                           "used this many prompt + completion tokens")
     seed: int = 0
     out: str = "runs"
     stores: StoreConfig = Field(default_factory=StoreConfig)
