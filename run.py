@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import os
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,9 +30,11 @@ from protocols import REGISTRY, available, protocol_class  # noqa: E402
 from runtime.config_loader import ParamSchema, check_resume_unchanged, load_config, read_config_file  # noqa: E402
 from runtime import stop  # noqa: E402
 from runtime.rescore import check_rescore, source_dir  # noqa: E402
+from runtime.protocol import Protocol, Run  # noqa: E402
 from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
 from state.config import ROLES, RunConfig  # noqa: E402
 from state.errors import InputError  # noqa: E402
+from stores.results import ResultStore  # noqa: E402
 
 
 #: Exit code of a run its budget (--max-calls, --max-tokens) stopped; 130 = Ctrl-C, 2 = bad input.
@@ -165,6 +169,99 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
     }
 
 
+def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple[Protocol, RunConfig, Run]:
+    """The protocol, configuration and run that parsed options ask for: a new run, a ``--resume`` of one (its
+    settings unchanged) or a ``--rescore`` of one (another judge). ``InputError`` names where a bad value came from."""
+    cls = protocol_class(args.protocol)
+    flags = flags_from_args(args, dests)
+    config_file = args.config
+    if args.resume and args.rescore:
+        raise InputError("--rescore makes a new run: it cannot --resume one (a re-score interrupted is "
+                         "resumed by its own run id alone)", field="--rescore")
+    if args.resume or args.rescore:
+        out = (args.out or (read_config_file(args.config).get("out") if args.config else None)
+               or RunConfig.model_fields["out"].default)
+        if args.rescore:
+            config_file = str(source_dir(out, args.rescore) / "config.json")
+            flags["rescored_from"] = args.rescore
+        else:
+            config_file = os.path.join(out, args.resume, "config.json")
+        if not os.path.exists(config_file):
+            raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
+    config = load_config(args.protocol, config_file=config_file, flags=flags, params=ParamSchema.of(cls))
+    try:
+        if args.resume or args.rescore:
+            stored = RunConfig.model_validate_json(Path(config_file).read_text(encoding="utf-8"))
+            if args.rescore:
+                check_rescore(cls, stored, config)
+            else:
+                check_resume_unchanged(stored, config, ParamSchema.of(cls))
+        protocol = cls()
+        return protocol, config, open_run(protocol, config, run_id=args.resume, console=console)
+    except InputError as exc:
+        raise exc.blamed(config.sources) from None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`evaluate` returns: the run's folder, its summary (``summary.json``) and its unit records
+    (``results.jsonl``, one per unit in plan order)."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The protocol's metrics (``summary["metrics"]``)."""
+        return self.summary["metrics"]
+
+    @property
+    def stopped(self) -> dict[str, Any] | None:
+        """Why the run stopped before its end (``budget``: what was spent) and how to resume it; ``None`` if it
+        ended."""
+        return self.summary.get("interrupted")
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunResult:
+        latest = ResultStore(run_dir / "results.jsonl").latest()
+        units = [json.loads(line)["id"] for line in (run_dir / "units.jsonl").read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+        return cls(run_dir, json.loads((run_dir / "summary.json").read_text(encoding="utf-8")),
+                   [latest[u] for u in units if u in latest])
+
+
+def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
+    """Run ``protocol`` from Python, as ``run.py --protocol PROTOCOL`` with the same options, and return its results.
+
+    ``options`` are the command-line options by their Python names: the roles (``target=``, ``evaluator=`` ...,
+    each ``local``, a config name or ``MODEL@BASE_URL``), ``config=``, ``out=``, ``limit=``, ``concurrency=``,
+    ``seed=``, ``max_calls=``, ``max_tokens=``, ``cache=``, ``resume=RUN_ID``, ``rescore=RUN_ID``,
+    ``skip_preflight=`` ..., and the protocol's own parameters (``repeats=2``, ``data="seeds.jsonl"``). Bad input
+    raises ``state.errors.InputError`` before anything is spent; a run its budget stopped is returned
+    (``result.stopped``); Ctrl-C raises ``KeyboardInterrupt`` after the partial report. ``quiet=False`` prints
+    the progress and summary as the command line does.
+    """
+    parser, dests = build_parser(protocol)
+    known = {k: v for k, v in vars(parser.parse_args(["--protocol", protocol])).items()
+             if k not in ("protocol", "dry_run")}  # every option by name, with its "not given" default
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InputError(f"unknown option(s) {', '.join(unknown)} of {protocol}; options: {', '.join(sorted(known))}")
+    args = argparse.Namespace(**{**known, **options, "protocol": protocol, "dry_run": False})
+    chosen, _, run = start(args, dests, Console(quiet=quiet))
+    try:
+        execute(chosen, run, skip_preflight=args.skip_preflight)
+    except RunInterrupted as exc:
+        if not exc.budget:
+            raise
+    return RunResult.read(run.run_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     console = Console()
     errors = Console(stderr=True)
@@ -174,31 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         parser, dests = build_parser(_chosen_protocol(argv))
         args = parser.parse_args(argv)
-        cls = protocol_class(args.protocol)
-        flags = flags_from_args(args, dests)
-        config_file = args.config
-        if args.resume and args.rescore:
-            raise InputError("--rescore makes a new run: it cannot --resume one (a re-score interrupted is "
-                             "resumed by its own run id alone)", field="--rescore")
-        if args.resume or args.rescore:
-            out = (args.out or (read_config_file(args.config).get("out") if args.config else None)
-                   or RunConfig.model_fields["out"].default)
-            if args.rescore:
-                config_file = str(source_dir(out, args.rescore) / "config.json")
-                flags["rescored_from"] = args.rescore
-            else:
-                config_file = os.path.join(out, args.resume, "config.json")
-            if not os.path.exists(config_file):
-                raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
-        config = load_config(args.protocol, config_file=config_file, flags=flags, params=ParamSchema.of(cls))
-        if args.resume or args.rescore:
-            stored = RunConfig.model_validate_json(Path(config_file).read_text(encoding="utf-8"))
-            if args.rescore:
-                check_rescore(cls, stored, config)
-            else:
-                check_resume_unchanged(stored, config, ParamSchema.of(cls))
-        protocol = cls()
-        run = open_run(protocol, config, run_id=args.resume, console=console)
+        protocol, config, run = start(args, dests, console)
         execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
     except InputError as exc:
         errors.print(Text.assemble(("error:", "red"), f" {exc.blamed(config.sources) if config else exc}"),
