@@ -182,7 +182,7 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
         out = (args.out or (read_config_file(args.config).get("out") if args.config else None)
                or RunConfig.model_fields["out"].default)
         if args.rescore:
-            config_file = str(source_dir(out, args.rescore) / "config.json")
+            config_file = str(source_dir(cls, out, args.rescore) / "config.json")
             flags["rescored_from"] = args.rescore
         else:
             config_file = os.path.join(out, args.resume, "config.json")

@@ -35,8 +35,12 @@ class ReplayMissing(BaseException):
     """
 
 
-def source_dir(out: str, run_id: str) -> Path:
-    """The source run's folder; ``InputError`` naming ``--rescore`` when there is no finished run there."""
+def source_dir(protocol: type[Protocol], out: str, run_id: str) -> Path:
+    """The source run's folder; ``InputError`` naming ``--rescore`` when the protocol has no judging role to ask
+    again or there is no run there."""
+    if not protocol.judge_roles:
+        raise InputError(f"{protocol.name} has no stored target answers to re-judge (every role judges); start a "
+                         "new run instead", field="--rescore")
     path = Path(out) / run_id
     if not (path / "config.json").is_file() or not (path / "events.jsonl").is_file():
         raise InputError(f"no run {run_id!r} with a config.json and events.jsonl under {out}", field="--rescore")
@@ -49,9 +53,6 @@ def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig
     Replayed roles keep their source models (their answers come from the log); the seed stays (it chooses the
     units and their questions). Protocol parameters may change: a request the source never made diverges.
     """
-    if not protocol.judge_roles:
-        raise InputError(f"{protocol.name} has no stored target answers to re-judge (every role judges); start a "
-                         "new run instead", field="--rescore")
     if source.protocol != config.protocol:
         raise InputError(f"run was made with --protocol {source.protocol}, not {config.protocol}", field="--rescore")
     identity = {r: (source.spec_for(r).answer_identity(), config.spec_for(r).answer_identity()) for r in ROLES}

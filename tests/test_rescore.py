@@ -172,3 +172,26 @@ def test_judgeagent_rescore_by_a_judge_that_agrees_replays_every_batch_to_its_en
                                                  "--evaluator", judge2_differs(set()), "--limit", "2")
     assert check_rescored(source, rescored, fresh, sent) == []
     assert {u: r["status"] for u, r in _records(rescored).items()} == {"batch-0001": "ok", "batch-0002": "ok"}
+
+
+def test_a_protocol_without_target_answers_cannot_be_rescored(tmp_path, capsys):
+    import run
+
+    assert run.main(["--protocol", "judgecheck", "--out", str(tmp_path), "--rescore", "any-run",
+                     "--evaluator", "x@http://127.0.0.1:9/v1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--rescore" in err and "judgecheck has no stored target answers" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rescore_pings_only_the_judges_before_it_starts(tmp_path):
+    import run
+
+    out = tmp_path / "runs"
+    with StandIn() as standin:
+        source = _run(out, ["--protocol", "llmeval", "--limit", "1", f"--target={standin.spec('target')}",
+                            f"--evaluator={standin.spec('judge1')}"])
+        standin.requests.clear()
+        assert run.main(["--protocol", "llmeval", "--out", str(out), "--rescore", source.name,
+                         f"--evaluator={standin.spec('judge2')}"]) == 0  # with the pre-flight ping
+        assert {r.model for r in standin.requests} == {"judge2"}
