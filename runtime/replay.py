@@ -31,8 +31,8 @@ from stores.files import read_records
 REPLAYED = "replayed_from"
 
 
-def _request_key(unit: str, role: str, messages: list[dict[str, Any]]) -> tuple[str, str, str]:
-    return unit, role, json.dumps(messages, sort_keys=True, ensure_ascii=False)
+def _request_key(unit: str, role: str, structured: bool, messages: list[dict[str, Any]]) -> tuple[str, str, bool, str]:
+    return unit, role, structured, json.dumps(messages, sort_keys=True, ensure_ascii=False)
 
 
 class ReplayLog:
@@ -42,26 +42,29 @@ class ReplayLog:
         self.run_id = run_id
         self.labels: dict[str, str] = {}
         self.roles: set[str] = set(ROLES) - set(judge_roles)  # and any other role logged, below
-        self._replies: dict[tuple[str, str, str], deque[dict[str, Any]]] = defaultdict(deque)
+        self._replies: dict[tuple[str, str, bool, str], deque[dict[str, Any]]] = defaultdict(deque)
         self._lock = threading.Lock()
         for event in read_records(events, []):
             if event.get("role") in judge_roles:
                 continue
             self.roles.add(str(event.get("role")))
             if event.get("error") is None and event.get("step") != PING_STEP:
-                key = _request_key(str(event.get("unit")), event["role"], event.get("messages") or [])
+                structured = isinstance(event.get("output"), dict)  # a text reply is logged as its string
+                key = _request_key(str(event.get("unit")), event["role"], structured, event.get("messages") or [])
                 self._replies[key].append(event)
                 self.labels.setdefault(event["role"], str(event.get("model")))
 
-    def take(self, unit: str, role: str, messages: list[BaseMessage]) -> dict[str, Any]:
-        """The next recorded reply to these messages in ``unit``; :class:`ReplayMissing` when there is none."""
-        key = _request_key(unit, role, [{"role": m.type, "content": m.content} for m in messages])
+    def take(self, unit: str, role: str, structured: bool, messages: list[BaseMessage]) -> dict[str, Any]:
+        """The next recorded reply to these messages (a structured or a text request) in ``unit``;
+        :class:`ReplayMissing` when there is none."""
+        key = _request_key(unit, role, structured, [{"role": m.type, "content": m.content} for m in messages])
         with self._lock:
             found = self._replies.get(key)
             if found:
                 return found.popleft()
         raise ReplayMissing(f"the {role} role was asked something run {self.run_id} never asked it in unit {unit} "
-                            "(the new judge changed this unit's path); it needs a full re-run with the new judge")
+                            "(the new judge changed this unit's path, or the source unit ended before this "
+                            "request); it needs a full re-run with the new judge")
 
 
 class ReplayChat(BaseChatModel):
@@ -87,13 +90,13 @@ class ReplayChat(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
-        event = self.log.take(current_unit(), self.role, messages)
+        tools = kwargs.get("tools") or []
+        event = self.log.take(current_unit(), self.role, bool(tools), messages)
         output = event.get("output")
         usage = {"input_tokens": event.get("prompt_tokens") or 0, "output_tokens": event.get("completion_tokens") or 0}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         meta = {REPLAYED: self.log.run_id}
-        tools = kwargs.get("tools") or []
-        if tools and isinstance(output, dict) and "unparsed" not in output:
+        if tools and "unparsed" not in output:
             message = AIMessage(content="", tool_calls=[{"name": tools[0]["function"]["name"], "args": output,
                                                          "id": f"replay_{id(event)}", "type": "tool_call"}],
                                 usage_metadata=usage, response_metadata=meta)
