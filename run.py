@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import threading
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -217,8 +218,9 @@ class RunResult:
 
     @property
     def metrics(self) -> dict[str, Any]:
-        """The protocol's metrics (``summary["metrics"]``)."""
-        return self.summary["metrics"]
+        """The protocol's metrics (``summary["metrics"]``; a mode without units, such as llmeval's
+        ``leaderboard=True``, has its figures in ``summary`` itself)."""
+        return self.summary.get("metrics", {})
 
     @property
     def stopped(self) -> dict[str, Any] | None:
@@ -228,10 +230,13 @@ class RunResult:
 
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:
+        """The results in ``run_dir`` (no records for a mode without units)."""
         latest = ResultStore(run_dir / "results.jsonl").latest()
-        units = [json.loads(line)["id"] for line in (run_dir / "units.jsonl").read_text(encoding="utf-8").splitlines()
-                 if line.strip()]
-        return cls(run_dir, json.loads((run_dir / "summary.json").read_text(encoding="utf-8")),
+        plan = run_dir / "units.jsonl"
+        units = [json.loads(line)["id"] for line in plan.read_text(encoding="utf-8").splitlines() if line.strip()] \
+            if plan.exists() else []
+        summary = run_dir / "summary.json"
+        return cls(run_dir, json.loads(summary.read_text(encoding="utf-8")) if summary.exists() else {},
                    [latest[u] for u in units if u in latest])
 
 
@@ -252,6 +257,8 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise InputError(f"unknown option(s) {', '.join(unknown)} of {protocol}; options: {', '.join(sorted(known))}")
+    lists = {o.name for o in protocol_class(protocol).options() if typing.get_origin(o.type) is list}
+    options = {k: [v] if k in lists and isinstance(v, str) else v for k, v in options.items()}  # one file: a list
     args = argparse.Namespace(**{**known, **options, "protocol": protocol, "dry_run": False})
     chosen, _, run = start(args, dests, Console(quiet=quiet))
     try:

@@ -7,11 +7,14 @@ records, run folder) instead of printing them and returning an exit code.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from state.errors import InputError
 from tests.standin_endpoint import StandIn
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_evaluate_returns_the_summary_and_records_the_command_line_run_writes(tmp_path, capsys):
@@ -92,3 +95,18 @@ def test_a_rescore_stopped_by_its_budget_resumes_still_replaying_the_target(tmp_
         assert "target" not in {r.model for r in standin.requests}
     assert resumed.summary["rescored_from"] == first.run_id and resumed.stopped is None
     assert len(resumed.records) == 2
+
+
+def test_evaluate_runs_a_mode_without_units_and_takes_one_file_for_a_list_option(tmp_path):
+    """ATAD's --evaluate mode with ``benchmark=`` one path (the flag takes several), then llmeval's leaderboard."""
+    from run import evaluate
+    from tests.golden_runs import respond
+
+    with StandIn(respond=respond) as standin:
+        scored = evaluate("atad", evaluate=[standin.spec("examinee")], evaluator=standin.spec("judge"),
+                          benchmark=str(REPO / "samples" / "atad" / "benchmark.jsonl"), out=str(tmp_path),
+                          skip_preflight=True)
+        assert {r.model for r in standin.requests} == {"examinee"}  # scored in code against the answer keys
+    assert scored.records and all(r["status"] == "ok" for r in scored.records)
+    board = evaluate("llmeval", leaderboard=True, out=str(tmp_path), skip_preflight=True)
+    assert board.records == [] and "leaderboard" in board.summary and board.metrics == {}
