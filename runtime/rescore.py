@@ -48,18 +48,19 @@ def source_dir(protocol: type[Protocol], out: str, run_id: str) -> Path:
 
 
 def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig) -> None:
-    """A re-score changes at least one judging role and nothing that changes the replayed answers.
+    """A re-score changes a judging role's model or a protocol parameter (e.g. ``--judge-jury``), and nothing that
+    changes the replayed answers.
 
     Replayed roles keep their source models (their answers come from the log); the seed stays (it chooses the
-    units and their questions). Protocol parameters may change: a request the source never made diverges.
+    units and their questions). A changed parameter that leads to a request the source never made diverges.
     """
     if source.protocol != config.protocol:
         raise InputError(f"run was made with --protocol {source.protocol}, not {config.protocol}", field="--rescore")
     identity = {r: (source.spec_for(r).answer_identity(), config.spec_for(r).answer_identity()) for r in ROLES}
-    if all(identity[r][0] == identity[r][1] for r in protocol.judge_roles):
+    if all(identity[r][0] == identity[r][1] for r in protocol.judge_roles) and source.params == config.params:
         flags = " or ".join(f"--{r}" for r in protocol.judge_roles)
-        raise InputError(f"a re-score needs another judge: give {flags} a model other than the source run's",
-                         field="--rescore")
+        raise InputError(f"a re-score needs another judge: give {flags} a model other than the source run's, "
+                         "or change a judging parameter such as a jury", field="--rescore")
     for role in protocol.roles:
         if role not in protocol.judge_roles and identity[role][0] != identity[role][1]:
             flag = f"--{role}"

@@ -117,6 +117,22 @@ def test_interview_rescore_regrades_the_followups_and_keeps_the_sessions_path(tm
                                                  "--grader", judge2_differs({"FollowUpGrade"}), "--limit", "3")
     assert check_rescored(source, rescored, fresh, sent) == []
     assert _records(rescored) != _records(source)
+    assert _summary(rescored)["metrics"] == _summary(fresh)["metrics"]
+
+
+def test_llmeval_rescore_by_a_jury_instead_of_one_judge(tmp_path):
+    """A judging parameter alone (--judge-jury) is a re-score too: the jury judges the replayed answers."""
+    out = tmp_path / "runs"
+    with StandIn(respond=judge2_differs()) as standin:
+        jury = [standin.spec("judge1"), standin.spec("judge2"), standin.spec("judge2")]
+        source = _run(out, ["--protocol", "llmeval", "--limit", "1", f"--target={standin.spec('target')}",
+                            f"--evaluator={standin.spec('judge1')}"])
+        standin.requests.clear()
+        rescored = _run(out, ["--protocol", "llmeval", "--rescore", source.name, "--judge-jury", *jury])
+        sent = Counter(r.model for r in standin.requests)
+        fresh = _run(out, ["--protocol", "llmeval", "--limit", "1", f"--target={standin.spec('target')}",
+                           f"--evaluator={standin.spec('judge1')}", "--judge-jury", *jury])
+    assert check_rescored(source, rescored, fresh, sent) == [] and sent["judge1"] > 0
 
 
 def test_interview_rescore_lists_sessions_whose_retries_the_new_grader_changed_as_diverged(tmp_path):
