@@ -17,16 +17,21 @@ def completion(message: dict[str, Any] | str) -> dict[str, Any]:
             "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
 
 
-def serve(respond: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> ThreadingHTTPServer:
-    """Serve every POST with ``respond(request_body) -> (status, json_body)`` on a free loopback port."""
+Reply = tuple[int, dict[str, Any]] | tuple[int, dict[str, Any], dict[str, str]]
+
+
+def serve(respond: Callable[[dict[str, Any]], Reply]) -> ThreadingHTTPServer:
+    """Serve every POST with ``respond(request_body) -> (status, json_body[, extra_headers])`` on a free loopback
+    port (one thread per request; stop it with :func:`stop`)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
-            status, payload = respond(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            status, payload, *extra = respond(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             data = json.dumps(payload).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            headers = {"Content-Type": "application/json", "Content-Length": str(len(data)), **(extra or [{}])[0]}
+            for key, value in headers.items():
+                self.send_header(key, value)
             self.end_headers()
             self.wfile.write(data)
 
@@ -34,8 +39,14 @@ def serve(respond: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> Th
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def stop(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
 
 
 def url_of(server: ThreadingHTTPServer) -> str:

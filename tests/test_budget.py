@@ -12,23 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.run_files import unit_records
 from tests.standin_endpoint import StandIn
 
-VOLATILE = {"wall_s", "usage", "llm_seconds", "latency_s", "queue_s", "ts"}
 CONCURRENCY = 2
-
-
-def _strip(value):
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
-
-
-def _records(run_dir: Path) -> dict[str, dict]:
-    lines = (run_dir / "results.jsonl").read_text().splitlines()
-    return {r["unit_id"]: _strip(r) for r in map(json.loads, lines)}
 
 
 def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path]:
@@ -68,7 +55,7 @@ def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_en
 
         code, resumed = _interview(tmp_path / "runs", standin, "--resume", stopped.name, flag, str(10 ** 6))
     assert code == 0 and resumed is None  # the resume continues in the stopped run's own folder
-    assert _records(stopped) == _records(full)
+    assert unit_records(stopped) == unit_records(full)
     assert json.loads((stopped / "summary.json").read_text())["interrupted"] is None
 
 

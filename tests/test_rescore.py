@@ -17,9 +17,10 @@ from typing import Any, Callable
 import pytest
 
 from tests.golden_runs import respond as golden_respond
+from tests.run_files import VOLATILE as BASE_VOLATILE, unit_records
 from tests.standin_endpoint import StandIn, generic_reply
 
-VOLATILE = {"wall_s", "usage", "llm_seconds", "latency_s", "queue_s", "ts", "session_id"}
+VOLATILE = BASE_VOLATILE | {"session_id"}
 
 
 def judge2_differs(tools: set[str] | None = None) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
@@ -41,19 +42,6 @@ def _run(out: Path, argv: list[str]) -> Path:
     assert run.main(["--out", str(out), "--skip-preflight", *argv]) == 0
     (run_dir,) = [p for p in set(out.iterdir()) - before if not p.name.startswith("_")]
     return run_dir
-
-
-def _strip(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
-
-
-def _records(run_dir: Path) -> dict[str, dict]:
-    lines = (run_dir / "results.jsonl").read_text().splitlines()
-    return {r["unit_id"]: _strip(r) for r in map(json.loads, lines)}
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
@@ -80,8 +68,8 @@ def check_rescored(source: Path, rescored: Path, fresh: Path, sent: Counter) -> 
     """No request but the judges'; every unit re-scored as the fresh run scores it, or listed as diverged in
     summary and report. Returns the diverged units."""
     assert sent["judge2"] > 0 and set(sent) <= {"judge1", "judge2"}, sent  # judges only: no target, no student
-    records, fresh_records = _records(rescored), _records(fresh)
-    assert set(records) == set(_records(source)) == set(fresh_records)
+    records, fresh_records = unit_records(rescored, VOLATILE), unit_records(fresh, VOLATILE)
+    assert set(records) == set(unit_records(source, VOLATILE)) == set(fresh_records)
     summary = _summary(rescored)
     assert summary["rescored_from"] == source.name
     assert json.loads((rescored / "config.json").read_text())["rescored_from"] == source.name
@@ -103,7 +91,8 @@ def test_llmeval_rescore_sends_no_target_request_and_scores_as_a_fresh_run_with_
     source, rescored, fresh, sent = rescore_case(tmp_path, "llmeval", {"target": "target", "evaluator": "judge1"},
                                                  "--evaluator", judge2_differs(), "--limit", "2")
     assert check_rescored(source, rescored, fresh, sent) == []
-    assert _records(rescored) != _records(source)  # the new judge's scores, not the old ones
+    # the new judge's scores, not the old ones
+    assert unit_records(rescored, VOLATILE) != unit_records(source, VOLATILE)
     # S, R, per-paradigm and per-discipline scores; the leaderboard spans every session of the shared bank
     rescored_metrics, fresh_metrics = ({k: v for k, v in _summary(r)["metrics"].items() if k != "leaderboard"}
                                        for r in (rescored, fresh))
@@ -116,7 +105,7 @@ def test_interview_rescore_regrades_the_followups_and_keeps_the_sessions_path(tm
     source, rescored, fresh, sent = rescore_case(tmp_path, "interview", {"target": "target", "evaluator": "judge1"},
                                                  "--grader", judge2_differs({"FollowUpGrade"}), "--limit", "3")
     assert check_rescored(source, rescored, fresh, sent) == []
-    assert _records(rescored) != _records(source)
+    assert unit_records(rescored, VOLATILE) != unit_records(source, VOLATILE)
     assert _summary(rescored)["metrics"] == _summary(fresh)["metrics"]
 
 
@@ -141,7 +130,7 @@ def test_interview_rescore_lists_sessions_whose_retries_the_new_grader_changed_a
     diverged = check_rescored(source, rescored, fresh, sent)
     assert diverged  # the feedback depends on the grades, so the next target request is one never made
     assert _summary(rescored)["status_counts"]["diverged"] == len(diverged)
-    assert "needs a full re-run" in _records(rescored)[diverged[0]]["error"]
+    assert "needs a full re-run" in unit_records(rescored, VOLATILE)[diverged[0]]["error"]
 
 
 def test_judgeagent_rescore_with_other_verdicts_sends_no_target_request_and_lists_the_diverged_batches(tmp_path):
@@ -187,7 +176,8 @@ def test_judgeagent_rescore_by_a_judge_that_agrees_replays_every_batch_to_its_en
     source, rescored, fresh, sent = rescore_case(tmp_path, "judgeagent", {"target": "target", "evaluator": "judge1"},
                                                  "--evaluator", judge2_differs(set()), "--limit", "2")
     assert check_rescored(source, rescored, fresh, sent) == []
-    assert {u: r["status"] for u, r in _records(rescored).items()} == {"batch-0001": "ok", "batch-0002": "ok"}
+    statuses = {u: r["status"] for u, r in unit_records(rescored, VOLATILE).items()}
+    assert statuses == {"batch-0001": "ok", "batch-0002": "ok"}
 
 
 def test_a_protocol_without_target_answers_cannot_be_rescored(tmp_path, capsys):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.run_files import unit_records
 from tests.standin_endpoint import Faults, StandIn
 
-VOLATILE = {"wall_s", "usage", "llm_seconds", "latency_s", "queue_s", "ts"}
 
 
 def _interview(out: Path, standin: StandIn, *extra: str) -> Path:
@@ -22,18 +22,6 @@ def _interview(out: Path, standin: StandIn, *extra: str) -> Path:
     assert run.main(argv) == 0
     (run_dir,) = [p for p in set(out.iterdir()) - before if not p.name.startswith("_")]
     return run_dir
-
-
-def _records(run_dir: Path) -> dict[str, dict]:
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    lines = (run_dir / "results.jsonl").read_text().splitlines()
-    return {r["unit_id"]: strip(r) for r in map(json.loads, lines)}
 
 
 def _events(run_dir: Path) -> list[dict]:
@@ -49,7 +37,7 @@ def test_a_second_run_with_the_cache_sends_no_request_and_gets_the_same_results(
         standin.requests.clear()
         second = _interview(tmp_path / "runs", standin, *cache)
         assert standin.requests == []
-    assert _records(second) == _records(first)
+    assert unit_records(second) == unit_records(first)
     events = _events(second)
     assert events and all(e["cached"] and e["latency_s"] == 0 for e in events)
     usage = json.loads((second / "summary.json").read_text())["usage"]

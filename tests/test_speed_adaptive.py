@@ -5,10 +5,8 @@ that refuses with 429 whenever more than its capacity is in flight."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -18,7 +16,7 @@ from runtime.events import EventLog
 from runtime.llm import RetryPolicy, RoleLLM, retry_after
 from runtime.models import open_endpoint
 from state.config import ModelSpec
-from tests.fake_endpoint import completion
+from tests.fake_endpoint import completion, serve, stop, url_of
 
 CAPACITY = 3
 RETRY_AFTER_S = 0.2
@@ -59,41 +57,26 @@ def crowded_endpoint():
     """Answers after 50 ms; refuses with 429 and ``Retry-After`` when more than CAPACITY requests are in."""
     lock, state = threading.Lock(), {"in": 0, "peak_served": 0, "refused": 0}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
+    def respond(body: dict) -> tuple:
+        with lock:
+            state["in"] += 1
+            crowded = state["in"] > CAPACITY
+            state["refused"] += crowded
+            if not crowded:
+                state["peak_served"] = max(state["peak_served"], state["in"])
+        try:
+            if crowded:
+                return 429, {"error": {"message": "slow down", "type": "rate_limit"}}, \
+                    {"Retry-After": str(RETRY_AFTER_S)}
+            time.sleep(0.05)
+            return 200, completion("ok")
+        finally:
             with lock:
-                state["in"] += 1
-                crowded = state["in"] > CAPACITY
-                state["refused"] += crowded
-                if not crowded:
-                    state["peak_served"] = max(state["peak_served"], state["in"])
-            try:
-                if crowded:
-                    status, body, extra = 429, {"error": {"message": "slow down", "type": "rate_limit"}}, \
-                        {"Retry-After": str(RETRY_AFTER_S)}
-                else:
-                    time.sleep(0.05)
-                    status, body, extra = 200, completion("ok"), {}
-            finally:
-                with lock:
-                    state["in"] -= 1
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)), **extra}.items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(data)
+                state["in"] -= 1
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1", state
-    server.shutdown()
-    server.server_close()
+    server = serve(respond)
+    yield url_of(server), state
+    stop(server)
 
 
 def test_the_limit_adapts_to_a_crowded_endpoint_and_honours_retry_after(crowded_endpoint):

@@ -5,9 +5,6 @@ with the same vectors computed in-process; a malformed endpoint is refused as ba
 from __future__ import annotations
 
 import base64
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -16,6 +13,7 @@ from pydantic import ValidationError
 from state.config import StoreConfig
 from stores.vectors import embedding_function
 from tests.fake_embedding import HashEmbedding
+from tests.fake_endpoint import serve, stop, url_of
 from tests.test_speed_context_graph import build, corpus, paths
 
 
@@ -24,33 +22,19 @@ def embeddings_endpoint():
     """``POST /v1/embeddings``: the hash embedding of each input, as floats or base64 as the client asks."""
     fake, batches = HashEmbedding(), []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-            batches.append(len(texts))
-            vectors = fake(texts)
-            encode = (lambda v: base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode()) \
-                if body.get("encoding_format") == "base64" else (lambda v: [float(x) for x in v])
-            data = json.dumps({"object": "list", "model": body["model"],
-                               "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
-                                        for i, v in enumerate(vectors)],
-                               "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(body: dict) -> tuple:
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        batches.append(len(texts))
+        encode = (lambda v: base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode()) \
+            if body.get("encoding_format") == "base64" else (lambda v: [float(x) for x in v])
+        return 200, {"object": "list", "model": body["model"],
+                     "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
+                              for i, v in enumerate(fake(texts))],
+                     "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1", batches
-    server.shutdown()
-    server.server_close()
+    server = serve(respond)
+    yield url_of(server), batches
+    stop(server)
 
 
 def test_a_graph_embedded_by_an_endpoint_samples_as_the_same_vectors_in_process(tmp_path, embeddings_endpoint,
