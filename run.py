@@ -38,7 +38,7 @@ from state.errors import InputError  # noqa: E402
 from stores.results import ResultStore  # noqa: E402
 
 
-#: Exit code of a run its budget (--max-calls, --max-tokens) stopped; 130 = Ctrl-C, 2 = bad input.
+#: Exit code of a run its budget (--max-calls, --max-tokens, --max-cost) stopped; 130 = Ctrl-C, 2 = bad input.
 EXIT_BUDGET = 3
 
 
@@ -82,6 +82,8 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
                      "budget)")
     run.add_argument("--max-tokens", type=int, metavar="N", help="budget: start no request once the run's requests "
                      "used N prompt + completion tokens (as --max-calls)")
+    run.add_argument("--max-cost", type=float, metavar="USD", help="budget: start no request once the run's requests "
+                     "cost USD, priced by --pricing (as --max-calls; refused if a model has no price)")
     run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
     run.add_argument("--rescore", metavar="RUN_ID", help="a new run that re-judges run OUT/RUN_ID with the judging "
@@ -98,6 +100,8 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
                         help="reuse the accepted reply of an identical request from earlier runs (default: off)")
     stores.add_argument("--cache-dir", help="response cache folder (default ~/.cache/dyneval)")
     stores.add_argument("--cache-expiry-hours", type=float, help="ignore cached replies older than this")
+    stores.add_argument("--pricing", metavar="FILE", help="YAML of USD per million input/output tokens per model "
+                        "(default: the shipped example prices, runtime/pricing.yaml)")
     return parser
 
 
@@ -162,10 +166,11 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
         "seed": args.seed,
         "max_calls": args.max_calls,
         "max_tokens": args.max_tokens,
+        "max_cost": args.max_cost,
         "out": args.out,
         "stores": {"chroma_url": args.chroma_url, "postgres_dsn": args.postgres_dsn,
                    "embedding_model": args.embedding_model, "cache": args.cache, "cache_dir": args.cache_dir,
-                   "cache_expiry_hours": args.cache_expiry_hours},
+                   "cache_expiry_hours": args.cache_expiry_hours, "pricing": args.pricing},
         "params": {d: getattr(args, d) for d in protocol_dests if getattr(args, d) is not None},
     }
 
@@ -245,8 +250,8 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
 
     ``options`` are the command-line options by their Python names: the roles (``target=``, ``evaluator=`` ...,
     each ``local``, a config name or ``MODEL@BASE_URL``), ``config=``, ``out=``, ``limit=``, ``concurrency=``,
-    ``seed=``, ``max_calls=``, ``max_tokens=``, ``cache=``, ``resume=RUN_ID``, ``rescore=RUN_ID``,
-    ``skip_preflight=`` ..., and the protocol's own parameters (``repeats=2``, ``data="seeds.jsonl"``). Bad input
+    ``seed=``, ``max_calls=``, ``max_tokens=``, ``max_cost=``, ``pricing=``, ``cache=``, ``resume=RUN_ID``,
+    ``rescore=RUN_ID``, ``skip_preflight=`` ..., and the protocol's own parameters (``repeats=2``, ``data="seeds.jsonl"``). Bad input
     raises ``state.errors.InputError`` before anything is spent; a run its budget stopped is returned
     (``result.stopped``); Ctrl-C raises ``KeyboardInterrupt`` after the partial report. ``quiet=False`` prints
     the progress and summary as the command line does.
@@ -287,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunInterrupted as exc:
         console.print(f"{exc}; the partial report is in {run.run_dir}", style="yellow",
                       markup=False, highlight=False, soft_wrap=True)
-        more = " with a higher --max-calls / --max-tokens" if exc.budget else ""
+        more = " with a higher --max-calls / --max-tokens / --max-cost" if exc.budget else ""
         console.print(f"resume{more} with: {exc.resume}", markup=False, highlight=False, soft_wrap=True)
         code = EXIT_BUDGET if exc.budget else 130
         if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):

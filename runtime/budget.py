@@ -1,11 +1,14 @@
-"""A run's budget (``--max-calls``, ``--max-tokens``): no request starts once it is spent.
+"""A run's budget (``--max-calls``, ``--max-tokens``, ``--max-cost``): no request starts once it is spent.
 
 :class:`runtime.llm.RoleLLM` asks :meth:`Budget.check` right before each request (after the Ctrl-C check). What is
-spent is the run's event log total: requests sent (failed attempts included) and their prompt plus completion
-tokens, earlier sessions of a resumed run included; replies from the response cache or replayed by a re-score
-spend nothing. Once spent, the check raises the run-wide stop flag (:mod:`runtime.stop`), so every thread's next
-request is refused and the run ends like an interrupted one: requests already in flight finish, a partial summary
-and report are written, and ``--resume`` with a higher budget continues.
+spent is the run's event log total: requests sent (failed attempts included), their prompt plus completion
+tokens and their USD (:mod:`runtime.pricing`), earlier sessions of a resumed run included; replies from the
+response cache or replayed by a re-score spend nothing. Once spent, the check raises the run-wide stop flag
+(:mod:`runtime.stop`), so every thread's next request is refused and the run ends like an interrupted one:
+requests already in flight finish, a partial summary and report are written, and ``--resume`` with a higher
+budget continues. A cost budget needs every model the run calls to have a price: :func:`check_priced` refuses
+one whose roles' models have none before the run starts; a model without a price called later (an extra
+evaluated model) stops the run as a spent cost budget would.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass, field
 
 from runtime import stop
 from runtime.events import EventLog, Usage
+from runtime.pricing import Pricing
+from state.errors import InputError
 
 
 class BudgetSpent(stop.StopRequested):
@@ -26,6 +31,7 @@ class Budget:
     events: EventLog
     max_calls: int | None = None
     max_tokens: int | None = None
+    max_cost: float | None = None
     #: What was spent when the budget was reached (``None`` while it was not).
     reached: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -44,7 +50,8 @@ class Budget:
     def _spent(self, total: Usage) -> bool:
         tokens = total.prompt_tokens + total.completion_tokens
         return (self.max_calls is not None and total.calls >= self.max_calls) or \
-            (self.max_tokens is not None and tokens >= self.max_tokens)
+            (self.max_tokens is not None and tokens >= self.max_tokens) or \
+            (self.max_cost is not None and (total.cost_usd >= self.max_cost or total.unpriced > 0))
 
     def describe(self, total: Usage) -> str:
         """What was spent against which limit, e.g. ``12 calls of --max-calls 12, 300 tokens``."""
@@ -52,4 +59,20 @@ class Budget:
         tokens = total.prompt_tokens + total.completion_tokens
         tokens_text = f"{tokens} tokens" + (f" of --max-tokens {self.max_tokens}" if self.max_tokens is not None
                                             else "")
-        return f"{calls}, {tokens_text}"
+        unknown = f" + {total.unpriced} exchange(s) of models without a price" if total.unpriced else ""
+        cost = f"${total.cost_usd:.6g}{unknown}" + (f" of --max-cost {self.max_cost}" if self.max_cost is not None
+                                                     else "")
+        return f"{calls}, {tokens_text}, {cost}"
+
+
+def check_priced(max_cost: float | None, pricing: Pricing, labels: dict[str, str]) -> None:
+    """Refuse a cost budget (exit 2, before any request) when a model the run calls has no price.
+
+    ``labels``: role -> the label of the model it calls."""
+    if max_cost is None:
+        return
+    unpriced = sorted({f"{label} ({role})" for role, label in labels.items() if pricing.price(label) is None})
+    if unpriced:
+        raise InputError(f"cannot hold the run to a cost budget: no price for {', '.join(unpriced)}; add it to a "
+                         "--pricing file or set price_in / price_out in its [models.NAME] spec",
+                         setting="--max-cost")

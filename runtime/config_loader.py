@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from runtime.models import resolve_api_key
+from runtime.pricing import Pricing
 from state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
 from state.context import Option
 from state.errors import InputError
@@ -34,9 +35,11 @@ from state.errors import InputError
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
 _ENV_SCALARS = {"LIMIT": "limit", "CONCURRENCY": "concurrency", "SEED": "seed", "OUT": "out",
-                "MAX_CALLS": "max_calls", "MAX_TOKENS": "max_tokens"}
+                "MAX_CALLS": "max_calls", "MAX_TOKENS": "max_tokens",
+                "MAX_COST": "max_cost"}
 _ENV_STORES = {"CHROMA_URL": "chroma_url", "POSTGRES_DSN": "postgres_dsn", "EMBEDDING_MODEL": "embedding_model",
-               "CACHE": "cache", "CACHE_DIR": "cache_dir", "CACHE_EXPIRY_HOURS": "cache_expiry_hours"}
+               "CACHE": "cache", "CACHE_DIR": "cache_dir", "CACHE_EXPIRY_HOURS": "cache_expiry_hours",
+               "PRICING": "pricing"}
 
 Loc = tuple[str, ...]
 
@@ -122,7 +125,8 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 # -- provenance --------------------------------------------------------------------------------------------------
 
 #: Settings that have a command-line flag of their own (besides roles, stores and protocol params).
-_FLAGGED = frozenset({("limit",), ("concurrency",), ("seed",), ("out",), ("max_calls",), ("max_tokens",)})
+_FLAGGED = frozenset({("limit",), ("concurrency",), ("seed",), ("out",), ("max_calls",), ("max_tokens",),
+                      ("max_cost",)})
 
 
 def _flag_namer(param_flags: Mapping[str, str]) -> Callable[[Loc], str | None]:
@@ -293,6 +297,7 @@ def load_config(protocol: str, *, config_file: str | None, flags: dict[str, Any]
         raise InputError(_message(err), setting=sources.of(_loc(err))) from None
     config._sources = sources.by_flag(flag_of)
     _check_api_keys(config, sources)
+    _check_pricing(config, sources)
     if params is not None:
         params.check_values(config.params, sources)
     return config
@@ -307,6 +312,18 @@ def _check_api_keys(config: RunConfig, sources: _Sources) -> None:
             ref = config.role_ref(role)
             loc = ("models", ref, "api_key_env") if ref in config.models else ("roles", role)
             raise InputError(exc.message, setting=sources.of(loc)) from None
+
+
+def _check_pricing(config: RunConfig, sources: _Sources) -> None:
+    """A pricing file that cannot be read is bad input, found now; a spec may not set one price of two."""
+    for name, spec in config.models.items():
+        if (spec.price_in is None) != (spec.price_out is None):
+            raise InputError("set both price_in and price_out (USD per million tokens), or neither",
+                             setting=sources.of(("models", name, "price_in" if spec.price_in is None else "price_out")))
+    try:
+        Pricing.for_run(config)
+    except InputError as exc:
+        raise InputError(exc.message, file=exc.file, setting=sources.of(("stores", "pricing"))) from None
 
 
 # -- resuming ----------------------------------------------------------------------------------------------------

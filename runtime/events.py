@@ -8,14 +8,22 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stores.files import append_line, drop_torn_tail, read_records
+
+if TYPE_CHECKING:
+    from runtime.pricing import Pricing
 
 
 @dataclass
 class Usage:
-    """Calls, tokens and seconds spent by one unit (or a whole run), and the replies the response cache saved."""
+    """Calls, tokens, USD and seconds spent by one unit (or a whole run), and the replies the response cache saved.
+
+    USD are summed over exchanges whose model has a price (:mod:`runtime.pricing`); an exchange with tokens and
+    no price is counted in ``unpriced`` (``unpriced_saved`` for cache hits) and makes the total unknown
+    (:meth:`as_dict` gives ``None``), never a silent 0.
+    """
 
     calls: int = 0
     failed_calls: int = 0
@@ -24,19 +32,41 @@ class Usage:
     seconds: float = 0.0
     cache_hits: int = 0
     tokens_saved: int = 0
+    cost_usd: float = 0.0
+    cost_saved: float = 0.0
+    unpriced: int = 0
+    unpriced_saved: int = 0
 
     def count(self, event: dict[str, Any]) -> None:
-        """Add one exchange of the event log: a cache hit spends nothing and saves its reply's tokens."""
+        """Add one exchange of the event log: a cache hit spends nothing and saves its reply's tokens and USD."""
         tokens = (event.get("prompt_tokens") or 0), (event.get("completion_tokens") or 0)
+        cost = event.get("cost_usd")
+        unpriced = cost is None and sum(tokens) > 0
         if event.get("cached"):
             self.cache_hits += 1
             self.tokens_saved += sum(tokens)
+            self.cost_saved += cost or 0.0
+            self.unpriced_saved += unpriced
             return
         self.calls += 1
         self.failed_calls += event.get("error") is not None
         self.prompt_tokens += tokens[0]
         self.completion_tokens += tokens[1]
         self.seconds += event.get("latency_s") or 0.0
+        self.cost_usd += cost or 0.0
+        self.unpriced += unpriced
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Usage:
+        """The inverse of :meth:`as_dict` (a unit record's ``usage``); an unknown cost stays unknown."""
+        def known(value: float | None, unpriced: int) -> tuple[float, int]:
+            return (0.0, max(1, unpriced)) if value is None else (value, unpriced)
+
+        cost, unpriced = known(data.get("cost_usd"), data.get("unpriced_calls", 0))
+        saved, unpriced_saved = known(data.get("cost_saved_by_cache_usd"), data.get("unpriced_cache_hits", 0))
+        return cls(data.get("calls", 0), data.get("failed_calls", 0), data.get("prompt_tokens", 0),
+                   data.get("completion_tokens", 0), data.get("llm_seconds", 0.0), data.get("cache_hits", 0),
+                   data.get("tokens_saved_by_cache", 0), cost, saved, unpriced, unpriced_saved)
 
     def add(self, other: Usage) -> None:
         for f in dataclasses.fields(self):
@@ -51,7 +81,20 @@ class Usage:
             "llm_seconds": round(self.seconds, 3),
             "cache_hits": self.cache_hits,
             "tokens_saved_by_cache": self.tokens_saved,
+            "cost_usd": None if self.unpriced else round(self.cost_usd, 6),
+            "unpriced_calls": self.unpriced,
+            "cost_saved_by_cache_usd": None if self.unpriced_saved else round(self.cost_saved, 6),
+            "unpriced_cache_hits": self.unpriced_saved,
         }
+
+
+def usd(usage: dict[str, Any], key: str = "cost_usd") -> str:
+    """A usage dict's USD for people: ``$0.0123``, or unknown and why."""
+    value = usage.get(key)
+    if value is not None:
+        return f"${value:.6g}"
+    n = usage.get("unpriced_cache_hits" if key == "cost_saved_by_cache_usd" else "unpriced_calls", 0)
+    return f"unknown ({n} exchange(s) of models without a price: see --pricing)"
 
 
 @dataclass
@@ -60,12 +103,14 @@ class EventLog:
 
     ``path=None`` keeps events in memory only (Studio sessions, tests). Opening an
     existing log drops a last line a kill cut short (see ``notes``), so appends
-    start on a fresh line.
+    start on a fresh line. ``pricing`` prices each exchange (``cost_usd``; ``None`` = unknown).
     """
 
     path: Path | None = None
+    pricing: Pricing | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _usage: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
+    _by_role: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     keep_in_memory: bool = False
     notes: list[str] = field(default_factory=list, repr=False)
@@ -95,18 +140,31 @@ class EventLog:
             "queue_s": round(queue_s, 3),
             "error": error,
             "cached": cached,
+            "cost_usd": self._cost(model, prompt_tokens, completion_tokens),
         }
         with self._lock:
-            self._usage[unit].count(event)
+            self._count(event)
             if self.keep_in_memory or self.path is None:
                 self.records.append(event)
             if self.path is not None:
                 append_line(self.path, event)
 
+    def _cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+        return None if self.pricing is None else self.pricing.cost(model, prompt_tokens, completion_tokens)
+
+    def _count(self, event: dict[str, Any]) -> None:
+        self._usage[event.get("unit", "-")].count(event)
+        self._by_role[event.get("role", "-")].count(event)
+
     def usage(self, unit: str) -> Usage:
         """Usage of one unit so far (a copy)."""
         with self._lock:
             return dataclasses.replace(self._usage.get(unit, Usage()))
+
+    def by_role(self) -> dict[str, Usage]:
+        """Usage per role (failed attempts included), copies."""
+        with self._lock:
+            return {role: dataclasses.replace(u) for role, u in sorted(self._by_role.items())}
 
     def total(self) -> Usage:
         with self._lock:
@@ -116,9 +174,13 @@ class EventLog:
             return total
 
     def load_existing(self) -> None:
-        """Re-count usage from an existing log (resume keeps earlier cost)."""
+        """Re-count usage from an existing log (resume keeps earlier cost; a log written before exchanges were
+        priced is priced now)."""
         if self.path is None:
             return
         with self._lock:
             for e in read_records(self.path, self.notes):
-                self._usage[e.get("unit", "-")].count(e)
+                if "cost_usd" not in e:
+                    e["cost_usd"] = self._cost(e.get("model", ""), e.get("prompt_tokens") or 0,
+                                               e.get("completion_tokens") or 0)
+                self._count(e)

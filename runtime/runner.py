@@ -50,7 +50,9 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
 from rich.table import Table as RichTable
 
 from runtime import stop
-from runtime.events import EventLog, Usage
+from runtime.budget import check_priced
+from runtime.events import EventLog, Usage, usd
+from runtime.pricing import Pricing
 from runtime.concurrency import parallel_map
 from runtime.llm import is_endpoint_fault
 from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
@@ -101,7 +103,8 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
     run_dir = Path(config.out) / (run_id or new_run_id(protocol.name))
     if resumed and not run_dir.is_dir():
         raise InputError(f"no run directory {run_dir} to resume", field="--resume")
-    events = EventLog(run_dir / "events.jsonl")
+    pricing = Pricing.for_run(config)
+    events = EventLog(run_dir / "events.jsonl", pricing=pricing)
     events.load_existing()
     if config.rescored_from:
         from runtime.replay import replay_models  # LangChain: loaded for a re-score only, not for `--help`
@@ -110,6 +113,8 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
                           **(chat_overrides or {})}
     services = Services(config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {},
                         retry_sleep=retry_sleep)
+    called = protocol.judge_roles if config.rescored_from else protocol.roles  # a re-score's others are replayed
+    check_priced(config.max_cost, pricing, {role: services.model_label(role) for role in called})
     return Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
 
 
@@ -520,11 +525,10 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
     units = Usage()
     for r in records:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-        u = r.get("usage") or {}
-        units.add(Usage(u.get("calls", 0), u.get("failed_calls", 0), u.get("prompt_tokens", 0),
-                        u.get("completion_tokens", 0), u.get("llm_seconds", 0.0)))
+        units.add(Usage.from_dict(r.get("usage") or {}))
     n = max(1, len(records))
     unit_wall = sum(r.get("wall_s", 0.0) for r in records)
+    metrics = protocol.summarize(run, records)  # first: its own calls (interview's summary) count in usage
     return {
         "run_id": run.run_dir.name,
         "protocol": protocol.name,
@@ -536,6 +540,7 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
         "interrupted": interrupted,
         "file_notes": notes or [],
         "usage": run.services.events.total().as_dict(),
+        "usage_by_role": {role: u.as_dict() for role, u in run.services.events.by_role().items()},
         "unit_usage": units.as_dict(),
         "unit_wall_s_total": round(unit_wall, 3),
         "session_wall_s": round(wall_s, 3),
@@ -544,7 +549,7 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
             "tokens": round((units.prompt_tokens + units.completion_tokens) / n, 1),
             "wall_s": round(unit_wall / n, 3),
         },
-        "metrics": protocol.summarize(run, records),
+        "metrics": metrics,
         **rescore_fields(protocol, run.config, records),
     }
 
@@ -566,11 +571,21 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
     blocks.append(Table(["role", "model"], [[k, v] for k, v in summary["models"].items()], caption="Models"))
     usage = summary["usage"]
     blocks.append(Table(
-        ["units", "statuses", "LLM calls", "prompt tokens", "completion tokens", "LLM seconds", "wall s / unit"],
+        ["units", "statuses", "LLM calls", "prompt tokens", "completion tokens", "cost", "LLM seconds",
+         "wall s / unit"],
         [[summary["units"], ", ".join(f"{k}={v}" for k, v in sorted(summary["status_counts"].items())),
-          usage["calls"], usage["prompt_tokens"], usage["completion_tokens"], usage["llm_seconds"],
+          usage["calls"], usage["prompt_tokens"], usage["completion_tokens"], usd(usage), usage["llm_seconds"],
           summary["per_unit"]["wall_s"]]],
         caption="Run"))
+    if usage["cache_hits"]:
+        blocks.append(Text(f"Response cache: {usage['cache_hits']} replies reused, {usage['tokens_saved_by_cache']} "
+                           f"tokens and {usd(usage, 'cost_saved_by_cache_usd')} saved."))
+    blocks.append(Table(
+        ["role", "calls", "failed attempts", "prompt tokens", "completion tokens", "cost", "cache hits"],
+        [[role, u["calls"], u["failed_calls"], u["prompt_tokens"], u["completion_tokens"], usd(u), u["cache_hits"]]
+         for role, u in (summary.get("usage_by_role") or {}).items()],
+        caption="Calls per role: failed attempts are requests the endpoint failed (errors, timeouts; retried or "
+                "not), included in the calls; they carry no token usage, so no cost"))
     failed = [[r["unit_id"], r["status"], (r.get("error") or "")[:300]] for r in records
               if r["status"] not in ("ok", "ungraded")]
     if failed:
@@ -598,6 +613,8 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
         table.add_row("interrupted", f"{summary['interrupted']['unfinished_units']} units unfinished (partial)")
     table.add_row("LLM calls", str(summary["usage"]["calls"]))
     table.add_row("tokens", str(summary["usage"]["prompt_tokens"] + summary["usage"]["completion_tokens"]))
+    table.add_row("cost", usd(summary["usage"]) + (f", {usd(summary['usage'], 'cost_saved_by_cache_usd')} saved by "
+                                                   "the cache" if summary["usage"]["cache_hits"] else ""))
     headline = headline_metrics(adapter(summary["protocol"]), summary["metrics"])  # named as in the paper, first
     for m in headline:
         value = f"{m['value']:.4g}" if isinstance(m["value"], float) else str(m["value"])

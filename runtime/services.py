@@ -45,12 +45,15 @@ class Services:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
     _key_locks: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
-    #: The run's budget (``--max-calls`` / ``--max-tokens``), checked by the call layer; ``None`` = unlimited.
+    #: The run's budget (``--max-calls`` / ``--max-tokens`` / ``--max-cost``), checked by the call layer;
+    #: ``None`` = unlimited.
     budget: Budget | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if self.config.max_calls is not None or self.config.max_tokens is not None:
-            self.budget = Budget(self.events, max_calls=self.config.max_calls, max_tokens=self.config.max_tokens)
+        limits = {"max_calls": self.config.max_calls, "max_tokens": self.config.max_tokens,
+                  "max_cost": self.config.max_cost}
+        if any(v is not None for v in limits.values()):
+            self.budget = Budget(self.events, **limits)
 
     def spec(self, role: str) -> ModelSpec:
         return self.config.spec_for(role)

@@ -70,6 +70,9 @@ class ModelSpec(BaseModel):
         None, ge=1, description="ceiling on requests in flight to this model (all roles together); unset = as many "
         "as the run sends (its --concurrency units and their parallel calls)")
     structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
+    price_in: float | None = Field(None, ge=0, description="USD per million input tokens (with price_out: "
+                                                           "overrides the pricing file for this model)")
+    price_out: float | None = Field(None, ge=0, description="USD per million output tokens")
 
     #: What this spec contributes to an answer (timeouts, retries and limits do not change one).
     ANSWER_FIELDS: ClassVar[tuple[str, ...]] = ("provider", "model", "base_url", "temperature", "max_tokens",
@@ -136,6 +139,8 @@ class StoreConfig(BaseModel):
     cache_dir: str | None = Field(None, description="response cache folder; unset = $XDG_CACHE_HOME/dyneval "
                                                     "or ~/.cache/dyneval")
     cache_expiry_hours: float | None = Field(None, gt=0, description="ignore cached replies older than this")
+    pricing: str | None = Field(None, description="YAML file of USD per million input/output tokens per model; "
+                                                  "unset = the shipped example prices (runtime/pricing.yaml)")
 
     @field_validator("embedding_model")
     @classmethod
@@ -179,6 +184,8 @@ class RunConfig(BaseModel):
                                                           "(runtime/budget.py)")
     max_tokens: int | None = Field(None, ge=1, description="budget: no request starts once the run's requests "
                                                            "used this many prompt + completion tokens")
+    max_cost: float | None = Field(None, gt=0, description="budget: no request starts once the run's requests "
+                                                           "cost this many USD (runtime/pricing.py)")
     seed: int = 0
     out: str = "runs"
     stores: StoreConfig = Field(default_factory=StoreConfig)
