@@ -84,6 +84,9 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
                      "used N prompt + completion tokens (as --max-calls)")
     run.add_argument("--max-cost", type=float, metavar="USD", help="budget: start no request once the run's requests "
                      "cost USD, priced by --pricing (as --max-calls; refused if a model has no price)")
+    run.add_argument("--max-tokens-per-role", metavar="ROLE=N,...", help="budget per role (as logged, e.g. "
+                     "evaluator=100000): stop as --max-tokens once one role's requests used N tokens")
+    run.add_argument("--max-cost-per-role", metavar="ROLE=USD,...", help="budget per role in USD (as --max-cost)")
     run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
     run.add_argument("--rescore", metavar="RUN_ID", help="a new run that re-judges run OUT/RUN_ID with the judging "
@@ -167,6 +170,8 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
         "max_calls": args.max_calls,
         "max_tokens": args.max_tokens,
         "max_cost": args.max_cost,
+        "max_tokens_per_role": args.max_tokens_per_role,
+        "max_cost_per_role": args.max_cost_per_role,
         "out": args.out,
         "stores": {"chroma_url": args.chroma_url, "postgres_dsn": args.postgres_dsn,
                    "embedding_model": args.embedding_model, "cache": args.cache, "cache_dir": args.cache_dir,
@@ -250,11 +255,11 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
 
     ``options`` are the command-line options by their Python names: the roles (``target=``, ``evaluator=`` ...,
     each ``local``, a config name or ``MODEL@BASE_URL``), ``config=``, ``out=``, ``limit=``, ``concurrency=``,
-    ``seed=``, ``max_calls=``, ``max_tokens=``, ``max_cost=``, ``pricing=``, ``cache=``, ``resume=RUN_ID``,
-    ``rescore=RUN_ID``, ``skip_preflight=`` ..., and the protocol's own parameters (``repeats=2``, ``data="seeds.jsonl"``). Bad input
-    raises ``state.errors.InputError`` before anything is spent; a run its budget stopped is returned
-    (``result.stopped``); Ctrl-C raises ``KeyboardInterrupt`` after the partial report. ``quiet=False`` prints
-    the progress and summary as the command line does.
+    ``seed=``, ``max_calls=``, ``max_tokens=``, ``max_cost=``, ``max_tokens_per_role="evaluator=1000"``,
+    ``pricing=``, ``cache=``, ``resume=RUN_ID``, ``rescore=RUN_ID``, ``skip_preflight=`` ..., and the protocol's own
+    parameters (``repeats=2``, ``data="seeds.jsonl"``). Bad input raises ``state.errors.InputError`` before anything
+    is spent; a run its budget stopped is returned (``result.stopped``); Ctrl-C raises ``KeyboardInterrupt`` after
+    the partial report. ``quiet=False`` prints the progress and summary as the command line does.
     """
     parser, dests = build_parser(protocol)
     known = {k: v for k, v in vars(parser.parse_args(["--protocol", protocol])).items()

@@ -32,6 +32,9 @@ class Budget:
     max_calls: int | None = None
     max_tokens: int | None = None
     max_cost: float | None = None
+    #: Per role as logged (``--max-tokens-per-role evaluator=N``): one role reaching its limit stops the run.
+    max_tokens_per_role: dict[str, int] = field(default_factory=dict)
+    max_cost_per_role: dict[str, float] = field(default_factory=dict)
     #: What was spent when the budget was reached (``None`` while it was not).
     reached: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -41,9 +44,10 @@ class Budget:
         with self._lock:
             if self.reached is None:
                 total = self.events.total()
-                if not self._spent(total):
+                role = self._role_spent()
+                if role is None and not self._spent(total):
                     return
-                self.reached = self.describe(total)
+                self.reached = self.describe(total) + (f"; {role}" if role else "")
                 stop.request_stop()
         stop.refuse(f"the run's budget is spent: {self.reached}", BudgetSpent)
 
@@ -52,6 +56,21 @@ class Budget:
         return (self.max_calls is not None and total.calls >= self.max_calls) or \
             (self.max_tokens is not None and tokens >= self.max_tokens) or \
             (self.max_cost is not None and (total.cost_usd >= self.max_cost or total.unpriced > 0))
+
+    def _role_spent(self) -> str | None:
+        """Which role's own budget is spent, e.g. ``evaluator: 300 tokens of --max-tokens-per-role 250``."""
+        if not (self.max_tokens_per_role or self.max_cost_per_role):
+            return None
+        used = self.events.by_role()
+        for role, limit in self.max_tokens_per_role.items():
+            tokens = used[role].prompt_tokens + used[role].completion_tokens if role in used else 0
+            if tokens >= limit:
+                return f"{role}: {tokens} tokens of --max-tokens-per-role {limit}"
+        for role, cost_limit in self.max_cost_per_role.items():
+            u = used.get(role, Usage())
+            if u.cost_usd >= cost_limit or u.unpriced:
+                return f"{role}: ${u.cost_usd:.6g} of --max-cost-per-role {cost_limit}"
+        return None
 
     def describe(self, total: Usage) -> str:
         """What was spent against which limit, e.g. ``12 calls of --max-calls 12, 300 tokens``."""
@@ -65,14 +84,13 @@ class Budget:
         return f"{calls}, {tokens_text}, {cost}"
 
 
-def check_priced(max_cost: float | None, pricing: Pricing, labels: dict[str, str]) -> None:
-    """Refuse a cost budget (exit 2, before any request) when a model the run calls has no price.
-
-    ``labels``: role -> the label of the model it calls."""
-    if max_cost is None:
+def check_priced(flag: str | None, pricing: Pricing, labels: dict[str, str]) -> None:
+    """Refuse a cost budget (``flag``: ``--max-cost`` ...; exit 2, before any request) when a model the run calls
+    has no price. ``labels``: role -> the label of the model it calls."""
+    if flag is None:
         return
     unpriced = sorted({f"{label} ({role})" for role, label in labels.items() if pricing.price(label) is None})
     if unpriced:
         raise InputError(f"cannot hold the run to a cost budget: no price for {', '.join(unpriced)}; add it to a "
                          "--pricing file or set price_in / price_out in its [models.NAME] spec",
-                         setting="--max-cost")
+                         setting=flag)

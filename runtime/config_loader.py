@@ -36,7 +36,8 @@ ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
 _ENV_SCALARS = {"LIMIT": "limit", "CONCURRENCY": "concurrency", "SEED": "seed", "OUT": "out",
                 "MAX_CALLS": "max_calls", "MAX_TOKENS": "max_tokens",
-                "MAX_COST": "max_cost"}
+                "MAX_COST": "max_cost", "MAX_TOKENS_PER_ROLE": "max_tokens_per_role",
+                "MAX_COST_PER_ROLE": "max_cost_per_role"}
 _ENV_STORES = {"CHROMA_URL": "chroma_url", "POSTGRES_DSN": "postgres_dsn", "EMBEDDING_MODEL": "embedding_model",
                "CACHE": "cache", "CACHE_DIR": "cache_dir", "CACHE_EXPIRY_HOURS": "cache_expiry_hours",
                "PRICING": "pricing"}
@@ -126,7 +127,7 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 #: Settings that have a command-line flag of their own (besides roles, stores and protocol params).
 _FLAGGED = frozenset({("limit",), ("concurrency",), ("seed",), ("out",), ("max_calls",), ("max_tokens",),
-                      ("max_cost",)})
+                      ("max_cost",), ("max_tokens_per_role",), ("max_cost_per_role",)})
 
 
 def _flag_namer(param_flags: Mapping[str, str]) -> Callable[[Loc], str | None]:

@@ -114,7 +114,9 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
     services = Services(config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {},
                         retry_sleep=retry_sleep)
     called = protocol.judge_roles if config.rescored_from else protocol.roles  # a re-score's others are replayed
-    check_priced(config.max_cost, pricing, {role: services.model_label(role) for role in called})
+    cost_flag = "--max-cost" if config.max_cost is not None else "--max-cost-per-role" if config.max_cost_per_role \
+        else None
+    check_priced(cost_flag, pricing, {role: services.model_label(role) for role in called})
     return Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
 
 

@@ -51,8 +51,9 @@ class Services:
 
     def __post_init__(self) -> None:
         limits = {"max_calls": self.config.max_calls, "max_tokens": self.config.max_tokens,
-                  "max_cost": self.config.max_cost}
-        if any(v is not None for v in limits.values()):
+                  "max_cost": self.config.max_cost, "max_tokens_per_role": self.config.max_tokens_per_role,
+                  "max_cost_per_role": self.config.max_cost_per_role}
+        if any(limits.values()):  # limits are > 0: unset = None or {}
             self.budget = Budget(self.events, **limits)
 
     def spec(self, role: str) -> ModelSpec:

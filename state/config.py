@@ -186,6 +186,9 @@ class RunConfig(BaseModel):
                                                            "used this many prompt + completion tokens")
     max_cost: float | None = Field(None, gt=0, description="budget: no request starts once the run's requests "
                                                            "cost this many USD (runtime/pricing.py)")
+    max_tokens_per_role: dict[str, int] = Field(default_factory=dict, description="budget per role as logged: "
+                                                "ROLE=N,... (no request starts once one role used N tokens)")
+    max_cost_per_role: dict[str, float] = Field(default_factory=dict, description="budget per role: ROLE=USD,...")
     seed: int = 0
     out: str = "runs"
     stores: StoreConfig = Field(default_factory=StoreConfig)
@@ -194,6 +197,26 @@ class RunConfig(BaseModel):
                                                         "(--rescore RUN_ID, runtime/rescore.py)")
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("max_tokens_per_role", "max_cost_per_role", mode="before")
+    @classmethod
+    def _role_limits(cls, value: Any) -> Any:
+        """``ROLE=N,ROLE=N`` (a flag or environment variable) or a table; every role known, every limit > 0."""
+        if isinstance(value, str):
+            pairs = [p.partition("=") for p in value.split(",") if p.strip()]
+            if any(not sep for _, sep, _ in pairs):
+                raise ValueError(f"expected ROLE=LIMIT[,ROLE=LIMIT...], got {value!r}")
+            value = {k.strip(): v.strip() for k, _, v in pairs}
+        for role, limit in (value.items() if isinstance(value, dict) else ()):
+            if role not in ROLES:
+                raise KeyedError(role, f"unknown role {role!r}; roles are {', '.join(ROLES)}")
+            try:
+                number = float(limit)
+            except (TypeError, ValueError):
+                raise KeyedError(role, f"the limit of {role} is not a number: {limit!r}") from None
+            if not number > 0:  # NaN too
+                raise KeyedError(role, f"the limit of {role} must be greater than 0, not {limit}")
+        return value
 
     @field_validator("roles")
     @classmethod

@@ -169,3 +169,43 @@ def test_failed_attempts_per_role_appear_in_the_report(tmp_path, monkeypatch):
     report = (run_dir / "report.md").read_text()
     for role, u in by_role.items():
         assert f"| {role} | {u['calls']} | {u['failed_calls']} |" in report
+
+
+@pytest.mark.parametrize("flag, limit", [("--max-tokens-per-role", "target=100"),
+                                         ("--max-cost-per-role", "target=0.0002")])
+def test_a_roles_own_budget_stops_the_run_once_that_role_spent_it_and_a_resume_with_more_ends_as_unbudgeted(
+        tmp_path, flag, limit):
+    import run
+
+    pricing = ("--pricing", str(_pricing(tmp_path)))
+    with StandIn(latency_s=0.02) as standin:
+        _, full = _interview(tmp_path / "full", standin, *pricing)
+        code, stopped = _interview(tmp_path / "runs", standin, *pricing, flag, limit)
+        assert code == run.EXIT_BUDGET
+        summary = _summary(stopped)
+        target = summary["usage_by_role"]["target"]
+        spent = target["prompt_tokens"] + target["completion_tokens"] if "tokens" in flag else target["cost_usd"]
+        cap, per_reply = float(limit.split("=")[1]), 25 if "tokens" in flag else PER_REPLY["target"]
+        assert cap <= spent <= cap + CONCURRENCY * per_reply  # at most the requests already in flight beyond it
+        assert "target: " in summary["interrupted"]["budget"] and flag in summary["interrupted"]["budget"]
+        code, _ = _interview(tmp_path / "runs", standin, *pricing, "--resume", stopped.name, flag, "target=1000000")
+    assert code == 0 and unit_records(stopped) == unit_records(full)
+
+
+@pytest.mark.parametrize("value, says", [("judge=10", "unknown role 'judge'"), ("target", "ROLE=LIMIT"),
+                                         ("target=-1", "greater than 0"), ("target=lots", "not a number")])
+def test_a_bad_per_role_budget_is_one_line_naming_its_flag_and_exit_2(tmp_path, capsys, value, says):
+    import run
+
+    assert run.main(["--protocol", "interview", "--out", str(tmp_path / "runs"), "--max-tokens-per-role", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--max-tokens-per-role" in err and says in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_per_role_budget_is_read_from_the_environment(tmp_path, capsys, monkeypatch):
+    import run
+
+    monkeypatch.setenv("DYNEVAL_MAX_COST_PER_ROLE", "evaluator=0")
+    assert run.main(["--protocol", "interview", "--out", str(tmp_path)]) == 2
+    assert "DYNEVAL_MAX_COST_PER_ROLE" in capsys.readouterr().err
