@@ -22,7 +22,9 @@ class Usage:
 
     USD are summed over exchanges whose model has a price (:mod:`runtime.pricing`); an exchange with tokens and
     no price is counted in ``unpriced`` (``unpriced_saved`` for cache hits) and makes the total unknown
-    (:meth:`as_dict` gives ``None``), never a silent 0.
+    (:meth:`as_dict` gives ``None``), never a silent 0. ``retries`` are the requests sent only because an earlier
+    one failed: a retry after an endpoint fault (``attempt`` > 1) or a repair of a malformed structured reply
+    (step ``...:repair``), with their tokens and USD.
     """
 
     calls: int = 0
@@ -36,6 +38,9 @@ class Usage:
     cost_saved: float = 0.0
     unpriced: int = 0
     unpriced_saved: int = 0
+    retries: int = 0
+    retry_tokens: int = 0
+    retry_cost: float = 0.0
 
     def count(self, event: dict[str, Any]) -> None:
         """Add one exchange of the event log: a cache hit spends nothing and saves its reply's tokens and USD."""
@@ -55,6 +60,10 @@ class Usage:
         self.seconds += event.get("latency_s") or 0.0
         self.cost_usd += cost or 0.0
         self.unpriced += unpriced
+        if (event.get("attempt") or 1) > 1 or str(event.get("step", "")).endswith(":repair"):
+            self.retries += 1
+            self.retry_tokens += sum(tokens)
+            self.retry_cost += cost or 0.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Usage:
@@ -66,7 +75,8 @@ class Usage:
         saved, unpriced_saved = known(data.get("cost_saved_by_cache_usd"), data.get("unpriced_cache_hits", 0))
         return cls(data.get("calls", 0), data.get("failed_calls", 0), data.get("prompt_tokens", 0),
                    data.get("completion_tokens", 0), data.get("llm_seconds", 0.0), data.get("cache_hits", 0),
-                   data.get("tokens_saved_by_cache", 0), cost, saved, unpriced, unpriced_saved)
+                   data.get("tokens_saved_by_cache", 0), cost, saved, unpriced, unpriced_saved,
+                   data.get("retries", 0), data.get("retry_tokens", 0), data.get("retry_cost_usd") or 0.0)
 
     def add(self, other: Usage) -> None:
         for f in dataclasses.fields(self):
@@ -85,6 +95,9 @@ class Usage:
             "unpriced_calls": self.unpriced,
             "cost_saved_by_cache_usd": None if self.unpriced_saved else round(self.cost_saved, 6),
             "unpriced_cache_hits": self.unpriced_saved,
+            "retries": self.retries,
+            "retry_tokens": self.retry_tokens,
+            "retry_cost_usd": None if self.unpriced else round(self.retry_cost, 6),
         }
 
 

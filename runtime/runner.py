@@ -583,11 +583,15 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
         blocks.append(Text(f"Response cache: {usage['cache_hits']} replies reused, {usage['tokens_saved_by_cache']} "
                            f"tokens and {usd(usage, 'cost_saved_by_cache_usd')} saved."))
     blocks.append(Table(
-        ["role", "calls", "failed attempts", "prompt tokens", "completion tokens", "cost", "cache hits"],
-        [[role, u["calls"], u["failed_calls"], u["prompt_tokens"], u["completion_tokens"], usd(u), u["cache_hits"]]
+        ["role", "calls", "failed attempts", "retries", "retry tokens", "retry cost", "prompt tokens",
+         "completion tokens", "cost", "cache hits"],
+        [[role, u["calls"], u["failed_calls"], u["retries"], u["retry_tokens"], usd(u, "retry_cost_usd"),
+          u["prompt_tokens"], u["completion_tokens"], usd(u), u["cache_hits"]]
          for role, u in (summary.get("usage_by_role") or {}).items()],
-        caption="Calls per role: failed attempts are requests the endpoint failed (errors, timeouts; retried or "
-                "not), included in the calls; they carry no token usage, so no cost"))
+        caption="Calls per role. Failed attempts: requests the endpoint failed (errors, timeouts; retried or not), "
+                "which report no tokens. Retries: requests sent only because an earlier one failed (a retry after "
+                "a failed attempt, or a repair of a malformed structured reply), with their tokens and cost; all "
+                "are included in calls, tokens and cost"))
     failed = [[r["unit_id"], r["status"], (r.get("error") or "")[:300]] for r in records
               if r["status"] not in ("ok", "ungraded")]
     if failed:

@@ -209,3 +209,25 @@ def test_a_per_role_budget_is_read_from_the_environment(tmp_path, capsys, monkey
     monkeypatch.setenv("DYNEVAL_MAX_COST_PER_ROLE", "evaluator=0")
     assert run.main(["--protocol", "interview", "--out", str(tmp_path)]) == 2
     assert "DYNEVAL_MAX_COST_PER_ROLE" in capsys.readouterr().err
+
+
+def test_retries_after_faults_and_repairs_of_malformed_replies_are_counted_with_their_tokens_and_cost(
+        tmp_path, monkeypatch):
+    from runtime.llm import RetryPolicy
+
+    monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: 0.0)
+    with StandIn(faults=Faults(transient=0.1, malformed=0.3, seed=5)) as standin:
+        _, run_dir = _interview(tmp_path / "runs", standin, "--pricing", str(_pricing(tmp_path)))
+        sent = list(standin.requests)
+    failed = sum(r.status != 200 for r in sent)
+    repairs = sum(r.repair for r in sent) - sum(r.repair and r.status != 200 for r in sent)  # first repair tries
+    by_role = _summary(run_dir)["usage_by_role"]
+    assert failed and repairs
+    assert sum(u["retries"] for u in by_role.values()) == failed + repairs  # every fault was retried once
+    retry_tokens = sum(u["retry_tokens"] for u in by_role.values())  # 25 per answered retry, 0 per failed one
+    assert retry_tokens % 25 == 0 and 25 * sum(r.repair and r.status == 200 for r in sent) <= retry_tokens
+    target = by_role["target"]
+    assert target["retry_cost_usd"] == pytest.approx(target["retry_tokens"] / 25 * PER_REPLY["target"])
+    report = (run_dir / "report.md").read_text()
+    assert "retry cost" in report
+    assert f"| target | {target['calls']} | {target['failed_calls']} | {target['retries']} |" in report
