@@ -438,10 +438,13 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             except queue.Empty:
                 return
             try:
-                ended.put(run_unit(protocol, run, graph, unit, context))
+                record = run_unit(protocol, run, graph, unit, context)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
                 ended.put(exc)
                 return
+            if record["status"] != "interrupted":  # stopped mid-unit: no record, resume continues it
+                results.append(record)  # here, not in the main thread, where a Ctrl-C could drop it unsaved
+            ended.put(record)
         ended.put(stop.StopRequested("no unit is started after the stop"))  # the main thread stops waiting
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
@@ -450,9 +453,9 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             _live_status(run, progress, protocol.name, total=len(todo) + already, completed=already) as task:
 
         def keep(record: dict[str, Any]) -> None:
+            """Show a unit that ended (its worker saved the record)."""
             if record["status"] == "interrupted":
-                return  # stopped mid-unit: no record, resume continues it from its checkpoint
-            results.append(record)
+                return
             progress.update(task, advance=1)
             if record["status"] not in FINAL_STATUSES:
                 run.console.print(f"{record['unit_id']} {record['status']}: {record.get('error', '')}",
@@ -475,7 +478,7 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             with _sigint_ignored():
                 stop.request_stop()
                 deadline = time.monotonic() + STOP_GRACE_S
-                # records already queued count too: a worker may end before the main thread took its last one
+                # records already queued are shown too: a worker may end before the main thread took its last one
                 while (any(w.is_alive() for w in workers) or not ended.empty()) and time.monotonic() < deadline:
                     try:
                         item = ended.get(timeout=0.05)

@@ -118,3 +118,33 @@ def test_ctrl_c_in_process_launches_no_more_units_refuses_the_next_request_and_r
     assert summary["status_counts"] == {"ok": 5}
     # q1's answer was saved before Ctrl-C: the resume asked only for the judge
     assert [last_text(m) for m, _ in chats["target"].calls].count("question 1") == 1
+
+
+def test_a_finished_units_record_is_saved_by_its_worker_so_a_ctrl_c_in_the_main_thread_cannot_drop_it(
+        tmp_path, monkeypatch):
+    """The main thread may be interrupted between taking a record and handling it (the signal handler raises
+    there); the record must already be on disk by then (CI once lost unit 0 of an interrupted run this way)."""
+    import threading
+
+    from rich.console import Console
+
+    from runtime.runner import execute, open_run
+    from state.config import RunConfig
+    from stores.results import ResultStore
+    from tests.fakes import ScriptedChat, last_text
+    from tests.toy_protocol import ToyProtocol
+
+    saved_by = []
+    original = ResultStore.append
+
+    def append(self, record):
+        saved_by.append(threading.current_thread().name)
+        original(self, record)
+
+    monkeypatch.setattr(ResultStore, "append", append)
+    chats = {"target": ScriptedChat(lambda m, t: "answer to " + last_text(m)),
+             "evaluator": ScriptedChat(lambda m, t: {"correct": True})}
+    config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 3}, concurrency=2)
+    run = open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True), chat_overrides=chats)
+    execute(ToyProtocol(), run, skip_preflight=True)
+    assert len(saved_by) == 3 and all(name.startswith("unit-") for name in saved_by), saved_by
