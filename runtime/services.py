@@ -195,6 +195,9 @@ def services_of(context: Any) -> Services:
                                         "stores": file_data.get("stores", {})})
             run_dir = Path(context.run_dir or os.path.join("runs", "studio"))
             run_dir.mkdir(parents=True, exist_ok=True)
+            from runtime.pricing import Pricing
+
             _studio_services[key] = Services(config=config, run_dir=run_dir,
-                                             events=EventLog(run_dir / "events.jsonl"))
+                                             events=EventLog(run_dir / "events.jsonl",
+                                                             pricing=Pricing.for_run(config)))
         return _studio_services[key]

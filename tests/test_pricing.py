@@ -231,3 +231,14 @@ def test_retries_after_faults_and_repairs_of_malformed_replies_are_counted_with_
     report = (run_dir / "report.md").read_text()
     assert "retry cost" in report
     assert f"| target | {target['calls']} | {target['failed_calls']} | {target['retries']} |" in report
+
+
+def test_a_studio_session_prices_its_calls_like_a_batch_run(tmp_path):
+    """Services built from a graph's context fields (Studio, a user's own graph) price every exchange too."""
+    from runtime.services import services_of
+    from state.interview import InterviewContext
+
+    svc = services_of(InterviewContext(target="gpt-4o-mini@http://127.0.0.1:9/v1", run_dir=str(tmp_path)))
+    svc.events.record(unit="u", role="target", model=svc.model_label("target"), step="s", messages=[],
+                      output="x", prompt_tokens=1_000_000, completion_tokens=0, latency_s=0.1)
+    assert svc.events.total().cost_usd == pytest.approx(0.15)  # the shipped example price of gpt-4o-mini
