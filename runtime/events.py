@@ -124,6 +124,7 @@ class EventLog:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _usage: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
     _by_role: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
+    _total: Usage = field(default_factory=Usage, repr=False)
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     keep_in_memory: bool = False
     notes: list[str] = field(default_factory=list, repr=False)
@@ -168,6 +169,7 @@ class EventLog:
     def _count(self, event: dict[str, Any]) -> None:
         self._usage[event.get("unit", "-")].count(event)
         self._by_role[event.get("role", "-")].count(event)
+        self._total.count(event)
 
     def usage(self, unit: str) -> Usage:
         """Usage of one unit so far (a copy)."""
@@ -180,11 +182,10 @@ class EventLog:
             return {role: dataclasses.replace(u) for role, u in sorted(self._by_role.items())}
 
     def total(self) -> Usage:
+        """Usage of the whole run so far (a copy), counted as exchanges are logged: the budget asks before every
+        request, so it is not summed over the units each time."""
         with self._lock:
-            total = Usage()
-            for u in self._usage.values():
-                total.add(u)
-            return total
+            return dataclasses.replace(self._total)
 
     def load_existing(self) -> None:
         """Re-count usage from an existing log (resume keeps earlier cost; a log written before exchanges were

@@ -12,6 +12,7 @@ goes to the endpoint.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
@@ -183,7 +184,7 @@ class RoleLLM:
 
         Only a reply that validated is stored, so an unusable one is asked again on the next run or resume.
         """
-        key, hit = self._cached({"kind": "structured", "schema": schema.model_json_schema()}, messages, step)
+        key, hit = self._cached(_structured_request(schema), messages, step)
         if hit is not None:
             return schema.model_validate(hit[1]["parsed"]), {"raw": hit[0]}, ""
         ask = self._structured_call(schema)
@@ -278,6 +279,12 @@ class RoleLLM:
                                prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=ended - started,
                                queue_s=started - queued, attempt=attempt, cached=replayed)
             return result
+
+
+@functools.cache
+def _structured_request(schema: type[BaseModel]) -> dict[str, Any]:
+    """What identifies a structured request's kind in a cache key: its schema, generated once per class."""
+    return {"kind": "structured", "schema": schema.model_json_schema()}
 
 
 def _raw_of(result: dict[str, Any]) -> AIMessage | None:
