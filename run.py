@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import os
 import sys
 import threading
@@ -35,7 +34,6 @@ from runtime.protocol import Protocol, Run  # noqa: E402
 from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
 from state.config import ROLES, RunConfig  # noqa: E402
 from state.errors import InputError  # noqa: E402
-from stores.results import ResultStore  # noqa: E402
 
 
 #: Exit code of a run its budget (--max-calls, --max-tokens, --max-cost) stopped; 130 = Ctrl-C, 2 = bad input.
@@ -241,13 +239,9 @@ class RunResult:
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:
         """The results in ``run_dir`` (no records for a mode without units)."""
-        latest = ResultStore(run_dir / "results.jsonl").latest()
-        plan = run_dir / "units.jsonl"
-        units = [json.loads(line)["id"] for line in plan.read_text(encoding="utf-8").splitlines() if line.strip()] \
-            if plan.exists() else []
-        summary = run_dir / "summary.json"
-        return cls(run_dir, json.loads(summary.read_text(encoding="utf-8")) if summary.exists() else {},
-                   [latest[u] for u in units if u in latest])
+        from runtime.view.data import latest_records, read_json
+
+        return cls(run_dir, read_json(run_dir / "summary.json"), latest_records(run_dir))
 
 
 def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
