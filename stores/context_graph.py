@@ -40,6 +40,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from stores.embedding_cache import EmbeddingCache, embedder_label
+from stores.files import append_line, drop_torn_tail, read_records as log_records
 from stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
 
 GRAPH_FORMAT = 1
@@ -195,14 +196,8 @@ class EntityCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self.data: dict[str, dict[str, Any]] = {}
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
-                    self.data[rec["h"]] = rec
-                except (json.JSONDecodeError, KeyError):
-                    continue  # a torn last line from a killed build
+        drop_torn_tail(path)  # a line a killed build cut would swallow the next label appended after it
+        self.data: dict[str, dict[str, Any]] = {rec["h"]: rec for rec in log_records(path) if "h" in rec}
 
     def get(self, text: str) -> dict[str, Any] | None:
         return self.data.get(text_hash(text))
@@ -212,8 +207,7 @@ class EntityCache:
         with self._lock:
             self.data[rec["h"]] = rec
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            append_line(self.path, rec)
 
 
 # -- the graph ---------------------------------------------------------------------------------

@@ -179,3 +179,17 @@ def test_rebuild_on_unchanged_corpus_makes_no_extraction_call_and_changes_are_in
     third = build()
     assert len(calls) == 2 and calls[1] == ["The Harl Lighthouse was rebuilt by Ada Quill in 1902."]
     assert "ada" in third.g and entity_key("Harl") in third.g
+
+
+def test_a_label_appended_after_a_line_a_kill_cut_is_kept(tmp_path):
+    """A killed build can leave a torn last line in the entity cache; the next label must not be glued to it."""
+    from stores.context_graph import EntityCache
+
+    path = tmp_path / "entities.jsonl"
+    EntityCache(path).put("first chunk", ["Harl"], "llm")
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write('{"h": "torn", "entit')  # the kill
+    EntityCache(path).put("second chunk", ["Orden"], "llm")
+    reopened = EntityCache(path)
+    assert reopened.get("first chunk")["entities"] == ["Harl"]
+    assert reopened.get("second chunk")["entities"] == ["Orden"]
