@@ -101,7 +101,8 @@ def _as_messages(messages: list[Any]) -> list[BaseMessage]:
     return convert_to_messages(messages)
 
 
-def _message_dicts(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+def message_dicts(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    """Messages as the event log records them (the re-score's replay looks requests up in this form)."""
     return [{"role": m.type, "content": m.content} for m in messages]
 
 
@@ -206,7 +207,7 @@ class RoleLLM:
             message, info = hit
             p_tok, c_tok = _tokens(message)
             self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
-                               messages=_message_dicts(messages), output=info.get("parsed", message.content),
+                               messages=message_dicts(messages), output=info.get("parsed", message.content),
                                prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=0.0, cached=True)
         return key, hit
 
@@ -262,7 +263,7 @@ class RoleLLM:
                 if not is_endpoint_fault(failure):
                     raise failure
                 self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
-                                   messages=_message_dicts(messages), output=None, prompt_tokens=0,
+                                   messages=message_dicts(messages), output=None, prompt_tokens=0,
                                    completion_tokens=0, latency_s=ended - (started or ended),
                                    queue_s=(started or ended) - queued,
                                    error=f"{type(failure).__name__}: {failure}", attempt=attempt)
@@ -275,7 +276,7 @@ class RoleLLM:
             p_tok, c_tok = _tokens(raw(result))
             replayed = "replayed_from" in (getattr(raw(result), "response_metadata", None) or {})  # runtime.replay
             self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
-                               messages=_message_dicts(messages), output=describe(result),
+                               messages=message_dicts(messages), output=describe(result),
                                prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=ended - started,
                                queue_s=started - queued, attempt=attempt, cached=replayed)
             return result

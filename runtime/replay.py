@@ -22,7 +22,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
-from runtime.llm import PING_STEP, current_unit
+from runtime.llm import PING_STEP, current_unit, message_dicts
 from runtime.rescore import ReplayMissing
 from state.config import ROLES
 from stores.files import read_records
@@ -57,7 +57,7 @@ class ReplayLog:
     def take(self, unit: str, role: str, structured: bool, messages: list[BaseMessage]) -> dict[str, Any]:
         """The next recorded reply to these messages (a structured or a text request) in ``unit``;
         :class:`ReplayMissing` when there is none."""
-        key = _request_key(unit, role, structured, [{"role": m.type, "content": m.content} for m in messages])
+        key = _request_key(unit, role, structured, message_dicts(messages))
         with self._lock:
             found = self._replies.get(key)
             if found:
