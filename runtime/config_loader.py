@@ -337,14 +337,11 @@ def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSc
     """
     hint = ("a resumed run keeps its settings; start a new run (without --resume) to change them, or re-judge "
             "it with --rescore RUN_ID and another judge")
-    for role in ROLES:
-        before, after = stored.spec_for(role).answer_identity(), config.spec_for(role).answer_identity()
-        changed = [f for f in before if before[f] != after[f]]
-        if changed:
-            was = ", ".join(f"{f} {before[f]!r}" for f in changed)
-            now = ", ".join(f"{f} {after[f]!r}" for f in changed)
-            raise InputError(f"the {role} model of this run has {was}, not {now}; {hint}",
-                             setting=config.sources.get(f"--{role}", f"--{role}"))
+    for role, changed in stored.model_changes(config).items():
+        was = ", ".join(f"{f} {before!r}" for f, (before, _) in changed.items())
+        now = ", ".join(f"{f} {after!r}" for f, (_, after) in changed.items())
+        raise InputError(f"the {role} model of this run has {was}, not {now}; {hint}",
+                         setting=config.sources.get(f"--{role}", f"--{role}"))
     if stored.seed != config.seed:
         raise InputError(f"this run was made with seed {stored.seed}, not {config.seed}; {hint}",
                          setting=config.sources.get("--seed", "--seed"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from state.config import ROLES, RunConfig
+from state.config import RunConfig
 from state.errors import InputError
 
 if TYPE_CHECKING:
@@ -56,13 +56,13 @@ def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig
     """
     if source.protocol != config.protocol:
         raise InputError(f"run was made with --protocol {source.protocol}, not {config.protocol}", field="--rescore")
-    identity = {r: (source.spec_for(r).answer_identity(), config.spec_for(r).answer_identity()) for r in ROLES}
-    if all(identity[r][0] == identity[r][1] for r in protocol.judge_roles) and source.params == config.params:
+    changed = source.model_changes(config)
+    if not any(r in changed for r in protocol.judge_roles) and source.params == config.params:
         flags = " or ".join(f"--{r}" for r in protocol.judge_roles)
         raise InputError(f"a re-score needs another judge: give {flags} a model other than the source run's, "
                          "or change a judging parameter such as a jury", field="--rescore")
     for role in protocol.roles:
-        if role not in protocol.judge_roles and identity[role][0] != identity[role][1]:
+        if role not in protocol.judge_roles and role in changed:
             flag = f"--{role}"
             raise InputError(f"the {role} answers are replayed from run {config.rescored_from}; its model cannot "
                              "change in a re-score (--rescore); start a new run",

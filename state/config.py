@@ -248,6 +248,16 @@ class RunConfig(BaseModel):
     def spec_for(self, role: str) -> ModelSpec:
         return parse_model_ref(self.role_ref(role), self.models)
 
+    def model_changes(self, other: RunConfig) -> dict[str, dict[str, tuple[Any, Any]]]:
+        """Per role whose model answers differently in ``other``: each changed answer field, ``(ours, theirs)``
+        (what a resume may not change and a re-score may change only for its judges)."""
+        changes = {}
+        for role in ROLES:
+            ours, theirs = self.spec_for(role).answer_identity(), other.spec_for(role).answer_identity()
+            if ours != theirs:
+                changes[role] = {f: (ours[f], theirs[f]) for f in ours if ours[f] != theirs[f]}
+        return changes
+
     def embedded_judges(self) -> list[str]:
         """Judging roles served by the embedded model (results are a smoke test)."""
         return [r for r in ROLES if r in JUDGING_ROLES and self.spec_for(r).provider == "embedded"]
