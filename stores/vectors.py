@@ -23,7 +23,6 @@ from state.errors import InfraError, InputError
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
-    from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction
 
 
 def offline_minilm_path() -> Path:

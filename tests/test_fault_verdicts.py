@@ -17,7 +17,6 @@ import io
 from pathlib import Path
 from typing import Any
 
-import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from rich.console import Console
 

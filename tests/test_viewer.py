@@ -16,7 +16,6 @@ from runtime.view import write_view
 from runtime.view.compare import compare_payload, mean_difference_ci
 from runtime.view.data import MAX_TEXT, run_payload
 from runtime.view.page import embed, render
-from state.errors import InputError
 
 ATTACK = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> &amp;"
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protocols.atad.benchmark import item_record, write_benchmark
@@ -35,7 +34,6 @@ from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
 from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
 from state.context import described
-from state.errors import InputError
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph

@@ -18,7 +18,7 @@ from prompts import load_prompt
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block, Text
 from state.context import described
-from state.errors import InfraError, InputError, ModelError
+from state.errors import InfraError, ModelError
 from state.interview import TASK_TYPES, InterviewContext
 from state.judgecheck import check_jury
 from state.verdicts import is_ungraded
