@@ -31,7 +31,7 @@ from runtime.config_loader import ParamSchema, check_resume_unchanged, load_conf
 from runtime import stop  # noqa: E402
 from runtime.rescore import check_rescore, source_dir  # noqa: E402
 from runtime.protocol import Protocol, Run  # noqa: E402
-from runtime.runner import RunInterrupted, execute, open_run, resume_command  # noqa: E402
+from runtime.stop import RunInterrupted  # noqa: E402
 from state.config import ROLES, RunConfig  # noqa: E402
 from state.errors import InputError  # noqa: E402
 
@@ -205,6 +205,8 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
                 check_rescore(cls, stored, config)
             else:
                 check_resume_unchanged(stored, config, ParamSchema.of(cls))
+        from runtime.runner import open_run  # LangGraph's checkpointers load with a run, not with --help
+
         protocol = cls()
         return protocol, config, open_run(protocol, config, run_id=args.resume, console=console)
     except InputError as exc:
@@ -265,6 +267,8 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     options = {k: [v] if k in lists and isinstance(v, str) else v for k, v in options.items()}  # one file: a list
     args = argparse.Namespace(**{**known, **options, "protocol": protocol, "dry_run": False})
     chosen, _, run = start(args, dests, Console(quiet=quiet))
+    from runtime.runner import execute
+
     try:
         execute(chosen, run, skip_preflight=args.skip_preflight)
     except RunInterrupted as exc:
@@ -283,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         parser, dests = build_parser(_chosen_protocol(argv))
         args = parser.parse_args(argv)
         protocol, config, run = start(args, dests, console)
+        from runtime.runner import execute
+
         execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
     except InputError as exc:
         errors.print(Text.assemble(("error:", "red"), f" {exc.blamed(config.sources) if config else exc}"),
@@ -298,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             stop.exit_now(code)  # a request still in flight must not hold the exit up
         return code
     except KeyboardInterrupt:
+        from runtime.runner import resume_command
+
         resumable = run is not None and run.run_dir.is_dir()
         console.print("interrupted" + (f"; resume with: {resume_command(protocol, run)}" if resumable else
                                        " before the run started"), style="yellow", markup=False, highlight=False,

@@ -18,7 +18,7 @@ REGISTRY: dict[str, str] = {
     "atad": "protocols.atad:AtadProtocol",
     "judgeagent": "protocols.judgeagent:JudgeAgentProtocol",
     "interview": "protocols.interview:InterviewProtocol",
-    "llmeval": "protocols.llmeval:LLMEvalProtocol",
+    "llmeval": "protocols.llmeval.protocol:LLMEvalProtocol",
     "judgecheck": "protocols.judgecheck:JudgeCheckProtocol",
 }
 for _entry in filter(None, os.environ.get("DYNEVAL_PROTOCOLS", "").split(",")):

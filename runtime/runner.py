@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import queue
+from concurrent.futures import Future, wait
 import secrets
 import shlex
 import shutil
@@ -50,6 +51,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
 from rich.table import Table as RichTable
 
 from runtime import stop
+from runtime.stop import RunInterrupted
 from runtime.budget import check_priced
 from runtime.events import EventLog, Usage, usd
 from runtime.pricing import Pricing
@@ -75,17 +77,6 @@ SMOKE_TEST_WARNING = (
     "The embedded SmolLM2-135M model is acting as {roles}. It is far too weak to judge other models: "
     "these results only show that the pipeline runs (a smoke test), not how good the target is."
 )
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C, or the spent budget (``budget``: what was spent), ended the run: a partial summary and report are
-    written; ``resume`` continues it."""
-
-    def __init__(self, run_id: str, resume: str, unfinished: int, total: int, budget: str | None = None) -> None:
-        cause = f"its budget is spent ({budget})" if budget else "interrupted"
-        super().__init__(f"run {run_id} stopped, {cause}: {unfinished} of {total} units unfinished")
-        self.run_id, self.resume, self.unfinished, self.total = run_id, resume, unfinished, total
-        self.budget = budget
 
 
 def new_run_id(protocol: str) -> str:
@@ -319,6 +310,8 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     notes: list[str] = list(run.services.events.notes)
     with _kept_only_if_accepted(run) as made:
         if protocol.custom_run(run):
+            with _stop_on_sigint():
+                _await_background(run)  # e.g. JudgeAgent's --build-kb-only
             return {}
         units = plan_units(protocol, run, notes)
     resume = resume_command(protocol, run)
@@ -347,6 +340,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver:
                 graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
                 _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
+            _await_background(run)  # what prepare() started and no unit needed (its statistics, its errors)
     except (KeyboardInterrupt, stop.StopRequested):  # Ctrl-C, or the budget is spent (runtime.budget)
         budget = run.services.budget.reached if run.services.budget else None
         with _sigint_ignored():
@@ -431,6 +425,14 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
         queued.put(unit)
     ended: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
+    def build_ended(future: Future[Any]) -> None:
+        """A failed background build (prepare()'s) ends the run with its error, as when prepare() built it."""
+        if future.exception() is not None:
+            ended.put(future.exception())
+
+    for job in run.services.background():
+        job.future.add_done_callback(build_ended)
+
     def work() -> None:
         while not stop.stopped():
             try:
@@ -447,9 +449,7 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             ended.put(record)
         ended.put(stop.StopRequested("no unit is started after the stop"))  # the main thread stops waiting
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
-                  console=run.console, transient=False) as progress, \
+    with _progress_bar(run) as progress, \
             _live_status(run, progress, protocol.name, total=len(todo) + already, completed=already) as task:
 
         def keep(record: dict[str, Any]) -> None:
@@ -491,11 +491,70 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             raise
 
 
+def _progress_bar(run: Run) -> Progress:
+    """The run's live display: a row per task with n/total, elapsed time, ETA and a status text."""
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                    console=run.console, transient=False)
+
+
+#: Seconds between the plain progress lines of a background build on a console that is not a terminal.
+PLAIN_EVERY_S = 10.0
+
+
+class _BackgroundRows:
+    """The rows of what ``prepare()`` builds in the background (JudgeAgent's context graph): one per stage with
+    n/total and ETA. A console that is not a terminal gets no live display, so it gets a plain line per
+    unfinished stage every ``PLAIN_EVERY_S`` seconds instead."""
+
+    def __init__(self, run: Run, progress: Progress) -> None:
+        self.run, self.progress = run, progress
+        self.rows: dict[tuple[int, str], TaskID] = {}
+        self.printed = time.monotonic()
+
+    def refresh(self) -> str:
+        """Update the rows; what units wait for (``"2 waiting for the context graph"``), if any."""
+        waits = []
+        for i, job in enumerate(self.run.services.background()):
+            if job.waiting and not job.future.done():
+                waits.append(f"{job.waiting} waiting for the {job.label}")
+            for stage, (done, total) in job.snapshot().items():
+                if (i, stage) not in self.rows:
+                    self.rows[i, stage] = self.progress.add_task(f"{job.label}: {stage}", total=total, status="")
+                self.progress.update(self.rows[i, stage], total=total, completed=done)
+        if not self.run.console.is_terminal and time.monotonic() - self.printed >= PLAIN_EVERY_S:
+            self.printed = time.monotonic()
+            mine = set(self.rows.values())
+            for task in self.progress.tasks:
+                if task.id in mine and not task.finished:
+                    eta = f", ETA {int(task.time_remaining)} s" if task.time_remaining is not None else ""
+                    self.run.console.print(f"{task.description} {int(task.completed)}/{int(task.total or 0)}{eta}",
+                                           markup=False, highlight=False)
+        return ", ".join(waits)
+
+
+def _await_background(run: Run) -> None:
+    """Wait for what ``prepare()`` (or ``custom_run()``) builds in the background, its progress shown; a failed
+    build raises its error here."""
+    jobs = run.services.background()
+    futures = [job.future for job in jobs]
+    if not all(f.done() for f in futures):
+        with _progress_bar(run) as progress:
+            rows = _BackgroundRows(run, progress)
+            while wait(futures, timeout=0.5).not_done:
+                rows.refresh()
+            rows.refresh()
+    for future in futures:
+        future.result()
+
+
 @contextmanager
 def _live_status(run: Run, progress: Progress, name: str, *, total: int, completed: int) -> Iterator[TaskID]:
     """The progress task of the units, its status line refreshed twice a second from the event log and the
-    endpoints while units run: requests in flight, calls, failed attempts (retried or not), cache hits."""
+    endpoints while units run: requests in flight, calls, failed attempts (retried or not), cache hits, units
+    waiting for a background build; with a row per stage of that build (:class:`_BackgroundRows`)."""
     task = progress.add_task(name, total=total, completed=completed, status="")
+    background = _BackgroundRows(run, progress)
     done = threading.Event()
 
     def refresh() -> None:
@@ -503,7 +562,8 @@ def _live_status(run: Run, progress: Progress, name: str, *, total: int, complet
             total = run.services.events.total()
             status = (f"in flight {run.services.in_flight()}, calls {total.calls}, failed {total.failed_calls}, "
                       f"cached {total.cache_hits}")
-            progress.update(task, status=status)
+            waiting = background.refresh()
+            progress.update(task, status=status + (f", {waiting}" if waiting else ""))
             if done.wait(0.5):
                 return
 
@@ -514,6 +574,7 @@ def _live_status(run: Run, progress: Progress, name: str, *, total: int, complet
     finally:
         done.set()
         ticker.join()
+        background.refresh()  # the build's last counts in the final display
 
 
 def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float,

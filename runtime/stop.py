@@ -22,6 +22,17 @@ _stop = threading.Event()
 _as_infra_error = contextvars.ContextVar("stop_as_infra_error", default=False)
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C, or the spent budget (``budget``: what was spent), ended the run: a partial summary and report are
+    written; ``resume`` continues it."""
+
+    def __init__(self, run_id: str, resume: str, unfinished: int, total: int, budget: str | None = None) -> None:
+        cause = f"its budget is spent ({budget})" if budget else "interrupted"
+        super().__init__(f"run {run_id} stopped, {cause}: {unfinished} of {total} units unfinished")
+        self.run_id, self.resume, self.unfinished, self.total = run_id, resume, unfinished, total
+        self.budget = budget
+
+
 class StopRequested(BaseException):
     """Raised in place of a new LLM request after Ctrl-C.
 

@@ -22,6 +22,8 @@ from state.context import BaseContext, described
 
 Paradigm = Literal["zero-shot", "few-shot", "cot"]
 PARADIGMS: tuple[str, ...] = ("zero-shot", "few-shot", "cot")
+#: Question types of the bank (section 2.1).
+QTYPES = ("mcq", "true_false", "fill_blank", "short_answer", "term", "material", "open")
 #: Maximum stars of the Figure 11 rubric (s_max of equation 1).
 S_MAX = 3
 

@@ -40,7 +40,6 @@ from sqlalchemy.engine import Engine
 from stores.bank_schema import (adaptive, calibrations, examinees, item_params, items, meta, metadata, questions,
                                  sessions)
 
-QTYPES = ("mcq", "true_false", "fill_blank", "short_answer", "term", "material", "open")
 STATUSES = ("allocated", "pending", "completed")
 #: Fields an examinee may ever see (whitelist: no answer, no explanation, no source).
 DELIVERED_FIELDS = ("session_id", "position", "question_id", "discipline", "sub_discipline", "qtype", "question")

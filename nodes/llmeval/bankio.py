@@ -33,8 +33,9 @@ from pydantic_core import PydanticCustomError
 
 from nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, redundant_variants, tf_value
 from state.errors import InputError
+from state.llmeval import QTYPES
 from stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
-from stores.question_bank import QTYPES, Question, QuestionBank, content_hash, new_uuid
+from stores.question_bank import Question, QuestionBank, content_hash, new_uuid
 
 FLAG = "--bank"
 CANONICAL = ("uuid", "discipline", "sub_discipline", "qtype", "question", "options", "answer", "explanation",

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from protocols.interview import metrics
 from protocols.interview.data import CANONICAL, SAMPLE, load_seeds
 from protocols.interview.report import report_blocks
-from prompts import load_prompt
 from runtime.protocol import Protocol, Run, Unit
 from runtime.report import Block, Text
 from state.context import described
@@ -182,6 +181,7 @@ class InterviewProtocol(Protocol):
         if not self.context(run).summarize or not any(r["session_summary"] for r in ok):
             return _code_overall(ok, out), "code"
         summaries = "\n".join(f"- {r['session_summary'][:600]}" for r in ok[:40] if r["session_summary"])
+        from prompts import load_prompt  # LangChain's prompt classes: not with `run.py --help`
         try:
             text = run.services.llm("evaluator").text(
                 load_prompt("interview/interviewer_report_summary").render(summaries=summaries, scores=scores),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.interview.interviewer import transcript_text
 from protocols.interview import metrics
 from runtime.protocol import Run
 from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
@@ -34,6 +33,8 @@ def _den(d: dict[str, Any] | None) -> str:
 
 
 def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
+    from nodes.interview.interviewer import transcript_text  # the graph's modules: not with `run.py --help`
+
     ok = metrics.ok_records(records)
     if not ok:
         return [Text("No interview finished, so there is no Interview Report.")]

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from protocols.judgecheck import metrics
 from protocols.judgecheck.data import CANONICAL, load_items, sample_path
 from protocols.judgecheck.report import report_blocks
-from prompts import load_prompt
 from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block
 from state.config import parse_model_ref
@@ -84,6 +83,8 @@ class JudgeCheckProtocol(Protocol):
 
     def prepare(self, run: Run, units: list[Unit]) -> None:
         """Ping each jury member's endpoint once (the pre-flight ping of the roles leaves the jury out)."""
+        from prompts import load_prompt  # LangChain's prompt classes: not with `run.py --help`
+
         seen: set[str] = set()
         for ref in self.context(run).jury or []:
             label = run.services.model_label("evaluator", ref)

@@ -28,8 +28,8 @@ from nodes.atad.problems import normalize, structure_errors
 from state.atad import PROBLEM_SCHEMAS, TASK_IDS
 from state.interview import TASK_TYPES
 from state.judgecheck import PROBLEM_JUDGES, LabelledItem, normalize_label
+from state.llmeval import QTYPES
 from stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
-from stores.question_bank import QTYPES
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "judgecheck"
 #: The shipped hand-written sample for each judge.

@@ -5,7 +5,3 @@ stability, contamination replay), ``analyses`` (leaderboard, stability, kappa, c
 (the FastAPI exam server). What the nodes need lives below them in ``nodes/llmeval/``: ``bankio``
 (import/export, validation, near-duplicates), ``augment`` (appendix A.2) and equations 1-2 in ``scoring``.
 """
-
-from protocols.llmeval.protocol import LLMEvalProtocol
-
-__all__ = ["LLMEvalProtocol"]
