@@ -18,7 +18,9 @@ per request. Parts (``--skip`` any of them):
   large size only the first 150 requests are replayed and the baseline wall is their mean time x all requests
   (marked "est."). Rate = problems attempted per minute.
 * ``calls``: calls/s of one process at zero endpoint latency (ATAD, ``--concurrency 16``): unit calls over the
-  units phase, and the process's CPU milliseconds per call (start-up included).
+  units phase; CPU milliseconds per call in the units phase (the process's user + system time sampled from
+  /proc every 20 ms, so other jobs on the machine do not count) and that CPU over the phase's wall (100 % = one
+  core busy); and the whole process's CPU milliseconds per call (start-up and report included).
 * ``kg``: context-graph build ms per chunk and path-sampling ms per hop at each ``--kg`` entity count, with a
   fake fast embedding (``tests/fake_embedding.py``) and no LLM (entities drawn per chunk), right after the
   build and after reopening the cached graph.
@@ -94,15 +96,42 @@ def run_cli(protocol: str, args: list[str], url: str, concurrency: int, out: Pat
             *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")]]
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
-    done = subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True)
-    wall = time.time() - started
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=stdout, stderr=stderr, text=True)
+        trace = _cpu_trace(proc)
+        wall = time.time() - started
+        stderr.seek(0)
+        errors = stderr.read()
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise RuntimeError(f"{protocol} exited {done.returncode}: {done.stderr[-2000:]}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{protocol} exited {proc.returncode}: {errors[-2000:]}")
     run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_"))
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-    return {"wall": wall, "started": started, "events": events, "run_dir": run_dir,
+    return {"wall": wall, "started": started, "events": events, "run_dir": run_dir, "cpu_trace": trace,
             "cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)}
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_trace(proc: subprocess.Popen, every: float = 0.02) -> list[tuple[float, float]]:
+    """``(wall clock, CPU seconds so far)`` of ``proc`` every ``every`` s until it exits, from /proc/PID/stat
+    (user + system time of all its threads), so a phase's CPU can be told apart from start-up and exit."""
+    trace: list[tuple[float, float]] = []
+    while proc.poll() is None:
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+            trace.append((time.time(), (int(fields[11]) + int(fields[12])) / _TICK))
+        except (OSError, IndexError, ValueError):  # the process ended between poll() and the read
+            break
+        time.sleep(every)
+    return trace
+
+
+def cpu_between(trace: list[tuple[float, float]], start: float, end: float) -> float:
+    """CPU seconds ``proc`` spent between two wall-clock times (the trace's nearest samples inside them)."""
+    inside = [cpu for ts, cpu in trace if start <= ts <= end]
+    return inside[-1] - inside[0] if len(inside) > 1 else float("nan")
 
 
 def _interval(e: dict[str, Any]) -> tuple[float, float]:
@@ -201,7 +230,13 @@ def part_calls(per_task: int) -> list[list[Any]]:
     with standin(0.0) as url, tempfile.TemporaryDirectory() as out:
         run = run_cli("atad", ["--per-task", str(per_task)], url, 16, Path(out))
     p = phases(run, 0.0, 16)
+    units = [e for e in run["events"] if e["unit"] != "-"]
+    unit_start = min(_interval(e)[0] - e.get("queue_s", 0.0) for e in units)
+    inside = [ts for ts, _ in run["cpu_trace"] if unit_start <= ts <= unit_start + p["units"]]
+    calls_inside = sum(1 for e in units if inside and inside[0] <= e["ts"] <= inside[-1])
+    units_cpu = cpu_between(run["cpu_trace"], unit_start, unit_start + p["units"])
     return [[p["unit_calls"], f"{p['units']:.1f}", f"{p['unit_calls'] / p['units']:.0f}",
+             f"{units_cpu / max(1, calls_inside) * 1000:.1f}", f"{units_cpu / (inside[-1] - inside[0]):.0%}",
              f"{run['cpu'] / p['calls'] * 1000:.1f}", f"{run['wall']:.1f}"]]
 
 
@@ -293,7 +328,8 @@ def main() -> None:
               part_atad(args.latency, sizes))
     if "calls" not in args.skip:
         table("calls per second at zero endpoint latency (ATAD, --concurrency 16)",
-              ["unit calls", "units phase s", "calls/s", "process CPU ms/call", "wall s"],
+              ["unit calls", "units phase s", "calls/s", "units-phase CPU ms/call", "units-phase CPU use",
+               "process CPU ms/call", "wall s"],
               part_calls(args.calls_per_task))
     if "kg" not in args.skip:
         table("context graph with a fake fast embedding (no LLM)",

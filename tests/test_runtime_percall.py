@@ -1,0 +1,39 @@
+"""The per-call path made faster (issue 14) keeps what it promises: durability across a kill, identical requests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_checkpoint_committed_before_a_kill_9_is_read_back_after_it(tmp_path):
+    """``synchronous=NORMAL`` drops the fsync per commit but not a commit: a process killed right after its
+    checkpoint write leaves it in the WAL, and the next open of the run's checkpointer finds it."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from pathlib import Path
+        from langgraph.checkpoint.base import empty_checkpoint
+        from stores.checkpoints import open_checkpointer
+
+        with open_checkpointer(Path({str(tmp_path)!r})) as saver:
+            assert saver.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {{"answer": "kept"}}
+            saver.put({{"configurable": {{"thread_id": "u1", "checkpoint_ns": ""}}}}, checkpoint,
+                      {{"step": 1}}, {{}})
+            os.kill(os.getpid(), signal.SIGKILL)  # no close, no checkpoint of the WAL into the main file
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
+    assert (tmp_path / "checkpoints.sqlite-wal").stat().st_size > 0
+
+    from stores.checkpoints import open_checkpointer
+
+    with open_checkpointer(tmp_path) as saver:
+        saved = saver.get_tuple({"configurable": {"thread_id": "u1", "checkpoint_ns": ""}})
+    assert saved is not None and saved.checkpoint["channel_values"] == {"answer": "kept"}
