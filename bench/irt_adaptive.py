@@ -3,7 +3,7 @@
 A bank of ``--items`` questions with known 2PL parameters (a ~ lognormal(0, 0.3), b ~ N(0, 1)) and
 ``--models`` simulated models of known ability (theta ~ N(0, 1)) that answer by the 2PL model, except
 that a ``--misfit`` fraction of their answers is a coin flip (answers the model does not explain).
-Half the models answer every question and the bank is calibrated on them (nodes.llmeval.irt, the same
+Half the models answer every question and the bank is calibrated on them (nodes.irt, the same
 code as ``--calibrate``). The other half each take
 
 * a full fixed-length session: ``--length`` questions sampled at random (LLMEval-3 section 2.2), scored
@@ -32,7 +32,7 @@ from scipy.stats import kendalltau
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodes.llmeval import irt  # noqa: E402
+from nodes import irt  # noqa: E402
 
 
 def answers(rng: np.random.Generator, theta: np.ndarray, a: np.ndarray, b: np.ndarray, misfit: float) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""IRT core (nodes/llmeval/irt.py): likelihood, information, EAP ability, item choice and calibration,
+"""IRT core (nodes/irt.py): likelihood, information, EAP ability, item choice and calibration,
 checked by hand on small cases and against girth's own estimators."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from nodes.llmeval import irt
+from nodes import irt
 
 
 def test_probability_information_and_log_likelihood_match_hand_computation():

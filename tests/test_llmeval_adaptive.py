@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nodes.llmeval import irt
+from nodes import irt
 from nodes.llmeval.calibration import calibrate_bank, load_params
 from stores.question_bank import Question, QuestionBank
 from tests.fakes import ScriptedChat, all_text

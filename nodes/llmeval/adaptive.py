@@ -11,13 +11,12 @@ question is left. Used by the graph and, after every answer, by the exam server.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 from langgraph.runtime import Runtime
 
-from nodes.llmeval import irt
+from nodes import irt
 from nodes.llmeval.calibration import ItemParams, ability_of, load_params
 from nodes.llmeval.common import bank_of
 from runtime.services import services_of
@@ -27,7 +26,7 @@ from stores.question_bank import QuestionBank, QuotaError
 
 def _rng(seed: str, position: int) -> np.random.Generator:
     """A generator fixed by the session seed and slot, so a resumed session makes the same choice."""
-    return np.random.default_rng(int.from_bytes(hashlib.sha256(f"{seed}:{position}".encode()).digest()[:8], "big"))
+    return irt.seeded_rng(f"{seed}:{position}")
 
 
 def adaptive_step(bank: QuestionBank, session_id: str, params: ItemParams | None = None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """IRT calibration of the question bank from the judged answers of every model and session.
 
 An examinee is a model (its label in the bank); its response to a question is its latest judged
-answer there, correct from 2 stars (:data:`nodes.llmeval.irt.CORRECT_FROM_STARS`, Figure 11 of
+answer there, correct from 2 stars (:data:`nodes.irt.CORRECT_FROM_STARS`, Figure 11 of
 seed 002); ungraded answers carry no stars and are no response. Questions with fewer than
 ``min_responses`` responses stay uncalibrated (normal sessions keep sampling them as before;
 adaptive sessions only choose among calibrated ones). A refit is skipped while no response was
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from nodes.llmeval import irt
+from nodes import irt
 from stores.question_bank import QuestionBank, now
 
 

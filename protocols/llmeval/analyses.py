@@ -18,7 +18,7 @@ from typing import Any
 
 from nodes.llmeval.bankio import dialog_question
 from nodes.llmeval.calibration import ability_of, expected_scores, latest_responses, load_params
-from nodes.llmeval.irt import expected_score
+from nodes.irt import expected_score
 from nodes.llmeval.scoring import discipline_scores
 from protocols.llmeval.metrics import (cohen_kappa, mask_tail, mean, population_variance, recalled, replay_match,
                                        stability)

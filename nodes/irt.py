@@ -1,4 +1,5 @@
-"""Item response theory for adaptive LLMEval sessions: calibration, ability, information, item choice.
+"""Item response theory shared by LLMEval's adaptive sessions and JudgeAgent's adaptive base questions:
+calibration, ability, information, item choice.
 
 LLMEval-3 (seed 002) judges every answer 0-3 stars (Figure 11); its rubric puts
 the line between a wrong and a correct answer between 1 and 2 stars ("core
@@ -17,10 +18,14 @@ Model (dichotomous logistic, no guessing): ``P_i(theta) = 1 / (1 + exp(-a_i (the
 * :func:`information` - Fisher information ``a^2 P (1 - P)``.
 * :func:`select_item` - maximum information at the current ability with randomesque
   exposure control (a random pick among the ``k`` most informative, Kingsbury & Zara 1989).
+* :func:`seeded_rng` - the generator of one choice, fixed by a text key, so a resumed test repeats it.
+
+JudgeAgent (seed 000) grades correct / wrong in code or by its judge: a response is that verdict.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,6 +36,8 @@ from scipy.special import expit, log_expit
 #: A judged answer is a correct IRT response from this many stars (Figure 11: 2 and 3 = correct answer).
 CORRECT_FROM_STARS = 2
 MODELS = ("1pl", "2pl")
+#: Half-width of a 95 % normal interval, in standard errors.
+Z95 = 1.96
 
 
 def probability(theta: np.ndarray | float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -83,6 +90,11 @@ def select_item(theta: float, a: np.ndarray, b: np.ndarray, eligible: np.ndarray
     k = min(k, idx.size)
     top = idx[np.argpartition(-info, k - 1)[:k]] if k < idx.size else idx
     return int(rng.choice(top))
+
+
+def seeded_rng(key: str) -> np.random.Generator:
+    """A generator fixed by ``key`` (e.g. seed, unit and position), so a resumed session makes the same choice."""
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
 
 
 @dataclass
