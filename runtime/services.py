@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from runtime import stop
 from runtime.budget import Budget
 from runtime.config_loader import load_config, read_config_file
 from runtime.events import EventLog
@@ -25,6 +27,53 @@ if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from runtime.cache import ResponseCache
     from langchain_core.language_models import BaseChatModel
+
+
+class Background:
+    """A per-run resource built on its own thread while units run (JudgeAgent's context graph): its future, the
+    progress of each stage (``stages``: name -> [done, total]) the live display shows, and how many callers wait."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.future: Future[Any] = Future()
+        self.stages: dict[str, list[int]] = {}
+        self.waiting = 0
+        self._lock = threading.Lock()
+
+    def progress(self, stage: str, advance: int, total: int) -> None:
+        """``advance`` more items of ``stage`` done, of ``total``; raises once the run is stopping (Ctrl-C,
+        budget), so the build ends at its next step."""
+        with self._lock:
+            done = self.stages.setdefault(stage, [0, 0])
+            done[0] += advance
+            done[1] = total
+        stop.raise_if_stopped()
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """Each stage's ``(done, total)`` so far."""
+        with self._lock:
+            return {stage: (done, total) for stage, (done, total) in self.stages.items()}
+
+    def run(self, build: Callable[[Background], Any]) -> None:
+        self.future.set_running_or_notify_cancel()
+        try:
+            self.future.set_result(build(self))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the resource
+            self.future.set_exception(exc)
+
+    def result(self) -> Any:
+        """The resource, waiting for its build (counted in ``waiting``); the build's error if it failed. The wait
+        ends within 0.2 s of the run's stop flag."""
+        if not self.future.done():
+            with self._lock:
+                self.waiting += 1
+            try:
+                while not wait([self.future], timeout=0.2).done:
+                    stop.raise_if_stopped()
+            finally:
+                with self._lock:
+                    self.waiting -= 1
+        return self.future.result()
 
 
 @dataclass
@@ -45,6 +94,7 @@ class Services:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
     _key_locks: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
+    _background: dict[str, Background] = field(default_factory=dict, repr=False)
     #: The run's budget (``--max-calls`` / ``--max-tokens`` / ``--max-cost``), checked by the call layer;
     #: ``None`` = unlimited.
     budget: Budget | None = field(default=None, init=False)
@@ -145,13 +195,31 @@ class Services:
                 f"{self.config.concurrency}; units queue for it" for label, n in ceilings.items()]
 
     def cached(self, key: str, build: Any) -> Any:
-        """A per-run lazily built resource (vector store, graph, bank), built once under a lock."""
+        """A per-run lazily built resource (vector store, graph, bank), built once under a lock; one that
+        :meth:`start_background` builds is waited for (:meth:`Background.result`)."""
         with self._lock:
+            job = self._background.get(key)
             key_lock = self._key_locks.setdefault(key, threading.Lock())
+        if job is not None:
+            return job.result()
         with key_lock:  # not under the services lock: a builder may itself ask for llm() or chroma()
             if key not in self._cache:
                 self._cache[key] = build()
             return self._cache[key]
+
+    def start_background(self, key: str, label: str, build: Callable[[Background], Any]) -> Background:
+        """Build the resource :meth:`cached` serves under ``key`` on a daemon thread (once per run), so work that
+        does not need it goes on meanwhile; ``build`` gets the job to report its progress."""
+        with self._lock:
+            if key not in self._background:
+                job = self._background[key] = Background(label)
+                threading.Thread(target=job.run, args=(build,), name=f"build-{label}", daemon=True).start()
+            return self._background[key]
+
+    def background(self) -> list[Background]:
+        """The resources started with :meth:`start_background` (the runner shows and awaits them)."""
+        with self._lock:
+            return list(self._background.values())
 
     @property
     def data_dir(self) -> Path:

@@ -51,6 +51,13 @@ MAX_CHUNK_CHARS = 1200
 
 #: ``extract(texts) -> [(entities, source), ...]`` one entry per text, in order.
 Extractor = Callable[[list[str]], list[tuple[list[str], str]]]
+#: ``progress(stage, advance, total)``: ``advance`` more items of ``stage`` done, of ``total``. It may raise to
+#: stop the build between two steps (the run's stop flag).
+Progress = Callable[[str, int, int], None]
+
+
+def _quiet(stage: str, advance: int, total: int) -> None:
+    """No progress display."""
 
 
 # -- corpus ------------------------------------------------------------------------------------
@@ -308,20 +315,22 @@ class ContextGraph:
     def entity_id(key: str) -> str:
         return "e-" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:20]
 
-    def index(self) -> None:
+    def index(self, progress: Progress = _quiet) -> None:
         """Embed chunks and entity names into Chroma (idempotent: only missing ids are added).
 
         Each batch is embedded with one call on the list (texts already in the vector cache are looked up, not
-        embedded again) and added with its vectors; the vectors stay in memory for path sampling.
+        embedded again) and added with its vectors; the vectors stay in memory for path sampling. ``progress``
+        hears ``("embedding chunks" | "embedding entities", batch size, ids missing)`` after each batch.
         """
         chunk_ids = list(self.chunks)
         self._add("chunks", chunk_ids, [self.chunks[c]["text"] for c in chunk_ids],
-                  [{"doc": self.chunks[c]["doc"]} for c in chunk_ids], batch=CHUNK_BATCH)
+                  [{"doc": self.chunks[c]["doc"]} for c in chunk_ids], batch=CHUNK_BATCH, progress=progress)
         keys = list(self.g.nodes)
         self._add("entities", [self.entity_id(k) for k in keys], [self.g.nodes[k]["name"] for k in keys],
-                  [{"key": k} for k in keys], batch=ENTITY_BATCH)
+                  [{"key": k} for k in keys], batch=ENTITY_BATCH, progress=progress)
 
-    def _add(self, kind: str, ids: list[str], texts: list[str], metadatas: list[dict[str, str]], batch: int) -> None:
+    def _add(self, kind: str, ids: list[str], texts: list[str], metadatas: list[dict[str, str]], batch: int,
+             progress: Progress) -> None:
         collection = self._collection(kind)
         have = set(collection.get(include=[])["ids"])
         todo = [i for i, id_ in enumerate(ids) if id_ not in have]
@@ -334,6 +343,7 @@ class ContextGraph:
                            metadatas=[metadatas[i] for i in part])
             with self._lock:
                 self._vec_cache.update((f"{kind}:{ids[i]}", v) for i, v in zip(part, vecs))
+            progress(f"embedding {kind}", len(part), len(todo))
 
     def _vectors(self, kind: str, ids: list[str]) -> dict[str, np.ndarray]:
         cache_key = kind + ":"
@@ -505,20 +515,25 @@ def graph_key(docs: Sequence[Document], extractor_label: str) -> str:
 
 
 def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_label: str, extract: Extractor,
-                       chroma: Callable[[Path], Any], embed: Any, log: Callable[[str], None] = lambda s: None
-                       ) -> ContextGraph:
+                       chroma: Callable[[Path], Any], embed: Any, log: Callable[[str], None] = lambda s: None,
+                       progress: Progress | None = None) -> ContextGraph:
     """Load the graph of ``docs`` from the cache, or build it (Algorithm 3), persist and index it.
 
     Only chunks whose content hash is not in the entity cache reach ``extract``;
-    an unchanged corpus makes no call at all.
+    an unchanged corpus makes no call at all (``log`` says it was a cache hit).
+    ``progress`` hears the stages of a build: ``extraction`` (chunks labelled, which
+    ``extract`` reports itself), ``embedding chunks`` (while the model labels) and
+    ``embedding entities``.
     """
+    progress = progress or _quiet
     key = graph_key(docs, extractor_label)
     folder = cache_dir / "judgeagent" / f"graph-{key[:24]}"
     vectors = EmbeddingCache(cache_dir / "judgeagent", embedder_label(embed))
     with _build_lock(folder):
         if (folder / "graph.json").exists():
             graph = ContextGraph.load(folder)
-            log(f"context graph loaded from {folder}")
+            log(f"context graph: cache hit, loaded from {folder} (no extraction call)")
+            indexed = progress
         else:
             cache = EntityCache(cache_dir / "judgeagent" / f"entities-{_slug(extractor_label)}.jsonl")
             all_chunks = [(f"{d.id}#{i}", t) for d in docs for i, t in enumerate(d.chunks)]
@@ -527,9 +542,18 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
             # chunk texts do not depend on the entities: they are embedded while the model labels them, in the
             # batches index() uses, so index() finds their vectors cached
             texts = [t for _, t in all_chunks]
+
+            def embed_chunks(batch: list[str]) -> None:
+                vectors.embed(batch, embed)
+                progress("embedding chunks", len(batch), len(texts))
+
+            def indexed(stage: str, advance: int, total: int) -> None:
+                if stage != "embedding chunks":  # counted above, as they were embedded
+                    progress(stage, advance, total)
+
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
             try:
-                embedded = [pool.submit(vectors.embed, texts[i:i + CHUNK_BATCH], embed)
+                embedded = [pool.submit(embed_chunks, texts[i:i + CHUNK_BATCH])
                             for i in range(0, len(texts), CHUNK_BATCH)]
                 if todo_texts:
                     results = extract(todo_texts)
@@ -546,5 +570,5 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
             graph = ContextGraph.construct(docs, labels, key=key)
             graph.save(folder)
         graph.attach(chroma(folder / "chroma"), embed, vectors)
-        graph.index()
+        graph.index(indexed)
     return graph

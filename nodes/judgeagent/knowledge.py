@@ -15,17 +15,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
 from prompts import load_prompt
 from runtime.concurrency import parallel_map
-from runtime.services import Services, services_of
+from runtime.services import Background, Services, services_of
 from state.errors import ModelError
 from state.judgeagent import BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
-from stores.context_graph import ContextGraph, Document, load_knowledge_base, open_context_graph
+from stores.context_graph import ContextGraph, Document, Progress, load_knowledge_base, open_context_graph
 from nodes.judgeagent.common import question_text, seed_for
 from tools.knowledge import knowledge_tools
 
@@ -76,10 +76,10 @@ def _usable(entities: list[str], text: str) -> list[str]:
     return out
 
 
-def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str = "extract_entities"
-                   ) -> list[tuple[list[str], str]]:
+def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str = "extract_entities",
+                   progress: Progress | None = None) -> list[tuple[list[str], str]]:
     """Table 11 over ``texts``, ``batch`` texts per call (up to the run's ``--concurrency`` at once);
-    ``(entities, source)`` each."""
+    ``(entities, source)`` each. ``progress`` hears ``("extraction", texts labelled, len(texts))`` per call."""
     groups = [texts[i:i + max(1, batch)] for i in range(0, len(texts), max(1, batch))]
 
     def one(group: list[str]) -> list[tuple[list[str], str]]:
@@ -96,8 +96,12 @@ def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str
         for n, text in enumerate(group, 1):
             ents = _usable(by_n.get(n, []), text)
             out.append((ents, "llm") if ents else (keyword_entities(text), "keyword"))
+        if progress is not None:
+            progress("extraction", len(group), len(texts))
         return out
 
+    if progress is not None:
+        progress("extraction", 0, len(texts))
     return [r for part in parallel_map(one, groups, workers=svc.config.concurrency) for r in part]
 
 
@@ -105,24 +109,50 @@ def kb_documents(ctx: JudgeAgentContext) -> list[Document]:
     return load_knowledge_base(ctx.kb or SAMPLE_KB, ctx.kb_fields or None)
 
 
+def _kb_key(ctx: JudgeAgentContext) -> str:
+    return str(Path(ctx.kb).resolve()) if ctx.kb else str(SAMPLE_KB)
+
+
+def _open_graph(svc: Services, ctx: JudgeAgentContext, log: Any, progress: Progress | None = None) -> ContextGraph:
+    """Load or build the context graph of ``ctx.kb`` (:func:`stores.context_graph.open_context_graph`)."""
+    return open_context_graph(
+        kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=svc.model_label("evaluator"),
+        extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph", progress=progress),
+        chroma=svc.chroma, embed=svc.embeddings(), log=log, progress=progress)
+
+
 def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: None) -> ContextGraph:
-    """The run's context graph for ``ctx.kb`` (built once per run, cached across runs by corpus hash)."""
-    kb = str(Path(ctx.kb).resolve()) if ctx.kb else str(SAMPLE_KB)
+    """The run's context graph for ``ctx.kb`` (built once per run, cached across runs by corpus hash); when
+    :func:`start_context_graph` is building it, waits for that build."""
+    return svc.cached(f"judgeagent:graph:{_kb_key(ctx)}", lambda: _open_graph(svc, ctx, log))
 
-    def build() -> ContextGraph:
-        return open_context_graph(
-            kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=svc.model_label("evaluator"),
-            extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph"),
-            chroma=svc.chroma, embed=svc.embeddings(), log=log)
 
-    return svc.cached(f"judgeagent:graph:{kb}", build)
+def start_context_graph(svc: Services, ctx: JudgeAgentContext, log: Any,
+                        on_built: Callable[[ContextGraph], None]) -> Background:
+    """Build the run's context graph on a background thread (:meth:`Services.start_background`): a unit runs
+    its grading and question-entity steps meanwhile and waits in ``sample_knowledge``, the first step that needs
+    the graph (Algorithm 4). ``on_built`` runs on that thread once the graph is ready, before anyone gets it."""
+
+    def build(job: Background) -> ContextGraph:
+        graph = _open_graph(svc, ctx, log, job.progress)
+        on_built(graph)
+        return graph
+
+    return svc.start_background(f"judgeagent:graph:{_kb_key(ctx)}", "context graph", build)
+
+
+def _chunks_only(svc: Services, ctx: JudgeAgentContext) -> ContextGraph:
+    """The knowledge base's chunks without entities: all the "w/o context graph" ablation draws from (its random
+    paths are the same as over the full graph's chunks), so it never waits for a build."""
+    return svc.cached(f"judgeagent:chunks:{_kb_key(ctx)}", lambda: ContextGraph.construct(kb_documents(ctx), {}))
 
 
 def knowledge_tool(svc: Services, ctx: JudgeAgentContext, name: str) -> BaseTool:
-    """One of the run's retrieval tools (:func:`tools.knowledge.knowledge_tools`) over its context graph."""
-    kb = str(Path(ctx.kb).resolve()) if ctx.kb else str(SAMPLE_KB)
-    tools = svc.cached(f"judgeagent:tools:{kb}",
-                       lambda: {t.name: t for t in knowledge_tools(context_graph(svc, ctx))})
+    """One of the run's retrieval tools (:func:`tools.knowledge.knowledge_tools`) over its context graph (over
+    the chunks alone in the "w/o context graph" ablation)."""
+    graph = _chunks_only(svc, ctx) if ctx.no_context_graph else context_graph(svc, ctx)  # waits outside the lock
+    tools = svc.cached(f"judgeagent:tools:{ctx.no_context_graph}:{_kb_key(ctx)}",
+                       lambda: {t.name: t for t in knowledge_tools(graph)})
     return tools[name]
 
 

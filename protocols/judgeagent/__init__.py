@@ -10,9 +10,11 @@ Inputs are read and validated in ``plan`` (before the run spends anything): the 
 JSONL/JSON/CSV/TSV file of documents mapped with ``--kb-fields``, or a folder of such files;
 :func:`stores.context_graph.load_knowledge_base`); else the reference texts of the planned questions
 (``references`` field); else, only when no ``--data`` was given, the shipped sample articles. The console,
-``summary.json`` (``inputs``) and the report say which. The context graph is built in ``prepare`` and cached
-under ``<out>/_cache`` by corpus hash and extraction model, so a second run on the same corpus makes no
-extraction call; ``--build-kb-only`` builds it and stops.
+``summary.json`` (``inputs``) and the report say which. ``prepare`` starts the context-graph build on a background
+thread: the batches grade their base questions and label their question entities meanwhile, and wait for the
+graph at their first knowledge path (Algorithm 1 needs it only there; the "w/o context graph" ablation draws its
+random chunks without it). The graph is cached under ``<out>/_cache`` by corpus hash and extraction model, so a
+second run on the same corpus makes no extraction call; ``--build-kb-only`` builds it and stops.
 
 Ablations (section 4.5 / seed 001 Table 3): ``--no-context-graph``, ``--no-difficulty-adaptation``
 (``--fixed-difficulty``), ``--no-extension``.
@@ -29,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodes.judgeagent.knowledge import SAMPLE_KB, context_graph
+from nodes.judgeagent.knowledge import SAMPLE_KB, start_context_graph
 from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
 from protocols.judgeagent.report import build_report
 from nodes.judgeagent.judging import answer_format
@@ -42,7 +44,7 @@ from state.errors import InputError
 from state.judgeagent import BaseQuestion, DifficultyConfigError, JudgeAgentContext
 from state.judgecheck import check_jury
 from state.verdicts import is_ungraded
-from stores.context_graph import load_knowledge_base
+from stores.context_graph import ContextGraph, load_knowledge_base
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
@@ -168,7 +170,7 @@ class JudgeAgentProtocol(Protocol):
         run.params["kb"] = self.resolve_kb(run, questions)
         if run.params.get("no_extension"):
             return
-        self._graph_stats(run, source)
+        self._start_graph(run, source)
 
     def custom_run(self, run: Run) -> bool:
         if not run.params.get("build_kb_only"):
@@ -179,16 +181,21 @@ class JudgeAgentProtocol(Protocol):
             questions, _ = load_questions(run.params)
         source = self.inputs(run, questions)["knowledge_base"]
         run.params["kb"] = self.resolve_kb(run, questions)
-        self._graph_stats(run, source)
+        self._start_graph(run, source)  # the runner shows its progress and waits for it
         return True
 
-    def _graph_stats(self, run: Run, source: str) -> dict[str, Any]:
-        """Build (or load) the context graph; write, print and return its statistics.
+    def _start_graph(self, run: Run, source: str) -> None:
+        """Build (or load) the context graph in the background (units that do not need it yet run meanwhile,
+        the runner shows its progress); its statistics are written and shown when it is ready."""
+        start_context_graph(run.services, self.context(run), run.console.print,
+                            lambda graph: self._graph_stats(run, source, graph))
+
+    def _graph_stats(self, run: Run, source: str, graph: ContextGraph) -> dict[str, Any]:
+        """Write, print and return the statistics of the run's context graph.
 
         When the evaluator labelled no chunk at all, every entity comes from the keyword fallback: the
         statistics carry a ``warning`` that the console, ``summary.json`` and the report repeat.
         """
-        graph = context_graph(run.services, self.context(run), log=run.console.print)
         stats: dict[str, Any] = {"kb": run.params["kb"], "source": source,
                                  "folder": str(graph.folder), **graph.stats()}
         sources = stats["entity_sources"]
