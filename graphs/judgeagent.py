@@ -1,6 +1,7 @@
 """JudgeAgent (seed 000, Algorithm 1): one batch of base questions per thread.
 
-grade_benchmark (section 3.1) -> [extract_question_entities (Alg. 4 l.3-7)] -> rounds x (sample_knowledge
+grade_benchmark (section 3.1), or with calibrated questions (--irt-runs) select_base -> ask_base ->
+... -> close_grading (issue 17: base questions chosen by IRT information) -> [extract_question_entities (Alg. 4 l.3-7)] -> rounds x (sample_knowledge
 (Alg. 4) -> generate_question (Table 12) -> ask_target -> estimate_capability (running score, next
 difficulty)) -> feedback (Table 13) -> validate (Algorithm 2, Table 14).
 """
@@ -12,12 +13,23 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from nodes.judgeagent.adaptive import ask_base, close_grading, select_base
 from nodes.judgeagent.extension import ask_target, estimate_capability, generate_question
 from nodes.judgeagent.feedback import feedback
 from nodes.judgeagent.grading import grade_benchmark
 from nodes.judgeagent.knowledge import extract_question_entities, sample_knowledge
 from nodes.judgeagent.validation import validate
 from state.judgeagent import JudgeAgentContext, JudgeAgentState
+
+
+def grading_mode(state: JudgeAgentState) -> Literal["grade_benchmark", "select_base"]:
+    """Adaptive grading when the batch comes with item parameters (a pool to choose from), else every question."""
+    return "select_base" if state.get("irt") else "grade_benchmark"
+
+
+def after_select(state: JudgeAgentState) -> Literal["ask_base", "close_grading"]:
+    """Ask the chosen question; with none chosen, grading is over."""
+    return "ask_base" if state.get("pick") else "close_grading"
 
 
 def after_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
@@ -46,6 +58,9 @@ def after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) 
 
 builder = StateGraph(JudgeAgentState, context_schema=JudgeAgentContext)
 builder.add_node("grade_benchmark", grade_benchmark)
+builder.add_node("select_base", select_base)
+builder.add_node("ask_base", ask_base)
+builder.add_node("close_grading", close_grading)
 builder.add_node("extract_question_entities", extract_question_entities)
 builder.add_node("sample_knowledge", sample_knowledge)
 builder.add_node("generate_question", generate_question)
@@ -53,8 +68,11 @@ builder.add_node("ask_target", ask_target)
 builder.add_node("estimate_capability", estimate_capability)
 builder.add_node("feedback", feedback)
 builder.add_node("validate", validate)
-builder.add_edge(START, "grade_benchmark")
+builder.add_conditional_edges(START, grading_mode)
+builder.add_conditional_edges("select_base", after_select)
+builder.add_edge("ask_base", "select_base")
 builder.add_conditional_edges("grade_benchmark", after_grading)
+builder.add_conditional_edges("close_grading", after_grading)
 builder.add_edge("extract_question_entities", "sample_knowledge")
 builder.add_edge("sample_knowledge", "generate_question")
 builder.add_edge("generate_question", "ask_target")

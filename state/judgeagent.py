@@ -168,6 +168,12 @@ class JudgeAgentState(TypedDict, total=False):
     rounds: Annotated[list[dict[str, Any]], operator.add]
     feedback: dict[str, Any]
     validation: list[dict[str, Any]]
+    # adaptive Benchmark Grading (--irt-runs; nodes/judgeagent/adaptive.py): without ``irt`` none of these is set.
+    # With it, ``batch`` starts as the pool the questions are chosen from and becomes the asked ones.
+    irt: dict[str, list[float]]  # question id -> [a, b] of its calibrated item
+    pick: str | None  # the question chosen to ask next (None: grading is over)
+    irt_trace: list[dict[str, Any]]  # per choice: ability (theta, se) before it, the question, its information
+    ability: dict[str, Any]  # final theta +/- se, asked questions, the IRT-decided first difficulty
 
 
 # -- context -----------------------------------------------------------------------------------
@@ -199,6 +205,12 @@ class JudgeAgentContext(BaseContext):
                                                    "(grading, extension, validation), combined by majority vote; "
                                                    "no majority leaves the answer ungraded as a split (counted, "
                                                    "never correct or wrong).", metavar="MODEL")
+
+    irt_items: int = described(3, "With --irt-runs: base questions asked per batch, each chosen from the batch's "
+                                  "pool by maximum information at the target's current ability.", minimum=1)
+    irt_exposure_k: int = described(1, "With --irt-runs: the next base question is drawn at random (seeded) among "
+                                       "this many most informative ones (randomesque exposure control; 1 = the "
+                                       "most informative).", minimum=1)
 
     def control(self) -> DifficultyControl:
         return DifficultyControl.parse(self.gains, self.thresholds)

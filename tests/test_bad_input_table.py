@@ -11,6 +11,7 @@ working folder, with every role pointed at a stand-in endpoint, and checks:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -236,7 +237,34 @@ FILES = [
     c("llmeval-contamination-missing", "llmeval", "--contamination pub.csv", "pub.csv", "--contamination"),
 ]
 
-CASES = CLI + ENV + CONFIG + FILES
+def _irt_run(questions: str, verdict: str = "correct", protocol: str = "judgeagent") -> dict[str, str]:
+    """An earlier run directory ``old/`` for --irt-runs: config, plan and one result on ``questions`` (JSONL)."""
+    rows = [json.loads(line) for line in questions.splitlines()]
+    base = [{"id": r["id"], "verdict": verdict, "correct": verdict == "correct", "gain": 0.0} for r in rows]
+    return {"old/config.json": json.dumps({"protocol": protocol, "roles": {"target": "m@http://127.0.0.1:9/v1"}}),
+            "old/units.jsonl": json.dumps({"id": "batch-0001", "input": {"batch": rows}, "meta": {}}) + "\n",
+            "old/results.jsonl": json.dumps({"unit_id": "batch-0001", "status": "ok", "base": base}) + "\n"}
+
+
+SAMPLE_QUESTION = (REPO / "samples" / "judgeagent" / "questions.jsonl").read_text(encoding="utf-8").splitlines()[0]
+
+IRT = [
+    c("judgeagent-irt-runs-missing", "judgeagent", "--irt-runs no-such-run", "--irt-runs", "no such run directory"),
+    c("judgeagent-irt-runs-glob-matches-no-run", "judgeagent", "--irt-runs old*", "--irt-runs",
+      "matches no run directory", files={"old1/notes.txt": "x"}),
+    c("judgeagent-irt-runs-other-benchmark", "judgeagent", "--irt-runs old", "--irt-runs", "another benchmark",
+      files=_irt_run(GOOD_QUESTION.replace('"q1"', '"zz-1"'))),
+    c("judgeagent-irt-runs-other-protocol", "judgeagent", "--irt-runs old", "--irt-runs", "run of atad",
+      files=_irt_run(SAMPLE_QUESTION, protocol="atad")),
+    c("judgeagent-irt-runs-too-few-calibrated", "judgeagent", "--irt-runs old", "--irt-runs", "fewer than --irt-items",
+      files=_irt_run(SAMPLE_QUESTION)),
+    c("judgeagent-irt-model-choice", "judgeagent", "--irt-model 3pl", "argument --irt-model", "'3pl'"),
+    c("judgeagent-irt-items-zero", "judgeagent", "--irt-items 0", "--irt-items", "at least 1"),
+    c("judgeagent-irt-min-responses-one", "judgeagent", "--irt-min-responses 1", "--irt-min-responses",
+      "at least 2"),
+]
+
+CASES = CLI + ENV + CONFIG + FILES + IRT
 #: Run through ``python run.py`` (the real interpreter exit path), one per kind of source.
 SUBPROCESS = {"concurrency-not-int", "env-concurrency-zero", "yaml-syntax", "interview-data-no-question"}
 
@@ -299,4 +327,4 @@ def test_bad_input_exits_2_with_one_line_blaming_the_source_and_leaves_nothing(c
 
 def test_the_table_covers_every_source_with_at_least_60_cases():
     assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
-    assert all(group for group in (CLI, ENV, CONFIG, FILES))
+    assert all(group for group in (CLI, ENV, CONFIG, FILES, IRT))

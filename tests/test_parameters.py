@@ -19,7 +19,8 @@ from state.context import BaseContext, options
 #: The batch-only flags (input files, modes, how units are planned): everything else is a graph option.
 BATCH_ONLY = {
     "atad": {"per_task", "tasks", "problem_style", "challenge_prob", "evaluate", "benchmark", "fields", "review"},
-    "judgeagent": {"data", "fields", "choices", "hf_dataset", "hf_split", "batch_size", "build_kb_only"},
+    "judgeagent": {"data", "fields", "choices", "hf_dataset", "hf_split", "batch_size", "build_kb_only", "irt_runs",
+                   "irt_model", "irt_min_responses"},
     "interview": {"data", "fields", "task", "repeats", "bootstrap_resamples"},
     "llmeval": {"bank", "fields", "skip_invalid", "augment", "rewrite", "near_dup_threshold", "import_only",
                 "sessions", "serve", "port", "admin_token", "rate_limit", "leaderboard", "stability", "sizes",

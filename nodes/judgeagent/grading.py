@@ -49,23 +49,27 @@ def next_difficulty(ctx: JudgeAgentContext, score: float, answered: int, current
     return ctx.control().next_difficulty(score, answered)
 
 
+def grade_question(ctx: JudgeAgentContext, q: BaseQuestion, fmt: str) -> dict[str, Any]:
+    """Algorithm 1, lines 12-14 for one base question: the target's answer, its verdict and its gain."""
+    svc = services_of(ctx)
+    reply = svc.llm("target").text(base_messages(q, fmt), step="base_answer")
+    verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge",
+                          jury=ctx.judge_jury)
+    gain = ctx.control().gain(q.difficulty) if verdict["correct"] else 0.0
+    return {"id": q.id, "difficulty": q.difficulty, "reply": reply, "gain": gain, **verdict}
+
+
+def base_totals(base: list[dict[str, Any]]) -> tuple[float, int]:
+    """``sc_B`` and ``RND_total`` of the graded base answers (an ungraded answer counts neither way)."""
+    return sum(b["gain"] for b in base), sum(1 for b in base if b["verdict"] != "ungraded")
+
+
 def grade_benchmark(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
     ctx = runtime.context
-    svc = services_of(ctx)
-    control = ctx.control()
     questions = [BaseQuestion(**q) for q in state["batch"]]
     fmt = answer_format(ctx.answer_format, questions)
-
-    def one(q: BaseQuestion) -> dict[str, Any]:
-        reply = svc.llm("target").text(base_messages(q, fmt), step="base_answer")
-        verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge",
-                              jury=ctx.judge_jury)
-        gain = control.gain(q.difficulty) if verdict["correct"] else 0.0
-        return {"id": q.id, "difficulty": q.difficulty, "reply": reply, "gain": gain, **verdict}
-
-    base = parallel_map(one, questions)
-    score = sum(b["gain"] for b in base)
-    answered = sum(1 for b in base if b["verdict"] != "ungraded")
+    base = parallel_map(lambda q: grade_question(ctx, q, fmt), questions)
+    score, answered = base_totals(base)
     nxt = next_difficulty(ctx, score, answered)
     return {"answer_format": fmt, "base": base, "score": score, "answered": answered, "difficulty": nxt,
             "trajectory": [{"after": "base", "avg": score / answered if answered else None, "next": nxt,

@@ -65,6 +65,14 @@ class JudgeAgentBatch:
     hf_split: str = described("test", "split of --hf-dataset")
     batch_size: int = described(3, "N_B questions per batch", minimum=1)
     build_kb_only: bool = described(False, "build (or load) the context graph, print its statistics and stop")
+    irt_runs: str | None = described(None, "adaptive base questions: earlier judgeagent runs of other targets on "
+                                           "these questions (directories or globs, comma-separated) whose verdicts "
+                                           "calibrate the questions; each batch's --batch-size questions become a "
+                                           "pool, --irt-items of them asked (protocols/judgeagent/irt.py)",
+                                      metavar="DIR[,DIR...]")
+    irt_model: str = described("2pl", "with --irt-runs: item response model", choices=("1pl", "2pl"))
+    irt_min_responses: int = described(5, "with --irt-runs: responses a question needs to be calibrated (others "
+                                          "are not asked)", minimum=2)
 
 
 class JudgeAgentProtocol(Protocol):
@@ -130,6 +138,8 @@ class JudgeAgentProtocol(Protocol):
         run.console.print(f"answer format: {run.params['answer_format']}"
                           + (" (auto: chosen from the reference answers)" if requested == "auto" else ""),
                           markup=False, highlight=False)
+        if run.params.get("irt_runs"):
+            return irt_plan().adaptive_units(run, questions, ctx, self.batch(run), source)
         units = []
         for i, batch in enumerate(split_batches(questions, self.batch(run).batch_size), 1):
             units.append(Unit(id=f"batch-{i:04d}", input={"batch": [q.model_dump() for q in batch]},
@@ -233,6 +243,7 @@ class JudgeAgentProtocol(Protocol):
             "question_entities": state.get("question_entities", []),
             "feedback": state.get("feedback", {}),
             "validation": state.get("validation", []),
+            **(irt_plan().adaptive_result(state) if state.get("irt") else {}),
         }
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -273,6 +284,7 @@ class JudgeAgentProtocol(Protocol):
             "settings": {k: run.params.get(k) for k in ("kb", "batch_size", "rounds", "hops", "gains", "thresholds",
                                                        "no_context_graph", "no_difficulty_adaptation",
                                                        "fixed_difficulty", "no_extension", "answer_format")},
+            **(irt_plan().adaptive_summary(run, ok) if run.params.get("irt_runs") else {}),
         }
 
     def _run_inputs(self, run: Run) -> dict[str, Any]:
@@ -294,6 +306,13 @@ class JudgeAgentProtocol(Protocol):
         if inputs.get("knowledge_base_warning"):
             blocks.append(Text(f"Warning: {inputs['knowledge_base_warning']}."))
         return blocks + build_report(run, summary["metrics"], records)
+
+
+def irt_plan() -> Any:
+    """:mod:`protocols.judgeagent.irt`, imported when ``--irt-runs`` asks for it (it loads scipy)."""
+    from protocols.judgeagent import irt
+
+    return irt
 
 
 def _count(values: Any) -> dict[str, int]:

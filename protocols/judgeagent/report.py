@@ -65,6 +65,9 @@ def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> 
         ["Base questions whose free-form answer the feedback quotes", ", ".join(m["leak_suspects"]) or "none"],
     ], caption="Overall"))
 
+    if m.get("adaptive_grading"):
+        blocks.extend(_adaptive(m["adaptive_grading"], ok))
+
     # Table 1 style
     val = m.get("validation")
     blocks.append(Heading("Validation with suggestions (Algorithm 2, Table 1 style)", 3))
@@ -112,6 +115,46 @@ def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> 
     blocks.extend(_figures(run, ok))
     blocks.extend(_batches(ok))
     return blocks
+
+
+def _adaptive(ad: dict[str, Any], ok: list[dict[str, Any]]) -> list[Block]:
+    """Adaptive base questions (--irt-runs): the calibration, the ability, the calls not made, per batch."""
+    cal, ab, acc = ad["calibration"], ad["ability"], ad["expected_accuracy"]
+    saved = ad["saved"]
+    out: list[Block] = [Heading("Adaptive base questions (item response theory)", 3), Text(
+        f"Item parameters ({cal['irt_model']}) fitted on {cal['responses']} graded answers of "
+        f"{len(cal['examinees'])} earlier targets in {len(cal['runs'])} runs; {cal['calibrated']} of "
+        f"{cal['benchmark_questions']} questions had at least {cal['min_responses']} answers and were calibrated "
+        f"(EM {'converged' if cal.get('converged') else 'did not converge'} in {cal.get('iterations')} "
+        f"iterations); {cal['uncalibrated']} uncalibrated questions were left out. Each batch asked its questions one at a time, each the most "
+        f"informative at the target's ability so far; the first extension difficulty is the Appendix B level of "
+        f"the average the ability predicts on the whole pool (the accuracy on questions chosen near the ability "
+        f"tends to 1/2 for every target, so their observed average would not tell targets apart).")]
+    out.append(Table(["metric", "value"], [
+        ["ability theta +/- SE (all batches' graded answers, EAP, N(0,1) prior)",
+         f"{ab['theta']:.3f} +/- {ab['se']:.3f} (95 % {ab['theta_95'][0]:.3f} to {ab['theta_95'][1]:.3f}; "
+         f"n={ab['responses']})"],
+        [f"expected accuracy on the {acc['questions']} calibrated questions",
+         f"{pct(acc['value'])} % (95 % {pct(acc['low'])} to {pct(acc['high'])})"],
+        ["base questions asked / in the pools", f"{ad['asked']} / {ad['pool_questions']}"],
+        ["calls not made versus grading every pool question",
+         f"{saved['base_answers']} target answers (+ a judge call for each that code would not have decided), "
+         f"{saved['validation_answers']} validation re-answers (+ their judge calls)"],
+        ["first extension difficulty per batch", str(ad["first_difficulty"])],
+    ], caption="Adaptive Benchmark Grading"))
+    rows = []
+    for r in ok:
+        x = r.get("adaptive")
+        if x:
+            lo, hi = x["difficulty_interval"]
+            rows.append([r["unit_id"], f"{x['theta']:.3f} +/- {x['se']:.3f}", f"{len(x['asked'])}/{x['pool']}",
+                         ", ".join(x["asked"]), num(x["observed_avg"]), num(x["expected_avg"]),
+                         x["first_difficulty"], lo if lo == hi else f"{lo} to {hi}"])
+    out.append(Table(["batch", "theta +/- SE", "asked/pool", "asked (in order)", "observed avg", "expected avg",
+                      "first difficulty", "at theta -/+ 1.96 SE"], rows,
+                     caption="Per batch: observed avg = sc_B / RND_total of the asked questions; expected avg = "
+                             "the Appendix B average the ability predicts on the pool"))
+    return out
 
 
 def _figures(run: Run, ok: list[dict[str, Any]]) -> list[Block]:
