@@ -258,10 +258,12 @@ IRT = [
       files=_irt_run(SAMPLE_QUESTION, protocol="atad")),
     c("judgeagent-irt-runs-too-few-calibrated", "judgeagent", "--irt-runs old", "--irt-runs", "fewer than --irt-items",
       files=_irt_run(SAMPLE_QUESTION)),
-    c("judgeagent-irt-model-choice", "judgeagent", "--irt-model 3pl", "argument --irt-model", "'3pl'"),
-    c("judgeagent-irt-items-zero", "judgeagent", "--irt-items 0", "--irt-items", "at least 1"),
-    c("judgeagent-irt-min-responses-one", "judgeagent", "--irt-min-responses 1", "--irt-min-responses",
-      "at least 2"),
+    c("judgeagent-irt-model-choice", "judgeagent", "--irt-runs old --irt-model 3pl", "argument --irt-model",
+      "'3pl'"),
+    c("judgeagent-irt-items-zero", "judgeagent", "--irt-runs old --irt-items 0", "--irt-items", "at least 1"),
+    c("judgeagent-irt-min-responses-one", "judgeagent", "--irt-runs old --irt-min-responses 1",
+      "--irt-min-responses", "at least 2"),
+    c("judgeagent-irt-items-without-runs", "judgeagent", "--irt-items 2", "--irt-items", "no --irt-runs was given"),
 ]
 
 CASES = CLI + ENV + CONFIG + FILES + IRT

@@ -102,6 +102,10 @@ class JudgeAgentProtocol(Protocol):
             raise InputError(str(exc), field="--gains/--thresholds") from None
         if ctx.kb_fields and not ctx.kb:
             raise InputError("--kb-fields maps the records of a --kb file; no --kb was given", field="--kb-fields")
+        for name in ("irt_items", "irt_exposure_k", "irt_model", "irt_min_responses"):
+            if run.params.get(name) is not None and not run.params.get("irt_runs"):
+                flag = "--" + name.replace("_", "-")
+                raise InputError(f"{flag} sets the adaptive base questions; no --irt-runs was given", field=flag)
         if ctx.kb and not ctx.no_extension:
             load_knowledge_base(ctx.kb, ctx.kb_fields or None)  # validated now; the graph is built in prepare()
         return ctx  # type: ignore[return-value]
@@ -148,6 +152,8 @@ class JudgeAgentProtocol(Protocol):
 
     def expected_calls(self, run: Run) -> str:
         n = self.batch(run).batch_size
+        if run.params.get("irt_runs"):  # up to --irt-items of each pool are asked
+            n = min(n, self.context(run).irt_items)
         r = self._rounds(run)
         return (f"{n} base answers (+ a judge call for each that is not an option letter or the exact reference), "
                 f"1 entity call, {r} x (generate, answer, judge unless exact), 1 feedback, {n} validation answers "
