@@ -96,7 +96,7 @@ def main() -> None:
     runs = [population(np.random.default_rng(s), args) for s in range(args.seeds)]
     print(f"{args.items} questions, {args.earlier} earlier targets, pools of {args.pool}, {args.targets} targets, "
           f"{args.model}, {args.seeds} populations, {time.perf_counter() - start:.1f} s")
-    print(f"| first level decided by | base answers per batch | = true level | = whole-pool level |")
+    print("| first level decided by | base answers per batch | = true level | = whole-pool level |")
     print("| --- | --- | --- | --- |")
     names = [k for k in runs[0] if not k.endswith(" | whole pool")]
     for name in names:

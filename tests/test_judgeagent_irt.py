@@ -150,11 +150,9 @@ def test_without_item_parameters_grading_takes_the_whole_batch_and_records_nothi
 
 # -- the fit from earlier run directories -------------------------------------------------------------------
 
-def write_run(folder: Path, target_spec: str, questions: list[BaseQuestion],
-              verdicts: dict[str, str], records: int = 1) -> Path:
+def write_run(folder: Path, target_spec: str, questions: list[BaseQuestion], verdicts: dict[str, str]) -> Path:
     """A finished judgeagent run directory in the real format: config.json, units.jsonl (one batch) and
-    results.jsonl whose base answers carry ``verdicts`` (question id -> correct | wrong | ungraded), written
-    ``records`` times (a resumed unit appends its newer record; the last counts)."""
+    results.jsonl whose base answers carry ``verdicts`` (question id -> correct | wrong | ungraded)."""
     folder.mkdir(parents=True)
     config = RunConfig(protocol="judgeagent", roles={"target": target_spec, "evaluator": "ev@http://127.0.0.1:9/v1"})
     (folder / "config.json").write_text(json.dumps(config.masked()), encoding="utf-8")
@@ -164,7 +162,7 @@ def write_run(folder: Path, target_spec: str, questions: list[BaseQuestion],
     base = [{"id": q, "difficulty": None, "reply": "x", "gain": 1.5 if v == "correct" else 0.0, "verdict": v,
              "correct": v == "correct" if v != "ungraded" else None, "how": "evaluator"} for q, v in verdicts.items()]
     record = {"unit_id": "batch-0001", "status": "ok", "base": base}
-    (folder / "results.jsonl").write_text((json.dumps(record) + "\n") * records, encoding="utf-8")
+    (folder / "results.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
     return folder
 
 
@@ -195,7 +193,8 @@ def test_responses_keep_each_models_latest_graded_answer_and_leave_out_ungraded_
     assert [u["responses"] for u in used] == [3, 1, 1, 0] and used[3]["left_out"] == "the current target"
 
 
-def test_calibration_fits_only_questions_with_enough_responses(tmp_path):
+@pytest.mark.parametrize("model", ["2pl", "1pl"])
+def test_calibration_fits_only_questions_with_enough_responses(tmp_path, model):
     from protocols.judgeagent.irt import calibrate_runs
 
     qs = POOL[:3]
@@ -206,10 +205,12 @@ def test_calibration_fits_only_questions_with_enough_responses(tmp_path):
         write_run(tmp_path / "runs" / f"2026010{i}-000000-judgeagent-x{i}", f"m{i}@http://127.0.0.1:9/v1", qs,
                   verdicts)
     run = fake_run(tmp_path, "me@http://127.0.0.1:9/v1", irt_runs=str(tmp_path / "runs" / "*"))
-    fit = calibrate_runs(run, qs, "2pl", 5)
+    fit = calibrate_runs(run, qs, model, 5)
     assert (fit["calibrated"], fit["uncalibrated"], fit["responses"]) == (2, 1, 12)
     assert set(fit["items"]) == {"qA", "qB"} and fit["items"]["qA"]["n"] == 6
     assert fit["items"]["qB"]["b"] > fit["items"]["qA"]["b"]  # fewer targets right: the harder question
+    if model == "1pl":
+        assert fit["items"]["qA"]["a"] == fit["items"]["qB"]["a"] == 1.0
 
 
 def test_runs_on_another_benchmark_missing_directories_and_other_protocols_are_refused(tmp_path):
