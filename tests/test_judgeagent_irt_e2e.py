@@ -68,3 +68,45 @@ def test_adaptive_run_asks_the_chosen_questions_only_and_reports_ability_and_sav
     assert ad["ability"]["responses"] <= 4 and 0 <= ad["expected_accuracy"]["value"] <= 1
     report = (run_dir / "report.md").read_text(encoding="utf-8")
     assert "Adaptive base questions (item response theory)" in report and "8 target answers" in report
+
+
+def test_ungraded_adaptive_answers_are_rejudged_on_resume_without_asking_a_question_twice(tmp_path, monkeypatch):
+    """The judge sends malformed verdicts for the whole first run: every asked answer is ungraded (no response,
+    so the ability stays at the prior) and the batch is recorded ``ungraded``. ``--resume`` forks before the
+    first ungraded verdict (the runner's machinery) and goes on choosing from the re-judged answers."""
+    for name in ("DYNEVAL_TARGET", "DYNEVAL_EVALUATOR", "DYNEVAL_CONCURRENCY"):
+        monkeypatch.delenv(name, raising=False)
+    questions, _ = load_questions({})
+    earlier, out = tmp_path / "earlier", tmp_path / "runs"
+    for k, theta in enumerate((-1.5, -0.5, 0.5, 1.5, 2.5)):
+        write_run(earlier / f"20260101-00000{k}-judgeagent-s{k}", f"synthetic{k}@http://127.0.0.1:9/v1", questions,
+                  {q.id: "correct" if theta > -2 + 4 * i / len(questions) else "wrong"
+                   for i, q in enumerate(questions)})
+    broken = {"on": True}
+
+    def judge_fails(body: dict) -> dict | None:
+        tools = body.get("tools") or []
+        if broken["on"] and tools and tools[0]["function"]["name"] == "Verdict":
+            return {"role": "assistant", "content": "I cannot decide."}
+        return respond(body)
+
+    with StandIn(respond=judge_fails) as standin:
+        argv = ["--protocol", "judgeagent", "--out", str(out), "--target", standin.spec("new"), "--evaluator",
+                standin.spec("judge"), "--irt-runs", str(earlier / "*"), "--batch-size", "6", "--irt-items", "3",
+                "--limit", "1", "--no-extension", "--no-validation"]
+        code, log = _main(argv)
+        [run_dir] = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
+        first = _jsonl(run_dir / "results.jsonl")[-1]
+        broken["on"] = False
+        code2, log2 = _main(["--resume", run_dir.name, *argv])
+    assert code == 0, log
+    assert code2 == 0, log2
+    assert first["status"] == "ungraded"
+    assert [b["verdict"] for b in first["base"]] == ["ungraded"] * 3
+    assert first["adaptive"]["responses"] == 0 and abs(first["adaptive"]["theta"]) < 1e-9  # the prior: no response
+    final = _jsonl(run_dir / "results.jsonl")[-1]
+    assert final["status"] == "ok" and all(b["verdict"] != "ungraded" for b in final["base"])
+    ad = final["adaptive"]
+    assert len(ad["asked"]) == len(set(ad["asked"])) == 3 and ad["responses"] == 3
+    assert ad["asked"][0] == first["adaptive"]["asked"][0]  # the same first choice, re-judged
+    assert [t.get("chose") for t in ad["trace"]] == [*ad["asked"], None]
