@@ -271,7 +271,8 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
         else:
             payload = _DONE  # reached END earlier; only its record was missing
         while payload is not _DONE:
-            graph.invoke(payload, start, context=context)
+            # the state is read back with get_state: LangGraph need not build its values/updates output per step
+            graph.invoke(payload, start, context=context, stream_mode="custom")
             start = config  # after a fork the thread's head is the new branch
             snapshot = graph.get_state(config)
             pending = [i for task in snapshot.tasks for i in task.interrupts]
