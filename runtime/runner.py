@@ -5,7 +5,11 @@ Order of a run: the caller has checked config and flags; :func:`execute` runs th
 protocol's ``plan()`` (every input file, the KB) and keeps the run directory only
 once the inputs are accepted (a rejected input leaves nothing behind, ``--out``
 included); then it prints the run id and resume command, then sends the
-pre-flight request.
+pre-flight request. Then the protocol's ``prepare()``, which may start a build in
+the background (``Services.start_background``: JudgeAgent's context graph); the
+units start at once, the live display shows the build's stages and the units
+waiting for it, its failure ends the run with its error, and the summary waits
+for it.
 
 A unit is final only when its graph reached END (no task pending in its latest
 checkpoint: ``snapshot.next`` is not enough, LangGraph leaves out of it a task
@@ -529,8 +533,9 @@ class _BackgroundRows:
             for task in self.progress.tasks:
                 if task.id in mine and not task.finished:
                     eta = f", ETA {int(task.time_remaining)} s" if task.time_remaining is not None else ""
-                    self.run.console.print(f"{task.description} {int(task.completed)}/{int(task.total or 0)}{eta}",
-                                           markup=False, highlight=False)
+                    waiting = f" ({', '.join(waits)})" if waits else ""
+                    self.run.console.print(f"{task.description} {int(task.completed)}/{int(task.total or 0)}{eta}"
+                                           f"{waiting}", markup=False, highlight=False)
         return ", ".join(waits)
 
 

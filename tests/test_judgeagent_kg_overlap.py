@@ -101,15 +101,18 @@ class Run:
         return {r["unit_id"]: {k: v for k, v in r.items() if k not in drop} for r in map(json.loads, lines)}
 
 
-def test_batches_grade_during_the_build_and_wait_for_the_graph_with_the_same_results(tmp_path):
+def test_batches_grade_during_the_build_and_wait_for_the_graph_with_the_same_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 0.0)
+    out = io.StringIO()
     held: list[bool] = []
     box: dict[str, Run] = {}
 
     def hold(tool: Any) -> None:
-        if _is_build_call(tool):  # released only once the batch graded its base questions and waits for the graph
-            held.append(box["run"].base_asked.wait(PATIENCE_S) and _until(lambda: box["run"].waiting() > 0))
+        if _is_build_call(tool):  # released once a batch graded its base questions and the console says it waits
+            held.append(box["run"].base_asked.wait(PATIENCE_S)
+                        and _until(lambda: "(1 waiting for the context graph)" in out.getvalue()))
 
-    box["run"] = overlapped = Run(tmp_path / "overlapped", hold)
+    box["run"] = overlapped = Run(tmp_path / "overlapped", hold, console=Console(file=out, width=200))
     summary = overlapped.execute()
     assert len(held) == 4 and all(held)  # each extraction call (16 chunks, 5 per call) found a batch waiting
     assert summary["status_counts"] == {"ok": 2}
