@@ -307,7 +307,8 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=700, help="ATAD problems of the large run (0 = skip)")
     parser.add_argument("--kg", default="1000,10000,100000", help="entity counts of the context-graph part")
     parser.add_argument("--calls-per-task", type=int, default=15, help="ATAD problems per task, calls part")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["startup", "protocols", "atad", "calls", "kg"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["startup", "protocols", "atad", "calls", "kg",
+                                                                 "bank"])
     parser.add_argument("--serve", nargs=2, metavar=("LATENCY", "LOG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -335,6 +336,9 @@ def main() -> None:
         table("context graph with a fake fast embedding (no LLM)",
               ["entities", "chunks", "edges", "build ms/chunk", "hop ms (after build)", "hop ms (reopened)"],
               part_kg([int(x) for x in args.kg.split(",") if x]))
+    if "bank" not in args.skip:  # bench/bank_scale.py: llmeval's bank import rate and session sampling at 220k
+        from bench.bank_scale import HEADERS, TITLE, part_bank
+        table(TITLE, HEADERS, part_bank())
 
 
 if __name__ == "__main__":

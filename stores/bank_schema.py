@@ -16,6 +16,9 @@
   ``llmeval_calibrations`` one row per fit (responses, examinees, star means).
 * ``llmeval_adaptive``: the settings and the running ability estimate of an adaptive session,
   whose slots are appended one at a time (:meth:`QuestionBank.append_item`).
+* ``llmeval_ranks``: derived from ``llmeval_questions``: each active question's place in UUID order, in the
+  whole bank and within its discipline, so that a session is sampled by drawing places, without reading the
+  bank (rebuilt after questions change; valid while ``llmeval_meta`` holds ``ranks``).
 """
 
 from __future__ import annotations
@@ -117,4 +120,13 @@ adaptive = sa.Table(  # adaptive sessions: settings and the running ability esti
     sa.Column("theta", sa.Float, nullable=False, default=0.0),
     sa.Column("se", sa.Float, nullable=False, default=1.0),
     sa.Column("stopped", sa.String(40), nullable=True),  # why the session ended: target_se / max_items / bank
+)
+
+ranks = sa.Table(  # derived (rebuilt by QuestionBank after questions change): the active questions in UUID order
+    "llmeval_ranks", metadata,
+    sa.Column("uuid", sa.String(64), primary_key=True),
+    sa.Column("rank", sa.Integer, nullable=False, unique=True),  # 0-based place among all active questions
+    sa.Column("discipline", sa.String(128), nullable=False),
+    sa.Column("drank", sa.Integer, nullable=False),  # 0-based place among the active questions of its discipline
+    sa.Index("ix_llmeval_ranks_discipline_drank", "discipline", "drank", unique=True),
 )

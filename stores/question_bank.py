@@ -29,20 +29,25 @@ import secrets
 import threading
 import unicodedata
 import uuid as uuidlib
+from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from stores.bank_schema import (adaptive, calibrations, examinees, item_params, items, meta, metadata, questions,
-                                 sessions)
+                                 ranks, sessions)
 
 STATUSES = ("allocated", "pending", "completed")
 #: Fields an examinee may ever see (whitelist: no answer, no explanation, no source).
 DELIVERED_FIELDS = ("session_id", "position", "question_id", "discipline", "sub_discipline", "qtype", "question")
+
+#: ``llmeval_meta`` keys: the ranks are valid (value: active questions per discipline, JSON); the questions of
+#: the last import batch whose vectors may not be in the near-duplicate index yet (JSON list of UUIDs).
+RANKS_KEY, INDEX_PENDING_KEY = "ranks", "index_pending"
 
 _locks: dict[str, threading.RLock] = {}
 _locks_guard = threading.Lock()
@@ -146,12 +151,24 @@ class QuestionBank:
         self.engine.dispose()
 
     # -- questions ---------------------------------------------------------------------------
-    def add_questions(self, qs: Iterable[Question]) -> int:
+    def add_questions(self, qs: Iterable[Question], *, deactivate: Iterable[str] = (),
+                      index_pending: bool = False) -> int:
+        """Insert ``qs`` and deactivate the questions ``deactivate`` in one transaction (a killed import leaves a
+        batch wholly in or wholly out); ``index_pending`` records their UUIDs as not yet in the near-duplicate
+        index until :meth:`index_done` (see :meth:`index_pending`)."""
         rows = [q.row() for q in qs]
-        if not rows:
+        off = list(deactivate)
+        if not rows and not off:
             return 0
         with self._lock, self.engine.begin() as conn:
-            conn.execute(questions.insert(), rows)
+            if rows:
+                conn.execute(questions.insert(), rows)
+            if off:
+                conn.execute(questions.update().where(questions.c.uuid.in_(off)).values(active=False))
+            conn.execute(meta.delete().where(meta.c.key == RANKS_KEY))
+            if index_pending:
+                conn.execute(meta.delete().where(meta.c.key == INDEX_PENDING_KEY))
+                conn.execute(meta.insert().values(key=INDEX_PENDING_KEY, value=json.dumps([r["uuid"] for r in rows])))
         return len(rows)
 
     def set_active(self, uuids: Iterable[str], active: bool) -> None:
@@ -160,14 +177,52 @@ class QuestionBank:
             return
         with self._lock, self.engine.begin() as conn:
             conn.execute(questions.update().where(questions.c.uuid.in_(ids)).values(active=active))
+            conn.execute(meta.delete().where(meta.c.key == RANKS_KEY))
+
+    def index_pending(self) -> list[Question]:
+        """The questions of an import batch written to the bank whose vectors were never confirmed in the
+        near-duplicate index (the import was killed in between): the next import adds them first."""
+        with self.engine.connect() as conn:
+            value = conn.scalar(sa.select(meta.c.value).where(meta.c.key == INDEX_PENDING_KEY))
+            ids = json.loads(value) if value else []
+            rows = conn.execute(sa.select(questions).where(questions.c.uuid.in_(ids))).all() if ids else []
+        return [_question(r) for r in rows]
+
+    def index_done(self) -> None:
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(meta.delete().where(meta.c.key == INDEX_PENDING_KEY))
 
     def has_uuid(self, uid: str) -> bool:
-        with self.engine.connect() as conn:
-            return conn.execute(sa.select(questions.c.uuid).where(questions.c.uuid == uid)).first() is not None
+        return bool(self.existing_uuids([uid]))
 
-    def uuids_with_hash(self, digest: str) -> list[str]:
+    def existing_uuids(self, uids: Iterable[str]) -> set[str]:
+        """Which of ``uids`` name a question of the bank (one query)."""
+        ids = list(uids)
+        if not ids:
+            return set()
         with self.engine.connect() as conn:
-            return list(conn.scalars(sa.select(questions.c.uuid).where(questions.c.content_hash == digest)))
+            return set(conn.scalars(sa.select(questions.c.uuid).where(questions.c.uuid.in_(ids))))
+
+    def hashes_of(self, uids: Iterable[str]) -> dict[str, str]:
+        """uuid -> content hash of those of ``uids`` the bank holds (one query)."""
+        ids = list(uids)
+        if not ids:
+            return {}
+        with self.engine.connect() as conn:
+            return dict(conn.execute(sa.select(questions.c.uuid, questions.c.content_hash)
+                                     .where(questions.c.uuid.in_(ids))).all())
+
+    def uuids_with_hashes(self, digests: Iterable[str]) -> dict[str, str]:
+        """content hash -> the first bank question holding it, for those of ``digests`` the bank holds."""
+        keys = list(digests)
+        if not keys:
+            return {}
+        found: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for digest, uid in conn.execute(sa.select(questions.c.content_hash, questions.c.uuid)
+                                            .where(questions.c.content_hash.in_(keys))):
+                found.setdefault(digest, uid)
+        return found
 
     def get(self, uid: str) -> Question | None:
         with self.engine.connect() as conn:
@@ -213,17 +268,68 @@ class QuestionBank:
             ids = list(conn.scalars(query))
         return [s for s in (self.session(i) for i in ids) if s]
 
+    def _cycle_sessions(self, model: str, cycle: int) -> Any:
+        return sa.select(sessions.c.session_id).where(sessions.c.model == model, sessions.c.cycle == cycle)
+
+    def _fewshot_seen(self, conn: Any, model: str, cycle: int) -> set[str]:
+        seen: set[str] = set()
+        for fewshot in conn.scalars(sa.select(sessions.c.fewshot)
+                                    .where(sessions.c.model == model, sessions.c.cycle == cycle)):
+            seen.update(json.loads(fewshot or "[]"))
+        return seen
+
     def _seen(self, conn: Any, model: str, cycle: int) -> set[str]:
         """Questions a model has met in its current cycle (session items, reference replays, few-shot examples)."""
-        rows = conn.execute(sa.select(sessions.c.session_id, sessions.c.fewshot)
-                            .where(sessions.c.model == model, sessions.c.cycle == cycle)).all()
-        seen: set[str] = set()
-        for sid, fewshot in rows:
-            seen.update(json.loads(fewshot or "[]"))
-        if rows:
-            seen.update(conn.scalars(sa.select(items.c.question_uuid)
-                                     .where(items.c.session_id.in_([r[0] for r in rows]))))
+        seen = self._fewshot_seen(conn, model, cycle)
+        seen.update(conn.scalars(sa.select(items.c.question_uuid)
+                                 .where(items.c.session_id.in_(self._cycle_sessions(model, cycle)))))
         return seen
+
+    def _seen_ranked(self, conn: Any, model: str, cycle: int) -> list[Ranked]:
+        """The active questions among :meth:`_seen`, with their places (the join stays in the database)."""
+        met = ranks.c.uuid.in_(sa.select(items.c.question_uuid)
+                               .where(items.c.session_id.in_(self._cycle_sessions(model, cycle))))
+        fewshot = self._fewshot_seen(conn, model, cycle)
+        where = sa.or_(met, ranks.c.uuid.in_(fewshot)) if fewshot else met
+        return [Ranked(*r) for r in conn.execute(sa.select(*_RANK_COLUMNS).where(where))]
+
+    def _ranked(self, conn: Any) -> dict[str, int]:
+        """Active questions per discipline; :data:`ranks` rebuilt first when questions changed since (one
+        statement: each active question's place in UUID order, overall and within its discipline)."""
+        value = conn.scalar(sa.select(meta.c.value).where(meta.c.key == RANKS_KEY))
+        if value is not None:
+            return json.loads(value)
+        conn.execute(ranks.delete())
+        place = sa.func.row_number().over(order_by=questions.c.uuid) - 1
+        dplace = sa.func.row_number().over(partition_by=questions.c.discipline, order_by=questions.c.uuid) - 1
+        conn.execute(ranks.insert().from_select(
+            ["uuid", "rank", "discipline", "drank"],
+            sa.select(questions.c.uuid, place, questions.c.discipline, dplace).where(questions.c.active.is_(True))))
+        sizes = {d: int(c) for d, c in conn.execute(sa.select(ranks.c.discipline, sa.func.count())
+                                                    .group_by(ranks.c.discipline))}
+        conn.execute(meta.insert().values(key=RANKS_KEY, value=json.dumps(sizes)))
+        return sizes
+
+    def refresh_ranks(self) -> None:
+        """Rebuild the sampling places now if questions changed (else the next session does it)."""
+        with self._lock, self.engine.begin() as conn:
+            self._ranked(conn)
+
+    def _places(self, conn: Any, keys: list[tuple[str | None, int]]) -> list[Ranked]:
+        """The questions at ``keys`` (``(None, rank)`` or ``(discipline, drank)``), in the order of ``keys``."""
+        found: dict[tuple[str | None, int], Ranked] = {}
+        wanted: dict[str | None, list[int]] = {}
+        for d, k in keys:
+            wanted.setdefault(d, []).append(k)
+        for d, places in wanted.items():
+            for i in range(0, len(places), 10000):  # within every database's limit of bound parameters
+                chunk = places[i:i + 10000]
+                where = (ranks.c.rank.in_(chunk) if d is None
+                         else sa.and_(ranks.c.discipline == d, ranks.c.drank.in_(chunk)))
+                for row in conn.execute(sa.select(*_RANK_COLUMNS).where(where)):
+                    r = Ranked(*row)
+                    found[(d, r.rank if d is None else r.drank)] = r
+        return [found[k] for k in keys]
 
     def _cycle(self, conn: Any, model: str) -> int:
         return int(conn.scalar(sa.select(sa.func.max(sessions.c.cycle))
@@ -240,6 +346,10 @@ class QuestionBank:
         starts (the bank is exhausted for this model). ``stratified`` splits ``n``
         over disciplines in proportion to their size (largest remainder). Few-shot
         examples come from outside the session.
+
+        The bank is never read whole: places in UUID order are drawn (:class:`_Pool`) and only the drawn
+        questions are looked up (:data:`stores.bank_schema.ranks`), with the same draws, hence the same
+        questions, as sampling the list of every unseen question's UUID.
         """
         if n < 1:
             raise ValueError("a session needs at least one question")
@@ -248,37 +358,34 @@ class QuestionBank:
             if existing is not None:
                 return self.session(session_id) or {}
             rng = random.Random(seed)
-            pool_rows = conn.execute(sa.select(questions.c.uuid, questions.c.discipline)
-                                     .where(questions.c.active.is_(True)).order_by(questions.c.uuid)).all()
-            if not pool_rows:
+            sizes = self._ranked(conn)
+            total = sum(sizes.values())
+            if not total:
                 raise ValueError("the question bank is empty")
-            discipline_of = {u: d for u, d in pool_rows}
             cycle = self._cycle(conn, model)
-            seen = self._seen(conn, model, cycle)
-            fresh = [u for u, _ in pool_rows if u not in seen]
-            n = min(n, len(pool_rows))
+            seen = self._seen_ranked(conn, model, cycle)
+            fresh = _Pool(sizes, seen)
+            n = min(n, total)
             if len(fresh) >= n:
-                chosen = _sample(rng, fresh, n, discipline_of if stratified else None)
+                chosen = self._places(conn, fresh.sample(rng, n, stratified))
             else:  # bank exhausted for this model: take what is left, then start a new cycle
-                chosen = list(fresh)
+                chosen = self._places(conn, fresh.places(range(len(fresh))))
                 rng.shuffle(chosen)
                 cycle += 1
-                rest = [u for u, _ in pool_rows if u not in set(chosen)]
-                chosen += _sample(rng, rest, n - len(chosen), discipline_of if stratified else None)
+                chosen += self._places(conn, _Pool(sizes, chosen).sample(rng, n - len(chosen), stratified))
             rng.shuffle(chosen)  # the fixed delivery order
             # few-shot examples: outside the session, preferably questions the model has already met
             # (an example shown with its answer is "seen", so fresh questions are only spent when needed)
-            taken = set(chosen)
-            met = [u for u, _ in pool_rows if u in seen and u not in taken]
-            other = [u for u, _ in pool_rows if u not in seen and u not in taken]
+            taken = {r.rank for r in chosen}
+            met = [r for r in fresh.excluded if r.rank not in taken]
             fewshot = rng.sample(met, min(fewshot_k, len(met)))
-            fewshot += rng.sample(other, min(fewshot_k - len(fewshot), len(other)))
+            fewshot += self._places(conn, _Pool(sizes, [*seen, *chosen]).sample(rng, fewshot_k - len(fewshot), False))
             conn.execute(sessions.insert().values(
                 session_id=session_id, model=model, paradigm=paradigm, seed=str(seed), n=len(chosen),
-                stratified=stratified, cycle=cycle, fewshot=json.dumps(fewshot), mirror_of=None, run_id=run_id,
-                owner=owner, created_at=now()))
-            conn.execute(items.insert(), [{"session_id": session_id, "position": i, "question_uuid": u,
-                                           "status": "allocated"} for i, u in enumerate(chosen)])
+                stratified=stratified, cycle=cycle, fewshot=json.dumps([r.uuid for r in fewshot]), mirror_of=None,
+                run_id=run_id, owner=owner, created_at=now()))
+            conn.execute(items.insert(), [{"session_id": session_id, "position": i, "question_uuid": r.uuid,
+                                           "status": "allocated"} for i, r in enumerate(chosen)])
         return self.session(session_id) or {}
 
     def create_mirror(self, session_id: str, source_id: str, *, model: str, run_id: str = "") -> dict[str, Any]:
@@ -526,24 +633,63 @@ class QuestionBank:
         yield from self.all_questions()
 
 
-def _sample(rng: random.Random, pool: list[str], n: int, discipline_of: dict[str, str] | None) -> list[str]:
-    """``n`` ids without replacement; stratified by discipline (largest-remainder quotas) when asked."""
-    n = min(n, len(pool))
-    if not discipline_of:
-        return rng.sample(pool, n)
-    groups: dict[str, list[str]] = {}
-    for u in pool:
-        groups.setdefault(discipline_of[u], []).append(u)
-    total = len(pool)
-    exact = {d: n * len(g) / total for d, g in groups.items()}
-    quota = {d: int(x) for d, x in exact.items()}
-    leftover = n - sum(quota.values())
-    for d in sorted(groups, key=lambda d: (-(exact[d] - quota[d]), d))[:leftover]:
-        quota[d] += 1
-    chosen: list[str] = []
-    for d in sorted(groups):
-        chosen += rng.sample(groups[d], min(quota[d], len(groups[d])))
-    return chosen
+class Ranked(NamedTuple):
+    """An active question's places in UUID order: among all active questions and within its discipline."""
+
+    uuid: str
+    rank: int
+    discipline: str
+    drank: int
+
+
+_RANK_COLUMNS = (ranks.c.uuid, ranks.c.rank, ranks.c.discipline, ranks.c.drank)
+
+
+def _free_places(excluded: list[int], picks: Iterable[int]) -> list[int]:
+    """For each ``j`` of ``picks``: the ``j``-th (0-based) place that is not in ``excluded`` (sorted)."""
+    free_before = [x - i for i, x in enumerate(excluded)]  # places not excluded before each excluded one
+    return [j + bisect_right(free_before, j) for j in picks]
+
+
+class _Pool:
+    """The active questions in UUID order minus ``excluded``, held as places, not as a list of UUIDs.
+
+    ``random.sample`` only uses a population's length and indices, so drawing places from ``range(len(pool))``
+    and mapping them past the excluded ones gives the draws, hence the questions, of sampling that list.
+    """
+
+    def __init__(self, sizes: dict[str, int], excluded: Iterable[Ranked]) -> None:
+        self.sizes = sizes  # active questions per discipline
+        self.excluded = sorted({r.rank: r for r in excluded}.values(), key=lambda r: r.rank)
+
+    def __len__(self) -> int:
+        return sum(self.sizes.values()) - len(self.excluded)
+
+    def places(self, picks: Iterable[int]) -> list[tuple[str | None, int]]:
+        """The :meth:`QuestionBank._places` keys of the pool's ``picks``-th questions."""
+        return [(None, r) for r in _free_places([r.rank for r in self.excluded], picks)]
+
+    def sample(self, rng: random.Random, n: int, stratified: bool) -> list[tuple[str | None, int]]:
+        """``n`` places without replacement; stratified by discipline (largest-remainder quotas) when asked."""
+        n = min(n, len(self))
+        if not stratified:
+            return self.places(rng.sample(range(len(self)), n))
+        out_of: dict[str, list[int]] = {}
+        for r in self.excluded:
+            out_of.setdefault(r.discipline, []).append(r.drank)
+        groups = {d: size - len(out_of.get(d, ())) for d, size in self.sizes.items()}
+        groups = {d: g for d, g in groups.items() if g > 0}
+        total = len(self)
+        exact = {d: n * g / total for d, g in groups.items()}
+        quota = {d: int(x) for d, x in exact.items()}
+        leftover = n - sum(quota.values())
+        for d in sorted(groups, key=lambda d: (-(exact[d] - quota[d]), d))[:leftover]:
+            quota[d] += 1
+        chosen: list[tuple[str | None, int]] = []
+        for d in sorted(groups):
+            picks = rng.sample(range(groups[d]), min(quota[d], groups[d]))
+            chosen += [(d, k) for k in _free_places(sorted(out_of.get(d, [])), picks)]
+        return chosen
 
 
 def stripped_payload(session_id: str, position: int, q: Any) -> dict[str, Any]:

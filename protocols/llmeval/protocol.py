@@ -10,15 +10,17 @@ Other modes (``custom_run``): ``--serve`` (exam server on 127.0.0.1), ``--leader
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from langgraph.graph import StateGraph
 
-from nodes.llmeval.bankio import (ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file, index_name,
-                                  load_file)
+from nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
+                                  index_name, load_file)
 from nodes.llmeval.common import bank_location, bank_of, chroma_folder
 from protocols.llmeval.metrics import mean, population_variance
 from runtime.protocol import Protocol, Run, Unit, with_results
@@ -26,6 +28,9 @@ from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart,
 from state.context import described
 from state.errors import InputError
 from state.llmeval import PARADIGMS, LLMEvalContext
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.llmeval.common.SAMPLE_BANK
@@ -148,7 +153,8 @@ class LLMEvalProtocol(Protocol):
         return self._loaded[1]
 
     def import_bank(self, run: Run, source: Path | LoadedFile) -> ImportReport:
-        """Import one file into the bank (near duplicates checked against this bank only) and print its report."""
+        """Import one file into the bank (near duplicates checked against this bank only) in batches, with a
+        progress bar, and print its report."""
         ctx = self._ctx(run)
         bank = bank_of(ctx)
         threshold = self.batch(run).near_dup_threshold
@@ -156,7 +162,10 @@ class LLMEvalProtocol(Protocol):
         if threshold > 0:
             svc = run.services
             index = NearDuplicateIndex(svc.chroma(chroma_folder(ctx, svc)), svc.embeddings(), index_name(bank))
-        report = import_file(bank, source, index=index, threshold=threshold, augment=bool(run.params.get("augment")))
+        loaded = source if isinstance(source, LoadedFile) else load_file(source)
+        with import_progress(run.console, f"importing {Path(loaded.file).name}", len(loaded.questions)) as advance:
+            report = import_file(bank, loaded, index=index, threshold=threshold,
+                                 augment=bool(run.params.get("augment")), progress=advance)
         if run.params.get("rewrite"):
             self._rewrite_material(run, report)
         for line in report.lines():
@@ -476,6 +485,33 @@ class LLMEvalProtocol(Protocol):
         run.console.print(f"admin token for {server.bank.url.split('://')[0]} bank, valid {server.ttl // 60} "
                           f"minutes (also in {token_file}):", highlight=False)
         print(token_file.read_text(encoding="utf-8").strip())
+
+
+@contextlib.contextmanager
+def import_progress(console: Console, label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """``advance(records)`` for an import of ``total`` records: a bar with ETA on a terminal; elsewhere, for an
+    import of more than one batch, a plain line at every tenth (records, rate, ETA)."""
+    if console.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                      TimeRemainingColumn(), console=console) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda k: bar.advance(task, k)
+        return
+    started, done, shown = time.monotonic(), 0, 0
+
+    def advance(k: int) -> None:
+        nonlocal done, shown
+        done += k
+        tenth = done * 10 // total
+        if total > BATCH and tenth > shown:
+            shown = tenth
+            rate = done / max(time.monotonic() - started, 1e-9)
+            console.print(f"{label}: {done}/{total} records ({done / total:.0%}), {rate:.0f}/s, "
+                          f"ETA {(total - done) / rate:.0f} s", highlight=False, markup=False)
+
+    yield advance
 
 
 def write_admin_token(run: Run, server: Any) -> Path:
