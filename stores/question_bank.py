@@ -48,6 +48,7 @@ DELIVERED_FIELDS = ("session_id", "position", "question_id", "discipline", "sub_
 #: ``llmeval_meta`` keys: the ranks are valid (value: active questions per discipline, JSON); the questions of
 #: the last import batch whose vectors may not be in the near-duplicate index yet (JSON list of UUIDs).
 RANKS_KEY, INDEX_PENDING_KEY = "ranks", "index_pending"
+RANKS_LOCK = 0x6C6C6D72  # PostgreSQL advisory lock of a ranks rebuild
 
 _locks: dict[str, threading.RLock] = {}
 _locks_guard = threading.Lock()
@@ -296,7 +297,11 @@ class QuestionBank:
     def _ranked(self, conn: Any) -> dict[str, int]:
         """Active questions per discipline; :data:`ranks` rebuilt first when questions changed since (one
         statement: each active question's place in UUID order, overall and within its discipline)."""
-        value = conn.scalar(sa.select(meta.c.value).where(meta.c.key == RANKS_KEY))
+        read = sa.select(meta.c.value).where(meta.c.key == RANKS_KEY)
+        value = conn.scalar(read)
+        if value is None and conn.dialect.name == "postgresql":  # one rebuild at a time across processes
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": RANKS_LOCK})
+            value = conn.scalar(read)  # another process may have rebuilt them meanwhile
         if value is not None:
             return json.loads(value)
         conn.execute(ranks.delete())

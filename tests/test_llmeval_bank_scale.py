@@ -193,3 +193,26 @@ def test_import_reports_progress_per_batch(tmp_path):
     steps: list[int] = []
     import_file(QuestionBank(tmp_path / "p.sqlite"), path, skip_invalid=True, batch=8, progress=steps.append)
     assert steps == [8, 8, 8, 5]  # the 29 valid records in batches of 8
+
+
+def test_sessions_on_postgresql_draw_unseen_questions_and_rebuild_places_after_an_import(postgres_dsn, tmp_path):
+    admin = sa.create_engine(postgres_dsn.replace("postgresql://", "postgresql+psycopg://"),
+                             isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text("DROP DATABASE IF EXISTS llmeval_scale"))
+        conn.execute(sa.text("CREATE DATABASE llmeval_scale"))
+    admin.dispose()
+    bank = QuestionBank(postgres_dsn.rsplit("/", 1)[0] + "/llmeval_scale")
+    report = import_file(bank, corpus(tmp_path), skip_invalid=True, batch=8)
+    assert report.imported == 26
+    met: set[str] = set()
+    for k in range(3):
+        bank.create_session(f"pg{k}", model="m", n=8, seed=f"pg{k}", stratified=k == 1)
+        ids = bank.question_ids(f"pg{k}")
+        assert len(set(ids)) == 8 and not met & set(ids)
+        met.update(ids)
+    bank.add_questions([Question(uuid="late", discipline="Law", sub_discipline="", qtype="short_answer",
+                                 question="a late question?", answer="a")])
+    bank.create_session("pg3", model="m", n=3, seed="pg3")
+    assert set(bank.question_ids("pg3")) == {q.uuid for q in bank.all_questions()} - met
+    bank.close()
