@@ -55,6 +55,7 @@ class Background:
             return {stage: (done, total) for stage, (done, total) in self.stages.items()}
 
     def run(self, build: Callable[[Background], Any]) -> None:
+        """``build(self)`` into the future (on the job's own thread): its value, or whatever it raised."""
         self.future.set_running_or_notify_cancel()
         try:
             self.future.set_result(build(self))

@@ -544,6 +544,7 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
             texts = [t for _, t in all_chunks]
 
             def embed_chunks(batch: list[str]) -> None:
+                progress("embedding chunks", 0, len(texts))  # a stopped build embeds no further batch
                 vectors.embed(batch, embed)
                 progress("embedding chunks", len(batch), len(texts))
 

@@ -2,7 +2,7 @@
 base questions during the build and waits for the graph at its first knowledge path, with the same results as
 after a build that came first; the build's progress is shown (n/total per stage, plain lines off a terminal, one
 line for a cache hit); a failed build is the run's error, as when it blocked ``prepare()``; Ctrl-C ends the
-batches waiting for it; the "w/o context graph" ablation never waits."""
+batches waiting for it and the build's chunk embedding; the "w/o context graph" ablation never waits."""
 
 from __future__ import annotations
 
@@ -228,3 +228,35 @@ def test_the_no_context_graph_ablation_never_waits_for_the_build(tmp_path, hash_
     assert summary["status_counts"] == {"ok": 2}
     assert summary["metrics"]["generation"]["path_modes"] == {"random": 2}
     assert (ablation.run.run_dir / "kb_stats.json").exists()  # the run still waited for the build's statistics
+
+
+def test_a_stopped_build_embeds_no_further_chunk_batch(tmp_path):
+    from stores.context_graph import CHUNK_BATCH, Document, open_context_graph
+    from stores.vectors import chroma_client
+
+    class Slow(HashEmbedding):
+        def __call__(self, input):
+            time.sleep(0.05)
+            return super().__call__(input)
+
+    class Stopped(Exception):
+        pass
+
+    stopping = threading.Event()
+
+    def progress(stage: str, advance: int, total: int) -> None:
+        if stopping.is_set():
+            raise Stopped()
+
+    def extract(texts: list[str]) -> list[tuple[list[str], str]]:
+        stopping.set()  # Ctrl-C while a labelling request is in flight: the build ends only when it returns
+        time.sleep(0.5)
+        raise Stopped()
+
+    docs = [Document(id=f"d{i}", title="", chunks=[f"Chunk {i}.{j} about the Harbor Mill." for j in range(3)])
+            for i in range(100)]
+    embed = Slow()
+    with pytest.raises(Stopped):
+        open_context_graph(docs, cache_dir=tmp_path, extractor_label="x", extract=extract, chroma=chroma_client,
+                           embed=embed, progress=progress)
+    assert len(embed.calls) < -(-300 // CHUNK_BATCH)  # the pool stopped too, not only the extraction
