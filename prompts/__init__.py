@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from langchain_core.messages import BaseMessage
-from langchain_core.prompts import ChatPromptTemplate
+
+if TYPE_CHECKING:  # LangChain's prompt classes load with the first prompt, not with `run.py --help`
+    from langchain_core.messages import BaseMessage
+    from langchain_core.prompts import ChatPromptTemplate
 
 PROMPT_DIR = Path(__file__).resolve().parent
 
@@ -36,6 +39,8 @@ class Prompt:
 @lru_cache(maxsize=None)
 def load_prompt(name: str) -> Prompt:
     """Load ``prompts/<name>.yaml`` (e.g. ``"atad/teacher_generate"``)."""
+    from langchain_core.prompts import ChatPromptTemplate
+
     path = PROMPT_DIR / f"{name}.yaml"
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     parts = [(role, data[role]) for role in ("system", "user") if data.get(role)]

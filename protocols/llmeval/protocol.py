@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from langgraph.graph import StateGraph
-
 from nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
                                   index_name, load_file)
 from nodes.llmeval.common import bank_location, bank_of, chroma_folder
@@ -30,6 +28,7 @@ from state.errors import InputError
 from state.llmeval import PARADIGMS, LLMEvalContext
 
 if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
     from rich.console import Console
 
 REPO = Path(__file__).resolve().parents[2]
