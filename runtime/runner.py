@@ -508,35 +508,36 @@ PLAIN_EVERY_S = 10.0
 
 
 class _BackgroundRows:
-    """The rows of what ``prepare()`` builds in the background (JudgeAgent's context graph): one per stage with
-    n/total and ETA. A console that is not a terminal gets no live display, so it gets a plain line per
-    unfinished stage every ``PLAIN_EVERY_S`` seconds instead."""
+    """The rows of what ``prepare()`` builds in the background (JudgeAgent's context graph): a row per build saying
+    how many units wait for it, and under it a row per stage with n/total and ETA. A console that is not a terminal
+    gets no live display, so it gets a plain line per unfinished stage every ``PLAIN_EVERY_S`` seconds instead."""
 
     def __init__(self, run: Run, progress: Progress) -> None:
         self.run, self.progress = run, progress
-        self.rows: dict[tuple[int, str], TaskID] = {}
+        self.builds: dict[int, TaskID] = {}
+        self.stages: dict[tuple[int, str], TaskID] = {}
         self.printed = time.monotonic()
 
-    def refresh(self) -> str:
-        """Update the rows; what units wait for (``"2 waiting for the context graph"``), if any."""
-        waits = []
-        for i, job in enumerate(self.run.services.background()):
-            if job.waiting and not job.future.done():
-                waits.append(f"{job.waiting} waiting for the {job.label}")
-            for stage, (done, total) in job.snapshot().items():
-                if (i, stage) not in self.rows:
-                    self.rows[i, stage] = self.progress.add_task(f"{job.label}: {stage}", total=total, status="")
-                self.progress.update(self.rows[i, stage], total=total, completed=done)
-        if not self.run.console.is_terminal and time.monotonic() - self.printed >= PLAIN_EVERY_S:
+    def refresh(self) -> None:
+        plain = not self.run.console.is_terminal and time.monotonic() - self.printed >= PLAIN_EVERY_S
+        if plain:
             self.printed = time.monotonic()
-            mine = set(self.rows.values())
-            for task in self.progress.tasks:
-                if task.id in mine and not task.finished:
+        for i, job in enumerate(self.run.services.background()):
+            done, n = job.future.done(), job.waiting
+            waiting = f"{n} unit{'s' * (n != 1)} waiting for the {job.label}" if n and not done else ""
+            if i not in self.builds:
+                self.builds[i] = self.progress.add_task(job.label, total=None, status="")
+            self.progress.update(self.builds[i], status=waiting, **({"total": 1, "completed": 1} if done else {}))
+            for stage, (count, total) in job.snapshot().items():
+                if (i, stage) not in self.stages:
+                    self.stages[i, stage] = self.progress.add_task(f"  {stage}", total=total, status="")
+                task_id = self.stages[i, stage]
+                self.progress.update(task_id, total=total, completed=count)
+                task = next(t for t in self.progress.tasks if t.id == task_id)
+                if plain and not task.finished:
                     eta = f", ETA {int(task.time_remaining)} s" if task.time_remaining is not None else ""
-                    waiting = f" ({', '.join(waits)})" if waits else ""
-                    self.run.console.print(f"{task.description} {int(task.completed)}/{int(task.total or 0)}{eta}"
-                                           f"{waiting}", markup=False, highlight=False)
-        return ", ".join(waits)
+                    self.run.console.print(f"{job.label}: {stage} {count}/{total}{eta}"
+                                           + (f" ({waiting})" if waiting else ""), markup=False, highlight=False)
 
 
 def _await_background(run: Run) -> None:
@@ -557,8 +558,8 @@ def _await_background(run: Run) -> None:
 @contextmanager
 def _live_status(run: Run, progress: Progress, name: str, *, total: int, completed: int) -> Iterator[TaskID]:
     """The progress task of the units, its status line refreshed twice a second from the event log and the
-    endpoints while units run: requests in flight, calls, failed attempts (retried or not), cache hits, units
-    waiting for a background build; with a row per stage of that build (:class:`_BackgroundRows`)."""
+    endpoints while units run: requests in flight, calls, failed attempts (retried or not), cache hits; with the
+    rows of a background build and the units waiting for it (:class:`_BackgroundRows`)."""
     task = progress.add_task(name, total=total, completed=completed, status="")
     background = _BackgroundRows(run, progress)
     done = threading.Event()
@@ -568,8 +569,8 @@ def _live_status(run: Run, progress: Progress, name: str, *, total: int, complet
             total = run.services.events.total()
             status = (f"in flight {run.services.in_flight()}, calls {total.calls}, failed {total.failed_calls}, "
                       f"cached {total.cache_hits}")
-            waiting = background.refresh()
-            progress.update(task, status=status + (f", {waiting}" if waiting else ""))
+            progress.update(task, status=status)
+            background.refresh()
             if done.wait(0.5):
                 return
 

@@ -522,7 +522,7 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
     Only chunks whose content hash is not in the entity cache reach ``extract``;
     an unchanged corpus makes no call at all (``log`` says it was a cache hit).
     ``progress`` hears the stages of a build: ``extraction`` (chunks labelled, which
-    ``extract`` reports itself), ``embedding chunks`` (while the model labels) and
+    ``extract`` reports as it goes), ``embedding chunks`` (while the model labels) and
     ``embedding entities``.
     """
     progress = progress or _quiet
@@ -552,6 +552,8 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
                 if stage != "embedding chunks":  # counted above, as they were embedded
                     progress(stage, advance, total)
 
+            if todo_texts:
+                progress("extraction", 0, len(todo_texts))  # first: the chunks are labelled, then embedded
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
             try:
                 embedded = [pool.submit(embed_chunks, texts[i:i + CHUNK_BATCH])

@@ -110,7 +110,7 @@ def test_batches_grade_during_the_build_and_wait_for_the_graph_with_the_same_res
     def hold(tool: Any) -> None:
         if _is_build_call(tool):  # released once a batch graded its base questions and the console says it waits
             held.append(box["run"].base_asked.wait(PATIENCE_S)
-                        and _until(lambda: "(1 waiting for the context graph)" in out.getvalue()))
+                        and _until(lambda: "(1 unit waiting for the context graph)" in out.getvalue()))
 
     box["run"] = overlapped = Run(tmp_path / "overlapped", hold, console=Console(file=out, width=200))
     summary = overlapped.execute()
@@ -143,7 +143,7 @@ def test_build_progress_shows_n_of_total_per_stage_plain_lines_off_a_terminal_an
     stats = json.loads((tmp_path / next(p.name for p in tmp_path.iterdir() if not p.name.startswith("_"))
                         / "kb_stats.json").read_text())
     for stage, total in (("extraction", 16), ("embedding chunks", 16), ("embedding entities", stats["entities"])):
-        assert re.search(rf"context graph: {stage} .*\b{total}/{total}\b", text), stage  # the final display
+        assert re.search(rf"^  {stage} .*\b{total}/{total}\b", text, re.MULTILINE), stage  # the final display
     assert "context graph: {" in text  # the statistics line, printed when the build ended
 
     again = io.StringIO()

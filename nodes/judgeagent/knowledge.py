@@ -100,8 +100,6 @@ def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str
             progress("extraction", len(group), len(texts))
         return out
 
-    if progress is not None:
-        progress("extraction", 0, len(texts))
     return [r for part in parallel_map(one, groups, workers=svc.config.concurrency) for r in part]
 
 
