@@ -12,6 +12,7 @@ import json
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -46,7 +47,14 @@ class EmbeddingCache:
         self._lock = threading.Lock()
         # two builds (threads or processes) may share the file: wait for the other's write instead of failing
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=120)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        for pause in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):  # SQLite does not wait on a lock for this pragma
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError:
+                if pause is None:
+                    raise
+                time.sleep(pause)
         self._db.execute("PRAGMA synchronous=NORMAL")  # a vector lost in a crash is only embedded again
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
 
