@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
 from state.context import BaseContext, described
+
+#: The knowledge base a run without --kb (and without reference texts) uses.
+SAMPLE_KB = Path(__file__).resolve().parents[1] / "samples" / "judgeagent" / "kb"
 
 Difficulty = Literal["easy", "medium", "hard"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")

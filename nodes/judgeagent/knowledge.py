@@ -24,12 +24,11 @@ from prompts import load_prompt
 from runtime.concurrency import parallel_map
 from runtime.services import Background, Services, services_of
 from state.errors import ModelError
-from state.judgeagent import BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
+from state.judgeagent import SAMPLE_KB, BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
 from stores.context_graph import ContextGraph, Document, Progress, load_knowledge_base, open_context_graph
 from nodes.judgeagent.common import question_text, seed_for
 from tools.knowledge import knowledge_tools
 
-SAMPLE_KB = Path(__file__).resolve().parents[2] / "samples" / "judgeagent" / "kb"
 
 _STOP = {
     "a", "an", "the", "and", "or", "but", "if", "of", "in", "on", "at", "to", "for", "by", "with", "from",

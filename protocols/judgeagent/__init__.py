@@ -31,7 +31,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodes.judgeagent.knowledge import SAMPLE_KB, start_context_graph
 from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
 from protocols.judgeagent.report import build_report
 from nodes.judgeagent.judging import answer_format
@@ -41,13 +40,14 @@ from runtime.protocol import Protocol, Run, Unit, with_results
 from runtime.report import Block, Text
 from state.context import described
 from state.errors import InputError
-from state.judgeagent import BaseQuestion, DifficultyConfigError, JudgeAgentContext
+from state.judgeagent import SAMPLE_KB, BaseQuestion, DifficultyConfigError, JudgeAgentContext
 from state.judgecheck import check_jury
 from state.verdicts import is_ungraded
-from stores.context_graph import ContextGraph, load_knowledge_base
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+
+    from stores.context_graph import ContextGraph
 
 KB_STATS = "kb_stats.json"
 
@@ -107,6 +107,8 @@ class JudgeAgentProtocol(Protocol):
                 flag = "--" + name.replace("_", "-")
                 raise InputError(f"{flag} sets the adaptive base questions; no --irt-runs was given", field=flag)
         if ctx.kb and not ctx.no_extension:
+            from stores.context_graph import load_knowledge_base  # networkx: not with `run.py --help`
+
             load_knowledge_base(ctx.kb, ctx.kb_fields or None)  # validated now; the graph is built in prepare()
         return ctx  # type: ignore[return-value]
 
@@ -203,6 +205,8 @@ class JudgeAgentProtocol(Protocol):
     def _start_graph(self, run: Run, source: str) -> None:
         """Build (or load) the context graph in the background (units that do not need it yet run meanwhile,
         the runner shows its progress); its statistics are written and shown when it is ready."""
+        from nodes.judgeagent.knowledge import start_context_graph  # the graph's modules: not with --help
+
         start_context_graph(run.services, self.context(run), run.console.print,
                             lambda graph: self._graph_stats(run, source, graph))
 
