@@ -497,10 +497,11 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
 
 
 def _progress_bar(run: Run) -> Progress:
-    """The run's live display: a row per task with n/total, elapsed time, ETA and a status text."""
+    """The run's live display: a row per task with n/total, elapsed time, ETA and a status text; redrawn 4 times a
+    second, not rich's 10 (3.5 % of the unit threads' CPU at zero endpoint latency)."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
-                    console=run.console, transient=False)
+                    console=run.console, transient=False, refresh_per_second=4)
 
 
 #: Seconds between the plain progress lines of a background build on a console that is not a terminal.
