@@ -86,6 +86,23 @@ def postgres_dsn() -> Any:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture
+def fresh_postgres_db(postgres_dsn: str) -> Any:
+    """``make(name)``: an empty database ``name`` on the throw-away server (dropped first), as a DSN."""
+    import sqlalchemy as sa
+
+    def make(name: str) -> str:
+        admin = sa.create_engine(postgres_dsn.replace("postgresql://", "postgresql+psycopg://"),
+                                 isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+        admin.dispose()
+        return postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+
+    return make
+
+
 def _user_exists(name: str) -> bool:
     import pwd
 

@@ -27,16 +27,21 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def synthetic_runs(earlier: Path, questions: list) -> None:
+    """Five synthetic earlier targets, abilities -1.5 .. 2.5 on a difficulty ladder over the questions (a Guttman
+    pattern), as run directories in the real format."""
+    for k, theta in enumerate((-1.5, -0.5, 0.5, 1.5, 2.5)):
+        write_run(earlier / f"20260101-00000{k}-judgeagent-s{k}", f"synthetic{k}@http://127.0.0.1:9/v1", questions,
+                  {q.id: "correct" if theta > -2 + 4 * i / len(questions) else "wrong"
+                   for i, q in enumerate(questions)})
+
+
 def test_adaptive_run_asks_the_chosen_questions_only_and_reports_ability_and_savings(tmp_path, monkeypatch):
     for name in ("DYNEVAL_TARGET", "DYNEVAL_EVALUATOR", "DYNEVAL_CONCURRENCY"):
         monkeypatch.delenv(name, raising=False)
     questions, _ = load_questions({})
     earlier, out = tmp_path / "earlier", tmp_path / "runs"
-    # five synthetic targets, abilities -1.5 .. 2.5 on a difficulty ladder over the 15 questions (Guttman pattern)
-    for k, theta in enumerate((-1.5, -0.5, 0.5, 1.5, 2.5)):
-        write_run(earlier / f"20260101-00000{k}-judgeagent-s{k}", f"synthetic{k}@http://127.0.0.1:9/v1", questions,
-                  {q.id: "correct" if theta > -2 + 4 * i / len(questions) else "wrong"
-                   for i, q in enumerate(questions)})
+    synthetic_runs(earlier, questions)
     with StandIn(respond=respond) as standin:
         code, log = _main(["--protocol", "judgeagent", "--limit", "2", "--out", str(earlier), "--target",
                            standin.spec("old"), "--evaluator", standin.spec("judge")])
@@ -78,10 +83,7 @@ def test_ungraded_adaptive_answers_are_rejudged_on_resume_without_asking_a_quest
         monkeypatch.delenv(name, raising=False)
     questions, _ = load_questions({})
     earlier, out = tmp_path / "earlier", tmp_path / "runs"
-    for k, theta in enumerate((-1.5, -0.5, 0.5, 1.5, 2.5)):
-        write_run(earlier / f"20260101-00000{k}-judgeagent-s{k}", f"synthetic{k}@http://127.0.0.1:9/v1", questions,
-                  {q.id: "correct" if theta > -2 + 4 * i / len(questions) else "wrong"
-                   for i, q in enumerate(questions)})
+    synthetic_runs(earlier, questions)
     broken = {"on": True}
 
     def judge_fails(body: dict) -> dict | None:

@@ -326,17 +326,8 @@ def test_material_questions_are_rewritten_into_checked_true_false_statements(tmp
     assert variants == [] and "truth values" in problem
 
 
-def test_the_bank_works_on_postgresql(postgres_dsn, tmp_path):
-    import sqlalchemy as sa
-
-    dsn = postgres_dsn.rsplit("/", 1)[0] + "/llmeval_test"
-    admin = sa.create_engine(postgres_dsn.replace("postgresql://", "postgresql+psycopg://"),
-                             isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text("DROP DATABASE IF EXISTS llmeval_test"))
-        conn.execute(sa.text("CREATE DATABASE llmeval_test"))
-    admin.dispose()
-    bank = QuestionBank(dsn)
+def test_the_bank_works_on_postgresql(fresh_postgres_db, tmp_path):
+    bank = QuestionBank(fresh_postgres_db("llmeval_test"))
     assert bank.url.startswith("postgresql+psycopg://")
     report = import_file(bank, SAMPLE)
     assert report.imported == 36 and bank.count() == 36

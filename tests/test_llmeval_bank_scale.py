@@ -195,14 +195,8 @@ def test_import_reports_progress_per_batch(tmp_path):
     assert steps == [8, 8, 8, 5]  # the 29 valid records in batches of 8
 
 
-def test_sessions_on_postgresql_draw_unseen_questions_and_rebuild_places_after_an_import(postgres_dsn, tmp_path):
-    admin = sa.create_engine(postgres_dsn.replace("postgresql://", "postgresql+psycopg://"),
-                             isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text("DROP DATABASE IF EXISTS llmeval_scale"))
-        conn.execute(sa.text("CREATE DATABASE llmeval_scale"))
-    admin.dispose()
-    bank = QuestionBank(postgres_dsn.rsplit("/", 1)[0] + "/llmeval_scale")
+def test_sessions_on_postgresql_draw_unseen_questions_and_rebuild_places_after_an_import(fresh_postgres_db, tmp_path):
+    bank = QuestionBank(fresh_postgres_db("llmeval_scale"))
     report = import_file(bank, corpus(tmp_path), skip_invalid=True, batch=8)
     assert report.imported == 26
     met: set[str] = set()
