@@ -304,3 +304,35 @@ def test_cli_skip_invalid_with_no_valid_record_is_refused_before_anything_is_cre
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no valid record" in err and "list_answer.jsonl, record 1" in err
     assert not out.exists() and not db.exists()
+
+
+def _reading_file(tmp_path: Path) -> Path:
+    """Two questions on one reading passage (in its own column, as reading-comprehension sets ship them) and one
+    without a passage; a ``note`` column nothing maps."""
+    rows = [{"subject": "reading", "passage": "The lighthouse keeper kept a log of every ship.",
+             "question": "What did the keeper record?", "label": "ships", "note": "set A"},
+            {"subject": "reading", "passage": "The lighthouse keeper kept a log of every ship.",
+             "question": "Who kept the log?", "label": "the keeper", "note": ""},
+            {"subject": "math", "passage": None, "question": "What is 7 times 6?", "label": "42", "note": "set B"}]
+    path = tmp_path / "reading.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_columns_no_field_maps_are_named_in_the_import_report_with_their_record_counts(tmp_path):
+    report = import_file(QuestionBank(tmp_path / "bank.sqlite"), _reading_file(tmp_path),
+                         fields="discipline=subject,answer=label")
+    assert report.imported == 3
+    [line] = [x for x in report.lines() if "not imported" in x]
+    assert "note (2 records)" in line and "passage (2 records)" in line  # blank values are not counted
+
+
+def test_a_passage_column_joins_its_question_with_a_plus_mapping(tmp_path):
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    report = import_file(bank, _reading_file(tmp_path), fields="discipline=subject,answer=label,"
+                                                               "question=passage+question,explanation=note")
+    assert report.imported == 3 and not [x for x in report.lines() if "not imported" in x]
+    assert sorted(q.question for q in bank.all_questions()) == [
+        "The lighthouse keeper kept a log of every ship.\n\nWhat did the keeper record?",
+        "The lighthouse keeper kept a log of every ship.\n\nWho kept the log?",
+        "What is 7 times 6?"]  # no passage: the question alone, nothing invented

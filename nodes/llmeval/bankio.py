@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 FLAG = "--bank"
 CANONICAL = ("uuid", "discipline", "sub_discipline", "qtype", "question", "options", "answer", "explanation",
              "source")
+#: Fields that may join several columns with ``+`` (``question=passage+question``: a reading passage and its
+#: question become one question text, paragraphs apart).
+JOINABLE = ("question",)
 #: The LLMEval record layout (appendix A.2 / Figure 8) as a ``--fields`` mapping.
 LLMEVAL_LAYOUT = "uuid=question_uuid,discipline=category,sub_discipline=sub_category,question=dialog,answer=hint"
 QTYPE_ALIASES = {
@@ -80,6 +83,8 @@ class RawQuestion(BaseModel):
     @field_validator("question", mode="before")
     @classmethod
     def _dialog(cls, value: Any) -> Any:
+        if isinstance(value, list) and all(v is None or isinstance(v, (str, int, float)) for v in value):
+            return "\n\n".join(str(v).strip() for v in value if v is not None and str(v).strip())  # joined columns
         if isinstance(value, list) or (isinstance(value, dict) and "role" in value):  # an LLMEval dialog
             found = dialog_question(value)
             if found is None:
@@ -107,7 +112,7 @@ def field_map(spec: str | None, first: Record) -> FieldMap:
     """The ``--fields`` mapping; without one, a file in the LLMEval layout is mapped by :data:`LLMEVAL_LAYOUT`."""
     if spec is None and "question" not in first.data and {"dialog", "hint"} & set(first.data):
         spec = LLMEVAL_LAYOUT
-    return FieldMap.parse(spec, CANONICAL)
+    return FieldMap.parse(spec, CANONICAL, joinable=JOINABLE)
 
 
 def question_type(given: str, options: list[str], answer: str, question: str) -> str:
@@ -155,9 +160,14 @@ class ImportReport:
     duplicates: list[Duplicate] = field(default_factory=list)
     rejected: list[tuple[int | str, str]] = field(default_factory=list)  # (record, the reason as one line)
     imported_ids: list[str] = field(default_factory=list)
+    unused: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [reason for _, reason in self.rejected]
+        if self.unused:
+            out.append(f"{self.file}: columns not imported (no --fields name maps them; join one into the question "
+                       "with --fields question=PASSAGE+QUESTION): "
+                       + ", ".join(f"{c} ({n} records)" for c, n in sorted(self.unused.items())))
         out += [f"{self.file}, record {d.record}: skipped, {d.kind} duplicate of {d.of}"
                 + (f" (cosine {d.similarity:.3f})" if d.similarity is not None else "") for d in self.duplicates]
         out.append(self.summary())
@@ -177,6 +187,7 @@ class LoadedFile:
     questions: list[tuple[Record, Question]]
     rejected: list[tuple[int | str, str]]
     skip_invalid: bool
+    unused: dict[str, int] = field(default_factory=dict)  # column no field maps -> records with a value in it
 
     def reject(self, rec: Record, error: InputError) -> None:
         """Count ``rec`` as rejected, or stop with ``error`` unless invalid records are skipped."""
@@ -185,11 +196,24 @@ class LoadedFile:
         self.rejected.append((rec.n, str(error)))
 
 
+def unmapped_columns(records: list[Record], fmap: FieldMap) -> dict[str, int]:
+    """Columns that no field maps and that hold a value, with how many records hold one: they are not imported,
+    and the import report says so (a reading passage left out would leave its question without its text)."""
+    mapped = {c for cols in fmap.sources.values() for c in cols}
+    counts: dict[str, int] = {}
+    for rec in records:
+        for col, value in rec.data.items():
+            if col not in mapped and value not in (None, "", [], {}):
+                counts[col] = counts.get(col, 0) + 1
+    return counts
+
+
 def load_file(path: Path, *, fields: str | None = None, skip_invalid: bool = False) -> LoadedFile:
     """Read and validate every record of ``path`` (no bank access): file-level faults always stop."""
     records = read_records(path, flag=FLAG)
     fmap = field_map(fields, records[0])
-    loaded = LoadedFile(file=str(path), read=len(records), questions=[], rejected=[], skip_invalid=skip_invalid)
+    loaded = LoadedFile(file=str(path), read=len(records), questions=[], rejected=[], skip_invalid=skip_invalid,
+                        unused=unmapped_columns(records, fmap))
     for rec in records:
         try:
             loaded.questions.append((rec, to_question(rec, fmap, source=Path(path).name)))
@@ -330,7 +354,7 @@ def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | No
     a batch written but not yet indexed is indexed first (:meth:`QuestionBank.index_pending`).
     """
     loaded = path if isinstance(path, LoadedFile) else load_file(path, fields=fields, skip_invalid=skip_invalid)
-    report = ImportReport(file=loaded.file, read=loaded.read)
+    report = ImportReport(file=loaded.file, read=loaded.read, unused=loaded.unused)
     stray = bank.index_pending() if index is not None else []
     if stray:
         index.add([q.uuid for q in stray], index.vectors([q.question for q in stray]))

@@ -71,7 +71,8 @@ class LLMEvalBatch:
                                        "record layout) before the run", metavar="FILE")
     fields: str | None = described(None, "column names of --bank: NAME=COLUMN,... for uuid, discipline, "
                                          "sub_discipline, qtype, question, options, answer, explanation, source "
-                                         "(e.g. question=Question,answer=Answer)", metavar="MAP")
+                                         "(e.g. question=Question,answer=Answer); question may join columns, "
+                                         "e.g. question=passage+question", metavar="MAP")
     skip_invalid: bool = described(False, "import the valid records of --bank and report each invalid one with its "
                                           "reason (default: an invalid record stops the run)")
     augment: bool = described(False, "on import, expand each multiple-choice question into true/false variants "
