@@ -32,6 +32,12 @@ from nodes.judgeagent.judging import answer_format
 from state.judgeagent import BaseQuestion, DifficultyControl, JudgeAgentContext, JudgeAgentState
 from state.verdicts import is_ungraded
 
+
+def _params(items: dict[str, list[float]], ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The discriminations ``a`` and difficulties ``b`` of the questions ``ids``, in their order."""
+    return np.array([items[i][0] for i in ids], float), np.array([items[i][1] for i in ids], float)
+
+
 def ability(state: JudgeAgentState) -> irt.Ability:
     """EAP ability from the graded base answers on calibrated questions (ungraded answers are no response)."""
     items = state.get("irt") or {}
@@ -53,8 +59,7 @@ def expected_average(control: DifficultyControl, theta: float, questions: list[B
     accuracy, and the thresholds ``t12 = c2/3``, ``t23 = 2 c2/3`` cut that accuracy into equal thirds, the equal
     ranges rule R1 asks for; the gains and thresholds are the checked ones of Eq. 4, unchanged.
     """
-    a = np.array([items[q.id][0] for q in questions], float)
-    b = np.array([items[q.id][1] for q in questions], float)
+    a, b = _params(items, [q.id for q in questions])
     gains = np.array([control.gain(q.difficulty) for q in questions])
     return float(gains @ irt.probability(theta, a, b)), len(questions)
 
@@ -69,8 +74,7 @@ def select_base(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> 
     pick = None
     if len(asked) < ctx.irt_items:
         ids = [q["id"] for q in state["batch"] if q["id"] in items]
-        a = np.array([items[i][0] for i in ids], float)
-        b = np.array([items[i][1] for i in ids], float)
+        a, b = _params(items, ids)
         rng = irt.seeded_rng(seed_for(ctx.seed, "irt", len(asked)))
         k = irt.select_item(now.theta, a, b, np.array([i not in asked for i in ids], bool), rng,
                             k=ctx.irt_exposure_k)
@@ -110,8 +114,7 @@ def close_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -
         return next_difficulty(ctx, total, n) if now.n else next_difficulty(ctx, 0.0, 0)
 
     exp_total, n_cal = expected_average(control, now.theta, calibrated, items)
-    a = np.array([items[q.id][0] for q in calibrated], float)
-    b = np.array([items[q.id][1] for q in calibrated], float)
+    a, b = _params(items, [q.id for q in calibrated])
     nxt = level(now.theta)
     summary = {
         "theta": now.theta, "se": now.se, "responses": now.n, "asked": [x["id"] for x in base],
