@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import queue
-from concurrent.futures import Future, wait
 import secrets
 import shlex
 import shutil
@@ -42,6 +41,7 @@ import signal
 import threading
 import time
 import traceback
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timezone
