@@ -193,9 +193,6 @@ class QuestionBank:
         with self._lock, self.engine.begin() as conn:
             conn.execute(meta.delete().where(meta.c.key == INDEX_PENDING_KEY))
 
-    def has_uuid(self, uid: str) -> bool:
-        return bool(self.existing_uuids([uid]))
-
     def existing_uuids(self, uids: Iterable[str]) -> set[str]:
         """Which of ``uids`` name a question of the bank (one query)."""
         ids = list(uids)

@@ -189,7 +189,8 @@ class LLMEvalProtocol(Protocol):
             if problem:
                 run.console.print(f"{report.file}: {uid}: {problem}", highlight=False)
                 continue
-            bank.add_questions([v for v in variants if not bank.has_uuid(v.uuid)])
+            held = bank.existing_uuids(v.uuid for v in variants)
+            bank.add_questions([v for v in variants if v.uuid not in held])
             report.augmented += len(variants)
 
     def check_inputs(self, run: Run) -> LoadedFile | None:
