@@ -5,7 +5,8 @@ and serves each model a freshly sampled, non-repeating exam (section 2.2). This
 module holds everything that must live in the database so that the batch graph,
 the HTTP exam server and the analyses share one source of truth:
 
-The tables, what each holds, are in :mod:`stores.bank_schema`.
+The tables, what each holds, are in :mod:`stores.bank_schema`; how a session is sampled without reading
+the bank, in :mod:`stores.bank_places`.
 
 Quota rules (the "inner layer" of section 2.2): a session's questions are
 allocated once, delivered strictly in order, one pending at a time; an answer is
@@ -29,15 +30,15 @@ import secrets
 import threading
 import unicodedata
 import uuid as uuidlib
-from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from stores.bank_places import RANKS_KEY, Pool, Ranked, at_places, ranked, ranked_sizes
 from stores.bank_schema import (adaptive, calibrations, examinees, item_params, items, meta, metadata, questions,
                                  ranks, sessions)
 
@@ -45,10 +46,9 @@ STATUSES = ("allocated", "pending", "completed")
 #: Fields an examinee may ever see (whitelist: no answer, no explanation, no source).
 DELIVERED_FIELDS = ("session_id", "position", "question_id", "discipline", "sub_discipline", "qtype", "question")
 
-#: ``llmeval_meta`` keys: the ranks are valid (value: active questions per discipline, JSON); the questions of
-#: the last import batch whose vectors may not be in the near-duplicate index yet (JSON list of UUIDs).
-RANKS_KEY, INDEX_PENDING_KEY = "ranks", "index_pending"
-RANKS_LOCK = 0x6C6C6D72  # PostgreSQL advisory lock of a ranks rebuild
+#: ``llmeval_meta`` key: the questions of the last import batch whose vectors may not be in the near-duplicate
+#: index yet (JSON list of UUIDs).
+INDEX_PENDING_KEY = "index_pending"
 
 _locks: dict[str, threading.RLock] = {}
 _locks_guard = threading.Lock()
@@ -289,49 +289,12 @@ class QuestionBank:
                                .where(items.c.session_id.in_(self._cycle_sessions(model, cycle))))
         fewshot = self._fewshot_seen(conn, model, cycle)
         where = sa.or_(met, ranks.c.uuid.in_(fewshot)) if fewshot else met
-        return [Ranked(*r) for r in conn.execute(sa.select(*_RANK_COLUMNS).where(where))]
-
-    def _ranked(self, conn: Any) -> dict[str, int]:
-        """Active questions per discipline; :data:`ranks` rebuilt first when questions changed since (one
-        statement: each active question's place in UUID order, overall and within its discipline)."""
-        read = sa.select(meta.c.value).where(meta.c.key == RANKS_KEY)
-        value = conn.scalar(read)
-        if value is None and conn.dialect.name == "postgresql":  # one rebuild at a time across processes
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": RANKS_LOCK})
-            value = conn.scalar(read)  # another process may have rebuilt them meanwhile
-        if value is not None:
-            return json.loads(value)
-        conn.execute(ranks.delete())
-        place = sa.func.row_number().over(order_by=questions.c.uuid) - 1
-        dplace = sa.func.row_number().over(partition_by=questions.c.discipline, order_by=questions.c.uuid) - 1
-        conn.execute(ranks.insert().from_select(
-            ["uuid", "rank", "discipline", "drank"],
-            sa.select(questions.c.uuid, place, questions.c.discipline, dplace).where(questions.c.active.is_(True))))
-        sizes = {d: int(c) for d, c in conn.execute(sa.select(ranks.c.discipline, sa.func.count())
-                                                    .group_by(ranks.c.discipline))}
-        conn.execute(meta.insert().values(key=RANKS_KEY, value=json.dumps(sizes)))
-        return sizes
+        return ranked(conn, where)
 
     def refresh_ranks(self) -> None:
         """Rebuild the sampling places now if questions changed (else the next session does it)."""
         with self._lock, self.engine.begin() as conn:
-            self._ranked(conn)
-
-    def _places(self, conn: Any, keys: list[tuple[str | None, int]]) -> list[Ranked]:
-        """The questions at ``keys`` (``(None, rank)`` or ``(discipline, drank)``), in the order of ``keys``."""
-        found: dict[tuple[str | None, int], Ranked] = {}
-        wanted: dict[str | None, list[int]] = {}
-        for d, k in keys:
-            wanted.setdefault(d, []).append(k)
-        for d, places in wanted.items():
-            for i in range(0, len(places), 10000):  # within every database's limit of bound parameters
-                chunk = places[i:i + 10000]
-                where = (ranks.c.rank.in_(chunk) if d is None
-                         else sa.and_(ranks.c.discipline == d, ranks.c.drank.in_(chunk)))
-                for row in conn.execute(sa.select(*_RANK_COLUMNS).where(where)):
-                    r = Ranked(*row)
-                    found[(d, r.rank if d is None else r.drank)] = r
-        return [found[k] for k in keys]
+            ranked_sizes(conn)
 
     def _cycle(self, conn: Any, model: str) -> int:
         return int(conn.scalar(sa.select(sa.func.max(sessions.c.cycle))
@@ -349,9 +312,9 @@ class QuestionBank:
         over disciplines in proportion to their size (largest remainder). Few-shot
         examples come from outside the session.
 
-        The bank is never read whole: places in UUID order are drawn (:class:`_Pool`) and only the drawn
-        questions are looked up (:data:`stores.bank_schema.ranks`), with the same draws, hence the same
-        questions, as sampling the list of every unseen question's UUID.
+        The bank is never read whole: places in UUID order are drawn and only the drawn questions are looked up
+        (:mod:`stores.bank_places`), with the same draws, hence the same questions, as sampling the list of
+        every unseen question's UUID.
         """
         if n < 1:
             raise ValueError("a session needs at least one question")
@@ -360,28 +323,28 @@ class QuestionBank:
             if existing is not None:
                 return self.session(session_id) or {}
             rng = random.Random(seed)
-            sizes = self._ranked(conn)
+            sizes = ranked_sizes(conn)
             total = sum(sizes.values())
             if not total:
                 raise ValueError("the question bank is empty")
             cycle = self._cycle(conn, model)
             seen = self._seen_ranked(conn, model, cycle)
-            fresh = _Pool(sizes, seen)
+            fresh = Pool(sizes, seen)
             n = min(n, total)
             if len(fresh) >= n:
-                chosen = self._places(conn, fresh.sample(rng, n, stratified))
+                chosen = at_places(conn, fresh.sample(rng, n, stratified))
             else:  # bank exhausted for this model: take what is left, then start a new cycle
-                chosen = self._places(conn, fresh.places(range(len(fresh))))
+                chosen = at_places(conn, fresh.places(range(len(fresh))))
                 rng.shuffle(chosen)
                 cycle += 1
-                chosen += self._places(conn, _Pool(sizes, chosen).sample(rng, n - len(chosen), stratified))
+                chosen += at_places(conn, Pool(sizes, chosen).sample(rng, n - len(chosen), stratified))
             rng.shuffle(chosen)  # the fixed delivery order
             # few-shot examples: outside the session, preferably questions the model has already met
             # (an example shown with its answer is "seen", so fresh questions are only spent when needed)
             taken = {r.rank for r in chosen}
             met = [r for r in fresh.excluded if r.rank not in taken]
             fewshot = rng.sample(met, min(fewshot_k, len(met)))
-            fewshot += self._places(conn, _Pool(sizes, [*seen, *chosen]).sample(rng, fewshot_k - len(fewshot), False))
+            fewshot += at_places(conn, Pool(sizes, [*seen, *chosen]).sample(rng, fewshot_k - len(fewshot), False))
             conn.execute(sessions.insert().values(
                 session_id=session_id, model=model, paradigm=paradigm, seed=str(seed), n=len(chosen),
                 stratified=stratified, cycle=cycle, fewshot=json.dumps([r.uuid for r in fewshot]), mirror_of=None,
@@ -633,65 +596,6 @@ class QuestionBank:
 
     def iter_export(self) -> Iterator[Question]:
         yield from self.all_questions()
-
-
-class Ranked(NamedTuple):
-    """An active question's places in UUID order: among all active questions and within its discipline."""
-
-    uuid: str
-    rank: int
-    discipline: str
-    drank: int
-
-
-_RANK_COLUMNS = (ranks.c.uuid, ranks.c.rank, ranks.c.discipline, ranks.c.drank)
-
-
-def _free_places(excluded: list[int], picks: Iterable[int]) -> list[int]:
-    """For each ``j`` of ``picks``: the ``j``-th (0-based) place that is not in ``excluded`` (sorted)."""
-    free_before = [x - i for i, x in enumerate(excluded)]  # places not excluded before each excluded one
-    return [j + bisect_right(free_before, j) for j in picks]
-
-
-class _Pool:
-    """The active questions in UUID order minus ``excluded``, held as places, not as a list of UUIDs.
-
-    ``random.sample`` only uses a population's length and indices, so drawing places from ``range(len(pool))``
-    and mapping them past the excluded ones gives the draws, hence the questions, of sampling that list.
-    """
-
-    def __init__(self, sizes: dict[str, int], excluded: Iterable[Ranked]) -> None:
-        self.sizes = sizes  # active questions per discipline
-        self.excluded = sorted({r.rank: r for r in excluded}.values(), key=lambda r: r.rank)
-
-    def __len__(self) -> int:
-        return sum(self.sizes.values()) - len(self.excluded)
-
-    def places(self, picks: Iterable[int]) -> list[tuple[str | None, int]]:
-        """The :meth:`QuestionBank._places` keys of the pool's ``picks``-th questions."""
-        return [(None, r) for r in _free_places([r.rank for r in self.excluded], picks)]
-
-    def sample(self, rng: random.Random, n: int, stratified: bool) -> list[tuple[str | None, int]]:
-        """``n`` places without replacement; stratified by discipline (largest-remainder quotas) when asked."""
-        n = min(n, len(self))
-        if not stratified:
-            return self.places(rng.sample(range(len(self)), n))
-        out_of: dict[str, list[int]] = {}
-        for r in self.excluded:
-            out_of.setdefault(r.discipline, []).append(r.drank)
-        groups = {d: size - len(out_of.get(d, ())) for d, size in self.sizes.items()}
-        groups = {d: g for d, g in groups.items() if g > 0}
-        total = len(self)
-        exact = {d: n * g / total for d, g in groups.items()}
-        quota = {d: int(x) for d, x in exact.items()}
-        leftover = n - sum(quota.values())
-        for d in sorted(groups, key=lambda d: (-(exact[d] - quota[d]), d))[:leftover]:
-            quota[d] += 1
-        chosen: list[tuple[str | None, int]] = []
-        for d in sorted(groups):
-            picks = rng.sample(range(groups[d]), min(quota[d], groups[d]))
-            chosen += [(d, k) for k in _free_places(sorted(out_of.get(d, [])), picks)]
-        return chosen
 
 
 def stripped_payload(session_id: str, position: int, q: Any) -> dict[str, Any]:
