@@ -190,6 +190,8 @@ class StandIn:
         standin = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real OpenAI-compatible servers answer
+
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 status, payload = standin.handle(body)
