@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runtime.concurrency import InFlight
 from runtime.embedded import embedded_base_url
@@ -19,6 +19,7 @@ from state.config import ModelSpec
 from state.errors import InputError
 
 if TYPE_CHECKING:
+    import httpx
     from langchain_core.language_models import BaseChatModel
     from langchain_core.rate_limiters import BaseRateLimiter
 
@@ -46,7 +47,7 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
     from langchain_openai import ChatOpenAI
 
     base_url = embedded_base_url() if spec.provider == "embedded" else spec.base_url
-    return ChatOpenAI(
+    chat = ChatOpenAI(
         model=spec.model,
         base_url=base_url,
         api_key=resolve_api_key(spec),
@@ -59,6 +60,66 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         # without `max_tokens` the embedded model may generate up to its whole context window.
         extra_body={"max_tokens": spec.max_tokens} if spec.provider == "embedded" and spec.max_tokens else None,
     )
+    chat.client = ChatCompletionsPost(chat.root_client)
+    return chat
+
+
+class _Reply:
+    """What LangChain reads of the OpenAI client's raw response: ``parse()`` (a dict is accepted as well as the
+    client's model) and ``headers``."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.http_response = response
+        self.headers = response.headers
+
+    def parse(self) -> dict[str, Any]:
+        return self.http_response.json()
+
+
+class ChatCompletionsPost:
+    """``chat.completions`` for :class:`ChatOpenAI`: a non-streamed request through the OpenAI client's public
+    ``post``; anything else (streaming, other methods) is the client's own ``chat.completions``.
+
+    ``Completions.create`` first walks the whole request (every message, the tool's JSON schema) through the SDK's
+    TypedDict transform, which changes nothing in a chat request, and builds a pydantic ``ChatCompletion`` that
+    LangChain at once dumps back to a dict: about 0.8 ms of CPU per call, a tenth of a call's cost at zero
+    endpoint latency (``python -m bench.speed``). ``post`` keeps everything else of the client: authentication,
+    headers, timeout, and the status-error classes (with the response, for ``Retry-After``) our retries classify.
+    The request body has the fields ``create`` sends, each the same bytes on the wire (``tests/test_chat_requests.py``). The
+    Responses API, if LangChain picks it for a model, is not touched.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._completions = client.chat.completions
+        self.with_raw_response = _RawPost(self)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._completions, name)
+
+
+class _RawPost:
+    def __init__(self, owner: ChatCompletionsPost) -> None:
+        self._owner = owner
+
+    def create(self, *, extra_body: dict[str, Any] | None = None, extra_headers: dict[str, str] | None = None,
+               extra_query: dict[str, Any] | None = None, timeout: Any = None, **body: Any) -> Any:
+        if body.get("stream"):
+            return self._owner._completions.with_raw_response.create(
+                extra_body=extra_body, extra_headers=extra_headers, extra_query=extra_query, timeout=timeout, **body)
+        import httpx
+
+        options: dict[str, Any] = {}
+        if extra_body:
+            options["extra_json"] = extra_body
+        if extra_headers:
+            options["headers"] = extra_headers
+        if extra_query:
+            options["params"] = extra_query
+        if timeout is not None:
+            options["timeout"] = timeout
+        client = self._owner._client
+        return _Reply(client.post("/chat/completions", body=body, options=options, cast_to=httpx.Response))
 
 
 @dataclass(frozen=True)
