@@ -275,8 +275,10 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
         else:
             payload = _DONE  # reached END earlier; only its record was missing
         while payload is not _DONE:
-            # the state is read back with get_state: LangGraph need not build its values/updates output per step
-            graph.invoke(payload, start, context=context, stream_mode="custom")
+            # "updates": the node's own writes, nothing to build; the state is read back with get_state. Not "custom"
+            # (or "messages"): with either, LangGraph runs even a step's single node on a pool thread with a
+            # waiter future, never in this thread (ATAD at zero latency, c=16: 163 -> 192 calls/s, median of 4)
+            graph.invoke(payload, start, context=context, stream_mode="updates")
             start = config  # after a fork the thread's head is the new branch
             snapshot = graph.get_state(config)
             pending = [i for task in snapshot.tasks for i in task.interrupts]
