@@ -37,7 +37,11 @@ def _template() -> jinja2.Template:
 
 
 def render(payload: dict[str, Any]) -> str:
-    return _template().render(title=payload["title"], data=embed(_finite(payload)))
+    try:
+        data = embed(payload)
+    except ValueError:  # a NaN or an infinity somewhere; walking every value only then (0.2 s at 700 units)
+        data = embed(_finite(payload))
+    return _template().render(title=payload["title"], data=data)
 
 
 def _finite(value: Any) -> Any:
