@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.panel import Panel
@@ -64,7 +64,7 @@ from runtime.llm import is_endpoint_fault
 from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from runtime.rescore import DIVERGED, ReplayMissing, report_text as rescore_text, summary_fields as rescore_fields
 from runtime.report import Heading, Table, Text, preload_plotting, write_report
-from runtime.services import Services
+from runtime.services import Background, Services
 from runtime.view import write_view
 from runtime.view.adapters import adapter
 from runtime.view.data import headline_metrics
@@ -417,10 +417,101 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+class _Slots:
+    """The ``limit`` worker slots of :func:`_run_all`: at most ``limit`` units work at once.
+
+    A unit waiting for a background build gives its slot back (:class:`_UnitSlot`). A free slot goes first to a
+    unit whose build is done and that waits to go on (:meth:`take`), else to a new worker thread with the next
+    queued unit (``spawn``), so threads are made on demand: at most ``limit`` plus the units waiting.
+    """
+
+    def __init__(self, limit: int, queued: queue.SimpleQueue[Unit], spawn: Callable[[Unit], None]) -> None:
+        self._cond = threading.Condition()
+        self._free = limit
+        self._resuming = 0  # units whose build is done, in take()
+        self._queued, self._spawn = queued, spawn
+
+    def start(self) -> None:
+        with self._cond:
+            self._hand_out()
+
+    def _hand_out(self) -> None:
+        """Wake the resuming units for the free slots; start the next units on those left (lock held). No unit
+        starts after the stop."""
+        self._cond.notify_all()
+        while self._free > self._resuming and not stop.stopped():
+            try:
+                unit = self._queued.get_nowait()
+            except queue.Empty:
+                return
+            self._free -= 1
+            self._spawn(unit)
+
+    def give_back(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._hand_out()
+
+    def next_unit(self) -> Unit | None:
+        """The next unit for a worker whose unit ended; ``None`` (its slot given back) after the stop, when a
+        resuming unit needs the slot, or when no unit is left."""
+        with self._cond:
+            if not stop.stopped() and self._resuming <= self._free:
+                try:
+                    return self._queued.get_nowait()
+                except queue.Empty:
+                    pass
+            self._free += 1
+            self._hand_out()
+            return None
+
+    def take(self) -> None:
+        """A slot again for a unit whose build is done; raises ``StopRequested`` within 0.2 s of the stop."""
+        with self._cond:
+            self._resuming += 1
+            try:
+                while True:
+                    stop.raise_if_stopped()
+                    if self._free:
+                        self._free -= 1
+                        return
+                    self._cond.wait(0.2)
+            finally:
+                self._resuming -= 1
+
+
+class _UnitSlot:
+    """One unit's slot, given back while the unit waits for a background build (``Background.idle``) and taken
+    again before it goes on; threads of the unit waiting at once share the one slot."""
+
+    def __init__(self, slots: _Slots) -> None:
+        self.slots = slots
+        self.held = True  # False once the stop came while the unit waited for a slot again
+        self._waits = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def idle(self) -> Iterator[None]:
+        with self._lock:
+            self._waits += 1
+            if self._waits == 1 and self.held:
+                self.held = False
+                self.slots.give_back()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waits -= 1
+                if not self.held:
+                    self.slots.take()
+                    self.held = True
+
+
 def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context: Any, results: ResultStore,
              already: int) -> None:
-    """Run ``todo`` on ``concurrency`` worker threads, appending each unit's record as it ends.
+    """Run ``todo`` with at most ``concurrency`` units working at once, appending each unit's record as it ends.
 
+    A unit waiting for a background build gives its slot back, so another unit starts meanwhile (:class:`_Slots`).
     Workers take the next unit only while the stop flag is down, so Ctrl-C (or any
     exception reaching this loop) launches nothing more; units in flight get
     ``STOP_GRACE_S`` to end (their next request is refused), then this returns by
@@ -440,21 +531,33 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
     for job in run.services.background():
         job.future.add_done_callback(build_ended)
 
-    def work() -> None:
-        while not stop.stopped():
-            try:
-                unit = queued.get_nowait()
-            except queue.Empty:
-                return
+    def work(first: Unit) -> None:
+        unit: Unit | None = first
+        while unit is not None:
+            slot = _UnitSlot(slots)
+            token = Background.idle.set(slot.idle)
             try:
                 record = run_unit(protocol, run, graph, unit, context)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
                 ended.put(exc)
                 return
+            finally:
+                Background.idle.reset(token)
             if record["status"] != "interrupted":  # stopped mid-unit: no record, resume continues it
                 results.append(record)  # here, not in the main thread, where a Ctrl-C could drop it unsaved
             ended.put(record)
-        ended.put(stop.StopRequested("no unit is started after the stop"))  # the main thread stops waiting
+            unit = slots.next_unit() if slot.held else None
+        if stop.stopped():
+            ended.put(stop.StopRequested("no unit is started after the stop"))  # the main thread stops waiting
+
+    workers: list[threading.Thread] = []
+
+    def spawn(unit: Unit) -> None:
+        worker = threading.Thread(target=work, args=(unit,), name=f"unit-{len(workers)}", daemon=True)
+        workers.append(worker)
+        worker.start()
+
+    slots = _Slots(run.config.concurrency, queued, spawn)
 
     with _progress_bar(run) as progress, \
             _live_status(run, progress, protocol.name, total=len(todo) + already, completed=already) as task:
@@ -469,11 +572,8 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
                                   style="red" if record["status"] != "ungraded" else "yellow",
                                   markup=False, highlight=False)
 
-        workers = [threading.Thread(target=work, name=f"unit-{i}", daemon=True)
-                   for i in range(min(run.config.concurrency, len(todo)))]
         try:
-            for worker in workers:
-                worker.start()
+            slots.start()
             for _ in todo:
                 item = ended.get()
                 if isinstance(item, BaseException):
@@ -486,14 +586,14 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
                 stop.request_stop()
                 deadline = time.monotonic() + STOP_GRACE_S
                 # records already queued are shown too: a worker may end before the main thread took its last one
-                while (any(w.is_alive() for w in workers) or not ended.empty()) and time.monotonic() < deadline:
+                while (any(w.is_alive() for w in list(workers)) or not ended.empty()) and time.monotonic() < deadline:
                     try:
                         item = ended.get(timeout=0.05)
                     except queue.Empty:
                         continue
                     if isinstance(item, dict):
                         keep(item)
-            if not isinstance(exc, KeyboardInterrupt) and not any(w.is_alive() for w in workers):
+            if not isinstance(exc, KeyboardInterrupt) and not any(w.is_alive() for w in list(workers)):
                 stop.clear()  # not Ctrl-C and nothing left running: later calls in this process may go on
             raise
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, wait
+from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 from runtime import stop
 from runtime.budget import Budget
@@ -31,7 +33,14 @@ if TYPE_CHECKING:
 
 class Background:
     """A per-run resource built on its own thread while units run (JudgeAgent's context graph): its future, the
-    progress of each stage (``stages``: name -> [done, total]) the live display shows, and how many callers wait."""
+    progress of each stage (``stages``: name -> [done, total]) the live display shows, and how many callers wait.
+
+    ``Background.idle`` is what a caller holds while it waits in :meth:`result`: the batch runner sets it per unit
+    to a context manager that gives the unit's worker slot back (another unit works meanwhile) and takes a slot
+    again before the unit goes on; elsewhere it does nothing."""
+
+    idle: ClassVar[ContextVar[Callable[[], AbstractContextManager[Any]]]] = ContextVar("background_idle",
+                                                                                      default=nullcontext)
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -63,14 +72,15 @@ class Background:
             self.future.set_exception(exc)
 
     def result(self) -> Any:
-        """The resource, waiting for its build (counted in ``waiting``); the build's error if it failed. The wait
-        ends within 0.2 s of the run's stop flag."""
+        """The resource, waiting for its build (counted in ``waiting``, idle in ``Background.idle``); the build's
+        error if it failed. The wait ends within 0.2 s of the run's stop flag."""
         if not self.future.done():
             with self._lock:
                 self.waiting += 1
             try:
-                while not wait([self.future], timeout=0.2).done:
-                    stop.raise_if_stopped()
+                with Background.idle.get()():
+                    while not wait([self.future], timeout=0.2).done:
+                        stop.raise_if_stopped()
             finally:
                 with self._lock:
                     self.waiting -= 1
