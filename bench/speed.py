@@ -17,8 +17,8 @@ per request. Parts (``--skip`` any of them):
   in flight, as the official generator makes its teacher, orchestrator, student and escalation calls. At the
   large size only the first 150 requests are replayed and the baseline wall is their mean time x all requests
   (marked "est."). Rate = problems attempted per minute.
-* ``calls``: calls/s of one process at zero endpoint latency (ATAD, ``--concurrency 16``): unit calls over the
-  units phase; CPU milliseconds per call in the units phase (the process's user + system time sampled from
+* ``calls``: calls/s of one process at zero endpoint latency (ATAD, ``--concurrency 16``; a row per run, three
+  runs): unit calls over the units phase; CPU milliseconds per call in the units phase (the process's user + system time sampled from
   /proc every 20 ms, so other jobs on the machine do not count) and that CPU over the phase's wall (100 % = one
   core busy); and the whole process's CPU milliseconds per call (start-up and report included).
 * ``kg``: context-graph build ms per chunk and path-sampling ms per hop at each ``--kg`` entity count, with a
@@ -226,18 +226,24 @@ def part_atad(latency: float, sizes: list[tuple[int, int]]) -> list[list[Any]]:
     return rows
 
 
-def part_calls(per_task: int) -> list[list[Any]]:
-    with standin(0.0) as url, tempfile.TemporaryDirectory() as out:
-        run = run_cli("atad", ["--per-task", str(per_task)], url, 16, Path(out))
-    p = phases(run, 0.0, 16)
-    units = [e for e in run["events"] if e["unit"] != "-"]
-    unit_start = min(_interval(e)[0] - e.get("queue_s", 0.0) for e in units)
-    inside = [ts for ts, _ in run["cpu_trace"] if unit_start <= ts <= unit_start + p["units"]]
-    calls_inside = sum(1 for e in units if inside and inside[0] <= e["ts"] <= inside[-1])
-    units_cpu = cpu_between(run["cpu_trace"], unit_start, unit_start + p["units"])
-    return [[p["unit_calls"], f"{p['units']:.1f}", f"{p['unit_calls'] / p['units']:.0f}",
-             f"{units_cpu / max(1, calls_inside) * 1000:.1f}", f"{units_cpu / (inside[-1] - inside[0]):.0%}",
-             f"{run['cpu'] / p['calls'] * 1000:.1f}", f"{run['wall']:.1f}"]]
+def part_calls(per_task: int, repeats: int) -> list[list[Any]]:
+    """A row per run (``repeats`` runs, one stand-in): the figure varies by +-15 % between runs on a shared VM."""
+    rows = []
+    with standin(0.0) as url:
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as out:
+                run = run_cli("atad", ["--per-task", str(per_task)], url, 16, Path(out))
+            p = phases(run, 0.0, 16)
+            units = [e for e in run["events"] if e["unit"] != "-"]
+            unit_start = min(_interval(e)[0] - e.get("queue_s", 0.0) for e in units)
+            inside = [ts for ts, _ in run["cpu_trace"] if unit_start <= ts <= unit_start + p["units"]]
+            calls_inside = sum(1 for e in units if inside and inside[0] <= e["ts"] <= inside[-1])
+            units_cpu = cpu_between(run["cpu_trace"], unit_start, unit_start + p["units"])
+            rows.append([p["unit_calls"], f"{p['units']:.1f}", f"{p['unit_calls'] / p['units']:.0f}",
+                         f"{units_cpu / max(1, calls_inside) * 1000:.1f}",
+                         f"{units_cpu / (inside[-1] - inside[0]):.0%}", f"{run['cpu'] / p['calls'] * 1000:.1f}",
+                         f"{run['wall']:.1f}"])
+    return rows
 
 
 def part_kg(sizes: list[int]) -> list[list[Any]]:
@@ -306,7 +312,8 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds per request at the stand-in")
     parser.add_argument("--large", type=int, default=700, help="ATAD problems of the large run (0 = skip)")
     parser.add_argument("--kg", default="1000,10000,100000", help="entity counts of the context-graph part")
-    parser.add_argument("--calls-per-task", type=int, default=15, help="ATAD problems per task, calls part")
+    parser.add_argument("--calls-per-task", type=int, default=30, help="ATAD problems per task, calls part")
+    parser.add_argument("--calls-repeats", type=int, default=3, help="runs of the calls part (a row each)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["startup", "protocols", "atad", "calls", "kg",
                                                                  "bank"])
     parser.add_argument("--serve", nargs=2, metavar=("LATENCY", "LOG"), help=argparse.SUPPRESS)
@@ -331,7 +338,7 @@ def main() -> None:
         table("calls per second at zero endpoint latency (ATAD, --concurrency 16)",
               ["unit calls", "units phase s", "calls/s", "units-phase CPU ms/call", "units-phase CPU use",
                "process CPU ms/call", "wall s"],
-              part_calls(args.calls_per_task))
+              part_calls(args.calls_per_task, args.calls_repeats))
     if "kg" not in args.skip:
         table("context graph with a fake fast embedding (no LLM)",
               ["entities", "chunks", "edges", "build ms/chunk", "hop ms (after build)", "hop ms (reopened)"],
