@@ -18,9 +18,10 @@ per request. Parts (``--skip`` any of them):
   large size only the first 150 requests are replayed and the baseline wall is their mean time x all requests
   (marked "est."). Rate = problems attempted per minute.
 * ``calls``: calls/s of one process at zero endpoint latency (ATAD, ``--concurrency 16``; a row per run, three
-  runs): unit calls over the units phase; CPU milliseconds per call in the units phase (the process's user + system time sampled from
-  /proc every 20 ms, so other jobs on the machine do not count) and that CPU over the phase's wall (100 % = one
-  core busy); and the whole process's CPU milliseconds per call (start-up and report included).
+  runs): unit calls over the units phase; CPU milliseconds per call in the units phase (the process's user +
+  system time sampled from /proc every 20 ms, so other jobs on the machine do not count) and that CPU over the
+  phase's wall (100 % = one core busy); and the whole process's CPU milliseconds per call (start-up and report
+  included).
 * ``kg``: context-graph build ms per chunk and path-sampling ms per hop at each ``--kg`` entity count, with a
   fake fast embedding (``tests/fake_embedding.py``) and no LLM (entities drawn per chunk), right after the
   build and after reopening the cached graph.
