@@ -85,8 +85,8 @@ class ChatCompletionsPost:
     LangChain at once dumps back to a dict: about 0.8 ms of CPU per call, a tenth of a call's cost at zero
     endpoint latency (``python -m bench.speed``). ``post`` keeps everything else of the client: authentication,
     headers, timeout, and the status-error classes (with the response, for ``Retry-After``) our retries classify.
-    The request body has the fields ``create`` sends, each the same bytes on the wire (``tests/test_chat_requests.py``). The
-    Responses API, if LangChain picks it for a model, is not touched.
+    The request body has the fields ``create`` sends, each the same bytes on the wire
+    (``tests/test_chat_requests.py``). The Responses API, if LangChain picks it for a model, is not touched.
     """
 
     def __init__(self, client: Any) -> None:

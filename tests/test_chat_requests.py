@@ -1,5 +1,6 @@
 """The chat model's request path (``runtime.models.ChatCompletionsPost``) sends what the OpenAI client's
-``create`` sends (the same fields, each the same bytes), reads the reply as LangChain would, and raises the client's error classes."""
+``create`` sends (the same fields, each the same bytes), reads the reply as LangChain would, and raises the
+client's error classes."""
 
 from __future__ import annotations
 
