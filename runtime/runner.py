@@ -344,7 +344,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
             todo = [u for u in units if u.id not in finished]
             context = protocol.context(run)
-            with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver:
+            with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver, _long_lived_heap():
                 graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
                 _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
             _await_background(run)  # what prepare() started and no unit needed (its statistics, its errors)
@@ -360,6 +360,25 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
         raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget) from None
     with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would
         return _finish(protocol, run, units, results, notes, wall_started, warning, None)
+
+
+@contextmanager
+def _long_lived_heap() -> Iterator[None]:
+    """While the units run: what is loaded by then (modules, classes, clients, the graph) lives until the process
+    ends, so the cyclic collector stops walking it (``gc.freeze``), and it collects the youngest objects every 20000
+    allocations rather than 700. Full collections over the start-up heap took 0.5 s of a 6-second, 1150-call ATAD
+    run at zero latency; CPU per call 4.6 -> 4.2 ms (``python -m bench.speed``, median of 4). Both are undone
+    after the units (garbage frozen meanwhile is collected later)."""
+    import gc
+
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(20000, 20, 20)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStore, notes: list[str],
