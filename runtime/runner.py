@@ -364,20 +364,16 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
 
 @contextmanager
 def _long_lived_heap() -> Iterator[None]:
-    """While the units run: what is loaded by then (modules, classes, clients, the graph) lives until the process
-    ends, so the cyclic collector stops walking it (``gc.freeze``), and it collects the youngest objects every 20000
-    allocations rather than 700. Full collections over the start-up heap took 0.5 s of a 6-second, 1150-call ATAD
-    run at zero latency; CPU per call 4.6 -> 4.2 ms (``python -m bench.speed``, median of 4). Both are undone
-    after the units (garbage frozen meanwhile is collected later)."""
+    """While the units run, the cyclic collector leaves alone what is loaded by then (modules, classes, clients,
+    the graph), which lives until the process ends (``gc.freeze``): six full collections over it took 0.5 s of a
+    6-second, 1150-call ATAD run at zero latency. With run.py's collection threshold, CPU per call 4.6 -> 4.2 ms
+    (``python -m bench.speed``, median of 4). Undone after the units (garbage frozen meanwhile is collected later)."""
     import gc
 
-    threshold = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(20000, 20, 20)
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
         gc.unfreeze()
 
 
