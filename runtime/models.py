@@ -82,7 +82,7 @@ class ChatCompletionsPost:
 
     ``Completions.create`` first walks the whole request (every message, the tool's JSON schema) through the SDK's
     TypedDict transform, which changes nothing in a chat request, and builds a pydantic ``ChatCompletion`` that
-    LangChain at once dumps back to a dict: about 0.8 ms of CPU per call, a tenth of a call's cost at zero
+    LangChain at once dumps back to a dict: about 0.8 ms of CPU per call, a sixth of a call's cost at zero
     endpoint latency (``python -m bench.speed``). ``post`` keeps everything else of the client: authentication,
     headers, timeout, and the status-error classes (with the response, for ``Retry-After``) our retries classify.
     The request body has the fields ``create`` sends, each the same bytes on the wire
