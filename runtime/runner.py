@@ -339,7 +339,6 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
         with _stop_on_sigint():
             if not skip_preflight:
                 preflight(protocol, run)
-            preload_plotting()  # imported while the units wait on the endpoint, not after them
             protocol.prepare(run, units)
             finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
             todo = [u for u in units if u.id not in finished]
@@ -589,6 +588,7 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
 
         try:
             slots.start()
+            preload_plotting()  # imported while the first units wait on the endpoint, neither before nor after them
             for _ in todo:
                 item = ended.get()
                 if isinstance(item, BaseException):
