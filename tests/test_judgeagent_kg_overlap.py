@@ -1,9 +1,10 @@
 """JudgeAgent's context graph builds on a background thread while the batches run (issue 14): a batch grades its
 base questions during the build and waits for the graph at its first knowledge path, with the same results as
 after a build that came first; a waiting batch gives its worker slot to the next batch and takes one again when the
-graph is ready, so at most --concurrency batches work at once and no thread is made per unit up front; the build's progress is shown (n/total per stage, plain lines off a terminal, one
-line for a cache hit); a failed build is the run's error, as when it blocked ``prepare()``; Ctrl-C ends the
-batches waiting for it and the build's chunk embedding; the "w/o context graph" ablation never waits."""
+graph is ready, so at most --concurrency batches work at once and no thread is made per unit up front; the build's
+progress is shown (n/total per stage, plain lines off a terminal, one line for a cache hit); a failed build is the
+run's error, as when it blocked ``prepare()``; Ctrl-C ends the batches waiting for it (or for a slot after it) and
+the build's chunk embedding; the "w/o context graph" ablation never waits."""
 
 from __future__ import annotations
 
