@@ -227,6 +227,20 @@ def part_atad(latency: float, sizes: list[tuple[int, int]]) -> list[list[Any]]:
     return rows
 
 
+def units_phase_cpu(run: dict[str, Any], concurrency: int) -> dict[str, float]:
+    """A zero-latency run's units phase: its calls, seconds, calls/s, CPU ms per call (the CPU between the phase's
+    first and last /proc samples over the calls that ended between them) and CPU use (1 = one core busy)."""
+    p = phases(run, 0.0, concurrency)
+    units = [e for e in run["events"] if e["unit"] != "-"]
+    unit_start = min(_interval(e)[0] - e.get("queue_s", 0.0) for e in units)
+    inside = [ts for ts, _ in run["cpu_trace"] if unit_start <= ts <= unit_start + p["units"]]
+    calls_inside = sum(1 for e in units if inside and inside[0] <= e["ts"] <= inside[-1])
+    cpu = cpu_between(run["cpu_trace"], unit_start, unit_start + p["units"])
+    return {"calls": p["unit_calls"], "seconds": p["units"], "calls_per_s": p["unit_calls"] / p["units"],
+            "cpu_ms_per_call": cpu / max(1, calls_inside) * 1000, "cpu_use": cpu / (inside[-1] - inside[0]),
+            "process_cpu_ms_per_call": run["cpu"] / p["calls"] * 1000}
+
+
 def part_calls(per_task: int, repeats: int) -> list[list[Any]]:
     """A row per run (``repeats`` runs, one stand-in): the figure varies by +-15 % between runs on a shared VM."""
     rows = []
@@ -234,16 +248,9 @@ def part_calls(per_task: int, repeats: int) -> list[list[Any]]:
         for _ in range(repeats):
             with tempfile.TemporaryDirectory() as out:
                 run = run_cli("atad", ["--per-task", str(per_task)], url, 16, Path(out))
-            p = phases(run, 0.0, 16)
-            units = [e for e in run["events"] if e["unit"] != "-"]
-            unit_start = min(_interval(e)[0] - e.get("queue_s", 0.0) for e in units)
-            inside = [ts for ts, _ in run["cpu_trace"] if unit_start <= ts <= unit_start + p["units"]]
-            calls_inside = sum(1 for e in units if inside and inside[0] <= e["ts"] <= inside[-1])
-            units_cpu = cpu_between(run["cpu_trace"], unit_start, unit_start + p["units"])
-            rows.append([p["unit_calls"], f"{p['units']:.1f}", f"{p['unit_calls'] / p['units']:.0f}",
-                         f"{units_cpu / max(1, calls_inside) * 1000:.1f}",
-                         f"{units_cpu / (inside[-1] - inside[0]):.0%}", f"{run['cpu'] / p['calls'] * 1000:.1f}",
-                         f"{run['wall']:.1f}"])
+            u = units_phase_cpu(run, 16)
+            rows.append([u["calls"], f"{u['seconds']:.1f}", f"{u['calls_per_s']:.0f}", f"{u['cpu_ms_per_call']:.1f}",
+                         f"{u['cpu_use']:.0%}", f"{u['process_cpu_ms_per_call']:.1f}", f"{run['wall']:.1f}"])
     return rows
 
 
