@@ -277,7 +277,7 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
         while payload is not _DONE:
             # "updates": the node's own writes, nothing to build; the state is read back with get_state. Not "custom"
             # (or "messages"): with either, LangGraph runs even a step's single node on a pool thread with a
-            # waiter future, never in this thread (ATAD at zero latency, c=16: 163 -> 192 calls/s, median of 4)
+            # waiter future, never in this thread (fewer threads; no calls/s gain measured, `bench.revisions`)
             graph.invoke(payload, start, context=context, stream_mode="updates")
             start = config  # after a fork the thread's head is the new branch
             snapshot = graph.get_state(config)
@@ -365,8 +365,9 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
 def _long_lived_heap() -> Iterator[None]:
     """While the units run, the cyclic collector leaves alone what is loaded by then (modules, classes, clients,
     the graph), which lives until the process ends (``gc.freeze``): six full collections over it took 0.5 s of a
-    6-second, 1150-call ATAD run at zero latency. With run.py's collection threshold, CPU per call 4.6 -> 4.2 ms
-    (``python -m bench.speed``, median of 4). Undone after the units (garbage frozen meanwhile is collected later)."""
+    6-second, 1150-call ATAD run at zero latency. With run.py's collection threshold, ATAD at zero latency 175 ->
+    199 calls/s, CPU per call 5.8 -> 5.1 ms (``python -m bench.revisions``, median of 3). Undone after the units
+    (garbage frozen meanwhile is collected later)."""
     import gc
 
     gc.freeze()

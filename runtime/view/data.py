@@ -26,9 +26,8 @@ EVENT_FIELDS = ("role", "model", "step", "attempt", "prompt_tokens", "completion
 
 def clip(value: Any) -> Any:
     """Strings longer than :data:`MAX_TEXT` cut, saying how much of it the run's files still hold."""
-    if isinstance(value, str):
-        return value if len(value) <= MAX_TEXT else \
-            value[:MAX_TEXT] + f"\n[... {len(value) - MAX_TEXT} more characters in the run's files]"
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[:MAX_TEXT] + f"\n[... {len(value) - MAX_TEXT} more characters in the run's files]"
     if isinstance(value, dict):
         return {k: clip(v) for k, v in value.items()}
     if isinstance(value, list):
