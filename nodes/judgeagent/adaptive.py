@@ -109,13 +109,15 @@ def close_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -
     now = ability(state)
     calibrated = [q for q in pool.values() if q.id in items]
 
-    def level(theta: float) -> str:
-        total, n = expected_average(control, theta, calibrated, items)
+    def level(total: float, n: int) -> str:
         return next_difficulty(ctx, total, n) if now.n else next_difficulty(ctx, 0.0, 0)
+
+    def level_at(theta: float) -> str:
+        return level(*expected_average(control, theta, calibrated, items))
 
     exp_total, n_cal = expected_average(control, now.theta, calibrated, items)
     a, b = _params(items, [q.id for q in calibrated])
-    nxt = level(now.theta)
+    nxt = level(exp_total, n_cal)
     summary = {
         "theta": now.theta, "se": now.se, "responses": now.n, "asked": [x["id"] for x in base],
         "pool": len(pool), "calibrated": n_cal, "not_asked": len(pool) - len(base),
@@ -123,7 +125,7 @@ def close_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -
         "expected_avg": exp_total / n_cal if n_cal else None,
         "expected_accuracy": float(irt.probability(now.theta, a, b).mean()) if n_cal else None,
         "first_difficulty": nxt,
-        "difficulty_interval": [level(now.theta - irt.Z95 * now.se), level(now.theta + irt.Z95 * now.se)],
+        "difficulty_interval": [level_at(now.theta - irt.Z95 * now.se), level_at(now.theta + irt.Z95 * now.se)],
     }
     return {"batch": [pool[x["id"]].model_dump() for x in base], "score": score, "answered": answered,
             "difficulty": nxt, "ability": summary,
