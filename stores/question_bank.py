@@ -195,11 +195,7 @@ class QuestionBank:
 
     def existing_uuids(self, uids: Iterable[str]) -> set[str]:
         """Which of ``uids`` name a question of the bank (one query)."""
-        ids = list(uids)
-        if not ids:
-            return set()
-        with self.engine.connect() as conn:
-            return set(conn.scalars(sa.select(questions.c.uuid).where(questions.c.uuid.in_(ids))))
+        return set(self.hashes_of(uids))
 
     def hashes_of(self, uids: Iterable[str]) -> dict[str, str]:
         """uuid -> content hash of those of ``uids`` the bank holds (one query)."""
@@ -266,8 +262,10 @@ class QuestionBank:
             ids = list(conn.scalars(query))
         return [s for s in (self.session(i) for i in ids) if s]
 
-    def _cycle_sessions(self, model: str, cycle: int) -> Any:
-        return sa.select(sessions.c.session_id).where(sessions.c.model == model, sessions.c.cycle == cycle)
+    def _met(self, model: str, cycle: int) -> Any:
+        """The query of the questions the model's sessions of ``cycle`` allocated."""
+        return sa.select(items.c.question_uuid).where(items.c.session_id.in_(
+            sa.select(sessions.c.session_id).where(sessions.c.model == model, sessions.c.cycle == cycle)))
 
     def _fewshot_seen(self, conn: Any, model: str, cycle: int) -> set[str]:
         seen: set[str] = set()
@@ -279,14 +277,12 @@ class QuestionBank:
     def _seen(self, conn: Any, model: str, cycle: int) -> set[str]:
         """Questions a model has met in its current cycle (session items, reference replays, few-shot examples)."""
         seen = self._fewshot_seen(conn, model, cycle)
-        seen.update(conn.scalars(sa.select(items.c.question_uuid)
-                                 .where(items.c.session_id.in_(self._cycle_sessions(model, cycle)))))
+        seen.update(conn.scalars(self._met(model, cycle)))
         return seen
 
     def _seen_ranked(self, conn: Any, model: str, cycle: int) -> list[Ranked]:
         """The active questions among :meth:`_seen`, with their places (the join stays in the database)."""
-        met = ranks.c.uuid.in_(sa.select(items.c.question_uuid)
-                               .where(items.c.session_id.in_(self._cycle_sessions(model, cycle))))
+        met = ranks.c.uuid.in_(self._met(model, cycle))
         fewshot = self._fewshot_seen(conn, model, cycle)
         where = sa.or_(met, ranks.c.uuid.in_(fewshot)) if fewshot else met
         return ranked(conn, where)
