@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 import bench.speed as speed  # noqa: E402
 
 
-def calls_per_second(checkout: Path, url: str, concurrency: int, per_task: int) -> dict[str, float]:
+def units_phase(checkout: Path, url: str, concurrency: int, per_task: int) -> dict[str, float]:
     """One ATAD run of ``checkout`` (its ``run.py``): its units phase's figures (``bench.speed.units_phase_cpu``)."""
     speed.REPO = checkout
     try:
@@ -56,7 +56,7 @@ def main() -> None:
             with speed.standin(0.0) as url:
                 for _ in range(args.runs):
                     for rev in args.revisions:
-                        results[rev].append(calls_per_second(checkouts[rev], url, args.concurrency, args.per_task))
+                        results[rev].append(units_phase(checkouts[rev], url, args.concurrency, args.per_task))
         finally:
             for checkout in checkouts.values():
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=False)

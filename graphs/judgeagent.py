@@ -1,9 +1,9 @@
 """JudgeAgent (seed 000, Algorithm 1): one batch of base questions per thread.
 
-grade_benchmark (section 3.1), or with calibrated questions (--irt-runs) select_base -> ask_base ->
-... -> close_grading (issue 17: base questions chosen by IRT information) -> [extract_question_entities (Alg. 4 l.3-7)] -> rounds x (sample_knowledge
-(Alg. 4) -> generate_question (Table 12) -> ask_target -> estimate_capability (running score, next
-difficulty)) -> feedback (Table 13) -> validate (Algorithm 2, Table 14).
+grade_benchmark (section 3.1), or with calibrated questions (--irt-runs) select_base -> ask_base -> ...
+-> close_grading (issue 17: base questions chosen by IRT information) -> [extract_question_entities (Alg. 4
+l.3-7)] -> rounds x (sample_knowledge (Alg. 4) -> generate_question (Table 12) -> ask_target ->
+estimate_capability (running score, next difficulty)) -> feedback (Table 13) -> validate (Algorithm 2, Table 14).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ asks ``--irt-items`` of its pool, each chosen by information at the ability so f
 pool's item parameters into each unit, so a resumed run keeps them.
 
 **Refused** (``InputError`` naming ``--irt-runs``, before the run sends anything): a path that does not exist
-or a glob matching no run directory (one holding a ``config.json``), a directory that is no finished JudgeAgent run, a run on another benchmark (no
-question id in common, or a shared id whose question, answer or options differ), and fewer calibrated
-questions than ``--irt-items``.
+or a glob matching no run directory (one holding a ``config.json``), a directory that is no finished JudgeAgent
+run, a run on another benchmark (no question id in common, or a shared id whose question, answer or options
+differ), and fewer calibrated questions than ``--irt-items``.
 """
 
 from __future__ import annotations

@@ -126,10 +126,11 @@ def _adaptive(ad: dict[str, Any], ok: list[dict[str, Any]]) -> list[Block]:
         f"{len(cal['examinees'])} earlier targets in {len(cal['runs'])} runs; {cal['calibrated']} of "
         f"{cal['benchmark_questions']} questions had at least {cal['min_responses']} answers and were calibrated "
         f"(EM {'converged' if cal.get('converged') else 'did not converge'} in {cal.get('iterations')} "
-        f"iterations); {cal['uncalibrated']} uncalibrated questions were left out. Each batch asked its questions one at a time, each the most "
-        f"informative at the target's ability so far; the first extension difficulty is the Appendix B level of "
-        f"the average the ability predicts on the whole pool (the accuracy on questions chosen near the ability "
-        f"tends to 1/2 for every target, so their observed average would not tell targets apart).")]
+        f"iterations); {cal['uncalibrated']} uncalibrated questions were left out. Each batch asked its questions "
+        f"one at a time, each the most informative at the target's ability so far; the first extension difficulty "
+        f"is the Appendix B level of the average the ability predicts on the whole pool (the accuracy on questions "
+        f"chosen near the ability tends to 1/2 for every target, so their observed average would not tell targets "
+        f"apart).")]
     out.append(Table(["metric", "value"], [
         ["ability theta +/- SE (all batches' graded answers, EAP, N(0,1) prior)",
          f"{ab['theta']:.3f} +/- {ab['se']:.3f} (95 % {ab['theta_95'][0]:.3f} to {ab['theta_95'][1]:.3f}; "
