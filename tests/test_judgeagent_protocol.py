@@ -65,6 +65,8 @@ def test_sample_run_is_concurrent_resumable_and_reports(tmp_path):
     assert len([p for p in ev.prompts["EntityLabels"] if "honeybee" in p.lower() and "Voss" not in p]) == kb_calls
     m = summary["metrics"]
     assert m["batches"] == 5 and m["base_questions"] == 15
+    # the resumed session did not plan again: the format still comes from what the batches were asked in
+    assert m["answer_format"] == m["settings"]["answer_format"] == run.params["answer_format"] is not None
     assert set(m["dynamic_scores"]) == {"base", "@1", "@2"}
     assert m["difficulty_distribution"]["total"] == 10
     assert m["validation"]["overall"]["n"] == 15

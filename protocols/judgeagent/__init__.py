@@ -269,11 +269,17 @@ class JudgeAgentProtocol(Protocol):
                 hows[x.get("how", "?")] = hows.get(x.get("how", "?"), 0) + 1
         validated = [v for r in ok for v in r["validation"]]
         dynamic = dynamic_table(ok, rounds)
+        # the format the batches were asked in: plan() resolves it into run.params, which a resumed run (its units
+        # read back, not planned again) does not have
+        fmt = " / ".join(sorted({r["answer_format"] for r in ok if r.get("answer_format")})) or None
+        settings = {k: run.params.get(k) for k in ("kb", "batch_size", "rounds", "hops", "gains", "thresholds",
+                                                   "no_context_graph", "no_difficulty_adaptation",
+                                                   "fixed_difficulty", "no_extension")}
         return {
             "batches": len(ok),
             "batches_ungraded": sum(1 for r in ok if r.get("ungraded")),
             "base_questions": n_questions,
-            "answer_format": run.params.get("answer_format"),
+            "answer_format": fmt,
             "score": overall_score(ok),
             "score_denominator": {"n": sum(r["answered"] for r in ok), "ungraded": ungraded_answers(ok)},
             "base_accuracy": accuracy(ok),
@@ -291,9 +297,7 @@ class JudgeAgentProtocol(Protocol):
             "efficiency": {"avg_tokens_per_seed_question": tokens / n_questions if n_questions else None,
                            "avg_seconds_per_seed_question": seconds / n_questions if n_questions else None},
             "inputs": self._run_inputs(run),
-            "settings": {k: run.params.get(k) for k in ("kb", "batch_size", "rounds", "hops", "gains", "thresholds",
-                                                       "no_context_graph", "no_difficulty_adaptation",
-                                                       "fixed_difficulty", "no_extension", "answer_format")},
+            "settings": {**settings, "answer_format": fmt},
             **(irt_plan().adaptive_summary(run, ok) if run.params.get("irt_runs") else {}),
         }
 
