@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,12 +42,35 @@ def embedding_function(model: str | None = None) -> Any:
     name, _, url = (model or "").partition("@")
     if url.startswith(("http://", "https://")):
         return endpoint_embedding(name, url)
-    from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction
-
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    return SentenceTransformerEmbeddingFunction(model_name=model or str(offline_minilm_path()), device="cpu",
-                                                normalize_embeddings=True)
+    return lazy_sentence_transformer(model or str(offline_minilm_path()))
+
+
+def lazy_sentence_transformer(model_name: str) -> Any:
+    """Chroma's sentence-transformers embedding function (cosine, normalised vectors) whose model loads at its
+    first call, not when it is made: importing torch and loading the model takes 4-5 s here, which a context-graph
+    build now spends while its extraction calls are in flight, and which a cached graph or bank whose vectors are
+    all stored does not spend at all. Same ``name()`` and ``get_config()`` as Chroma's, so persisted collections
+    and the embedding cache's keys are unchanged."""
+    from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction
+
+    class LazySentenceTransformer(SentenceTransformerEmbeddingFunction):
+        def __init__(self) -> None:  # Chroma's __init__ loads the model: its fields without the load
+            self.model_name, self.device, self.normalize_embeddings, self.kwargs = model_name, "cpu", True, {}
+            self._loading = threading.Lock()
+
+        @property
+        def _model(self) -> Any:  # what Chroma's __call__ encodes with
+            with self._loading:
+                if self.model_name not in self.models:
+                    from sentence_transformers import SentenceTransformer
+
+                    self.models[self.model_name] = SentenceTransformer(model_name_or_path=self.model_name,
+                                                                       device=self.device)
+            return self.models[self.model_name]
+
+    return LazySentenceTransformer()
 
 
 def endpoint_embedding(model: str, base_url: str) -> Any:

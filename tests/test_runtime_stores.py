@@ -34,6 +34,25 @@ def test_persistent_chroma_with_offline_embeddings_finds_the_nearest_text_and_su
     assert len(vector) == 384
 
 
+def test_the_offline_embedding_model_loads_at_its_first_call_with_chromas_vectors_and_configuration():
+    """A build's extraction calls start while the model loads (stores.vectors.lazy_sentence_transformer)."""
+    import numpy as np
+    from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction as ChromaFunction
+
+    from stores.vectors import lazy_sentence_transformer, offline_minilm_path
+
+    path = str(offline_minilm_path())
+    ChromaFunction.models.pop(path, None)
+    lazy = lazy_sentence_transformer(path)
+    assert path not in ChromaFunction.models  # made, not loaded
+    texts = ["a cat sleeps on the warm mat", "quarks are bound by gluons"]
+    vectors = lazy(texts)
+    assert path in ChromaFunction.models
+    chroma = ChromaFunction(model_name=path, device="cpu", normalize_embeddings=True)
+    assert np.allclose(np.array(vectors), np.array(chroma(texts)), atol=1e-6)
+    assert (lazy.name(), lazy.get_config()) == (chroma.name(), chroma.get_config())  # same collection config
+
+
 @pytest.mark.integration
 def test_chroma_server_is_used_when_a_url_is_configured(tmp_path):
     exe = Path(sys.executable).with_name("chroma")
