@@ -6,6 +6,8 @@ Precedence (lowest to highest): built-in defaults < config file (TOML or YAML)
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -48,6 +50,20 @@ def base_url_problem(url: str) -> str | None:
     except ValueError as exc:
         return f"base URL {url!r}: {exc}"
     return None
+
+
+def embedding_model_problem(model: str) -> str | None:
+    """Why sentence-transformers cannot load ``model`` offline (``None`` = it can): it must be a model folder or
+    a model already in the local Hugging Face cache, since nothing is ever downloaded."""
+    if Path(model).is_dir():
+        return None
+    hub = Path(os.environ.get("HF_HUB_CACHE")
+               or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
+    names = [model] if "/" in model else [model, f"sentence-transformers/{model}"]
+    if any((hub / f"models--{name.replace('/', '--')}").is_dir() for name in names):
+        return None
+    return (f"embedding model {model!r} is neither a folder nor in the Hugging Face cache ({hub}); nothing is "
+            "downloaded: give the model's folder, or MODEL@BASE_URL for an embeddings endpoint")
 
 
 class ModelSpec(BaseModel):
@@ -144,12 +160,16 @@ class StoreConfig(BaseModel):
 
     @field_validator("embedding_model")
     @classmethod
-    def _endpoint_is_http(cls, model: str | None) -> str | None:
+    def _embedding_model_loads(cls, model: str | None) -> str | None:
         name, at, url = (model or "").partition("@")
         if at and url.startswith(("http://", "https://")):
             problem = "MODEL is empty" if not name else base_url_problem(url)
             if problem:
                 raise ValueError(f"malformed MODEL@BASE_URL {model!r}: {problem}")
+        elif model:
+            problem = embedding_model_problem(model)
+            if problem:
+                raise ValueError(problem)
         return model
 
     @field_validator("chroma_url")

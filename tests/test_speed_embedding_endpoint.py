@@ -51,4 +51,12 @@ def test_a_graph_embedded_by_an_endpoint_samples_as_the_same_vectors_in_process(
 def test_a_malformed_embeddings_endpoint_is_refused():
     with pytest.raises(ValidationError, match="malformed MODEL@BASE_URL"):
         StoreConfig(embedding_model="m@http://127.0.0.1:notaport/v1")
-    assert StoreConfig(embedding_model="sentence-transformers/all-MiniLM-L6-v2").embedding_model
+
+
+def test_a_local_embedding_model_must_be_a_folder_or_cached_since_nothing_is_downloaded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ValidationError, match="neither a folder nor in the Hugging Face cache"):
+        StoreConfig(embedding_model="all-mpnet-base-v2")
+    (tmp_path / "hub" / "models--sentence-transformers--all-mpnet-base-v2").mkdir(parents=True)
+    assert StoreConfig(embedding_model="all-mpnet-base-v2").embedding_model  # the name sentence-transformers maps
+    assert StoreConfig(embedding_model=str(tmp_path)).embedding_model  # a model folder
