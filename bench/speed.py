@@ -11,7 +11,10 @@ per request. Parts (``--skip`` any of them):
   start to its first request), units phase (first to last request of any unit) and its ratio to the chain floor
   = latency x max(longest chain of dependent calls in one unit, sum of chains / concurrency), a chain being the
   most calls of a unit whose request-to-reply intervals do not overlap. Speed-ups c=1 -> c=16 of the units
-  phase and of the whole process.
+  phase and of the whole process. JudgeAgent runs twice: with the offline embedding model (its import, 3-4.5 s of
+  CPU here, is on the way to the context graph its units wait for) and with its embeddings served by an
+  OpenAI-compatible endpoint in this process (hash vectors, same latency), as ``--embedding-model MODEL@URL`` does
+  with a GPU server.
 * ``atad``: ATAD at 24 problems (and ``--large`` problems, ``--concurrency 64``) against a one-call-at-a-time
   baseline: the very requests ATAD sent (logged by the stand-in), replayed in order by a bare OpenAI client, one
   in flight, as the official generator makes its teacher, orchestrator, student and escalation calls. At the
@@ -46,11 +49,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 ROLES = ("target", "evaluator", "teacher", "orchestrator", "student", "grader")
-PROTOCOL_ARGS: dict[str, list[str]] = {
-    "atad": ["--per-task", "2"],
-    "interview": ["--limit", "8"],
-    "judgeagent": ["--limit", "2"],
-    "llmeval": ["--questions", "8", "--paradigm", "all", "--reference-model", "reference@{URL}"],
+#: label -> (protocol, arguments); {URL} = the stand-in, {EMBED} = the embeddings endpoint
+PROTOCOL_ARGS: dict[str, tuple[str, list[str]]] = {
+    "atad": ("atad", ["--per-task", "2"]),
+    "interview": ("interview", ["--limit", "8"]),
+    "judgeagent": ("judgeagent", ["--limit", "2"]),
+    "judgeagent, embeddings served": ("judgeagent", ["--limit", "2", "--embedding-model", "hash@{EMBED}"]),
+    "llmeval": ("llmeval", ["--questions", "8", "--paradigm", "all", "--reference-model", "reference@{URL}"]),
 }
 
 
@@ -74,6 +79,26 @@ def serve(latency: float, log: str | None) -> None:
 
 
 @contextlib.contextmanager
+def embeddings_endpoint(latency: float) -> Iterator[str]:
+    """An OpenAI-compatible ``/v1/embeddings`` server in this process (hash vectors, ``latency`` s per request):
+    what a GPU server does for ``--embedding-model MODEL@BASE_URL``."""
+    from tests.fake_embedding import HashEmbedding, embeddings_reply
+    from tests.fake_endpoint import serve, stop, url_of
+
+    fake = HashEmbedding()
+
+    def respond(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        time.sleep(latency)
+        return embeddings_reply(fake, body)
+
+    server = serve(respond)
+    try:
+        yield url_of(server)
+    finally:
+        stop(server)
+
+
+@contextlib.contextmanager
 def standin(latency: float, log: Path | None = None) -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, "-m", "bench.speed", "--serve", str(latency), str(log or "")],
                             cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -90,9 +115,11 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")}
 
 
-def run_cli(protocol: str, args: list[str], url: str, concurrency: int, out: Path) -> dict[str, Any]:
+def run_cli(protocol: str, args: list[str], url: str, concurrency: int, out: Path,
+            embed_url: str = "") -> dict[str, Any]:
     """Run one protocol; its wall, CPU seconds and the events of its run directory."""
-    argv = [sys.executable, "run.py", "--protocol", protocol, *[a.replace("{URL}", url) for a in args],
+    argv = [sys.executable, "run.py", "--protocol", protocol,
+            *[a.replace("{URL}", url).replace("{EMBED}", embed_url) for a in args],
             "--concurrency", str(concurrency), "--out", str(out),
             *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")]]
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -181,14 +208,14 @@ def part_startup() -> list[list[Any]]:
 
 def part_protocols(latency: float) -> list[list[Any]]:
     rows = []
-    with standin(latency) as url:
-        for protocol, args in PROTOCOL_ARGS.items():
+    with standin(latency) as url, embeddings_endpoint(latency) as embed_url:
+        for label, (protocol, args) in PROTOCOL_ARGS.items():
             got = {}
             for c in (1, 16):
                 with tempfile.TemporaryDirectory() as out:
-                    got[c] = phases(run_cli(protocol, args, url, c, Path(out)), latency, c)
+                    got[c] = phases(run_cli(protocol, args, url, c, Path(out), embed_url), latency, c)
             one, many = got[1], got[16]
-            rows.append([protocol, one["unit_calls"], f"{one['wall']:.1f}", f"{many['wall']:.1f}",
+            rows.append([label, one["unit_calls"], f"{one['wall']:.1f}", f"{many['wall']:.1f}",
                          f"{many['startup'] / many['wall']:.0%}", f"{one['units'] / many['units']:.1f}x",
                          f"{one['wall'] / many['wall']:.1f}x",
                          f"{(one['wall'] / many['wall']) / (one['units'] / many['units']):.2f}",

@@ -7,6 +7,7 @@ order of a float summation. Every call is counted (``calls``, ``texts``) so test
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import threading
@@ -45,3 +46,15 @@ class HashEmbedding(EmbeddingFunction[Documents]):
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> HashEmbedding:
         return HashEmbedding(config["dims"])
+
+
+def embeddings_reply(fake: HashEmbedding, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """An OpenAI ``POST /v1/embeddings`` reply with ``fake``'s vectors of the request's inputs, as floats or base64
+    as the client asks (``tests.fake_endpoint.serve`` serves it)."""
+    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    encode = (lambda v: base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode()) \
+        if body.get("encoding_format") == "base64" else (lambda v: [float(x) for x in v])
+    return 200, {"object": "list", "model": body["model"],
+                 "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
+                          for i, v in enumerate(fake(texts))],
+                 "usage": {"prompt_tokens": 0, "total_tokens": 0}}

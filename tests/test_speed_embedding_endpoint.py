@@ -4,15 +4,12 @@ with the same vectors computed in-process; a malformed endpoint is refused as ba
 
 from __future__ import annotations
 
-import base64
-
-import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from state.config import StoreConfig
 from stores.vectors import embedding_function
-from tests.fake_embedding import HashEmbedding
+from tests.fake_embedding import HashEmbedding, embeddings_reply
 from tests.fake_endpoint import serve, stop, url_of
 from tests.test_speed_context_graph import build, corpus, paths
 
@@ -23,14 +20,8 @@ def embeddings_endpoint():
     fake, batches = HashEmbedding(), []
 
     def respond(body: dict) -> tuple:
-        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        batches.append(len(texts))
-        encode = (lambda v: base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode()) \
-            if body.get("encoding_format") == "base64" else (lambda v: [float(x) for x in v])
-        return 200, {"object": "list", "model": body["model"],
-                     "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
-                              for i, v in enumerate(fake(texts))],
-                     "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+        batches.append(len(body["input"]) if isinstance(body["input"], list) else 1)
+        return embeddings_reply(fake, body)
 
     server = serve(respond)
     yield url_of(server), batches
