@@ -54,16 +54,19 @@ def base_url_problem(url: str) -> str | None:
 
 def embedding_model_problem(model: str) -> str | None:
     """Why sentence-transformers cannot load ``model`` offline (``None`` = it can): it must be a model folder or
-    a model already in the local Hugging Face cache, since nothing is ever downloaded."""
+    a model already in a cache it reads (``SENTENCE_TRANSFORMERS_HOME``, else Hugging Face's, as
+    ``huggingface_hub`` resolves it from ``HF_HUB_CACHE``, ``HF_HOME``, ``XDG_CACHE_HOME``), since nothing is
+    ever downloaded."""
     if Path(model).is_dir():
         return None
-    hub = Path(os.environ.get("HF_HUB_CACHE")
-               or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
+    from huggingface_hub import constants  # 5 ms, and only for a model given by name
+
+    caches = [c for c in (os.environ.get("SENTENCE_TRANSFORMERS_HOME"), constants.HF_HUB_CACHE) if c]
     names = [model] if "/" in model else [model, f"sentence-transformers/{model}"]
-    if any((hub / f"models--{name.replace('/', '--')}").is_dir() for name in names):
+    if any((Path(cache) / f"models--{name.replace('/', '--')}").is_dir() for cache in caches for name in names):
         return None
-    return (f"embedding model {model!r} is neither a folder nor in the Hugging Face cache ({hub}); nothing is "
-            "downloaded: give the model's folder, or MODEL@BASE_URL for an embeddings endpoint")
+    return (f"embedding model {model!r} is neither a folder nor in the Hugging Face cache ({' or '.join(caches)}); "
+            "nothing is downloaded: give the model's folder, or MODEL@BASE_URL for an embeddings endpoint")
 
 
 class ModelSpec(BaseModel):

@@ -77,7 +77,7 @@ CLI = [
     c("embedding-model-no-folder", "judgeagent", "--embedding-model models/minilm", "--embedding-model:",
       "'models/minilm' is neither a folder nor in the Hugging Face cache"),
     c("embedding-model-env-unknown", "llmeval", "", "DYNEVAL_EMBEDDING_MODEL", "'no-such-model'",
-      env={"DYNEVAL_EMBEDDING_MODEL": "no-such-model", "HF_HUB_CACHE": "empty-hub"}),
+      env={"DYNEVAL_EMBEDDING_MODEL": "no-such-model"}),
     c("chroma-url-not-url", "judgeagent", "--chroma-url chroma-host", "--chroma-url:", "Chroma URL"),
     c("postgres-dsn-not-postgres", "interview", "--postgres-dsn sqlite:///x.db", "--postgres-dsn:",
       "not a PostgreSQL DSN"),

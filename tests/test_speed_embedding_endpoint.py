@@ -45,9 +45,15 @@ def test_a_malformed_embeddings_endpoint_is_refused():
 
 
 def test_a_local_embedding_model_must_be_a_folder_or_cached_since_nothing_is_downloaded(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # as resolved from HF_HOME, XDG_...
+    monkeypatch.delenv("SENTENCE_TRANSFORMERS_HOME", raising=False)
     with pytest.raises(ValidationError, match="neither a folder nor in the Hugging Face cache"):
         StoreConfig(embedding_model="all-mpnet-base-v2")
     (tmp_path / "hub" / "models--sentence-transformers--all-mpnet-base-v2").mkdir(parents=True)
     assert StoreConfig(embedding_model="all-mpnet-base-v2").embedding_model  # the name sentence-transformers maps
     assert StoreConfig(embedding_model=str(tmp_path)).embedding_model  # a model folder
+    monkeypatch.setenv("SENTENCE_TRANSFORMERS_HOME", str(tmp_path / "st"))  # sentence-transformers' own cache
+    (tmp_path / "st" / "models--org--encoder").mkdir(parents=True)
+    assert StoreConfig(embedding_model="org/encoder").embedding_model
