@@ -6,7 +6,7 @@ module holds everything that must live in the database so that the batch graph,
 the HTTP exam server and the analyses share one source of truth:
 
 The tables, what each holds, are in :mod:`stores.bank_schema`; how a session is sampled without reading
-the bank, in :mod:`stores.bank_places`.
+the bank, in :mod:`stores.bank_places`; the IRT calibration's records, in :mod:`stores.bank_calibration`.
 
 Quota rules (the "inner layer" of section 2.2): a session's questions are
 allocated once, delivered strictly in order, one pending at a time; an answer is
@@ -38,9 +38,9 @@ from typing import Any, Iterable, Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from stores.bank_calibration import CalibrationStore
 from stores.bank_places import RANKS_KEY, Pool, Ranked, at_places, ranked, ranked_sizes
-from stores.bank_schema import (adaptive, calibrations, examinees, item_params, items, meta, metadata, questions,
-                                 ranks, sessions)
+from stores.bank_schema import adaptive, examinees, items, meta, metadata, questions, ranks, sessions
 
 STATUSES = ("allocated", "pending", "completed")
 #: Fields an examinee may ever see (whitelist: no answer, no explanation, no source).
@@ -126,8 +126,9 @@ def _question(row: Any) -> Question:
                     options=json.loads(row.options or "[]"), parent_uuid=row.parent_uuid, created_at=row.created_at)
 
 
-class QuestionBank:
-    """Questions, exam sessions and their quota in one SQL database."""
+class QuestionBank(CalibrationStore):
+    """Questions, exam sessions and their quota in one SQL database (the IRT item parameters fitted from its
+    judged answers: :class:`stores.bank_calibration.CalibrationStore`)."""
 
     def __init__(self, location: str | Path) -> None:
         self.url = bank_url(location)
@@ -485,55 +486,13 @@ class QuestionBank:
                          .values(scores=json.dumps(scores, ensure_ascii=False)))
 
     def answers_by_model(self) -> dict[str, dict[str, list[int]]]:
-        """model -> question uuid -> judged stars (every judged answer of every session)."""
-        query = (sa.select(sessions.c.model, items.c.question_uuid, items.c.stars)
-                 .join(sessions, sessions.c.session_id == items.c.session_id)
-                 .where(items.c.stars.is_not(None)))
+        """model -> question uuid -> judged stars (every judged answer of every session: :meth:`responses`)."""
         out: dict[str, dict[str, list[int]]] = {}
-        with self.engine.connect() as conn:
-            for model, qid, stars in conn.execute(query):
-                out.setdefault(model, {}).setdefault(qid, []).append(int(stars))
+        for model, qid, stars, _ in self.responses():
+            out.setdefault(model, {}).setdefault(qid, []).append(stars)
         return out
 
-    # -- IRT calibration and adaptive sessions -----------------------------------------------
-    def responses(self) -> list[tuple[str, str, int, str]]:
-        """Every judged answer as ``(model, question uuid, stars, answered_at)`` (ungraded ones have no stars)."""
-        query = (sa.select(sessions.c.model, items.c.question_uuid, items.c.stars, items.c.answered_at)
-                 .join(sessions, sessions.c.session_id == items.c.session_id)
-                 .where(items.c.stars.is_not(None)).order_by(items.c.answered_at))
-        with self.engine.connect() as conn:
-            return [(m, q, int(s), a or "") for m, q, s, a in conn.execute(query)]
-
-    def save_calibration(self, irt_model: str, params: dict[str, tuple[float, float, int]],
-                         fit: dict[str, Any]) -> None:
-        """Replace ``irt_model``'s item parameters (uuid -> (a, b, responses)) and log the fit."""
-        stamp = fit["fitted_at"]
-        with self._lock, self.engine.begin() as conn:
-            conn.execute(item_params.delete().where(item_params.c.irt_model == irt_model))
-            if params:
-                conn.execute(item_params.insert(), [
-                    {"question_uuid": u, "irt_model": irt_model, "a": a, "b": b, "n_responses": n, "fitted_at": stamp}
-                    for u, (a, b, n) in params.items()])
-            conn.execute(calibrations.insert().values(
-                irt_model=irt_model, fitted_at=stamp, responses=fit["responses"], examinees=fit["examinees"],
-                items=len(params), details=json.dumps(fit.get("details", {}))))
-
-    def item_parameters(self, irt_model: str) -> dict[str, dict[str, Any]]:
-        """uuid -> {a, b, n_responses, fitted_at} of the calibrated active questions."""
-        query = (sa.select(item_params).join(questions, questions.c.uuid == item_params.c.question_uuid)
-                 .where(item_params.c.irt_model == irt_model, questions.c.active.is_(True)))
-        with self.engine.connect() as conn:
-            return {r.question_uuid: {"a": r.a, "b": r.b, "n_responses": r.n_responses, "fitted_at": r.fitted_at}
-                    for r in conn.execute(query)}
-
-    def last_calibration(self, irt_model: str) -> dict[str, Any] | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(calibrations).where(calibrations.c.irt_model == irt_model)
-                               .order_by(calibrations.c.fitted_at.desc()).limit(1)).first()
-        if row is None:
-            return None
-        return {**dict(row._mapping), "details": json.loads(row.details or "{}")}
-
+    # -- adaptive sessions (item parameters: stores.bank_calibration) ---------------------------
     def create_adaptive_session(self, session_id: str, *, model: str, paradigm: str, seed: str, irt_model: str,
                                 target_se: float, max_items: int, exposure_k: int, run_id: str = "",
                                 owner: str | None = None) -> dict[str, Any]:
