@@ -5,7 +5,8 @@ Reading (:func:`read_records`, :func:`read_text`):
 * Formats by suffix: ``.jsonl``/``.ndjson`` (one JSON object per line); ``.json`` (an array of objects, an
   object per line, or one object mapping ids to record objects, as PubMedQA ships); ``.csv``/``.tsv``
   (the standard :mod:`csv` module on text opened with ``newline=""``, so quoted fields keep their commas,
-  tabs and line breaks byte-exact, CRLF included); ``.parquet`` only when ``pyarrow`` is installed.
+  tabs and line breaks byte-exact, CRLF included; a ``.csv`` whose header has semicolons and no comma is
+  semicolon-delimited); ``.parquet`` only when ``pyarrow`` is installed.
 * Text is strict UTF-8; a leading byte-order mark is dropped (a BOM-prefixed CSV header maps correctly).
   Non-UTF-8 bytes (UTF-16 included), binary files (a NUL byte), empty files, files without records and a
   key given twice in one JSON object raise :class:`InputError` naming the file, the byte offset where it
@@ -199,7 +200,7 @@ def read_records(path: str | Path, *, flag: str = "--data") -> list[Record]:
     else:
         text = read_text(p, flag=flag)
         if kind in ("csv", "tsv"):
-            records = list(_delimited(text, p, flag, "\t" if kind == "tsv" else ","))
+            records = list(_delimited(text, p, flag, "\t" if kind == "tsv" else _csv_delimiter(text)))
         elif kind == "json" and text.lstrip()[:1] in ("[", "{") and not _object_per_line(text):
             records = list(_json_document(text, p, flag))
         else:
@@ -275,6 +276,14 @@ def _json_document(text: str, p: Path, flag: str) -> Iterator[Record]:
         return
     raise input_error("a JSON file must hold an array of record objects, one object per line, or an object "
                       "mapping ids to record objects", flag=flag, file=p)
+
+
+def _csv_delimiter(text: str) -> str:
+    """``;`` for a CSV whose header line has semicolons and no comma (spreadsheets in locales with a decimal comma
+    write them so, and MMLU-Redux ships its CSVs so), else ``,``. A wrong guess cannot pass unseen: the header's
+    columns are then not the names ``--fields`` and the protocol's fields look for."""
+    header = text.split("\n", 1)[0]
+    return ";" if ";" in header and "," not in header else ","
 
 
 def _delimited(text: str, p: Path, flag: str, delimiter: str) -> Iterator[Record]:

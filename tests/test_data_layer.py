@@ -70,6 +70,16 @@ def test_bom_crlf_csv_maps_its_header_and_keeps_quoted_crlf_and_commas(loader):
     assert (q2.id, q2.answer) == ("c2", "1871")
 
 
+def test_a_csv_with_a_semicolon_header_is_read_semicolon_delimited_and_a_comma_csv_keeps_its_semicolons(tmp_path):
+    semi = tmp_path / "semi.csv"
+    semi.write_text("question;choices;answer\nWhich gas, if any?;['argon, neon', 'none'];0\n", encoding="utf-8")
+    assert [r.data for r in read_records(semi)] == [
+        {"question": "Which gas, if any?", "choices": "['argon, neon', 'none']", "answer": "0"}]
+    comma = tmp_path / "comma.csv"
+    comma.write_text("question,answer\nA; or B?,B\n", encoding="utf-8")
+    assert [r.data for r in read_records(comma)] == [{"question": "A; or B?", "answer": "B"}]
+
+
 @pytest.mark.parametrize("loader", QUESTION_LOADERS)
 def test_multiline_reference_answer_is_stored_unchanged(loader):
     m1, m2 = QUESTION_LOADERS[loader]("questions_multiline.csv")
