@@ -21,10 +21,10 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(PY) run.py --protocol atad --evaluate local --benchmark samples/atad/benchmark.jsonl
+	$(VENV)/bin/dyneval --protocol atad --evaluate local
 
 generate: $(VENV)/.installed
-	$(PY) run.py --protocol atad --per-task 1
+	$(VENV)/bin/dyneval --protocol atad --per-task 1
 
 test: $(VENV)/.installed
 	$(PY) -m pytest

@@ -118,9 +118,9 @@ def _session_ms(bank: Any, model: str, count: int, size: int, stratified: bool) 
 
 def part_bank(questions: int = 220_000, *, real_embedding: bool = False, sessions: int = 7) -> list[list[Any]]:
     """Generate, import and sample one synthetic bank; one table row (see the module docstring)."""
-    from nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name, load_file
-    from stores.question_bank import QuestionBank
-    from stores.vectors import chroma_client, embedding_function
+    from dyneval.nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name, load_file
+    from dyneval.stores.question_bank import QuestionBank
+    from dyneval.stores.vectors import chroma_client, embedding_function
     from tests.fake_embedding import HashEmbedding
 
     records, exact, near = synthetic_bank(questions)

@@ -32,7 +32,7 @@ from scipy.stats import kendalltau
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodes import irt  # noqa: E402
+from dyneval.nodes import irt  # noqa: E402
 
 
 def answers(rng: np.random.Generator, theta: np.ndarray, a: np.ndarray, b: np.ndarray, misfit: float) -> np.ndarray:

@@ -31,9 +31,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodes import irt  # noqa: E402
-from nodes.judgeagent.adaptive import expected_average  # noqa: E402
-from state.judgeagent import BaseQuestion, DifficultyControl  # noqa: E402
+from dyneval.nodes import irt  # noqa: E402
+from dyneval.nodes.judgeagent.adaptive import expected_average  # noqa: E402
+from dyneval.state.judgeagent import BaseQuestion, DifficultyControl  # noqa: E402
 
 CONTROL = DifficultyControl()
 C2 = CONTROL.gain(None)

@@ -67,7 +67,7 @@ def synthetic_kb(folder: Path, chunks: int, seed: int = 0) -> Path:
 def graph_first() -> Iterator[None]:
     """``prepare()`` returns only once the context graph is built (the order before the build ran in the
     background)."""
-    from protocols.judgeagent import JudgeAgentProtocol
+    from dyneval.protocols.judgeagent import JudgeAgentProtocol
 
     original = JudgeAgentProtocol.prepare
 
@@ -86,7 +86,7 @@ def graph_first() -> Iterator[None]:
 @contextlib.contextmanager
 def slots_held() -> Iterator[None]:
     """A batch waiting for the graph keeps its worker slot."""
-    import runtime.runner as runner
+    import dyneval.runtime.runner as runner
 
     original = runner._UnitSlot.idle
     runner._UnitSlot.idle = lambda self: contextlib.nullcontext()  # type: ignore[method-assign]
@@ -101,7 +101,7 @@ MODES = {"before": graph_first, "slots held": slots_held, "overlapped": contextl
 
 def timed_run(url: str, kb: Path | None, concurrency: int, limit: int, mode: str) -> dict[str, float]:
     """One JudgeAgent run through the CLI; its wall and when its first batch request left (seconds)."""
-    import run as cli
+    from dyneval import cli
 
     with tempfile.TemporaryDirectory() as out:
         argv = ["--protocol", "judgeagent", "--limit", str(limit), "--concurrency", str(concurrency), "--out", out,
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=5, help="batches (3 sample questions each)")
     parser.add_argument("--repeats", type=int, default=1, help="pairs of runs per knowledge base")
     args = parser.parse_args()
-    from stores.vectors import embedding_function
+    from dyneval.stores.vectors import embedding_function
 
     embedding_function(None)(["warm-up"])  # the model loads at its first call: once, outside the timed runs
     rows = []

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
-from runtime.runner import execute, open_run  # noqa: E402
-from state.config import RunConfig  # noqa: E402
+from dyneval.runtime.runner import execute, open_run  # noqa: E402
+from dyneval.state.config import RunConfig  # noqa: E402
 from tests.fake_endpoint import completion, serve, url_of  # noqa: E402
 from tests.toy_protocol import ToyProtocol  # noqa: E402
 

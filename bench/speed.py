@@ -282,8 +282,8 @@ def part_calls(per_task: int, repeats: int) -> list[list[Any]]:
 
 
 def part_kg(sizes: list[int]) -> list[list[Any]]:
-    from stores.context_graph import Document, open_context_graph
-    from stores.vectors import chroma_client
+    from dyneval.stores.context_graph import Document, open_context_graph
+    from dyneval.stores.vectors import chroma_client
     from tests.fake_embedding import HashEmbedding
 
     rows = []

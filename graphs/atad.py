@@ -14,11 +14,11 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nodes.atad.orchestrator import escalate, validate
-from nodes.atad.outcome import accept, check_structure, discard, finalize
-from nodes.atad.student import solve
-from nodes.atad.teacher import generate
-from state.atad import AtadContext, AtadState
+from dyneval.nodes.atad.orchestrator import escalate, validate
+from dyneval.nodes.atad.outcome import accept, check_structure, discard, finalize
+from dyneval.nodes.atad.student import solve
+from dyneval.nodes.atad.teacher import generate
+from dyneval.state.atad import AtadContext, AtadState
 
 
 def after_rejection(state: AtadState, runtime: Runtime[AtadContext]) -> Literal["generate", "discard", "finalize"]:
@@ -56,23 +56,28 @@ def after_solve(state: AtadState, runtime: Runtime[AtadContext]) -> Literal["esc
     return "escalate"
 
 
-builder = StateGraph(AtadState, context_schema=AtadContext)
-builder.add_node("generate", generate)
-builder.add_node("check_structure", check_structure)
-builder.add_node("validate", validate)
-builder.add_node("accept", accept)
-builder.add_node("solve", solve)
-builder.add_node("escalate", escalate)
-builder.add_node("finalize", finalize)
-builder.add_node("discard", discard)
-builder.add_edge(START, "generate")
-builder.add_edge("generate", "check_structure")
-builder.add_conditional_edges("check_structure", after_check)
-builder.add_conditional_edges("validate", after_validate)
-builder.add_edge("accept", "solve")
-builder.add_conditional_edges("solve", after_solve)
-builder.add_edge("escalate", "generate")
-builder.add_edge("finalize", END)
-builder.add_edge("discard", END)
+def build_graph() -> StateGraph:
+    """A new, uncompiled atad graph: compile it with your own checkpointer, or extend it first."""
+    builder = StateGraph(AtadState, context_schema=AtadContext)
+    builder.add_node("generate", generate)
+    builder.add_node("check_structure", check_structure)
+    builder.add_node("validate", validate)
+    builder.add_node("accept", accept)
+    builder.add_node("solve", solve)
+    builder.add_node("escalate", escalate)
+    builder.add_node("finalize", finalize)
+    builder.add_node("discard", discard)
+    builder.add_edge(START, "generate")
+    builder.add_edge("generate", "check_structure")
+    builder.add_conditional_edges("check_structure", after_check)
+    builder.add_conditional_edges("validate", after_validate)
+    builder.add_edge("accept", "solve")
+    builder.add_conditional_edges("solve", after_solve)
+    builder.add_edge("escalate", "generate")
+    builder.add_edge("finalize", END)
+    builder.add_edge("discard", END)
+    return builder
 
+
+builder = build_graph()
 graph = builder.compile(name="atad")

@@ -7,8 +7,8 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nodes.atad.evaluation import answer_item, review_item
-from state.atad import EvalContext, EvalState
+from dyneval.nodes.atad.evaluation import answer_item, review_item
+from dyneval.state.atad import EvalContext, EvalState
 
 
 def route_kind(state: EvalState, runtime: Runtime[EvalContext]) -> Literal["answer_item", "review_item"]:
@@ -16,11 +16,16 @@ def route_kind(state: EvalState, runtime: Runtime[EvalContext]) -> Literal["answ
     return "review_item" if state.get("kind") == "review" else "answer_item"
 
 
-builder = StateGraph(EvalState, context_schema=EvalContext)
-builder.add_node("answer_item", answer_item)
-builder.add_node("review_item", review_item)
-builder.add_conditional_edges(START, route_kind)
-builder.add_edge("answer_item", END)
-builder.add_edge("review_item", END)
+def build_graph() -> StateGraph:
+    """A new, uncompiled atad_eval graph: compile it with your own checkpointer, or extend it first."""
+    builder = StateGraph(EvalState, context_schema=EvalContext)
+    builder.add_node("answer_item", answer_item)
+    builder.add_node("review_item", review_item)
+    builder.add_conditional_edges(START, route_kind)
+    builder.add_edge("answer_item", END)
+    builder.add_edge("review_item", END)
+    return builder
 
+
+builder = build_graph()
 graph = builder.compile(name="atad_eval")

@@ -11,11 +11,11 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nodes.interview.grader import grade, single_turn_judge
-from nodes.interview.interviewee import answer
-from nodes.interview.interviewer import ask_followup, give_feedback, modify_question, summarize_session
-from state.interview import InterviewContext, InterviewState
-from state.verdicts import is_ungraded
+from dyneval.nodes.interview.grader import grade, single_turn_judge
+from dyneval.nodes.interview.interviewee import answer
+from dyneval.nodes.interview.interviewer import ask_followup, give_feedback, modify_question, summarize_session
+from dyneval.state.interview import InterviewContext, InterviewState
+from dyneval.state.verdicts import is_ungraded
 
 
 def after_grade(state: InterviewState, runtime: Runtime[InterviewContext]
@@ -48,21 +48,26 @@ def after_followup(state: InterviewState,
     return "answer" if followups and followups[-1].get("status") == "asked" else "summarize_session"
 
 
-builder = StateGraph(InterviewState, context_schema=InterviewContext)
-builder.add_node("single_turn_judge", single_turn_judge)
-builder.add_node("modify_question", modify_question)
-builder.add_node("answer", answer)
-builder.add_node("grade", grade)
-builder.add_node("give_feedback", give_feedback)
-builder.add_node("ask_followup", ask_followup)
-builder.add_node("summarize_session", summarize_session)
-builder.add_edge(START, "single_turn_judge")
-builder.add_edge("single_turn_judge", "modify_question")
-builder.add_edge("modify_question", "answer")
-builder.add_edge("answer", "grade")
-builder.add_conditional_edges("grade", after_grade)
-builder.add_edge("give_feedback", "answer")
-builder.add_conditional_edges("ask_followup", after_followup)
-builder.add_edge("summarize_session", END)
+def build_graph() -> StateGraph:
+    """A new, uncompiled interview graph: compile it with your own checkpointer, or extend it first."""
+    builder = StateGraph(InterviewState, context_schema=InterviewContext)
+    builder.add_node("single_turn_judge", single_turn_judge)
+    builder.add_node("modify_question", modify_question)
+    builder.add_node("answer", answer)
+    builder.add_node("grade", grade)
+    builder.add_node("give_feedback", give_feedback)
+    builder.add_node("ask_followup", ask_followup)
+    builder.add_node("summarize_session", summarize_session)
+    builder.add_edge(START, "single_turn_judge")
+    builder.add_edge("single_turn_judge", "modify_question")
+    builder.add_edge("modify_question", "answer")
+    builder.add_edge("answer", "grade")
+    builder.add_conditional_edges("grade", after_grade)
+    builder.add_edge("give_feedback", "answer")
+    builder.add_conditional_edges("ask_followup", after_followup)
+    builder.add_edge("summarize_session", END)
+    return builder
 
+
+builder = build_graph()
 graph = builder.compile(name="interview")

@@ -13,13 +13,13 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nodes.judgeagent.adaptive import ask_base, close_grading, select_base
-from nodes.judgeagent.extension import ask_target, estimate_capability, generate_question
-from nodes.judgeagent.feedback import feedback
-from nodes.judgeagent.grading import grade_benchmark
-from nodes.judgeagent.knowledge import extract_question_entities, sample_knowledge
-from nodes.judgeagent.validation import validate
-from state.judgeagent import JudgeAgentContext, JudgeAgentState
+from dyneval.nodes.judgeagent.adaptive import ask_base, close_grading, select_base
+from dyneval.nodes.judgeagent.extension import ask_target, estimate_capability, generate_question
+from dyneval.nodes.judgeagent.feedback import feedback
+from dyneval.nodes.judgeagent.grading import grade_benchmark
+from dyneval.nodes.judgeagent.knowledge import extract_question_entities, sample_knowledge
+from dyneval.nodes.judgeagent.validation import validate
+from dyneval.state.judgeagent import JudgeAgentContext, JudgeAgentState
 
 
 def grading_mode(state: JudgeAgentState) -> Literal["grade_benchmark", "select_base"]:
@@ -56,29 +56,34 @@ def after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) 
     return "validate"
 
 
-builder = StateGraph(JudgeAgentState, context_schema=JudgeAgentContext)
-builder.add_node("grade_benchmark", grade_benchmark)
-builder.add_node("select_base", select_base)
-builder.add_node("ask_base", ask_base)
-builder.add_node("close_grading", close_grading)
-builder.add_node("extract_question_entities", extract_question_entities)
-builder.add_node("sample_knowledge", sample_knowledge)
-builder.add_node("generate_question", generate_question)
-builder.add_node("ask_target", ask_target)
-builder.add_node("estimate_capability", estimate_capability)
-builder.add_node("feedback", feedback)
-builder.add_node("validate", validate)
-builder.add_conditional_edges(START, grading_mode)
-builder.add_conditional_edges("select_base", after_select)
-builder.add_edge("ask_base", "select_base")
-builder.add_conditional_edges("grade_benchmark", after_grading)
-builder.add_conditional_edges("close_grading", after_grading)
-builder.add_edge("extract_question_entities", "sample_knowledge")
-builder.add_edge("sample_knowledge", "generate_question")
-builder.add_edge("generate_question", "ask_target")
-builder.add_edge("ask_target", "estimate_capability")
-builder.add_conditional_edges("estimate_capability", after_round)
-builder.add_conditional_edges("feedback", after_feedback)
-builder.add_edge("validate", END)
+def build_graph() -> StateGraph:
+    """A new, uncompiled judgeagent graph: compile it with your own checkpointer, or extend it first."""
+    builder = StateGraph(JudgeAgentState, context_schema=JudgeAgentContext)
+    builder.add_node("grade_benchmark", grade_benchmark)
+    builder.add_node("select_base", select_base)
+    builder.add_node("ask_base", ask_base)
+    builder.add_node("close_grading", close_grading)
+    builder.add_node("extract_question_entities", extract_question_entities)
+    builder.add_node("sample_knowledge", sample_knowledge)
+    builder.add_node("generate_question", generate_question)
+    builder.add_node("ask_target", ask_target)
+    builder.add_node("estimate_capability", estimate_capability)
+    builder.add_node("feedback", feedback)
+    builder.add_node("validate", validate)
+    builder.add_conditional_edges(START, grading_mode)
+    builder.add_conditional_edges("select_base", after_select)
+    builder.add_edge("ask_base", "select_base")
+    builder.add_conditional_edges("grade_benchmark", after_grading)
+    builder.add_conditional_edges("close_grading", after_grading)
+    builder.add_edge("extract_question_entities", "sample_knowledge")
+    builder.add_edge("sample_knowledge", "generate_question")
+    builder.add_edge("generate_question", "ask_target")
+    builder.add_edge("ask_target", "estimate_capability")
+    builder.add_conditional_edges("estimate_capability", after_round)
+    builder.add_conditional_edges("feedback", after_feedback)
+    builder.add_edge("validate", END)
+    return builder
 
+
+builder = build_graph()
 graph = builder.compile(name="judgeagent")

@@ -10,8 +10,8 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nodes.judgecheck.verdicts import judge, vote
-from state.judgecheck import JudgeCheckContext, JudgeCheckState
+from dyneval.nodes.judgecheck.verdicts import judge, vote
+from dyneval.state.judgecheck import JudgeCheckContext, JudgeCheckState
 
 
 def after_judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> Literal["vote", "__end__"]:
@@ -19,11 +19,16 @@ def after_judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> 
     return "vote" if len(runtime.context.jury or []) > 1 else END
 
 
-builder = StateGraph(JudgeCheckState, context_schema=JudgeCheckContext)
-builder.add_node("judge", judge)
-builder.add_node("vote", vote)
-builder.add_edge(START, "judge")
-builder.add_conditional_edges("judge", after_judge)
-builder.add_edge("vote", END)
+def build_graph() -> StateGraph:
+    """A new, uncompiled judgecheck graph: compile it with your own checkpointer, or extend it first."""
+    builder = StateGraph(JudgeCheckState, context_schema=JudgeCheckContext)
+    builder.add_node("judge", judge)
+    builder.add_node("vote", vote)
+    builder.add_edge(START, "judge")
+    builder.add_conditional_edges("judge", after_judge)
+    builder.add_edge("vote", END)
+    return builder
 
+
+builder = build_graph()
 graph = builder.compile(name="judgecheck")

@@ -14,12 +14,12 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.adaptive import select_question
-from nodes.llmeval.examinee import answer_questions, answer_reference
-from nodes.llmeval.judge import judge_answers
-from nodes.llmeval.scoring import score_session
-from nodes.llmeval.session import open_session
-from state.llmeval import LLMEvalContext, LLMEvalState
+from dyneval.nodes.llmeval.adaptive import select_question
+from dyneval.nodes.llmeval.examinee import answer_questions, answer_reference
+from dyneval.nodes.llmeval.judge import judge_answers
+from dyneval.nodes.llmeval.scoring import score_session
+from dyneval.nodes.llmeval.session import open_session
+from dyneval.state.llmeval import LLMEvalContext, LLMEvalState
 
 
 def after_target(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
@@ -60,19 +60,24 @@ def after_reference(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
     return "judge_answers"
 
 
-builder = StateGraph(LLMEvalState, context_schema=LLMEvalContext)
-builder.add_node("open_session", open_session)
-builder.add_node("answer_questions", answer_questions)
-builder.add_node("answer_reference", answer_reference)
-builder.add_node("select_question", select_question)
-builder.add_node("judge_answers", judge_answers)
-builder.add_node("score_session", score_session)
-builder.add_edge(START, "open_session")
-builder.add_conditional_edges("open_session", after_open)
-builder.add_conditional_edges("select_question", after_select)
-builder.add_conditional_edges("answer_questions", after_target)
-builder.add_conditional_edges("answer_reference", after_reference)
-builder.add_conditional_edges("judge_answers", after_judge)
-builder.add_edge("score_session", END)
+def build_graph() -> StateGraph:
+    """A new, uncompiled llmeval graph: compile it with your own checkpointer, or extend it first."""
+    builder = StateGraph(LLMEvalState, context_schema=LLMEvalContext)
+    builder.add_node("open_session", open_session)
+    builder.add_node("answer_questions", answer_questions)
+    builder.add_node("answer_reference", answer_reference)
+    builder.add_node("select_question", select_question)
+    builder.add_node("judge_answers", judge_answers)
+    builder.add_node("score_session", score_session)
+    builder.add_edge(START, "open_session")
+    builder.add_conditional_edges("open_session", after_open)
+    builder.add_conditional_edges("select_question", after_select)
+    builder.add_conditional_edges("answer_questions", after_target)
+    builder.add_conditional_edges("answer_reference", after_reference)
+    builder.add_conditional_edges("judge_answers", after_judge)
+    builder.add_edge("score_session", END)
+    return builder
 
+
+builder = build_graph()
 graph = builder.compile(name="llmeval")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-if TYPE_CHECKING:  # LangChain's prompt classes load with the first prompt, not with `run.py --help`
+if TYPE_CHECKING:  # LangChain's prompt classes load with the first prompt, not with `dyneval --help`
     from langchain_core.messages import BaseMessage
     from langchain_core.prompts import ChatPromptTemplate
 

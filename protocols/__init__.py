@@ -9,17 +9,17 @@ from __future__ import annotations
 import importlib
 import os
 
-from runtime.protocol import Protocol
-from state.errors import InputError
+from dyneval.runtime.protocol import Protocol
+from dyneval.state.errors import InputError
 
 #: name -> "module:Class". A user's own protocols join through
 #: ``DYNEVAL_PROTOCOLS="name=package.module:Class,other=..."``.
 REGISTRY: dict[str, str] = {
-    "atad": "protocols.atad:AtadProtocol",
-    "judgeagent": "protocols.judgeagent:JudgeAgentProtocol",
-    "interview": "protocols.interview:InterviewProtocol",
-    "llmeval": "protocols.llmeval.protocol:LLMEvalProtocol",
-    "judgecheck": "protocols.judgecheck:JudgeCheckProtocol",
+    "atad": "dyneval.protocols.atad:AtadProtocol",
+    "judgeagent": "dyneval.protocols.judgeagent:JudgeAgentProtocol",
+    "interview": "dyneval.protocols.interview:InterviewProtocol",
+    "llmeval": "dyneval.protocols.llmeval.protocol:LLMEvalProtocol",
+    "judgecheck": "dyneval.protocols.judgecheck:JudgeCheckProtocol",
 }
 for _entry in filter(None, os.environ.get("DYNEVAL_PROTOCOLS", "").split(",")):
     _name, _, _target = _entry.partition("=")

@@ -16,10 +16,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from runtime import stop
-from runtime.events import EventLog, Usage
-from runtime.pricing import Pricing
-from state.errors import InputError
+from dyneval.runtime import stop
+from dyneval.runtime.events import EventLog, Usage
+from dyneval.runtime.pricing import Pricing
+from dyneval.state.errors import InputError
 
 
 class BudgetSpent(stop.StopRequested):

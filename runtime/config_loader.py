@@ -26,11 +26,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from runtime.models import resolve_api_key
-from runtime.pricing import Pricing
-from state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
-from state.context import Option
-from state.errors import InputError
+from dyneval.runtime.models import resolve_api_key
+from dyneval.runtime.pricing import Pricing
+from dyneval.state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
+from dyneval.state.context import Option
+from dyneval.state.errors import InputError
 
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
@@ -221,7 +221,7 @@ class ParamSchema:
             where = sources.of(("params", name))
             if name not in self.options:
                 close = difflib.get_close_matches(name, self.options, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"see run.py --protocol {self.protocol} --help"
+                hint = f"did you mean {close[0]!r}?" if close else f"see dyneval --protocol {self.protocol} --help"
                 raise InputError(f"unknown parameter of {self.protocol}; {hint}", setting=where)
             try:
                 out[name] = TypeAdapter(self.options[name].type).validate_python(value)

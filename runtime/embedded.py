@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from state.errors import InfraError
+from dyneval.state.errors import InfraError
 
 
 def embedded_gguf_path() -> Path:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stores.files import append_line, drop_torn_tail, read_records
+from dyneval.stores.files import append_line, drop_torn_tail, read_records
 
 if TYPE_CHECKING:
-    from runtime.pricing import Pricing
+    from dyneval.runtime.pricing import Pricing
 
 
 @dataclass

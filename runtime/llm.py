@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from runtime.concurrency import InFlight
-from runtime.events import EventLog
-from runtime.stop import raise_if_stopped
-from state.errors import InfraError, ModelError
+from dyneval.runtime.concurrency import InFlight
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.stop import raise_if_stopped
+from dyneval.state.errors import InfraError, ModelError
 
-if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`run.py --help` stays fast)
+if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`dyneval --help` stays fast)
     from langchain_core.language_models import BaseChatModel
-    from runtime.budget import Budget
-    from runtime.cache import CacheKey, ResponseCache
+    from dyneval.runtime.budget import Budget
+    from dyneval.runtime.cache import CacheKey, ResponseCache
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.rate_limiters import BaseRateLimiter
 
@@ -171,7 +171,7 @@ class RoleLLM:
         parsed, result, problem = self._structured_once(schema, messages, step)
         if parsed is not None:
             return parsed
-        from prompts import load_prompt
+        from dyneval.prompts import load_prompt
 
         repair = load_prompt("common/repair").render(error=problem, previous=_sent(result))
         parsed, _, problem = self._structured_once(schema, [*messages, *repair], f"{step}:repair")

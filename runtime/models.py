@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runtime.concurrency import InFlight
-from runtime.embedded import embedded_base_url
-from state.config import ModelSpec
-from state.errors import InputError
+from dyneval.runtime.concurrency import InFlight
+from dyneval.runtime.embedded import embedded_base_url
+from dyneval.state.config import ModelSpec
+from dyneval.state.errors import InputError
 
 if TYPE_CHECKING:
     import httpx

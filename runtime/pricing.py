@@ -14,9 +14,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.models import model_label
-from state.config import RunConfig
-from state.errors import InputError
+from dyneval.runtime.models import model_label
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 
 SHIPPED = Path(__file__).with_name("pricing.yaml")
 

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 
-from runtime.report import Block
-from runtime.services import Services
-from state.config import RunConfig
-from state.context import BaseContext, Option, options
+from dyneval.runtime.report import Block
+from dyneval.runtime.services import Services
+from dyneval.state.config import RunConfig
+from dyneval.state.context import BaseContext, Option, options
 
 if TYPE_CHECKING:
-    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
 
 
 #: Statuses that end a unit for good; anything else is redone on resume. ``diverged``: in a re-score

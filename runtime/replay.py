@@ -22,10 +22,10 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
-from runtime.llm import PING_STEP, current_unit, message_dicts
-from runtime.rescore import ReplayMissing
-from state.config import ROLES
-from stores.files import read_records
+from dyneval.runtime.llm import PING_STEP, current_unit, message_dicts
+from dyneval.runtime.rescore import ReplayMissing
+from dyneval.state.config import ROLES
+from dyneval.stores.files import read_records
 
 #: The ``response_metadata`` key a replayed reply carries (RoleLLM logs it as a reply not sent, like a cache hit).
 REPLAYED = "replayed_from"

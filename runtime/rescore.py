@@ -1,4 +1,4 @@
-"""Re-scoring a finished run with another judge: ``run.py --protocol P --rescore RUN_ID --evaluator MODEL``.
+"""Re-scoring a finished run with another judge: ``dyneval --protocol P --rescore RUN_ID --evaluator MODEL``.
 
 The re-score is a new run linked to its source (``rescored_from`` in config.json and summary.json). Every unit is
 run again through the protocol's graph; the judging roles (``Protocol.judge_roles``) call their (new) models, and
@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from state.config import RunConfig
-from state.errors import InputError
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 
 if TYPE_CHECKING:
-    from runtime.protocol import Protocol
+    from dyneval.runtime.protocol import Protocol
 
 #: The status of a unit whose path under the new judge left the source run's recorded requests.
 DIVERGED = "diverged"

@@ -38,6 +38,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -54,25 +55,26 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 from rich.table import Table as RichTable
 
-from runtime import stop
-from runtime.stop import RunInterrupted
-from runtime.budget import check_priced
-from runtime.events import EventLog, Usage, usd
-from runtime.pricing import Pricing
-from runtime.concurrency import parallel_map
-from runtime.llm import is_endpoint_fault
-from runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
-from runtime.rescore import DIVERGED, ReplayMissing, report_text as rescore_text, summary_fields as rescore_fields
-from runtime.report import Heading, Table, Text, preload_plotting, write_report
-from runtime.services import Background, Services
-from runtime.view import write_view
-from runtime.view.adapters import adapter
-from runtime.view.data import headline_metrics
-from state.config import ROLES, RunConfig
-from state.errors import InfraError, InputError, ModelError
-from stores.checkpoints import open_checkpointer
-from stores.files import read_records, write_atomic
-from stores.results import ResultStore
+from dyneval.runtime import stop
+from dyneval.runtime.stop import RunInterrupted
+from dyneval.runtime.budget import check_priced
+from dyneval.runtime.events import EventLog, Usage, usd
+from dyneval.runtime.pricing import Pricing
+from dyneval.runtime.concurrency import parallel_map
+from dyneval.runtime.llm import is_endpoint_fault
+from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
+from dyneval.runtime.rescore import (DIVERGED, ReplayMissing, report_text as rescore_text,
+                                     summary_fields as rescore_fields)
+from dyneval.runtime.report import Heading, Table, Text, preload_plotting, write_report
+from dyneval.runtime.services import Background, Services
+from dyneval.runtime.view import write_view
+from dyneval.runtime.view.adapters import adapter
+from dyneval.runtime.view.data import headline_metrics
+from dyneval.state.config import ROLES, RunConfig
+from dyneval.state.errors import InfraError, InputError, ModelError
+from dyneval.stores.checkpoints import open_checkpointer
+from dyneval.stores.files import read_records, write_atomic
+from dyneval.stores.results import ResultStore
 
 #: Seconds Ctrl-C waits for units in flight (their next request is refused at once) before the partial report.
 STOP_GRACE_S = 5.0
@@ -102,7 +104,7 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
     events = EventLog(run_dir / "events.jsonl", pricing=pricing)
     events.load_existing()
     if config.rescored_from:
-        from runtime.replay import replay_models  # LangChain: loaded for a re-score only, not for `--help`
+        from dyneval.runtime.replay import replay_models  # LangChain: loaded for a re-score only, not for `--help`
 
         chat_overrides = {**replay_models(Path(config.out) / config.rescored_from, protocol.judge_roles),
                           **(chat_overrides or {})}
@@ -116,7 +118,10 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
 
 
 def resume_command(protocol: Protocol, run: Run) -> str:
-    return shlex.join(["python", "run.py", "--protocol", protocol.name, "--resume", run.run_dir.name,
+    """The command that continues ``run``, spelled as this one was started: ``python run.py`` in the repository,
+    else the installed ``dyneval`` command (also for the Python API)."""
+    command = ["python", "run.py"] if Path(sys.argv[0]).name == "run.py" else ["dyneval"]
+    return shlex.join([*command, "--protocol", protocol.name, "--resume", run.run_dir.name,
                        "--out", run.config.out])
 
 
@@ -201,7 +206,7 @@ def print_plan(protocol: Protocol, run: Run, units: list[Unit]) -> None:
 
 def preflight(protocol: Protocol, run: Run) -> None:
     """One cheap request per distinct model before any real tokens are spent (the models at once)."""
-    from prompts import load_prompt  # LangChain's prompt classes load with the run, not for `run.py --help`
+    from dyneval.prompts import load_prompt  # LangChain's prompt classes load with the run, not for `dyneval --help`
 
     first_role: dict[str, str] = {}
     for role in protocol.roles:
@@ -284,7 +289,7 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
             pending = [i for task in snapshot.tasks for i in task.interrupts]
             if not pending:
                 break
-            from langgraph.types import Command  # langgraph is loaded with the graph, not for `run.py --help`
+            from langgraph.types import Command  # langgraph is loaded with the graph, not for `dyneval --help`
 
             payload = Command(resume=protocol.on_interrupt(run, unit, pending[0].value))
         snapshot = graph.get_state(config)
@@ -319,7 +324,8 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
         if protocol.custom_run(run):
             with _stop_on_sigint():
                 _await_background(run)  # e.g. JudgeAgent's --build-kb-only
-            return {}
+            summary = run.run_dir / "summary.json"  # the summary a mode wrote (atad --evaluate), if it wrote one
+            return json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
         units = plan_units(protocol, run, notes)
     resume = resume_command(protocol, run)
     if not dry_run:
@@ -368,7 +374,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
 def _long_lived_heap() -> Iterator[None]:
     """While the units run, the cyclic collector leaves alone what is loaded by then (modules, classes, clients,
     the graph), which lives until the process ends (``gc.freeze``): six full collections over it took 0.5 s of a
-    6-second, 1150-call ATAD run at zero latency. With run.py's collection threshold, ATAD at zero latency 175 ->
+    6-second, 1150-call ATAD run at zero latency. With the command's collection threshold, ATAD at zero latency 175 ->
     199 calls/s, CPU per call 5.8 -> 5.1 ms (``python -m bench.revisions``, median of 3). Undone after the units
     (garbage frozen meanwhile is collected later)."""
     import gc

@@ -1,7 +1,7 @@
 """Live resources of a run: role models, event log, stores.
 
 Nodes reach them through ``services_of(runtime.context)``, never through module
-globals, so a node works the same under ``run.py``, in Studio and in a user's
+globals, so a node works the same under the command line, in Studio and in a user's
 own graph.
 """
 
@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
-from runtime import stop
-from runtime.budget import Budget
-from runtime.config_loader import load_config, read_config_file
-from runtime.events import EventLog
-from runtime.llm import RetryPolicy, RoleLLM
-from runtime.models import Endpoint, model_label, open_endpoint
-from state.config import ModelSpec, RunConfig, parse_model_ref
-from stores.vectors import chroma_client, embedding_function
+from dyneval.runtime import stop
+from dyneval.runtime.budget import Budget
+from dyneval.runtime.config_loader import load_config, read_config_file
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.models import Endpoint, model_label, open_endpoint
+from dyneval.state.config import ModelSpec, RunConfig, parse_model_ref
+from dyneval.stores.vectors import chroma_client, embedding_function
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
-    from runtime.cache import ResponseCache
+    from dyneval.runtime.cache import ResponseCache
     from langchain_core.language_models import BaseChatModel
 
 
@@ -173,7 +173,7 @@ class Services:
     def _response_cache(self) -> ResponseCache:
         """The run's response cache (``--cache``), opened on first use (caller holds the lock)."""
         if "responses" not in self._cache:
-            from runtime.cache import ResponseCache, default_folder
+            from dyneval.runtime.cache import ResponseCache, default_folder
 
             stores = self.config.stores
             folder = Path(stores.cache_dir) if stores.cache_dir else default_folder()
@@ -261,7 +261,7 @@ _studio_services: dict[tuple, Services] = {}
 
 
 def services_of(context: Any) -> Services:
-    """The :class:`Services` of a run context; built from its fields when run.py did not set them."""
+    """The :class:`Services` of a run context; built from its fields when the command line did not set them."""
     if getattr(context, "services", None) is not None:
         return context.services
     refs = context.role_refs()
@@ -274,7 +274,7 @@ def services_of(context: Any) -> Services:
                                         "stores": file_data.get("stores", {})})
             run_dir = Path(context.run_dir or os.path.join("runs", "studio"))
             run_dir.mkdir(parents=True, exist_ok=True)
-            from runtime.pricing import Pricing
+            from dyneval.runtime.pricing import Pricing
 
             _studio_services[key] = Services(config=config, run_dir=run_dir,
                                              events=EventLog(run_dir / "events.jsonl",

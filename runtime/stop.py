@@ -16,7 +16,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, NoReturn
 
-from state.errors import InfraError
+from dyneval.state.errors import InfraError
 
 _stop = threading.Event()
 _as_infra_error = contextvars.ContextVar("stop_as_infra_error", default=False)

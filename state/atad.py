@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field, StringConstraints
 
-from state.context import BaseContext, described
+from dyneval.state.context import BaseContext, described
 
 TaskId = Literal["T1", "T2", "T3", "T4", "T5", "T6", "T7"]
 TASK_IDS: tuple[str, ...] = ("T1", "T2", "T3", "T4", "T5", "T6", "T7")

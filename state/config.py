@@ -29,6 +29,8 @@ ROLE_FALLBACK: dict[str, str] = {
 }
 
 EMBEDDED = "local"
+#: Base URL of `openai/MODEL` references unless OPENAI_BASE_URL is set.
+OPENAI_URL = "https://api.openai.com/v1"
 
 
 class KeyedError(ValueError):
@@ -124,13 +126,22 @@ def embedded_spec() -> ModelSpec:
 def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
     """Resolve a role's model reference.
 
-    A reference is ``local`` (embedded), a name defined under ``[models.NAME]``,
-    or an inline ``MODEL@BASE_URL`` (key from ``OPENAI_API_KEY``).
+    A reference is ``local`` (embedded), a name defined under ``[models.NAME]``, an inline ``MODEL@BASE_URL``, or
+    ``openai/MODEL`` (OpenAI's API at ``OPENAI_BASE_URL``, default :data:`OPENAI_URL`), as inspect_ai and LiteLLM
+    users write it; both take the key from ``OPENAI_API_KEY``.
     """
     if ref in models:
         return models[ref]
     if ref == EMBEDDED:
         return embedded_spec()
+    provider, slash, model = ref.partition("/")
+    if slash and provider == "openai" and "@" not in ref:
+        if not model:
+            raise ValueError(f"malformed openai/MODEL {ref!r}: MODEL is empty")
+        url = os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
+        if problem := base_url_problem(url):
+            raise ValueError(f"OPENAI_BASE_URL {url!r} (for {ref!r}): {problem}")
+        return ModelSpec(model=model, base_url=url, api_key_env="OPENAI_API_KEY")
     if "@" in ref:
         model, _, url = ref.partition("@")
         problem = "MODEL is empty" if not model else base_url_problem(url)
@@ -138,9 +149,10 @@ def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
             raise ValueError(f"malformed MODEL@BASE_URL {ref!r}: {problem}")
         return ModelSpec(model=model, base_url=url, api_key_env="OPENAI_API_KEY")
     defined = f" (defined: {', '.join(sorted(models))})" if models else ""
+    hint = f" (for OpenAI's API: openai/{ref})" if "/" not in ref else ""
     raise ValueError(
         f"unknown model {ref!r}: use 'local', a name under [models] in the config file{defined}, "
-        "or MODEL@http://host:port/v1"
+        f"openai/MODEL or MODEL@http://host:port/v1{hint}"
     )
 
 

@@ -1,12 +1,13 @@
 """The run context every protocol graph takes (``context_schema``), and how a protocol parameter is declared.
 
 Fields are plain values so LangGraph Studio can show and edit them; the shared
-ones fall back to a ``DYNEVAL_*`` environment variable. ``run.py`` also passes the
+ones fall back to a ``DYNEVAL_*`` environment variable. The command line also passes the
 live :class:`runtime.services.Services` in ``services``; in Studio it stays empty
 and is built from the fields on first use.
 
 A protocol parameter is declared once, as a field made with :func:`described`
-(description, default, choices, range, custom check); :func:`options` reads the
+(description, default, range, custom check; a ``Literal`` type gives its choices, which Studio
+shows as a dropdown); :func:`options` reads the
 declarations back, and the CLI flags, their help, the ``[params]`` check and the
 range checks are generated from them.
 """
@@ -20,20 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
-from state.errors import InputError
+from dyneval.state.errors import InputError
 
 
-def described(default: Any, description: str, env: str | None = None, *, choices: tuple[Any, ...] | None = None,
+def described(default: Any, description: str, env: str | None = None, *,
               minimum: float | None = None, maximum: float | None = None, check: Callable[[Any], Any] | None = None,
               cli: bool = True, negatable: bool = False, metavar: str | None = None) -> Any:
     """A documented parameter field (Studio shows the description), optionally env-backed.
 
-    ``choices``, ``minimum``, ``maximum`` and ``check`` (a function raising ``ValueError``
-    with the reason) are the value's checks; ``cli=False`` keeps a Studio-only field off
+    ``minimum``, ``maximum`` and ``check`` (a function raising ``ValueError`` with the reason) are the
+    value's checks, besides the choices of a ``Literal`` field type; ``cli=False`` keeps a Studio-only field off
     the command line; ``negatable`` gives a boolean that defaults to off a ``--no-`` flag
     too; ``metavar`` names the flag's value in ``--help``.
     """
-    metadata = {"description": description, "choices": choices, "minimum": minimum, "maximum": maximum,
+    metadata = {"description": description, "minimum": minimum, "maximum": maximum,
                 "check": check, "cli": cli, "negatable": negatable, "metavar": metavar}
     if env:
         return field(default_factory=lambda: _from_env(f"DYNEVAL_{env.upper()}", default), metadata=metadata)
@@ -55,8 +56,8 @@ def _from_env(name: str, default: Any) -> Any:
 class BaseContext:
     """Models, stores and seed shared by every protocol."""
 
-    target: str = described("local", "Model under test: 'local', a name from the config file, or MODEL@BASE_URL.",
-                            env="target")
+    target: str = described("local", "Model under test: 'local', a name from the config file, openai/MODEL or "
+                                     "MODEL@BASE_URL.", env="target")
     evaluator: str = described("local", "Evaluator / judge / interviewer model (same forms as target).",
                                env="evaluator")
     teacher: str = described("", "Teacher model; empty = evaluator.", env="teacher")
@@ -66,7 +67,7 @@ class BaseContext:
     config_file: str = described("", "TOML/YAML file defining named models under [models.NAME].", env="config")
     run_dir: str = described("", "Folder for stores and logs; empty = runs/studio.", env="run_dir")
     seed: int = described(0, "Seed for every random choice of the unit.", env="seed")
-    services: Any = field(default=None, metadata={"description": "Set by run.py; leave empty in Studio."})
+    services: Any = field(default=None, metadata={"description": "Set by the command line; leave empty in Studio."})
 
     def role_refs(self) -> dict[str, str]:
         """Roles set in this context (empty ones follow the default chain)."""
@@ -136,7 +137,7 @@ def options(cls: type | None) -> list[Option]:
         if type(None) in get_args(kind):
             kind = next(a for a in get_args(kind) if a is not type(None))
         meta = dict(f.metadata)
-        choices = meta.pop("choices") or (get_args(kind) if get_origin(kind) is Literal else None)
+        choices = get_args(kind) if get_origin(kind) is Literal else None
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         out.append(Option(f.name, kind, default, choices=choices, **meta))
     return out

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, get_args
 
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field
 
-from state.context import BaseContext, described
+from dyneval.state.context import BaseContext, described
 
 #: Task families of section 4 (Reasoning = math, Knowledge/Factuality = factual,
 #: Instruction Following) plus a generic fallback for any other free-form task.
@@ -40,7 +41,10 @@ FOLLOWUP_TYPES: tuple[str, ...] = (
 )
 
 #: Question-modification strategies (section 3.1.1, Appendix C.1 / D.1).
-MODIFICATION_STRATEGIES: tuple[str, ...] = ("auto", "math", "factual", "paraphrase", "none")
+ModificationStrategy = Literal["auto", "math", "factual", "paraphrase", "none"]
+MODIFICATION_STRATEGIES: tuple[str, ...] = get_args(ModificationStrategy)
+#: Who answers the interviewer: the target role's model, or a person through interrupt().
+Interviewee = Literal["model", "human"]
 
 #: Feedback types the MATH feedback generator chooses from (Appendix D.2.1).
 FEEDBACK_KINDS: tuple[str, ...] = (
@@ -162,9 +166,9 @@ class InterviewContext(BaseContext):
     max_questions: int = described(2, "MAX_QUESTIONS: questions per session, seed question included "
                                        "(1 = no follow-ups).", minimum=1)
     modify: bool = described(True, "Interviewer duty 1: modify the seed question before asking it.")
-    modification: str = described("auto", "Modification strategy: auto (by task), math (unknowns / omitted "
-                                          "values), factual (new question from the reference), paraphrase, none.",
-                                  choices=MODIFICATION_STRATEGIES)
+    modification: ModificationStrategy = described(
+        "auto", "Modification strategy: auto (by task), math (unknowns / omitted values), factual (new question from "
+                "the reference), paraphrase, none.")
     feedback: bool = described(True, "Interviewer duty 2: write feedback on wrong answers (off = a plain "
                                      "'not correct, try again' message).")
     followups: bool = described(True, "Interviewer duty 3: ask follow-up questions (Table 1).")
@@ -173,8 +177,8 @@ class InterviewContext(BaseContext):
                                       negatable=True)
     summarize: bool = described(True, "Write an LLM session summary (Appendix D.3); off = a summary built in code.")
     single_turn_judge: bool = described(True, "Also score the unmodified question single-turn (LLM-as-a-Judge).")
-    interviewee: str = described("model", "model = the target role answers; human = a person answers through "
-                                          "interrupt() (terminal or Studio).", choices=("model", "human"))
+    interviewee: Interviewee = described("model", "model = the target role answers; human = a person answers through "
+                                          "interrupt() (terminal or Studio).")
     history_chars: int = described(1500, "Longest text of one earlier turn shown again to the interviewee.")
     judge_jury: list[str] | None = described(None, "Grader models judging every answer instead of the grader "
                                                    "role, combined by majority vote; no majority leaves the "

@@ -15,14 +15,16 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field
 
-from state.context import BaseContext, described
+from dyneval.state.context import BaseContext, described
+from dyneval.samples import sample
 
 #: The knowledge base a run without --kb (and without reference texts) uses.
-SAMPLE_KB = Path(__file__).resolve().parents[1] / "samples" / "judgeagent" / "kb"
+SAMPLE_KB = sample("judgeagent", "kb")
 
 Difficulty = Literal["easy", "medium", "hard"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, get_args
 
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field
 
-from state.config import ModelSpec, parse_model_ref
-from state.context import BaseContext, described
-from state.errors import InputError
+from dyneval.state.config import ModelSpec, parse_model_ref
+from dyneval.state.context import BaseContext, described
+from dyneval.state.errors import InputError
 
 #: The judging steps that can be checked, by name: ``protocol.step``, plus the pairwise preference judge.
-JUDGES: tuple[str, ...] = ("llmeval.judge", "interview.grader", "judgeagent.judge", "atad.orchestrator",
-                           "atad.reviewer", "pairwise")
+Judge = Literal["llmeval.judge", "interview.grader", "judgeagent.judge", "atad.orchestrator", "atad.reviewer",
+                "pairwise"]
+JUDGES: tuple[str, ...] = get_args(Judge)
 #: Each judge's verdict scale, as label strings: 0-3 stars (LLMEval-3 Figure 11), correct/wrong, or the
 #: approved/rejected (ATAD's orchestrator, Appendix D.2), 1-5 (one of ATAD's reviewer scores, Table 3), or the
 #: better output of a pair in the original order (``1``, ``2``) or ``tie``.
@@ -36,7 +38,8 @@ ORDINAL = frozenset({"llmeval.judge", "atad.reviewer"})
 #: Judges of generated problems (ATAD), not of answers: an item is a problem of a task type.
 PROBLEM_JUDGES = frozenset({"atad.orchestrator", "atad.reviewer"})
 #: The reviewer's scores (Table 3); ``aspect`` picks the one compared with the labels.
-ASPECTS = ("validity", "coherence", "fairness")
+Aspect = Literal["validity", "coherence", "fairness"]
+ASPECTS: tuple[str, ...] = get_args(Aspect)
 #: A jury without a majority (no value has the most votes): counted, never turned into a win.
 SPLIT = "split"
 ORDERS = ("original", "swapped")
@@ -144,16 +147,15 @@ class JudgeCheckState(TypedDict, total=False):
 class JudgeCheckContext(BaseContext):
     """Which judging step to check, with which judges, how often and in which orders."""
 
-    judge: str = described("pairwise", "Judging step to check: llmeval.judge (0-3 stars), interview.grader and "
-                                       "judgeagent.judge (correct/wrong), pairwise (1, 2 or tie).",
-                           choices=JUDGES)
+    judge: Judge = described("pairwise", "Judging step to check: llmeval.judge (0-3 stars), interview.grader and "
+                                       "judgeagent.judge (correct/wrong), pairwise (1, 2 or tie).")
     jury: list[str] | None = described(None, "Judge models combined by majority vote (local, a config name or "
                                              "MODEL@BASE_URL each); default: the evaluator role's model alone.",
                                        metavar="MODEL")
     repeats: int = described(1, "Judge every item K times per judge and order (repeat consistency; needs a "
                                 "temperature above 0 to differ).", minimum=1, maximum=20)
     swap: bool = described(True, "Pairwise: judge each pair in both orders (position-swap consistency).")
-    aspect: str = described("validity", "atad.reviewer: the Table 3 score compared with the labels (read from the "
-                                        "column of that name unless --fields maps label).", choices=ASPECTS)
+    aspect: Aspect = described("validity", "atad.reviewer: the Table 3 score compared with the labels (read from the "
+                                        "column of that name unless --fields maps label).")
     lenient_escalation: bool = described(True, "atad.orchestrator: judge problems with a level with the lenient "
                                                "prompt of Appendix D.2.3, as ATAD does by default.")

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, get_args
 
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field
 
-from state.context import BaseContext, described
+from dyneval.state.context import BaseContext, described
 
 Paradigm = Literal["zero-shot", "few-shot", "cot"]
-PARADIGMS: tuple[str, ...] = ("zero-shot", "few-shot", "cot")
+PARADIGMS: tuple[str, ...] = get_args(Paradigm)
+#: --paradigm: one paradigm, or all = a session of each.
+ParadigmChoice = Literal["zero-shot", "few-shot", "cot", "all"]
+IrtModel = Literal["1pl", "2pl"]
 #: Question types of the bank (section 2.1).
 QTYPES = ("mcq", "true_false", "fill_blank", "short_answer", "term", "material", "open")
 #: Maximum stars of the Figure 11 rubric (s_max of equation 1).
@@ -71,8 +75,8 @@ class LLMEvalContext(BaseContext):
 
     questions: int = described(1000, "Questions per exam session (the paper samples N = 1000).", minimum=1,
                                metavar="N")
-    paradigm: str = described("zero-shot", "Prompting paradigm: zero-shot, few-shot (Figure 9) or cot (Figure 10); "
-                                           "all = a session of each (batch runs).", choices=(*PARADIGMS, "all"))
+    paradigm: ParadigmChoice = described("zero-shot", "Prompting paradigm: zero-shot, few-shot (Figure 9) or cot "
+                                                      "(Figure 10); all = a session of each (batch runs).")
     stratified: bool = described(False, "Sample each discipline in proportion to its share of the bank.")
     reference_model: str = described("", "Reference (SOTA) model replaying the same questions for the relative "
                                          "score R = S / S_ref x 100 (equation 2); empty = no relative score.",
@@ -89,8 +93,7 @@ class LLMEvalContext(BaseContext):
     adaptive: bool = described(False, "Adaptive session (IRT): each next question has the most Fisher information "
                                       "at the current ability among calibrated questions the model has not met "
                                       "(randomesque exposure control); stops at --target-se or --max-items.")
-    irt_model: str = described("2pl", "IRT model of calibration and adaptive sessions: 1pl (Rasch, a = 1) or 2pl.",
-                               choices=("1pl", "2pl"))
+    irt_model: IrtModel = described("2pl", "IRT model of calibration and adaptive sessions: 1pl (Rasch, a = 1) or 2pl.")
     target_se: float = described(0.3, "Adaptive sessions stop once the ability's standard error is at most this.",
                                  minimum=0.01, metavar="SE")
     max_items: int = described(100, "Adaptive sessions ask at most this many questions.", minimum=1, metavar="N")

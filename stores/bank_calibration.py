@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from stores.bank_schema import calibrations, item_params, items, questions, sessions
+from dyneval.stores.bank_schema import calibrations, item_params, items, questions, sessions
 
 
 class CalibrationStore:

@@ -16,7 +16,7 @@ from typing import Any, Iterable, NamedTuple
 
 import sqlalchemy as sa
 
-from stores.bank_schema import meta, questions, ranks
+from dyneval.stores.bank_schema import meta, questions, ranks
 
 #: ``llmeval_meta`` key: the places are valid (value: active questions per discipline, JSON).
 RANKS_KEY = "ranks"

@@ -39,9 +39,9 @@ import numpy as np
 
 from pydantic import BaseModel
 
-from stores.embedding_cache import EmbeddingCache, embedder_label
-from stores.files import append_line, drop_torn_tail, read_records as log_records
-from stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
+from dyneval.stores.embedding_cache import EmbeddingCache, embedder_label
+from dyneval.stores.files import append_line, drop_torn_tail, read_records as log_records
+from dyneval.stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
 
 GRAPH_FORMAT = 1
 CHUNK_BATCH = 64  # texts per embedding call

@@ -49,7 +49,7 @@ from typing import Annotated, Any, Collection, Iterator, Mapping, Sequence, Type
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import PydanticCustomError
 
-from state.errors import InputError
+from dyneval.state.errors import InputError
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}

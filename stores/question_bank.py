@@ -38,9 +38,9 @@ from typing import Any, Iterable, Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from stores.bank_calibration import CalibrationStore
-from stores.bank_places import RANKS_KEY, Pool, Ranked, at_places, ranked, ranked_sizes
-from stores.bank_schema import adaptive, examinees, items, meta, metadata, questions, ranks, sessions
+from dyneval.stores.bank_calibration import CalibrationStore
+from dyneval.stores.bank_places import RANKS_KEY, Pool, Ranked, at_places, ranked, ranked_sizes
+from dyneval.stores.bank_schema import adaptive, examinees, items, meta, metadata, questions, ranks, sessions
 
 STATUSES = ("allocated", "pending", "completed")
 #: Fields an examinee may ever see (whitelist: no answer, no explanation, no source).

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from stores.files import append_line, drop_torn_tail, read_records
+from dyneval.stores.files import append_line, drop_torn_tail, read_records
 
 
 class ResultStore:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from state.errors import InfraError, InputError
+from dyneval.state.errors import InfraError, InputError
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI

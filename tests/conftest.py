@@ -30,7 +30,7 @@ def embedded_url() -> Any:
     Started once per test session; ``DYNEVAL_EMBEDDED_URL`` makes every ``local``
     spec in the process use it. Stopped after the session.
     """
-    from runtime.embedded import start_server
+    from dyneval.runtime.embedded import start_server
 
     server = start_server()
     previous = os.environ.get("DYNEVAL_EMBEDDED_URL")
@@ -54,9 +54,9 @@ def shared_data() -> Path:
 def make_services(tmp_path: Path, protocol: str = "test", chats: dict[str, Any] | None = None,
                   params: dict[str, Any] | None = None) -> Any:
     """Services with fake chat models per role and no retry sleeping (unit tests)."""
-    from runtime.events import EventLog
-    from runtime.services import Services
-    from state.config import RunConfig
+    from dyneval.runtime.events import EventLog
+    from dyneval.runtime.services import Services
+    from dyneval.state.config import RunConfig
 
     config = RunConfig(protocol=protocol, out=str(tmp_path), params=params or {})
     run_dir = tmp_path / "run"
@@ -72,9 +72,13 @@ def postgres_dsn() -> Any:
     import subprocess
     import tempfile
 
-    from runtime.embedded import free_port
+    from dyneval.runtime.embedded import free_port
 
-    if not (shutil.which("initdb") and shutil.which("pg_ctl")):
+    # on PATH, else where Debian's postgresql package puts them (not on PATH): .ci/run installs that package
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
+    initdb, pg_ctl = (shutil.which(name) or next((str(d / name) for d in debian if (d / name).exists()), None)
+                      for name in ("initdb", "pg_ctl"))
+    if not (initdb and pg_ctl):
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
     folder = Path(tempfile.mkdtemp(prefix="dyneval-pg-"))  # pytest's tmp tree is closed to other users
     as_user: list[str] = []
@@ -84,12 +88,12 @@ def postgres_dsn() -> Any:
         shutil.chown(folder, user=user)
     port = free_port()
     data = folder / "data"
-    subprocess.run([*as_user, "initdb", "-D", str(data), "-A", "trust", "-U", "postgres"], check=True,
+    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"], check=True,
                    capture_output=True)
-    subprocess.run([*as_user, "pg_ctl", "-D", str(data), "-w", "-l", str(folder / "log"), "-o",
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-w", "-l", str(folder / "log"), "-o",
                     f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
     yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    subprocess.run([*as_user, "pg_ctl", "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
     shutil.rmtree(folder, ignore_errors=True)
 
 

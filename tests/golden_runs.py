@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
-import run as cli
+from dyneval import cli
 from tests.standin_endpoint import StandIn, _Draw, content_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -263,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="write tests/golden/CASE.json (intended changes only)")
     parser.add_argument("--golden-dir", type=Path, default=GOLDEN, help="where the golden files are")
     args = parser.parse_args(argv)
-    import nodes
+    import dyneval.nodes
 
-    print(f"code under test: {Path(nodes.__file__).resolve().parents[1]}", file=sys.stderr)
+    print(f"code under test: {Path(dyneval.nodes.__file__).resolve().parents[1]}", file=sys.stderr)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="dyneval-golden-") as tmp:
         for name in args.cases or CASES:

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from state.errors import InputError
+from dyneval.state.errors import InputError
 from tests.standin_endpoint import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_evaluate_returns_the_summary_and_records_the_command_line_run_writes(tmp_path, capsys):
-    from run import evaluate, main
+    from dyneval import evaluate
+    from dyneval.cli import main
 
     with StandIn() as standin:
         result = evaluate("interview", target=standin.spec("target"), evaluator=standin.spec("judge"),
@@ -41,7 +42,7 @@ def test_evaluate_returns_the_summary_and_records_the_command_line_run_writes(tm
 
 
 def test_evaluate_returns_a_run_its_budget_stopped_and_resumes_it(tmp_path):
-    from run import evaluate
+    from dyneval import evaluate
 
     with StandIn() as standin:
         options = dict(target=standin.spec("target"), evaluator=standin.spec("judge"), out=str(tmp_path),
@@ -55,7 +56,7 @@ def test_evaluate_returns_a_run_its_budget_stopped_and_resumes_it(tmp_path):
 
 
 def test_evaluate_rescores_a_run_with_another_judge(tmp_path):
-    from run import evaluate
+    from dyneval import evaluate
 
     with StandIn() as standin:
         first = evaluate("llmeval", target=standin.spec("target"), evaluator=standin.spec("judge"),
@@ -72,7 +73,7 @@ def test_evaluate_rescores_a_run_with_another_judge(tmp_path):
     ({"rescore": "no-such-run", "evaluator": "x@http://127.0.0.1:9/v1"}, "no run 'no-such-run'"),
 ])
 def test_bad_options_raise_an_input_error_before_anything_runs(tmp_path, options, says):
-    from run import evaluate
+    from dyneval import evaluate
 
     with pytest.raises(InputError) as error:
         evaluate("interview", out=str(tmp_path / "runs"), skip_preflight=True, **options)
@@ -81,7 +82,7 @@ def test_bad_options_raise_an_input_error_before_anything_runs(tmp_path, options
 
 
 def test_a_rescore_stopped_by_its_budget_resumes_still_replaying_the_target(tmp_path):
-    from run import evaluate
+    from dyneval import evaluate
 
     with StandIn() as standin:
         first = evaluate("interview", target=standin.spec("target"), evaluator=standin.spec("judge"),
@@ -99,7 +100,7 @@ def test_a_rescore_stopped_by_its_budget_resumes_still_replaying_the_target(tmp_
 
 def test_evaluate_runs_a_mode_without_units_and_takes_one_file_for_a_list_option(tmp_path):
     """ATAD's --evaluate mode with ``benchmark=`` one path (the flag takes several), then llmeval's leaderboard."""
-    from run import evaluate
+    from dyneval import evaluate
     from tests.golden_runs import respond
 
     with StandIn(respond=respond) as standin:

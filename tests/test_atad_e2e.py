@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes.atad.problems import structure_errors
+from dyneval.nodes.atad.problems import structure_errors
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,11 +8,11 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
 
-from graphs.atad import after_check
-from nodes.atad.outcome import check_structure
-from nodes.atad.student import solve
-from state.atad import AtadContext
-from state.errors import InfraError
+from dyneval.graphs.atad import after_check
+from dyneval.nodes.atad.outcome import check_structure
+from dyneval.nodes.atad.student import solve
+from dyneval.state.atad import AtadContext
+from dyneval.state.errors import InfraError
 from tests.fakes import ScriptedChat
 from tests.test_atad_support import (World, orchestrator_chat, run_graph, services, steps, student_chat,
                                      teacher_chat, unit_input)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, generation_stats,
+from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, generation_stats,
                                     per_task_accuracy, review_summary)
 
 

@@ -11,12 +11,12 @@ import openai
 import pytest
 from rich.console import Console
 
-from protocols.atad import AtadProtocol
-from protocols.atad.benchmark import load_benchmark
-from runtime.llm import current_unit
-from runtime.runner import execute, open_run
-from state.config import ModelSpec, RunConfig
-from state.errors import InputError
+from dyneval.protocols.atad import AtadProtocol
+from dyneval.protocols.atad.benchmark import load_benchmark
+from dyneval.runtime.llm import current_unit
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import ModelSpec, RunConfig
+from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat
 from tests.test_atad_support import World, orchestrator_chat, run_graph, student_chat, teacher_chat, unit_input
 from tests.conftest import make_services

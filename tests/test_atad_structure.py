@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.atad.problems import copies_example, is_correct, normalize, render, structure_errors
-from state.atad import level_for, parse_ladder
+from dyneval.nodes.atad.problems import copies_example, is_correct, normalize, render, structure_errors
+from dyneval.state.atad import level_for, parse_ladder
 
 FIVE = ["Alpha rises.", "Beta falls.", "Gamma waits.", "Delta turns.", "Epsilon ends."]
 CHOICES = ["bright", "dim", "loud", "quiet", "warm"]

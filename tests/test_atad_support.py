@@ -115,8 +115,8 @@ def services(tmp_path, world: World, *, teacher=None, orchestrator=None, student
 
 
 def run_graph(svc, inputs: dict[str, Any], thread: str = "u1", **ctx_fields) -> dict[str, Any]:
-    from graphs.atad import builder
-    from state.atad import AtadContext
+    from dyneval.graphs.atad import builder
+    from dyneval.state.atad import AtadContext
 
     graph = builder.compile(checkpointer=InMemorySaver())
     ctx = AtadContext(services=svc, **ctx_fields)

@@ -308,7 +308,7 @@ def _check(case: Case, code: int, out: str, err: str, tmp_path: Path, before: se
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_bad_input_exits_2_with_one_line_blaming_the_source_and_leaves_nothing(case, tmp_path, monkeypatch, capsys,
                                                                               standin):
-    import run
+    from dyneval import cli as run
 
     argv, env = _prepare(case, tmp_path, standin)
     for name, value in env.items():

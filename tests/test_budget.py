@@ -19,7 +19,7 @@ CONCURRENCY = 2
 
 
 def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path]:
-    import run
+    from dyneval import cli as run
 
     before = set(out.iterdir()) if out.exists() else set()
     code = run.main(["--protocol", "interview", "--limit", "3", "--out", str(out), "--skip-preflight",
@@ -32,7 +32,7 @@ def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path]:
 @pytest.mark.parametrize("flag, limit", [("--max-calls", 10), ("--max-tokens", 250)])
 def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_ends_as_an_unbudgeted_run(
         tmp_path, capsys, flag, limit):
-    import run
+    from dyneval import cli as run
 
     with StandIn(latency_s=0.02) as standin:
         _, full = _interview(tmp_path / "full", standin)
@@ -60,7 +60,7 @@ def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_en
 
 
 def test_a_budget_of_zero_or_text_is_one_line_and_exit_2(tmp_path, capsys):
-    import run
+    from dyneval import cli as run
 
     for value, says in (("0", "greater than or equal to 1"), ("many", "invalid int")):
         assert run.main(["--protocol", "interview", "--out", str(tmp_path), "--max-calls", value]) == 2
@@ -69,7 +69,7 @@ def test_a_budget_of_zero_or_text_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_the_budget_is_read_from_the_environment(tmp_path, capsys, monkeypatch):
-    import run
+    from dyneval import cli as run
 
     monkeypatch.setenv("DYNEVAL_MAX_TOKENS", "0")
     assert run.main(["--protocol", "interview", "--out", str(tmp_path)]) == 2

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from state.config import ModelSpec
+from dyneval.state.config import ModelSpec
 
 TOOL_REPLY = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
               "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -71,7 +71,7 @@ def server():
 
 def _models(url: str, **spec: Any):
     """The chat model as built for a run, and the same model on the OpenAI client's own ``create``."""
-    from runtime.models import ChatCompletionsPost, build_chat_model
+    from dyneval.runtime.models import ChatCompletionsPost, build_chat_model
 
     ours = build_chat_model(ModelSpec(model="m", base_url=url, **spec))
     assert isinstance(ours.client, ChatCompletionsPost)
@@ -91,7 +91,7 @@ def test_request_bytes_and_reply_equal_the_clients_create(server, kind, monkeypa
 
     spec: dict[str, Any] = {"max_tokens": 64, "temperature": 0.3}
     if kind == "embedded_extra_body":
-        import runtime.models as models
+        import dyneval.runtime.models as models
 
         monkeypatch.setattr(models, "embedded_base_url", lambda: server.url)
         spec["provider"] = "embedded"
@@ -131,7 +131,7 @@ def test_status_errors_are_the_clients_classes_with_retry_after(server):
     import openai
     from langchain_core.messages import HumanMessage
 
-    from runtime.llm import is_overload, is_transient, retry_after
+    from dyneval.runtime.llm import is_overload, is_transient, retry_after
 
     ours, _ = _models(server.url)
     server.reply = (429, {"Retry-After": "7"}, {"error": {"message": "slow down", "type": "rate_limit"}})

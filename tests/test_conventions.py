@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from prompts import all_prompt_names, load_prompt
-from protocols import REGISTRY, protocol_class
-from state.context import BaseContext
+from dyneval.prompts import all_prompt_names, load_prompt
+from dyneval.protocols import REGISTRY, protocol_class
+from dyneval.state.context import BaseContext
 
 REPO = Path(__file__).resolve().parents[1]
 PROTOCOLS = sorted(REGISTRY)
@@ -29,7 +29,7 @@ def test_every_prompt_declares_exactly_the_variables_it_uses(name):
 
 @pytest.mark.parametrize("name", PROTOCOLS)
 def test_graph_module_exports_builder_and_a_graph_without_checkpointer(name):
-    module = importlib.import_module(f"graphs.{name}")
+    module = importlib.import_module(f"dyneval.graphs.{name}")
     assert module.graph.checkpointer is None  # langgraph dev refuses graphs with their own
     assert module.graph.name == name
     assert issubclass(module.builder.context_schema, BaseContext)
@@ -41,7 +41,7 @@ def test_graph_module_exports_builder_and_a_graph_without_checkpointer(name):
 def test_langgraph_json_lists_every_protocol_graph():
     graphs = json.loads((REPO / "langgraph.json").read_text())["graphs"]
     modules = {p.stem for p in (REPO / "graphs").glob("*.py") if p.stem != "__init__"}
-    assert graphs == {name: f"./graphs/{name}.py:graph" for name in modules}
+    assert graphs == {name: f"dyneval.graphs.{name}:graph" for name in modules}
     assert set(PROTOCOLS) <= set(graphs)
 
 
@@ -74,7 +74,7 @@ GRAPH_MODULES = sorted(p.stem for p in (REPO / "graphs").glob("*.py") if p.stem 
 def test_every_router_is_typed_and_defined_beside_its_edges_in_the_graph_module(name):
     """Routing lives in graphs/<p>.py: no node routes itself with Command(goto=...), and every router is a
     function of that module with a Literal return type (else Studio draws an edge to every node)."""
-    module = importlib.import_module(f"graphs.{name}")
+    module = importlib.import_module(f"dyneval.graphs.{name}")
     assert not [n for n, spec in module.builder.nodes.items() if spec.ends], "a node routes with Command(goto=...)"
     for source, branches in module.builder.branches.items():
         for spec in branches.values():
@@ -85,7 +85,7 @@ def test_every_router_is_typed_and_defined_beside_its_edges_in_the_graph_module(
 
 @pytest.mark.parametrize("name", GRAPH_MODULES)
 def test_drawn_graph_has_an_edge_into_and_out_of_every_node(name):
-    graph = importlib.import_module(f"graphs.{name}").graph
+    graph = importlib.import_module(f"dyneval.graphs.{name}").graph
     edges = graph.get_graph().edges
     nodes = set(graph.builder.nodes)
     assert nodes - {e.source for e in edges} == set(), "a node with no drawn edge out"
@@ -95,7 +95,8 @@ def test_drawn_graph_has_an_edge_into_and_out_of_every_node(name):
 
 def test_node_modules_hold_no_routing():
     """No Command(goto=...) and no Literal naming a graph node or END anywhere under nodes/: routers go to graphs/."""
-    targets = {"__end__"} | {n for name in GRAPH_MODULES for n in importlib.import_module(f"graphs.{name}").builder.nodes}
+    targets = {"__end__"} | {n for name in GRAPH_MODULES
+                             for n in importlib.import_module(f"dyneval.graphs.{name}").builder.nodes}
     for path in (REPO / "nodes").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Command":

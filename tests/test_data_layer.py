@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from protocols.atad.benchmark import load_benchmark
-from protocols.interview import InterviewProtocol
-from protocols.interview.data import load_seeds
-from protocols.judgeagent import JudgeAgentProtocol
-from protocols.judgeagent.data import load_questions
-from state.errors import InputError
-from runtime.runner import execute, open_run
-from state.config import RunConfig
-from stores.context_graph import load_knowledge_base
-from stores.inputs import FieldMap, read_records
+from dyneval.protocols.atad.benchmark import load_benchmark
+from dyneval.protocols.interview import InterviewProtocol
+from dyneval.protocols.interview.data import load_seeds
+from dyneval.protocols.judgeagent import JudgeAgentProtocol
+from dyneval.protocols.judgeagent.data import load_questions
+from dyneval.state.errors import InputError
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
+from dyneval.stores.context_graph import load_knowledge_base
+from dyneval.stores.inputs import FieldMap, read_records
 from tests.fakes import ScriptedChat
 from tests.test_judgeagent_support import FakeEvaluator
 
@@ -272,13 +272,19 @@ def test_a_text_answer_that_is_both_an_index_and_another_options_text_is_refused
     assert q.answer == "B"  # a JSON integer is an index (MMLU's answer: 1)
 
 
-def test_parquet_is_refused_with_a_clear_message_without_pyarrow(tmp_path):
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("pyarrow is installed: .parquet is read")
+def test_parquet_is_read_with_pyarrow(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "q.parquet"
+    pq.write_table(pa.table({"question": ["What is 6 x 7?"], "answer": [42]}), path)
+    [record] = read_records(path, flag="--data")
+    assert record.data == {"question": "What is 6 x 7?", "answer": 42} and record.n == 1
+
+
+def test_parquet_is_refused_with_a_clear_message_without_pyarrow(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed: importing it raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     path = tmp_path / "q.parquet"
     path.write_bytes(b"PAR1\x00\x00PAR1")
     message = error_of(read_records, path)

@@ -20,10 +20,10 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 from rich.console import Console
 
-from runtime.events import EventLog
-from runtime.protocol import Run, Unit
-from runtime.services import Services
-from state.config import ModelSpec, RunConfig
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.protocol import Run, Unit
+from dyneval.runtime.services import Services
+from dyneval.state.config import ModelSpec, RunConfig
 from tests.standin_endpoint import Faults, StandIn
 from tests.test_judgeagent_support import write_kb
 
@@ -100,7 +100,7 @@ def interview_verdicts(records: list[dict[str, Any]]) -> dict[str, list[tuple]]:
 
 
 def test_interview_grader_that_never_answers_usably_leaves_every_verdict_ungraded(tmp_path):
-    from protocols.interview import InterviewProtocol
+    from dyneval.protocols.interview import InterviewProtocol
 
     protocol = InterviewProtocol()
     with StandIn(respond=garbage_for("grader")) as standin:
@@ -123,7 +123,7 @@ def test_interview_grader_that_never_answers_usably_leaves_every_verdict_ungrade
 
 
 def test_interview_verdicts_under_transient_and_malformed_faults_equal_the_clean_run(tmp_path):
-    from protocols.interview import InterviewProtocol
+    from dyneval.protocols.interview import InterviewProtocol
 
     protocol = InterviewProtocol()
     runs = {}
@@ -145,7 +145,7 @@ JUDGE_ROLES = {"target": "target", "evaluator": "evaluator"}
 
 
 def judgeagent_units(kb: Path) -> list[Unit]:
-    from state.judgeagent import BaseQuestion
+    from dyneval.state.judgeagent import BaseQuestion
 
     qs = [BaseQuestion(id=f"q{i}", question=f"Which port does the Voss Canal reach, case {i}?", answer="Harl")
           for i in range(4)]
@@ -158,7 +158,7 @@ def judgeagent_params(kb: Path) -> dict[str, Any]:
 
 
 def test_judgeagent_judge_that_never_answers_usably_leaves_every_verdict_ungraded(tmp_path):
-    from protocols.judgeagent import JudgeAgentProtocol
+    from dyneval.protocols.judgeagent import JudgeAgentProtocol
 
     kb = write_kb(tmp_path / "kb")
     protocol = JudgeAgentProtocol()
@@ -194,7 +194,7 @@ def _judgeagent_verdicts(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_judgeagent_verdicts_under_transient_and_malformed_faults_equal_the_clean_run(tmp_path):
-    from protocols.judgeagent import JudgeAgentProtocol
+    from dyneval.protocols.judgeagent import JudgeAgentProtocol
 
     kb = write_kb(tmp_path / "kb")
     protocol = JudgeAgentProtocol()
@@ -213,10 +213,10 @@ def test_judgeagent_verdicts_under_transient_and_malformed_faults_equal_the_clea
 # -- llmeval --------------------------------------------------------------------------------------
 
 def _llmeval_session(tmp_path: Path, standin: StandIn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from graphs.llmeval import builder
-    from nodes.llmeval.bankio import import_file
-    from state.llmeval import LLMEvalContext
-    from stores.question_bank import QuestionBank
+    from dyneval.graphs.llmeval import builder
+    from dyneval.nodes.llmeval.bankio import import_file
+    from dyneval.state.llmeval import LLMEvalContext
+    from dyneval.stores.question_bank import QuestionBank
 
     bank_path = tmp_path / "bank.sqlite"
     import_file(QuestionBank(bank_path), Path(__file__).resolve().parents[1] / "samples" / "llmeval" / "bank.jsonl")
@@ -228,7 +228,7 @@ def _llmeval_session(tmp_path: Path, standin: StandIn) -> tuple[dict[str, Any], 
 
 
 def test_llmeval_judge_that_never_answers_usably_leaves_every_answer_ungraded(tmp_path):
-    from protocols.llmeval.protocol import LLMEvalProtocol
+    from dyneval.protocols.llmeval.protocol import LLMEvalProtocol
 
     with StandIn(respond=garbage_for("evaluator")) as standin:
         final, items = _llmeval_session(tmp_path, standin)
@@ -276,7 +276,7 @@ ATAD_ROLES = {"target": "student", "evaluator": "reviewer"}
 
 
 def test_atad_reviewer_that_never_answers_usably_leaves_every_review_ungraded(tmp_path):
-    from protocols.atad.evaluation import AtadEvalProtocol, evaluation_metrics
+    from dyneval.protocols.atad.evaluation import AtadEvalProtocol, evaluation_metrics
 
     protocol = AtadEvalProtocol()
     with StandIn(respond=garbage_for("reviewer")) as standin:
@@ -295,7 +295,7 @@ def test_atad_reviewer_that_never_answers_usably_leaves_every_review_ungraded(tm
 
 
 def test_atad_outcomes_under_transient_and_malformed_faults_equal_the_clean_run(tmp_path):
-    from protocols.atad.evaluation import AtadEvalProtocol
+    from dyneval.protocols.atad.evaluation import AtadEvalProtocol
 
     runs = {}
     for name, faults in (("clean", Faults()), ("faulty", Faults(transient=0.3, malformed=0.3, seed=4))):

@@ -79,9 +79,9 @@ def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_w
 def test_ctrl_c_in_process_launches_no_more_units_refuses_the_next_request_and_resume_finishes(tmp_path):
     from rich.console import Console
 
-    from runtime import stop
-    from runtime.runner import RunInterrupted, execute, open_run
-    from state.config import RunConfig
+    from dyneval.runtime import stop
+    from dyneval.runtime.runner import RunInterrupted, execute, open_run
+    from dyneval.state.config import RunConfig
     from tests.fakes import ScriptedChat, last_text
     from tests.toy_protocol import ToyProtocol
 
@@ -128,9 +128,9 @@ def test_a_finished_units_record_is_saved_by_its_worker_so_a_ctrl_c_in_the_main_
 
     from rich.console import Console
 
-    from runtime.runner import execute, open_run
-    from state.config import RunConfig
-    from stores.results import ResultStore
+    from dyneval.runtime.runner import execute, open_run
+    from dyneval.state.config import RunConfig
+    from dyneval.stores.results import ResultStore
     from tests.fakes import ScriptedChat, last_text
     from tests.toy_protocol import ToyProtocol
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from nodes.interview import checks
-from nodes.interview.interviewer import modification_problem
+from dyneval.nodes.interview import checks
+from dyneval.nodes.interview.interviewer import modification_problem
 
 
 @pytest.mark.parametrize("feedback, answer", [

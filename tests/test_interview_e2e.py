@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes.interview import checks
+from dyneval.nodes.interview import checks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,9 +40,11 @@ def _run(tmp_path: Path, *args: str) -> tuple[Path, list[dict], dict]:
     proc = subprocess.run([sys.executable, "run.py", "--protocol", "interview", "--config", str(cfg), "--out",
                            str(out), "--skip-preflight", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=1700)  # hang guard only: a loaded machine makes SmolLM2 very slow
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert proc.returncode in (0, 4), proc.stderr[-3000:] + proc.stdout[-2000:]
     run_dir = next(out.iterdir())
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    # exit 4 = the run ended with units ungraded (the embedded judge often gives no usable verdict), else 0
+    assert proc.returncode == (0 if all(r["status"] == "ok" for r in records) else 4), proc.stdout[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     return run_dir, records, summary
 

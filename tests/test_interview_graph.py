@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from langgraph.runtime import Runtime
 
-from graphs.interview import after_followup, after_grade
-from protocols.interview import InterviewProtocol, metrics
-from runtime.protocol import Unit
-from state.interview import InterviewContext
+from dyneval.graphs.interview import after_followup, after_grade
+from dyneval.protocols.interview import InterviewProtocol, metrics
+from dyneval.runtime.protocol import Unit
+from dyneval.state.interview import InterviewContext
 from tests.fakes import ScriptedChat
 from tests.test_interview_world import math_seed, run_session, services, simulated_interviewee
 

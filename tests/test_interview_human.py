@@ -26,8 +26,8 @@ def drive(workdir: str, answers_json: str) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
 
-    from graphs.interview import builder
-    from state.interview import InterviewContext
+    from dyneval.graphs.interview import builder
+    from dyneval.state.interview import InterviewContext
     from tests.fakes import ScriptedChat
 
     work = Path(workdir)
@@ -87,9 +87,9 @@ def test_human_session_pauses_at_the_question_and_a_new_process_resumes_it(tmp_p
 
 
 def test_runner_asks_on_the_terminal_and_resumes_after_a_crash(tmp_path, monkeypatch):
-    from protocols.interview import InterviewProtocol
-    from runtime.runner import execute, open_run
-    from state.config import RunConfig
+    from dyneval.protocols.interview import InterviewProtocol
+    from dyneval.runtime.runner import execute, open_run
+    from dyneval.state.config import RunConfig
     from tests.fakes import ScriptedChat
     from tests.test_interview_world import grader, interviewer
 

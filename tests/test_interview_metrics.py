@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scipy.stats import pearsonr
 
-from protocols.interview import metrics
+from dyneval.protocols.interview import metrics
 
 
 def rec(uid, scores, *, solved=None, judge=None, fups=(), errors=(), words=None, repeat=0, task="math", status="ok"):

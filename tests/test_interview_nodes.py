@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from langgraph.runtime import Runtime
 
-from nodes.interview import checks
-from nodes.interview.grader import grade, single_turn_judge
-from nodes.interview.interviewee import answer
-from nodes.interview.interviewer import ask_followup, give_feedback, modify_question, summarize_session
-from state.interview import InterviewContext
+from dyneval.nodes.interview import checks
+from dyneval.nodes.interview.grader import grade, single_turn_judge
+from dyneval.nodes.interview.interviewee import answer
+from dyneval.nodes.interview.interviewer import ask_followup, give_feedback, modify_question, summarize_session
+from dyneval.state.interview import InterviewContext
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat, all_text, last_text
 from tests.test_interview_world import field, grader, interviewer, math_seed

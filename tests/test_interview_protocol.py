@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from protocols.interview import InterviewProtocol
-from protocols.interview.data import load_seeds
-from runtime.runner import execute, open_run
-from state.config import RunConfig
-from state.errors import InputError
+from dyneval.protocols.interview import InterviewProtocol
+from dyneval.protocols.interview.data import load_seeds
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat
 from tests.test_interview_world import grader, interviewer, math_seed, simulated_interviewee
 

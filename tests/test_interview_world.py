@@ -123,8 +123,8 @@ def services(tmp_path, target, params: dict | None = None, inter=interviewer, gr
 
 def run_session(seed: dict[str, Any], svc, saver=None, thread: str | None = None, **ctx_fields) -> dict[str, Any]:
     """Run one interview to its end on the graph (in-memory checkpoints) and return the final state."""
-    from graphs.interview import builder
-    from state.interview import InterviewContext
+    from dyneval.graphs.interview import builder
+    from dyneval.state.interview import InterviewContext
 
     graph = builder.compile(checkpointer=saver or InMemorySaver())
     uid = thread or seed["id"]

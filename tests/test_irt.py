@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from nodes import irt
+from dyneval.nodes import irt
 
 
 def test_probability_information_and_log_likelihood_match_hand_computation():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocols.judgeagent.metrics import difficulty_distribution, overall_score
-from state.judgeagent import BaseQuestion
+from dyneval.protocols.judgeagent.metrics import difficulty_distribution, overall_score
+from dyneval.state.judgeagent import BaseQuestion
 from tests.test_judgeagent_support import FakeEvaluator, SimulatedTarget, fake_services, run_batch, write_kb
 
 BATCHES = 12

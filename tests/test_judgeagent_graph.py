@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from state.judgeagent import BaseQuestion
+from dyneval.state.judgeagent import BaseQuestion
 from tests.fakes import last_text
 from tests.test_judgeagent_support import FakeEvaluator, SimulatedTarget, fake_services, run_batch, write_kb
 

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nodes import irt
-from nodes.judgeagent.adaptive import expected_average
-from state.config import RunConfig
-from state.errors import InputError
-from state.judgeagent import DIFFICULTIES, BaseQuestion, DifficultyControl
+from dyneval.nodes import irt
+from dyneval.nodes.judgeagent.adaptive import expected_average
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
+from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion, DifficultyControl
 from tests.fakes import last_text
 from tests.test_judgeagent_support import FakeEvaluator, fake_services
 
@@ -44,8 +44,8 @@ def run_pool(tmp_path: Path, checkpointer: Any = None, responder: Any = target, 
     """One thread over :data:`POOL` (``resume``: continue the checkpointed thread instead of starting it)."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from graphs.judgeagent import builder
-    from state.judgeagent import JudgeAgentContext
+    from dyneval.graphs.judgeagent import builder
+    from dyneval.state.judgeagent import JudgeAgentContext
 
     svc = fake_services(tmp_path, FakeEvaluator(), responder)
     ctx = JudgeAgentContext(services=svc, no_extension=True, no_validation=True, **params)
@@ -137,8 +137,8 @@ def test_resume_after_a_failed_target_call_neither_repeats_nor_loses_an_answer(t
 
 
 def test_without_item_parameters_grading_takes_the_whole_batch_and_records_nothing_adaptive(tmp_path):
-    from protocols.judgeagent import JudgeAgentProtocol
-    from runtime.protocol import Unit
+    from dyneval.protocols.judgeagent import JudgeAgentProtocol
+    from dyneval.runtime.protocol import Unit
     from tests.test_judgeagent_support import run_batch, write_kb
 
     svc = fake_services(tmp_path, FakeEvaluator(), target)
@@ -174,7 +174,7 @@ def fake_run(tmp_path: Path, target_spec: str, **params: Any) -> Any:
 
 
 def test_responses_keep_each_models_latest_graded_answer_and_leave_out_ungraded_and_the_current_target(tmp_path):
-    from protocols.judgeagent.irt import responses, run_dirs
+    from dyneval.protocols.judgeagent.irt import responses, run_dirs
 
     qs = POOL[:3]
     m1, m2, me = "m1@http://127.0.0.1:9/v1", "m2@http://127.0.0.1:9/v1", "me@http://127.0.0.1:9/v1"
@@ -195,7 +195,7 @@ def test_responses_keep_each_models_latest_graded_answer_and_leave_out_ungraded_
 
 @pytest.mark.parametrize("model", ["2pl", "1pl"])
 def test_calibration_fits_only_questions_with_enough_responses(tmp_path, model):
-    from protocols.judgeagent.irt import calibrate_runs
+    from dyneval.protocols.judgeagent.irt import calibrate_runs
 
     qs = POOL[:3]
     for i in range(6):  # six targets: qA and qB answered by all (ability ordered), qC by two
@@ -214,7 +214,7 @@ def test_calibration_fits_only_questions_with_enough_responses(tmp_path, model):
 
 
 def test_runs_on_another_benchmark_missing_directories_and_other_protocols_are_refused(tmp_path):
-    from protocols.judgeagent.irt import calibrate_runs
+    from dyneval.protocols.judgeagent.irt import calibrate_runs
 
     qs = POOL[:3]
     other = [BaseQuestion(id="qA", question="Something else entirely?", answer="yes")]

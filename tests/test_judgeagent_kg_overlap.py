@@ -20,16 +20,16 @@ from typing import Any, Callable
 import pytest
 from rich.console import Console
 
-import runtime.runner as runner
-from protocols.judgeagent import JudgeAgentProtocol
-from runtime.llm import current_unit
-from runtime.protocol import Unit
-from runtime.runner import RunInterrupted, execute, open_run
-from runtime.services import Background, Services
-from runtime import stop
-from state.config import RunConfig
-from state.errors import InfraError
-from stores.results import ResultStore
+import dyneval.runtime.runner as runner
+from dyneval.protocols.judgeagent import JudgeAgentProtocol
+from dyneval.runtime.llm import current_unit
+from dyneval.runtime.protocol import Unit
+from dyneval.runtime.runner import RunInterrupted, execute, open_run
+from dyneval.runtime.services import Background, Services
+from dyneval.runtime import stop
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InfraError
+from dyneval.stores.results import ResultStore
 from tests.fake_embedding import HashEmbedding
 from tests.fakes import ScriptedChat, all_text
 from tests.test_judgeagent_support import FakeEvaluator, SimulatedTarget
@@ -390,7 +390,7 @@ def test_a_failed_build_exits_like_bad_input_in_prepare_did(tmp_path, monkeypatc
     """A build that cannot start (an embeddings endpoint without its key) is one ``error:`` line, exit 2."""
     import contextlib
 
-    import run as cli
+    from dyneval import cli
     from tests.golden_runs import ROLES, respond
     from tests.standin_endpoint import StandIn
 
@@ -446,8 +446,8 @@ def test_the_no_context_graph_ablation_never_waits_for_the_build(tmp_path, hash_
 
 
 def test_a_stopped_build_embeds_no_further_chunk_batch(tmp_path):
-    from stores.context_graph import CHUNK_BATCH, Document, open_context_graph
-    from stores.vectors import chroma_client
+    from dyneval.stores.context_graph import CHUNK_BATCH, Document, open_context_graph
+    from dyneval.stores.vectors import chroma_client
 
     class Slow(HashEmbedding):
         def __call__(self, input):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from protocols.judgeagent.metrics import (difficulty_distribution, dynamic_scores, overall_score,
+from dyneval.protocols.judgeagent.metrics import (difficulty_distribution, dynamic_scores, overall_score,
                                           validation_by_label, validation_metrics)
-from state.judgeagent import DifficultyConfigError, DifficultyControl
+from dyneval.state.judgeagent import DifficultyConfigError, DifficultyControl
 
 
 @pytest.mark.parametrize("score,answered,expected", [

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from protocols.judgeagent import JudgeAgentProtocol
-from protocols.judgeagent.data import load_questions, split_batches
-from runtime.runner import execute, open_run
-from state.config import RunConfig
-from state.errors import InputError
+from dyneval.protocols.judgeagent import JudgeAgentProtocol
+from dyneval.protocols.judgeagent.data import load_questions, split_batches
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat, all_text
 from tests.test_judgeagent_support import FakeEvaluator, SimulatedTarget
 

@@ -100,8 +100,8 @@ def run_batch(svc: Any, batch: list[Any], kb: Path, thread: str = "u1", **params
     """Run one JudgeAgent thread on ``batch`` (BaseQuestion objects) with an in-memory checkpointer."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from graphs.judgeagent import builder
-    from state.judgeagent import JudgeAgentContext
+    from dyneval.graphs.judgeagent import builder
+    from dyneval.state.judgeagent import JudgeAgentContext
 
     ctx = JudgeAgentContext(services=svc, kb=str(kb), **params)
     graph = builder.compile(checkpointer=InMemorySaver())
@@ -116,7 +116,7 @@ def fake_services(tmp_path: Path, evaluator: Any, target: Any, params: dict[str,
 
 
 def test_label_entities_batches_texts_and_falls_back_to_keywords(tmp_path):
-    from nodes.judgeagent.knowledge import label_entities
+    from dyneval.nodes.judgeagent.knowledge import label_entities
 
     ev = FakeEvaluator()
     svc = fake_services(tmp_path, ev, lambda m, t: "x")
@@ -131,7 +131,7 @@ def test_label_entities_batches_texts_and_falls_back_to_keywords(tmp_path):
 
 
 def test_label_entities_drops_entities_not_in_the_text(tmp_path):
-    from nodes.judgeagent.knowledge import label_entities
+    from dyneval.nodes.judgeagent.knowledge import label_entities
 
     def evaluator(messages, tool):
         return {"labeled": [{"n": 1, "entities": ["Harl", "Atlantis", "Voss Canal"]}]}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from stores.context_graph import load_knowledge_base, open_context_graph
+from dyneval.stores.context_graph import load_knowledge_base, open_context_graph
 from tests.conftest import make_services
 from tests.test_judgeagent_support import CAPITALISED, write_kb
-from tools.knowledge import knowledge_tools
+from dyneval.tools.knowledge import knowledge_tools
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,8 @@ def test_path_tool_falls_back_to_random_chunks_without_entities_and_for_the_abla
 
 def test_the_judgeagent_node_samples_its_path_through_the_agents_tool(monkeypatch, tmp_path):
     """The protocol runs the very tool a user hands to an agent, with the node's per-round seed."""
-    import nodes.judgeagent.knowledge as knowledge
-    from tools.knowledge import knowledge_tools as real_tools
+    import dyneval.nodes.judgeagent.knowledge as knowledge
+    from dyneval.tools.knowledge import knowledge_tools as real_tools
 
     calls = []
 

@@ -8,12 +8,12 @@ import json
 import pytest
 from rich.console import Console
 
-from protocols.judgecheck import JudgeCheckProtocol
-from protocols.judgecheck.data import load_items
-from run import main
-from runtime.runner import execute, open_run
-from state.config import RunConfig
-from state.errors import InputError
+from dyneval.protocols.judgecheck import JudgeCheckProtocol
+from dyneval.protocols.judgecheck.data import load_items
+from dyneval.cli import main
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat, all_text
 
 JURY = [f"judge-{x}@http://127.0.0.1:9/v1" for x in "abc"]
@@ -210,7 +210,7 @@ def test_the_report_plots_agreement_against_cost_for_each_judge_and_the_jury(tmp
 
 
 def test_scatter_draws_a_point_whose_interval_does_not_contain_it(tmp_path):
-    from runtime.report import scatter
+    from dyneval.runtime.report import scatter
 
     path = scatter(tmp_path / "s.png", {"a": (10.0, 0.5), "b": (30.0, 0.9)}, errors={"a": (0.55, 0.7)},
                    title="t", xlabel="x", ylabel="y")

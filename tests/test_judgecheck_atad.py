@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from protocols.judgecheck.data import load_items
-from state.errors import InputError
+from dyneval.protocols.judgecheck.data import load_items
+from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat, all_text
 from tests.test_judgecheck import _execute, _records
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from run import main
+from dyneval.cli import main
 
 
 @pytest.mark.integration

@@ -19,8 +19,8 @@ import json
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from prompts import load_prompt
-from run import main
+from dyneval.prompts import load_prompt
+from dyneval.cli import main
 from tests.standin_endpoint import StandIn
 
 DATA = "llmbar/Processed_MT-Bench.json"

@@ -3,8 +3,8 @@ judges' stars; a vote without a majority leaves the answer unscored as ``split``
 
 from __future__ import annotations
 
-from nodes.llmeval.judge import code_verdict
-from stores.question_bank import QuestionBank
+from dyneval.nodes.llmeval.judge import code_verdict
+from dyneval.stores.question_bank import QuestionBank
 from tests.fakes import ScriptedChat
 from tests.test_llmeval_graph import ctx_for, new_bank, run_session
 

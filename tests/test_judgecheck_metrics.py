@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from protocols.judgecheck import metrics
-from protocols.judgecheck.metrics import Obs
-from state.judgecheck import SPLIT, majority
+from dyneval.protocols.judgecheck import metrics
+from dyneval.protocols.judgecheck.metrics import Obs
+from dyneval.state.judgecheck import SPLIT, majority
 
 
 def pair(id_: str, label: str, original: str | None, swapped: str | None) -> Obs:

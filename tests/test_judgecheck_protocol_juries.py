@@ -9,12 +9,12 @@ import json
 import pytest
 from rich.console import Console
 
-from nodes.interview.grader import by_jury, grade_response
-from nodes.judgeagent.judging import grade_reply
-from protocols.interview import InterviewProtocol
-from runtime.runner import execute, open_run
-from state.config import RunConfig
-from state.judgecheck import SPLIT, jury_vote
+from dyneval.nodes.interview.grader import by_jury, grade_response
+from dyneval.nodes.judgeagent.judging import grade_reply
+from dyneval.protocols.interview import InterviewProtocol
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
+from dyneval.state.judgecheck import SPLIT, jury_vote
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 from tests.test_interview_world import interviewer, math_seed, simulated_interviewee
@@ -114,7 +114,7 @@ def test_an_interview_with_a_split_jury_stops_the_session_and_the_report_counts_
 
 @pytest.mark.parametrize("protocol", ["interview", "judgeagent"])
 def test_a_bad_jury_reference_exits_2_naming_the_flag_before_anything_is_created(tmp_path, capsys, protocol):
-    from run import main
+    from dyneval.cli import main
 
     out = tmp_path / "runs"
     assert main(["--protocol", protocol, "--judge-jury", "local", "nonsense", "--out", str(out), "--dry-run"]) == 2

@@ -1,6 +1,10 @@
 """Layers point one way: every import of a project module goes down this list or stays in its own package.
 
-    run.py -> protocols -> graphs -> nodes -> tools -> runtime -> stores -> state, prompts
+    dyneval (cli, api; run.py) -> protocols -> graphs -> nodes -> tools -> runtime -> stores -> state, prompts
+    -> samples
+
+Every project module is imported as ``dyneval.<folder>...``: a bare ``import state`` would take a host
+application's own ``state.py`` (and work only inside this repository).
 
 ``runtime`` (model resolver, LLM call layer, event log, runner) sits below the nodes and above ``stores``: it
 builds on the Chroma client, the checkpointers and the result files; the pure error kinds live in
@@ -19,9 +23,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Highest first; packages on one line are siblings and may not import each other.
-LAYERS: list[tuple[str, ...]] = [("run",), ("protocols",), ("graphs",), ("nodes",), ("tools",), ("runtime",),
-                                 ("stores",), ("state", "prompts")]
+LAYERS: list[tuple[str, ...]] = [("dyneval",), ("protocols",), ("graphs",), ("nodes",), ("tools",), ("runtime",),
+                                 ("stores",), ("state", "prompts"), ("samples",)]
 RANK = {package: len(LAYERS) - i for i, line in enumerate(LAYERS) for package in line}
+#: The repository's folders that install as ``dyneval.<folder>``.
+FOLDERS = set(RANK) - {"dyneval"}
 
 
 def imported_modules(source: str) -> list[str]:
@@ -36,24 +42,37 @@ def imported_modules(source: str) -> list[str]:
     return found
 
 
+def layer(module: str) -> str | None:
+    """The layer of a dotted ``dyneval...`` name: its folder, or ``dyneval`` for the package's own modules."""
+    parts = module.split(".")
+    if parts[0] != "dyneval":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in RANK else "dyneval"
+
+
 def violations(source: str, module: str) -> list[str]:
-    """``module: imports target`` for each import of a project module that points up or sideways."""
-    own = module.split(".")[0]
+    """``module: imports target`` for each import of a project module that points up or sideways, or that names a
+    project folder outside the ``dyneval`` namespace."""
+    own = layer(module)
     out = []
     for target in imported_modules(source):
-        top = target.split(".")[0]
-        if top in RANK and top != own and RANK[top] >= RANK[own]:
+        top = layer(target)
+        if target.split(".")[0] in FOLDERS:
+            out.append(f"{module}: imports {target} (not dyneval.{target})")
+        elif top is not None and top != own and RANK[top] >= RANK[own]:
             out.append(f"{module}: imports {target}")
     return out
 
 
 def project_modules() -> dict[str, Path]:
-    """Dotted name -> file, for run.py and every module of the layered packages."""
-    modules = {"run": ROOT / "run.py"}
+    """Dotted name -> file, for run.py, the dyneval package and every module of the layered folders."""
+    modules = {"dyneval.run": ROOT / "run.py"}
     for package in RANK:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+        root = ROOT / package
+        for path in root.rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            dotted = ["dyneval"] + ([package] if package != "dyneval" else []) + list(parts)
+            modules[".".join(dotted[:-1] if dotted[-1] == "__init__" else dotted)] = path
     return modules
 
 
@@ -63,19 +82,34 @@ def test_no_module_imports_against_the_layer_direction():
     assert not found, "imports against the layer direction:\n" + "\n".join(found)
 
 
-def test_every_installed_package_has_a_layer():
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
-    installed = {p.rstrip("*") for p in setuptools["packages"]["find"]["include"]} | set(setuptools["py-modules"])
-    assert installed == set(RANK), "place each installed package in LAYERS"
+def test_every_installed_folder_has_a_layer():
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "package-dir"]
+    assert {name.removeprefix("dyneval.") for name in package_dir} == set(RANK), "place each folder in LAYERS"
+
+
+def test_tests_and_benches_import_the_project_through_its_namespace():
+    """tests/ and bench/ run from the repository root, where a bare ``import state`` would still work."""
+    found = [f"{path.relative_to(ROOT)}: imports {target}" for folder in ("tests", "bench")
+             for path in (ROOT / folder).rglob("*.py")
+             for target in imported_modules(path.read_text(encoding="utf-8")) if target.split(".")[0] in FOLDERS]
+    assert not found, "\n".join(found)
 
 
 @pytest.mark.parametrize("source, module, expected", [
-    ("from protocols.llmeval.metrics import mean\n", "nodes.llmeval.scoring",
-     ["nodes.llmeval.scoring: imports protocols.llmeval.metrics"]),
-    ("def f():\n    import runtime.inputs\n", "stores.context_graph", ["stores.context_graph: imports runtime.inputs"]),
-    ("import graphs.atad, tools\n", "nodes.atad.teacher", ["nodes.atad.teacher: imports graphs.atad"]),
-    ("from prompts import load_prompt\n", "state.atad", ["state.atad: imports prompts"]),
-    ("from stores.files import append_line\nimport nodes.atad.common\n", "nodes.atad.teacher", []),
+    ("from dyneval.protocols.llmeval.metrics import mean\n", "dyneval.nodes.llmeval.scoring",
+     ["dyneval.nodes.llmeval.scoring: imports dyneval.protocols.llmeval.metrics"]),
+    ("def f():\n    import dyneval.runtime.inputs\n", "dyneval.stores.context_graph",
+     ["dyneval.stores.context_graph: imports dyneval.runtime.inputs"]),
+    ("import dyneval.graphs.atad, dyneval.tools\n", "dyneval.nodes.atad.teacher",
+     ["dyneval.nodes.atad.teacher: imports dyneval.graphs.atad"]),
+    ("from dyneval.prompts import load_prompt\n", "dyneval.state.atad",
+     ["dyneval.state.atad: imports dyneval.prompts"]),
+    ("from dyneval.cli import main\n", "dyneval.protocols.atad", ["dyneval.protocols.atad: imports dyneval.cli"]),
+    ("from state.atad import TASK_IDS\n", "dyneval.nodes.atad.teacher",
+     ["dyneval.nodes.atad.teacher: imports state.atad (not dyneval.state.atad)"]),
+    ("from dyneval.stores.files import append_line\nimport dyneval.nodes.atad.common\nimport tools\n",
+     "dyneval.nodes.atad.teacher", ["dyneval.nodes.atad.teacher: imports tools (not dyneval.tools)"]),
 ])
 def test_the_check_sees_upward_lazy_and_sideways_imports(source, module, expected):
     assert violations(source, module) == expected

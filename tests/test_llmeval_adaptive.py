@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nodes import irt
-from nodes.llmeval.calibration import calibrate_bank, load_params
-from stores.question_bank import Question, QuestionBank
+from dyneval.nodes import irt
+from dyneval.nodes.llmeval.calibration import calibrate_bank, load_params
+from dyneval.stores.question_bank import Question, QuestionBank
 from tests.fakes import ScriptedChat, all_text
 from tests.test_llmeval_graph import ctx_for, run_session
 
@@ -146,7 +146,7 @@ def test_adaptive_session_stops_at_the_target_standard_error_and_never_repeats_a
 def test_irt_ranking_has_intervals_that_cover_the_ranks_and_follows_the_true_abilities(calibrated):
     from scipy.stats import kendalltau
 
-    from protocols.llmeval.analyses import irt_ranking
+    from dyneval.protocols.llmeval.analyses import irt_ranking
 
     bank, _ = calibrated
     calibrate_bank(bank, "1pl", min_responses=10)
@@ -163,7 +163,7 @@ def test_irt_ranking_has_intervals_that_cover_the_ranks_and_follows_the_true_abi
 
 
 def test_paired_comparison_separates_distant_models_and_says_when_it_cannot_distinguish_close_ones(calibrated):
-    from protocols.llmeval.analyses import irt_ranking, paired_comparison
+    from dyneval.protocols.llmeval.analyses import irt_ranking, paired_comparison
 
     bank, _ = calibrated
     calibrate_bank(bank, "1pl", min_responses=10)
@@ -195,7 +195,7 @@ def test_calibrate_and_compare_from_the_command_line(calibrated, tmp_path):
 def test_concurrent_adaptive_sessions_of_one_model_never_share_a_question(calibrated, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from nodes.llmeval.adaptive import adaptive_step
+    from dyneval.nodes.llmeval.adaptive import adaptive_step
 
     bank, _ = calibrated
     calibrate_bank(bank, "1pl", min_responses=10)

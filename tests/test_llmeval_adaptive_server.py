@@ -10,10 +10,10 @@ import httpx
 import numpy as np
 import uvicorn
 
-from nodes.llmeval.calibration import calibrate_bank
-from protocols.llmeval.server import ExamServer, create_app
-from runtime.embedded import free_port
-from state.llmeval import LLMEvalContext
+from dyneval.nodes.llmeval.calibration import calibrate_bank
+from dyneval.protocols.llmeval.server import ExamServer, create_app
+from dyneval.runtime.embedded import free_port
+from dyneval.state.llmeval import LLMEvalContext
 from tests.standin_endpoint import StandIn
 from tests.test_llmeval_adaptive import answer_as, synthetic_bank
 

@@ -12,18 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from nodes.llmeval.augment import check_format, expand_mcq, redundant_variants
-from nodes.llmeval.bankio import CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name, to_question
-from state.errors import InputError
-from stores.inputs import FieldMap, Record
-from stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError
-from stores.vectors import chroma_client
+from dyneval.nodes.llmeval.augment import check_format, expand_mcq, redundant_variants
+from dyneval.nodes.llmeval.bankio import (CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name,
+                                          to_question)
+from dyneval.state.errors import InputError
+from dyneval.stores.inputs import FieldMap, Record
+from dyneval.stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError
+from dyneval.stores.vectors import chroma_client
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
 #: ``run.main`` restricted to llmeval: run.py puts every protocol's flags in one parser, so a clash between
 #: two other protocols' flags would otherwise break these CLI tests (see the report to the lead).
-CLI = [sys.executable, "-c", "import sys, protocols, run; "
+CLI = [sys.executable, "-c", "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
        "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))"]
 
 
@@ -149,7 +150,7 @@ def test_near_duplicates_are_found_through_the_chroma_index(tmp_path):
 
 
 def test_near_duplicate_paraphrase_is_caught_with_the_offline_embeddings(tmp_path):
-    from stores.vectors import embedding_function
+    from dyneval.stores.vectors import embedding_function
 
     bank = QuestionBank(tmp_path / "bank.sqlite")
     index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), embedding_function(), index_name(bank))
@@ -306,7 +307,7 @@ def test_cli_import_only_refuses_bad_records_skips_them_on_request_and_missing_f
 
 
 def test_material_questions_are_rewritten_into_checked_true_false_statements(tmp_path):
-    from nodes.llmeval.augment import rewrite_material
+    from dyneval.nodes.llmeval.augment import rewrite_material
     from tests.conftest import make_services
     from tests.fakes import ScriptedChat
 

@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 from rich.console import Console
 
-from nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name
-from protocols.llmeval.protocol import import_progress
-from stores.question_bank import Question, QuestionBank
-from stores.vectors import chroma_client
+from dyneval.nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name
+from dyneval.protocols.llmeval.protocol import import_progress
+from dyneval.stores.question_bank import Question, QuestionBank
+from dyneval.stores.vectors import chroma_client
 from tests.fake_embedding import HashEmbedding
 
 WORDS = [f"w{i}" for i in range(400)]

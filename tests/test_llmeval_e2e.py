@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
 #: ``run.main`` limited to llmeval (run.py puts every protocol's flags in one parser).
-CLI = [sys.executable, "-c", "import sys, protocols, run; "
+CLI = [sys.executable, "-c", "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
        "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))"]
 
 

@@ -11,15 +11,15 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
-from graphs.llmeval import builder
-from nodes.llmeval.bankio import import_file
-from nodes.llmeval.judge import code_verdict, judge_item, response_letters, response_verdict
-from protocols.llmeval.analyses import leaderboard, score_matrix
-from protocols.llmeval.metrics import spearman, stability
-from protocols.llmeval.protocol import LLMEvalProtocol
-from state.errors import InfraError
-from state.llmeval import LLMEvalContext
-from stores.question_bank import QuestionBank
+from dyneval.graphs.llmeval import builder
+from dyneval.nodes.llmeval.bankio import import_file
+from dyneval.nodes.llmeval.judge import code_verdict, judge_item, response_letters, response_verdict
+from dyneval.protocols.llmeval.analyses import leaderboard, score_matrix
+from dyneval.protocols.llmeval.metrics import spearman, stability
+from dyneval.protocols.llmeval.protocol import LLMEvalProtocol
+from dyneval.state.errors import InfraError
+from dyneval.state.llmeval import LLMEvalContext
+from dyneval.stores.question_bank import QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat, all_text
 
@@ -238,7 +238,7 @@ def test_calibration_simulated_examinees_are_ranked_by_accuracy_and_resampling_k
 
 
 def test_open_session_node_is_idempotent_and_usable_outside_a_graph(tmp_path):
-    from nodes.llmeval.session import open_session
+    from dyneval.nodes.llmeval.session import open_session
 
     bank_path = new_bank(tmp_path)
     ctx = ctx_for(tmp_path, bank_path, {}, questions=5)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name, load_file
-from protocols.llmeval.analyses import read_labels
-from state.errors import InputError
-from stores.question_bank import QuestionBank
-from stores.vectors import chroma_client
+from dyneval.nodes.llmeval.bankio import NearDuplicateIndex, import_file, index_name, load_file
+from dyneval.protocols.llmeval.analyses import read_labels
+from dyneval.state.errors import InputError
+from dyneval.stores.question_bank import QuestionBank
+from dyneval.stores.vectors import chroma_client
 
 CORPUS = Path(__file__).resolve().parent / "data_corpus" / "llmeval"
 TSV_FIELDS = "discipline=Subject,sub_discipline=Area,question=Question,answer=Answer"
@@ -196,7 +196,7 @@ def test_human_labels_must_be_whole_stars(tmp_path):
 # -- through the CLI ---------------------------------------------------------------------------------------
 
 def cli(*args: str) -> int:
-    from run import main
+    from dyneval.cli import main
 
     return main(["--protocol", "llmeval", *args])
 
@@ -260,9 +260,9 @@ def batch_run(tmp_path: Path, params: dict) -> Path:
     """A batch run through the runner with fake target and judge; returns the run directory."""
     from rich.console import Console
 
-    from protocols.llmeval.protocol import LLMEvalProtocol
-    from runtime.config_loader import load_config
-    from runtime.runner import execute, open_run
+    from dyneval.protocols.llmeval.protocol import LLMEvalProtocol
+    from dyneval.runtime.config_loader import load_config
+    from dyneval.runtime.runner import execute, open_run
     from tests.fakes import ScriptedChat
 
     config = load_config("llmeval", config_file=None, environ={},

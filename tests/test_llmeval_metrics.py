@@ -7,9 +7,10 @@ import math
 
 import pytest
 
-from nodes.llmeval.scoring import absolute_score, discipline_scores, relative_score
-from protocols.llmeval.metrics import (cohen_kappa, elo, mask_tail, mean, pairwise_outcomes, population_variance,
-                                       recalled, replay_match, sample_variance, spearman, stability)
+from dyneval.nodes.llmeval.scoring import absolute_score, discipline_scores, relative_score
+from dyneval.protocols.llmeval.metrics import (cohen_kappa, elo, mask_tail, mean, pairwise_outcomes,
+                                               population_variance, recalled, replay_match, sample_variance, spearman,
+                                               stability)
 
 
 def test_absolute_score_is_sum_over_n_times_three_times_100():

@@ -15,19 +15,19 @@ import httpx
 import pytest
 from rich.console import Console
 
-from protocols.llmeval.analyses import contamination_test, public_questions
-from protocols.llmeval.metrics import cohen_kappa, mask_tail
-from protocols.llmeval.protocol import LLMEvalProtocol
-from runtime.config_loader import load_config
-from runtime.runner import execute, open_run
-from state.errors import InputError
-from stores.question_bank import QuestionBank
+from dyneval.protocols.llmeval.analyses import contamination_test, public_questions
+from dyneval.protocols.llmeval.metrics import cohen_kappa, mask_tail
+from dyneval.protocols.llmeval.protocol import LLMEvalProtocol
+from dyneval.runtime.config_loader import load_config
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.errors import InputError
+from dyneval.stores.question_bank import QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat, all_text
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
-CLI = [sys.executable, "-c", "import sys, protocols, run; "
+CLI = [sys.executable, "-c", "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
        "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))"]
 JUDGE_RE = re.compile(r"Model's answer: (.*?)\n\nReference answer: (.*?)\n\n", re.S)
 
@@ -160,7 +160,7 @@ def test_contamination_mode_and_export_run_through_the_protocol(tmp_path):
 
 
 def test_serve_mode_starts_the_exam_server_on_loopback(tmp_path):
-    from runtime.embedded import free_port
+    from dyneval.runtime.embedded import free_port
 
     port = free_port()
     env = {**os.environ, "DYNEVAL_LLMEVAL_JWT_SECRET": "s" * 40}

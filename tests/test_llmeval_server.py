@@ -15,10 +15,10 @@ import jwt
 import pytest
 from fastapi.testclient import TestClient
 
-from nodes.llmeval.bankio import import_file
-from protocols.llmeval.server import ExamServer, create_app
-from state.llmeval import LLMEvalContext
-from stores.question_bank import QuestionBank
+from dyneval.nodes.llmeval.bankio import import_file
+from dyneval.protocols.llmeval.server import ExamServer, create_app
+from dyneval.state.llmeval import LLMEvalContext
+from dyneval.stores.question_bank import QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 
@@ -172,7 +172,7 @@ def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, r
     """Bounded load test on 127.0.0.1: 32 examinee clients x 8 questions, each also trying one resubmission."""
     import uvicorn
 
-    from runtime.embedded import free_port
+    from dyneval.runtime.embedded import free_port
 
     server = make_server(tmp_path, rate=10000.0, burst=10000)
     port = free_port()
@@ -314,7 +314,7 @@ def test_a_restarted_server_keeps_examinees_sessions_answers_and_tokens(tmp_path
 
 
 def test_an_expired_admin_token_is_replaced_by_one_the_operator_reissues(tmp_path):
-    from run import main
+    from dyneval.cli import main
 
     server = make_server(tmp_path, secret=None)  # the bank's own secret, as `--serve` uses
     client = TestClient(create_app(server))
@@ -331,7 +331,7 @@ def test_an_expired_admin_token_is_replaced_by_one_the_operator_reissues(tmp_pat
 @pytest.mark.parametrize("port, says", [("99999", "between 1 and 65535"), ("0", "between 1 and 65535"),
                                         ("-1", "between 1 and 65535"), ("http", "invalid int"), ("80.5", "invalid int")])
 def test_an_invalid_port_is_one_line_and_exit_2(tmp_path, capsys, port, says):
-    from run import main
+    from dyneval.cli import main
 
     code = main(["--protocol", "llmeval", "--serve", "--port", port, "--out", str(tmp_path / "runs"),
                  "--bank-db", str(tmp_path / "bank.sqlite")])
@@ -341,7 +341,7 @@ def test_an_invalid_port_is_one_line_and_exit_2(tmp_path, capsys, port, says):
 
 
 def test_a_port_from_the_config_file_is_checked_and_blamed_on_its_key(tmp_path, capsys):
-    from run import main
+    from dyneval.cli import main
 
     config = tmp_path / "eval.toml"
     config.write_text("[params]\nport = 99999\n", encoding="utf-8")

@@ -10,17 +10,17 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
-import runtime.models
-from graphs.llmeval import builder as llmeval_builder
-from nodes.atad.evaluation import answer_item, review_item
-from nodes.llmeval.bankio import import_file
-from protocols.atad.benchmark import load_benchmark
-from runtime.events import EventLog
-from runtime.services import Services
-from state.atad import EvalContext
-from state.config import ModelSpec, RunConfig
-from state.llmeval import LLMEvalContext
-from stores.question_bank import QuestionBank
+import dyneval.runtime.models as models
+from dyneval.graphs.llmeval import builder as llmeval_builder
+from dyneval.nodes.atad.evaluation import answer_item, review_item
+from dyneval.nodes.llmeval.bankio import import_file
+from dyneval.protocols.atad.benchmark import load_benchmark
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.services import Services
+from dyneval.state.atad import EvalContext
+from dyneval.state.config import ModelSpec, RunConfig
+from dyneval.state.llmeval import LLMEvalContext
+from dyneval.stores.question_bank import QuestionBank
 from tests.fakes import ScriptedChat
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,13 +44,13 @@ def services(tmp_path: Path, roles: dict[str, str], chats: dict | None = None) -
 def built(monkeypatch) -> list[ModelSpec]:
     """Every chat model construction, in order (the real factory still builds them)."""
     specs: list[ModelSpec] = []
-    real = runtime.models.build_chat_model
+    real = models.build_chat_model
 
     def counting(spec: ModelSpec):
         specs.append(spec)
         return real(spec)
 
-    monkeypatch.setattr(runtime.models, "build_chat_model", counting)
+    monkeypatch.setattr(models, "build_chat_model", counting)
     return specs
 
 
@@ -94,7 +94,7 @@ def answering(messages, tool):
 
 def test_atad_evaluated_models_and_the_llmeval_reference_model_are_built_by_the_one_resolver(tmp_path, monkeypatch):
     specs: list[ModelSpec] = []
-    monkeypatch.setattr(runtime.models, "build_chat_model", lambda spec: specs.append(spec) or ScriptedChat(answering))
+    monkeypatch.setattr(models, "build_chat_model", lambda spec: specs.append(spec) or ScriptedChat(answering))
     svc = services(tmp_path, {"target": REF, "evaluator": "qwen"})
 
     item = next(i for i in load_benchmark(REPO / "samples" / "atad" / "benchmark.jsonl") if i["task"] == "T1")

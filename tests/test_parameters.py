@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 from rich.console import Console
 
-from protocols import REGISTRY, protocol_class
-from run import build_parser, main
-from runtime.config_loader import ParamSchema, load_config
-from state.errors import InputError
-from runtime.protocol import Protocol
-from runtime.runner import open_run
-from state.config import RunConfig
-from state.context import BaseContext, options
+from dyneval.protocols import REGISTRY, protocol_class
+from dyneval.cli import build_parser, main
+from dyneval.runtime.config_loader import ParamSchema, load_config
+from dyneval.state.errors import InputError
+from dyneval.runtime.protocol import Protocol
+from dyneval.runtime.runner import open_run
+from dyneval.state.config import RunConfig
+from dyneval.state.context import BaseContext, options
 
 #: The batch-only flags (input files, modes, how units are planned): everything else is a graph option.
 BATCH_ONLY = {

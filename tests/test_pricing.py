@@ -29,7 +29,7 @@ def _pricing(tmp_path: Path, text: str = PRICES) -> Path:
 
 
 def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path | None]:
-    import run
+    from dyneval import cli as run
 
     before = set(out.iterdir()) if out.exists() else set()
     code = run.main(["--protocol", "interview", "--limit", "3", "--out", str(out), "--skip-preflight",
@@ -100,7 +100,7 @@ def test_cache_hits_cost_nothing_and_count_what_they_saved(tmp_path):
 
 
 def test_max_cost_stops_within_one_round_and_a_resume_with_more_ends_as_an_unbudgeted_run(tmp_path, capsys):
-    import run
+    from dyneval import cli as run
 
     pricing = ("--pricing", str(_pricing(tmp_path)))
     limit = 0.0008  # about 10 replies
@@ -119,7 +119,7 @@ def test_max_cost_stops_within_one_round_and_a_resume_with_more_ends_as_an_unbud
 
 
 def test_max_cost_with_a_model_without_a_price_is_refused_before_any_request(tmp_path, capsys):
-    import run
+    from dyneval import cli as run
 
     with StandIn() as standin:
         code, made = _interview(tmp_path / "runs", standin, "--pricing",
@@ -136,7 +136,7 @@ def test_max_cost_with_a_model_without_a_price_is_refused_before_any_request(tmp
                                                                          "greater than or equal to 0")])
 def test_a_malformed_pricing_file_is_one_line_naming_its_source_and_exit_2(tmp_path, capsys, monkeypatch, text,
                                                                             says):
-    import run
+    from dyneval import cli as run
 
     monkeypatch.setenv("DYNEVAL_PRICING", str(_pricing(tmp_path, text)))
     assert run.main(["--protocol", "interview", "--out", str(tmp_path / "runs")]) == 2
@@ -146,7 +146,7 @@ def test_a_malformed_pricing_file_is_one_line_naming_its_source_and_exit_2(tmp_p
 
 
 def test_one_price_of_two_in_a_model_spec_is_refused_naming_the_key(tmp_path, capsys):
-    import run
+    from dyneval import cli as run
 
     config = tmp_path / "eval.toml"
     config.write_text('[models.judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nprice_in = 1.0\n',
@@ -156,7 +156,7 @@ def test_one_price_of_two_in_a_model_spec_is_refused_naming_the_key(tmp_path, ca
 
 
 def test_failed_attempts_per_role_appear_in_the_report(tmp_path, monkeypatch):
-    from runtime.llm import RetryPolicy
+    from dyneval.runtime.llm import RetryPolicy
 
     monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: 0.0)
     with StandIn(faults=Faults(transient=0.2, seed=4)) as standin:
@@ -175,7 +175,7 @@ def test_failed_attempts_per_role_appear_in_the_report(tmp_path, monkeypatch):
                                          ("--max-cost-per-role", "target=0.0002")])
 def test_a_roles_own_budget_stops_the_run_once_that_role_spent_it_and_a_resume_with_more_ends_as_unbudgeted(
         tmp_path, flag, limit):
-    import run
+    from dyneval import cli as run
 
     pricing = ("--pricing", str(_pricing(tmp_path)))
     with StandIn(latency_s=0.02) as standin:
@@ -195,7 +195,7 @@ def test_a_roles_own_budget_stops_the_run_once_that_role_spent_it_and_a_resume_w
 @pytest.mark.parametrize("value, says", [("judge=10", "unknown role 'judge'"), ("target", "ROLE=LIMIT"),
                                          ("target=-1", "greater than 0"), ("target=lots", "not a number")])
 def test_a_bad_per_role_budget_is_one_line_naming_its_flag_and_exit_2(tmp_path, capsys, value, says):
-    import run
+    from dyneval import cli as run
 
     assert run.main(["--protocol", "interview", "--out", str(tmp_path / "runs"), "--max-tokens-per-role", value]) == 2
     err = capsys.readouterr().err.strip()
@@ -204,7 +204,7 @@ def test_a_bad_per_role_budget_is_one_line_naming_its_flag_and_exit_2(tmp_path, 
 
 
 def test_a_per_role_budget_is_read_from_the_environment(tmp_path, capsys, monkeypatch):
-    import run
+    from dyneval import cli as run
 
     monkeypatch.setenv("DYNEVAL_MAX_COST_PER_ROLE", "evaluator=0")
     assert run.main(["--protocol", "interview", "--out", str(tmp_path)]) == 2
@@ -213,7 +213,7 @@ def test_a_per_role_budget_is_read_from_the_environment(tmp_path, capsys, monkey
 
 def test_retries_after_faults_and_repairs_of_malformed_replies_are_counted_with_their_tokens_and_cost(
         tmp_path, monkeypatch):
-    from runtime.llm import RetryPolicy
+    from dyneval.runtime.llm import RetryPolicy
 
     monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: 0.0)
     with StandIn(faults=Faults(transient=0.1, malformed=0.3, seed=5)) as standin:
@@ -235,8 +235,8 @@ def test_retries_after_faults_and_repairs_of_malformed_replies_are_counted_with_
 
 def test_a_studio_session_prices_its_calls_like_a_batch_run(tmp_path):
     """Services built from a graph's context fields (Studio, a user's own graph) price every exchange too."""
-    from runtime.services import services_of
-    from state.interview import InterviewContext
+    from dyneval.runtime.services import services_of
+    from dyneval.state.interview import InterviewContext
 
     svc = services_of(InterviewContext(target="gpt-4o-mini@http://127.0.0.1:9/v1", run_dir=str(tmp_path)))
     svc.events.record(unit="u", role="target", model=svc.model_label("target"), step="s", messages=[],

@@ -7,8 +7,9 @@ model's URL too: so the block must name every model it uses, and the stand-in se
 the embedded one's. A block that cannot run offline (a real API key, a person at the keyboard) carries the comment
 ``# readme-test: skip REASON`` and is skipped with that reason; every other block must run to exit code 0.
 
-Every ``python run.py --protocol ...`` command anywhere in the README (shell blocks, comments, inline code) is
-parsed by the real parser (:func:`run.build_parser`) without running, so a renamed or removed flag breaks this test.
+Every ``dyneval --protocol ...`` (or ``python run.py --protocol ...``) command anywhere in the README (shell blocks,
+comments, inline code) is parsed by the real parser (:func:`dyneval.cli.build_parser`) without running, so a renamed
+or removed flag breaks this test.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from state.config import embedded_spec
-from state.errors import InputError
+from dyneval.state.config import embedded_spec
+from dyneval.state.errors import InputError
 from tests.standin_endpoint import StandIn
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -44,10 +45,10 @@ def python_blocks() -> list[tuple[int, str]]:
 
 
 def run_commands() -> list[tuple[int, str]]:
-    """(README line, arguments after ``python run.py``) of every ``python run.py --protocol`` command; a command
-    ends at a backtick, a line end or a ``#`` comment."""
+    """(README line, arguments after the command) of every ``dyneval --protocol`` (or ``python run.py --protocol``)
+    command; a command ends at a backtick, a line end or a ``#`` comment."""
     return [(_line_of(m.start()), m.group(1).strip())
-            for m in re.finditer(r"python run\.py (--protocol [^`\n#]*)", TEXT)]
+            for m in re.finditer(r"(?:\bdyneval|python run\.py) (--protocol [a-z][^`\n#]*)", TEXT)]
 
 
 def _clean_env(embedded_url: str) -> dict[str, str]:
@@ -81,8 +82,8 @@ def test_python_block_runs_as_written_with_the_models_it_names(line, code, tmp_p
 
 @pytest.mark.parametrize(("line", "command"), run_commands(), ids=[f"line{n}" for n, _ in run_commands()])
 def test_run_command_in_readme_parses(line, command):
-    from protocols import REGISTRY
-    from run import build_parser
+    from dyneval.protocols import REGISTRY
+    from dyneval.cli import build_parser
 
     argv = shlex.split(command)
     protocol = argv[argv.index("--protocol") + 1]
@@ -91,8 +92,8 @@ def test_run_command_in_readme_parses(line, command):
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse's own exit: 0 after --help, 2 on a bad flag
-        assert exc.code == 0, f"README line {line}: python run.py {command}"
+        assert exc.code == 0, f"README line {line}: dyneval {command}"
         return
     except InputError as exc:
-        pytest.fail(f"README line {line}: python run.py {command}: {exc}")
+        pytest.fail(f"README line {line}: dyneval {command}: {exc}")
     assert args.protocol == protocol

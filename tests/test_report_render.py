@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import report
-from runtime.report import Code, Details, Figure, Heading, Table, Text, render_html, render_markdown, write_report
+from dyneval.runtime import report
+from dyneval.runtime.report import (Code, Details, Figure, Heading, Table, Text, render_html, render_markdown,
+                                    write_report)
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTILE = "<script>alert('x')</script> & \"quoted\""
@@ -115,5 +116,5 @@ def test_write_report_writes_both_files_from_the_same_blocks(tmp_path: Path):
 def test_the_report_template_is_package_data():
     """An installed (non-editable) dyneval must ship the template the renderer loads."""
     data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
-    shipped = {p for pattern in data["runtime"] for p in (REPO / "runtime").glob(pattern)}
+    shipped = {p for pattern in data["dyneval.runtime"] for p in (REPO / "runtime").glob(pattern)}
     assert Path(report.__file__).parent / "templates" / "report.html.j2" in shipped

@@ -36,7 +36,7 @@ def judge2_differs(tools: set[str] | None = None) -> Callable[[dict[str, Any]], 
 
 
 def _run(out: Path, argv: list[str]) -> Path:
-    import run
+    from dyneval import cli as run
 
     before = set(out.iterdir()) if out.exists() else set()
     assert run.main(["--out", str(out), "--skip-preflight", *argv]) == 0
@@ -152,7 +152,7 @@ def test_atad_rescore_replays_teacher_and_student(tmp_path):
      "the target answers are replayed"),
 ])
 def test_a_bad_rescore_is_one_line_and_exit_2_and_makes_no_run(tmp_path, capsys, argv, says):
-    import run
+    from dyneval import cli as run
 
     out = tmp_path / "runs"
     with StandIn() as standin:
@@ -181,7 +181,7 @@ def test_judgeagent_rescore_by_a_judge_that_agrees_replays_every_batch_to_its_en
 
 
 def test_a_protocol_without_target_answers_cannot_be_rescored(tmp_path, capsys):
-    import run
+    from dyneval import cli as run
 
     assert run.main(["--protocol", "judgecheck", "--out", str(tmp_path), "--rescore", "any-run",
                      "--evaluator", "x@http://127.0.0.1:9/v1"]) == 2
@@ -191,7 +191,7 @@ def test_a_protocol_without_target_answers_cannot_be_rescored(tmp_path, capsys):
 
 
 def test_a_rescore_pings_only_the_judges_before_it_starts(tmp_path):
-    import run
+    from dyneval import cli as run
 
     out = tmp_path / "runs"
     with StandIn() as standin:

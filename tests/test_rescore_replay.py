@@ -7,10 +7,10 @@ import itertools
 import pytest
 from pydantic import BaseModel
 
-from runtime.events import EventLog
-from runtime.llm import RoleLLM
-from runtime.replay import ReplayChat, ReplayLog, replay_models
-from runtime.rescore import ReplayMissing
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.replay import ReplayChat, ReplayLog, replay_models
+from dyneval.runtime.rescore import ReplayMissing
 from tests.fakes import ScriptedChat
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from runtime.cache import ResponseCache
+from dyneval.runtime.cache import ResponseCache
 
 ENDPOINT = {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m", "temperature": 0.0,
             "max_tokens": 512, "structured_method": "function_calling"}

@@ -14,7 +14,7 @@ from tests.standin_endpoint import Faults, StandIn
 
 
 def _interview(out: Path, standin: StandIn, *extra: str) -> Path:
-    import run
+    from dyneval import cli as run
 
     before = set(out.iterdir()) if out.exists() else set()
     argv = ["--protocol", "interview", "--limit", "2", "--out", str(out), "--skip-preflight",
@@ -74,7 +74,7 @@ def test_a_malformed_reply_is_not_stored_so_the_next_run_asks_again(tmp_path):
 @pytest.mark.parametrize("flag, value, says", [("--cache-expiry-hours", "0", "greater than 0"),
                                                 ("--cache-expiry-hours", "soon", "invalid float")])
 def test_a_bad_cache_setting_is_one_line_and_exit_2(tmp_path, capsys, flag, value, says):
-    import run
+    from dyneval import cli as run
 
     assert run.main(["--protocol", "interview", "--out", str(tmp_path), flag, value]) == 2
     err = capsys.readouterr().err.strip()

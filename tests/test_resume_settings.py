@@ -22,7 +22,7 @@ def standin():
 @pytest.fixture()
 def finished_run(tmp_path, monkeypatch, standin):
     """An interview run of one seed question, finished, against the stand-in (target and evaluator roles)."""
-    import run
+    from dyneval import cli as run
 
     monkeypatch.setenv("DYNEVAL_TARGET", standin.spec("target"))
     monkeypatch.setenv("DYNEVAL_EVALUATOR", standin.spec("evaluator"))
@@ -33,7 +33,7 @@ def finished_run(tmp_path, monkeypatch, standin):
 
 
 def _resume(out, run_dir, *extra: str) -> int:
-    import run
+    from dyneval import cli as run
 
     return run.main(["--protocol", "interview", "--resume", run_dir.name, "--out", str(out), "--skip-preflight",
                      *extra])

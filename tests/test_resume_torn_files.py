@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from runtime.events import EventLog
-from runtime.runner import execute, open_run
-from state.config import RunConfig
-from state.errors import InputError
-from stores.results import ResultStore
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
+from dyneval.stores.results import ResultStore
 from tests.fakes import ScriptedChat, last_text
 from tests.toy_protocol import ToyProtocol
 

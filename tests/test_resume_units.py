@@ -10,10 +10,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 import pytest
 from rich.console import Console
 
-import runtime.runner as runner
-from runtime import stop
-from runtime.runner import execute, open_run
-from state.config import RunConfig
+import dyneval.runtime.runner as runner
+from dyneval.runtime import stop
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
 from tests.fakes import ScriptedChat, last_text
 from tests.toy_protocol import ToyProtocol
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from state.errors import InputError
+from dyneval.state.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = {"DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"}
@@ -79,7 +79,7 @@ def test_help_documents_common_and_protocol_options():
 
 def test_two_protocols_may_own_the_same_flag_name():
     """judgeagent and interview both define --data: each run gets its own protocol's --data."""
-    from run import build_parser
+    from dyneval.cli import build_parser
 
     for name in ("judgeagent", "interview"):
         parser, dests = build_parser(name)

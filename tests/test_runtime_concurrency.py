@@ -9,8 +9,8 @@ from typing import TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from runtime.concurrency import parallel_map
-from runtime.llm import current_unit
+from dyneval.runtime.concurrency import parallel_map
+from dyneval.runtime.llm import current_unit
 
 
 class _S(TypedDict, total=False):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.config_loader import load_config
-from state.config import RunConfig
-from state.errors import InputError
+from dyneval.runtime.config_loader import load_config
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 
 
 def _write(tmp_path, name, text):
@@ -91,8 +91,8 @@ def test_yaml_syntax_error_and_duplicate_key_name_the_line(tmp_path):
 
 
 def test_params_from_the_file_are_typed_like_their_flags_and_typos_rejected(tmp_path):
-    from protocols import protocol_class
-    from runtime.config_loader import ParamSchema
+    from dyneval.protocols import protocol_class
+    from dyneval.runtime.config_loader import ParamSchema
 
     schema = ParamSchema.of(protocol_class("atad"))
     good = _write(tmp_path, "good.toml", "[params]\nper_task = '3'\nno_orchestrator = true\ntasks = 'T1'\n"
@@ -135,7 +135,7 @@ def test_missing_api_key_is_blamed_on_the_setting_that_asks_for_it(tmp_path, mon
 
 
 def test_studio_context_names_the_env_var_with_a_bad_value(monkeypatch):
-    from state.context import BaseContext
+    from dyneval.state.context import BaseContext
 
     monkeypatch.setenv("DYNEVAL_SEED", "abc")
     with pytest.raises(InputError, match="^DYNEVAL_SEED: 'abc' is not a valid int$"):
@@ -154,3 +154,26 @@ def test_masked_config_hides_dsn_password_and_never_holds_keys():
     dumped = str(cfg.masked())
     assert "s3cret" not in dumped and "bob:***@db:5432" in dumped
     assert "MY_KEY" in dumped
+
+
+def test_openai_provider_names_resolve_to_openais_api_or_openai_base_url(monkeypatch):
+    from dyneval.state.config import OPENAI_URL, parse_model_ref
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    spec = parse_model_ref("openai/gpt-4o-mini", {})
+    assert (spec.model, spec.base_url, spec.api_key_env) == ("gpt-4o-mini", OPENAI_URL, "OPENAI_API_KEY")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")
+    assert parse_model_ref("openai/gpt-4o-mini", {}).base_url == "http://127.0.0.1:8000/v1"
+    with pytest.raises(ValueError, match="for OpenAI's API: openai/gpt-4o-mini"):
+        parse_model_ref("gpt-4o-mini", {})  # a bare name is not guessed: the message says how to write it
+    with pytest.raises(ValueError, match="MODEL is empty"):
+        parse_model_ref("openai/", {})
+
+
+def test_an_openai_model_is_priced_by_its_bare_name(tmp_path):
+    from dyneval.runtime.models import model_label
+    from dyneval.runtime.pricing import Pricing
+    from dyneval.state.config import RunConfig, parse_model_ref
+
+    pricing = Pricing.for_run(RunConfig(protocol="interview", out=str(tmp_path)))
+    assert pricing.price(model_label(parse_model_ref("openai/gpt-4o-mini", {}))) is not None

@@ -7,9 +7,9 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from runtime.events import EventLog
-from runtime.services import Services
-from state.config import RunConfig
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.services import Services
+from dyneval.state.config import RunConfig
 
 pytestmark = pytest.mark.integration
 

@@ -9,12 +9,12 @@ import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
-from runtime.concurrency import InFlight
-from runtime.events import EventLog
-from runtime.llm import RetryPolicy, RoleLLM
-from runtime.models import build_chat_model, open_endpoint
-from state.config import ModelSpec
-from state.errors import InfraError, InputError, ModelError
+from dyneval.runtime.concurrency import InFlight
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.models import build_chat_model, open_endpoint
+from dyneval.state.config import ModelSpec
+from dyneval.state.errors import InfraError, InputError, ModelError
 from tests.fake_endpoint import completion, serve, url_of
 from tests.fakes import ScriptedChat
 

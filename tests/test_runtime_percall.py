@@ -18,7 +18,7 @@ def test_a_checkpoint_committed_before_a_kill_9_is_read_back_after_it(tmp_path):
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
         from langgraph.checkpoint.base import empty_checkpoint
-        from stores.checkpoints import open_checkpointer
+        from dyneval.stores.checkpoints import open_checkpointer
 
         with open_checkpointer(Path({str(tmp_path)!r})) as saver:
             assert saver.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -32,7 +32,7 @@ def test_a_checkpoint_committed_before_a_kill_9_is_read_back_after_it(tmp_path):
     assert done.returncode == -9, done.stderr
     assert (tmp_path / "checkpoints.sqlite-wal").stat().st_size > 0
 
-    from stores.checkpoints import open_checkpointer
+    from dyneval.stores.checkpoints import open_checkpointer
 
     with open_checkpointer(tmp_path) as saver:
         saved = saver.get_tuple({"configurable": {"thread_id": "u1", "checkpoint_ns": ""}})
@@ -44,10 +44,10 @@ def test_a_structured_call_sends_what_langchains_with_structured_output_sends_an
     through ``parse_result``: the request body and the parsed object equal LangChain's own chain's."""
     from langchain_openai import ChatOpenAI
 
-    from prompts import load_prompt
-    from runtime.events import EventLog
-    from runtime.llm import RoleLLM
-    from state.atad import IndexAnswer
+    from dyneval.prompts import load_prompt
+    from dyneval.runtime.events import EventLog
+    from dyneval.runtime.llm import RoleLLM
+    from dyneval.state.atad import IndexAnswer
     from tests.golden_runs import respond
     from tests.standin_endpoint import StandIn
 

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from rich.console import Console
 
-from runtime.runner import execute, open_run
-from state.config import RunConfig
-from state.errors import InputError
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat, all_text, last_text
 from tests.toy_protocol import ToyProtocol
 
@@ -173,4 +173,4 @@ def test_every_run_prints_its_id_and_resume_command_first(tmp_path):
     execute(ToyProtocol(), run, skip_preflight=True)
     first = console.export_text().splitlines()[0]
     assert run.run_dir.name in first
-    assert f"python run.py --protocol toy --resume {run.run_dir.name} --out {tmp_path}" in first
+    assert f"dyneval --protocol toy --resume {run.run_dir.name} --out {tmp_path}" in first  # in-process: the API

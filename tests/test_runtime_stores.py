@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.embedded import free_port
-from stores.results import ResultStore
+from dyneval.runtime.embedded import free_port
+from dyneval.stores.results import ResultStore
 from tests.conftest import make_services
 
 
@@ -39,7 +39,7 @@ def test_the_offline_embedding_model_loads_at_its_first_call_with_chromas_vector
     import numpy as np
     from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction as ChromaFunction
 
-    from stores.vectors import lazy_sentence_transformer, offline_minilm_path
+    from dyneval.stores.vectors import lazy_sentence_transformer, offline_minilm_path
 
     path = str(offline_minilm_path())
     ChromaFunction.models.pop(path, None)

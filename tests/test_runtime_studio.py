@@ -1,32 +1,40 @@
-"""LangGraph Studio: `langgraph dev` serves every protocol graph on loopback, offline,
-and runs one unit of a graph to completion through its HTTP API."""
+"""LangGraph Studio: `langgraph dev` serves every protocol graph on loopback, offline, with the input, output and
+context schemas Studio draws its forms from (choices as dropdowns), runs one unit of a graph to completion through
+its HTTP API, and steps a human interview through its interrupts to the end."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from rich.console import Console
 
-from protocols import protocol_class
-from runtime.embedded import free_port
-from runtime.runner import open_run
-from state.config import RunConfig
+from dyneval.protocols import protocol_class
+from dyneval.runtime.embedded import free_port
+from dyneval.runtime.runner import open_run
+from dyneval.state.config import RunConfig
+from tests.standin_endpoint import StandIn
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
 STUDIO_GRAPH = "interview"  # the protocol people step through in Studio
 
 
-@pytest.fixture
-def langgraph_dev(tmp_path, embedded_url):
+@contextmanager
+def serving(tmp_path: Path, embedded_url: str) -> Iterator[str]:
+    """``langgraph dev`` from the repository on a free loopback port; its base URL."""
     exe = Path(sys.executable).with_name("langgraph")
     if not exe.exists():
         pytest.fail("langgraph-cli is not installed (it is part of the test extras)")
@@ -49,14 +57,101 @@ def langgraph_dev(tmp_path, embedded_url):
     else:
         proc.kill()
         pytest.fail("langgraph dev did not start within 120 s")
-    yield base
-    proc.terminate()
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-    shutil.rmtree(REPO / ".langgraph_api", ignore_errors=True)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        shutil.rmtree(REPO / ".langgraph_api", ignore_errors=True)
+
+
+@pytest.fixture
+def langgraph_dev(tmp_path, embedded_url):
+    with serving(tmp_path, embedded_url) as base:
+        yield base
+
+
+@pytest.fixture
+def standin_studio(tmp_path):
+    """``langgraph dev`` whose graphs are given stand-in models (no embedded model: its URL refuses)."""
+    with StandIn() as standin, serving(tmp_path, "http://127.0.0.1:9/v1") as base:
+        yield base, standin
+
+
+def _choice_fields(graph: str) -> dict[str, tuple[str, ...]]:
+    """Field -> choices of every Literal-typed field of a graph's context schema."""
+    context = importlib.import_module(f"dyneval.graphs.{graph}").builder.context_schema
+    hints = typing.get_type_hints(context)
+    out = {}
+    for f in dataclasses.fields(context):
+        kind = hints[f.name]
+        args = [a for a in typing.get_args(kind) if a is not type(None)] if typing.get_origin(kind) is not \
+            typing.Literal else [kind]
+        literal = next((a for a in args if typing.get_origin(a) is typing.Literal), None)
+        if literal is not None:
+            out[f.name] = typing.get_args(literal)
+    return out
+
+
+def _enums(schema: object) -> list[list[object]]:
+    """Every ``enum`` list inside a JSON schema fragment."""
+    if isinstance(schema, dict):
+        return ([schema["enum"]] if "enum" in schema else []) + [e for v in schema.values() for e in _enums(v)]
+    if isinstance(schema, list):
+        return [e for v in schema for e in _enums(v)]
+    return []
+
+
+def test_every_graph_gives_studio_input_output_and_context_forms_with_choices_as_dropdowns(standin_studio):
+    base, _ = standin_studio
+    with httpx.Client(base_url=base, timeout=60) as client:
+        assistants = client.post("/assistants/search", json={"limit": 50}).json()
+        assert {a["graph_id"] for a in assistants} == set(json.loads((REPO / "langgraph.json").read_text())["graphs"])
+        for a in assistants:
+            schemas = client.get(f"/assistants/{a['assistant_id']}/schemas").json()
+            graph = a["graph_id"]
+            assert schemas["input_schema"] and schemas["input_schema"].get("properties"), graph
+            assert schemas["output_schema"] and schemas["output_schema"].get("properties"), graph
+            context = schemas.get("context_schema") or schemas.get("config_schema")
+            assert context and "target" in context["properties"], graph
+            for name, choices in _choice_fields(graph).items():
+                enums = _enums(context["properties"][name])
+                assert list(choices) in enums, f"{graph}.{name}: no enum {choices} in {context['properties'][name]}"
+        assert _choice_fields("interview").keys() >= {"interviewee", "modification"}
+
+
+def test_a_human_interview_is_interrupted_and_resumed_to_its_end_through_the_api(standin_studio, tmp_path):
+    """Studio's flow: the run stops at each question the person must answer (``interrupt``), and each answer
+    sent as ``Command(resume=...)`` continues it from there, until the session's summary."""
+    base, standin = standin_studio
+    protocol = protocol_class(STUDIO_GRAPH)()
+    run = open_run(protocol, RunConfig(protocol=STUDIO_GRAPH, out=str(tmp_path / "plan")), run_id=None,
+                   console=Console(quiet=True))
+    unit = protocol.plan(run)[0]
+    context = {"target": standin.spec("target"), "evaluator": standin.spec("judge"), "interviewee": "human",
+               "single_turn_judge": False, "max_retries": 1, "max_questions": 2}
+    answers = []
+    with httpx.Client(base_url=base, timeout=120) as client:
+        thread = client.post("/threads", json={}).json()["thread_id"]
+        payload: dict = {"assistant_id": STUDIO_GRAPH, "input": unit.input, "context": context}
+        for _ in range(10):
+            client.post(f"/threads/{thread}/runs/wait", json=payload).raise_for_status()
+            state = client.get(f"/threads/{thread}/state").json()
+            asked = [i["value"] for task in state.get("tasks", []) for i in task.get("interrupts", [])]
+            if not state["next"]:
+                break
+            assert asked and "question" in asked[0], state["tasks"]
+            answers.append(f"my answer {len(answers)}")
+            payload = {"assistant_id": STUDIO_GRAPH, "command": {"resume": answers[-1]}, "context": context}
+        assert state["next"] == [], "the interview did not reach its end"
+        assert client.get(f"/threads/{thread}").json()["status"] == "idle"
+    given = [i["answer"] for i in state["values"]["interactions"]]
+    assert given == answers and len(answers) >= 2  # every typed answer was graded, in order; a follow-up was asked
+    assert "target" not in {r.model for r in standin.requests}, "a human interview asked the target model"
 
 
 def test_langgraph_dev_lists_every_protocol_graph_and_runs_one_unit(langgraph_dev, tmp_path):

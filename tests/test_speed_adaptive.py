@@ -11,11 +11,11 @@ import time
 import pytest
 from langchain_core.messages import HumanMessage
 
-from runtime.concurrency import InFlight
-from runtime.events import EventLog
-from runtime.llm import RetryPolicy, RoleLLM, retry_after
-from runtime.models import open_endpoint
-from state.config import ModelSpec
+from dyneval.runtime.concurrency import InFlight
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.llm import RetryPolicy, RoleLLM, retry_after
+from dyneval.runtime.models import open_endpoint
+from dyneval.state.config import ModelSpec
 from tests.fake_endpoint import completion, serve, stop, url_of
 
 CAPACITY = 3

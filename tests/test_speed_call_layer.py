@@ -7,8 +7,8 @@ from __future__ import annotations
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
-from runtime.events import EventLog
-from runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.llm import RetryPolicy, RoleLLM
 from tests.fakes import ScriptedChat
 
 

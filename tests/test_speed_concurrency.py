@@ -12,12 +12,12 @@ from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
-import run as cli
-from runtime.concurrency import InFlight
-from runtime.events import EventLog
-from runtime.llm import RoleLLM
-from runtime.models import open_endpoint
-from state.config import ModelSpec
+from dyneval import cli
+from dyneval.runtime.concurrency import InFlight
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.models import open_endpoint
+from dyneval.state.config import ModelSpec
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 

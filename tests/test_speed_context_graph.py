@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stores.context_graph import ContextGraph, Document, open_context_graph
-from stores.vectors import chroma_client
+from dyneval.stores.context_graph import ContextGraph, Document, open_context_graph
+from dyneval.stores.vectors import chroma_client
 from tests.fake_embedding import HashEmbedding
 
 WORDS = ("harbor canal river bridge tower market guild council lantern mill quarry orchard ferry beacon "

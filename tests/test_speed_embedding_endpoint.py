@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from state.config import StoreConfig
-from stores.vectors import embedding_function
+from dyneval.state.config import StoreConfig
+from dyneval.stores.vectors import embedding_function
 from tests.fake_embedding import HashEmbedding, embeddings_reply
 from tests.fake_endpoint import serve, stop, url_of
 from tests.test_speed_context_graph import build, corpus, paths

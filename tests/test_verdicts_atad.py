@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from nodes.atad.evaluation import review_item
-from protocols.atad import AtadProtocol
-from protocols.atad.evaluation import AtadEvalProtocol, evaluation_metrics
-from state.atad import EvalContext
+from dyneval.nodes.atad.evaluation import review_item
+from dyneval.protocols.atad import AtadProtocol
+from dyneval.protocols.atad.evaluation import AtadEvalProtocol, evaluation_metrics
+from dyneval.state.atad import EvalContext
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 from tests.test_atad_support import World, run_graph, services, steps, student_chat, teacher_chat, unit_input

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.judgeagent.judging import answer_format, grade_reply, is_phrase, judge_free
-from protocols.judgeagent import JudgeAgentProtocol
-from protocols.judgeagent.metrics import accuracy, dynamic_table, unvalidated, validation_metrics
-from state.judgeagent import BaseQuestion
+from dyneval.nodes.judgeagent.judging import answer_format, grade_reply, is_phrase, judge_free
+from dyneval.protocols.judgeagent import JudgeAgentProtocol
+from dyneval.protocols.judgeagent.metrics import accuracy, dynamic_table, unvalidated, validation_metrics
+from dyneval.state.judgeagent import BaseQuestion
 from tests.fakes import ScriptedChat, last_text
 from tests.test_judgeagent_support import FakeEvaluator, fake_services, run_batch, write_kb
 
@@ -162,8 +162,8 @@ def test_the_run_says_which_answer_format_it_chose_in_the_console_summary_and_re
 
     from rich.console import Console
 
-    from runtime.runner import execute, open_run
-    from state.config import RunConfig
+    from dyneval.runtime.runner import execute, open_run
+    from dyneval.state.config import RunConfig
 
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"id": "m1", "question": "Why does a salt marsh rise?",
@@ -184,9 +184,9 @@ def test_the_run_says_which_answer_format_it_chose_in_the_console_summary_and_re
 def test_an_unknown_answer_format_is_an_input_error(tmp_path, kb):
     from rich.console import Console
 
-    from runtime.runner import open_run
-    from state.config import RunConfig
-    from state.errors import InputError
+    from dyneval.runtime.runner import open_run
+    from dyneval.state.config import RunConfig
+    from dyneval.state.errors import InputError
 
     config = RunConfig(protocol="judgeagent", out=str(tmp_path / "runs"), params={"answer_format": "essay"})
     run = open_run(JudgeAgentProtocol(), config, run_id=None, console=Console(quiet=True))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
-from runtime.events import EventLog
-from runtime.llm import RetryPolicy, RoleLLM
-from runtime.models import build_chat_model
-from state.config import ModelSpec
+from dyneval.runtime.events import EventLog
+from dyneval.runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.models import build_chat_model
+from dyneval.state.config import ModelSpec
 from tests.standin_endpoint import REPAIR_PREFIX, StandIn
 
 

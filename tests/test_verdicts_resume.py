@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
-from runtime.runner import execute, open_run
-from state.config import RunConfig
+from dyneval.runtime.runner import execute, open_run
+from dyneval.state.config import RunConfig
 from tests.fakes import ScriptedChat
 from tests.test_interview_world import grader, interviewer, math_seed, simulated_interviewee
 from tests.test_judgeagent_support import FakeEvaluator, write_kb
@@ -42,7 +42,7 @@ def _interview(tmp_path: Path, out: str, grade: Switch, run_id: str | None = Non
                        params={"data": str(data), "max_retries": 1, "max_questions": 2, "summarize": False})
     chats = {"target": simulated_interviewee(0.5, salt="resume"), "evaluator": ScriptedChat(interviewer),
              "grader": ScriptedChat(grade)}
-    from protocols.interview import InterviewProtocol
+    from dyneval.protocols.interview import InterviewProtocol
 
     run = open_run(InterviewProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
                    retry_sleep=lambda s: None)
@@ -70,7 +70,7 @@ def test_interview_sessions_stopped_by_a_failing_grader_are_rejudged_on_resume(t
 
 
 def _judgeagent(tmp_path: Path, evaluator: Switch, run_id: str | None = None) -> Any:
-    from protocols.judgeagent import JudgeAgentProtocol
+    from dyneval.protocols.judgeagent import JudgeAgentProtocol
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     data = tmp_path / "questions.jsonl"
@@ -109,8 +109,8 @@ def test_judgeagent_ungraded_answers_and_unvalidated_batches_are_redone_on_resum
 
 
 def test_llmeval_session_with_an_unusable_judge_is_ungraded_reported_and_rejudged_on_resume(tmp_path):
-    from runtime.config_loader import load_config
-    from protocols.llmeval.protocol import LLMEvalProtocol
+    from dyneval.runtime.config_loader import load_config
+    from dyneval.protocols.llmeval.protocol import LLMEvalProtocol
 
     judge = Switch(lambda m, t: {"rating": 2, "reason": "fine"}, broken=True)
     chats = {"target": ScriptedChat(lambda m, t: "true. I am fairly sure."), "evaluator": ScriptedChat(judge)}
@@ -137,7 +137,7 @@ def test_llmeval_session_with_an_unusable_judge_is_ungraded_reported_and_rejudge
 
 
 def test_atad_unit_stopped_on_an_unusable_orchestrator_verdict_is_revalidated_on_resume(tmp_path):
-    from protocols.atad import AtadProtocol
+    from dyneval.protocols.atad import AtadProtocol
     from tests.test_atad_support import World, orchestrator_chat, student_chat, teacher_chat
 
     world = World()

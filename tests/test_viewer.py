@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import run as cli
-from runtime.view import write_view
-from runtime.view.compare import compare_payload, mean_difference_ci
-from runtime.view.data import MAX_TEXT, run_payload
-from runtime.view.page import embed, render
+from dyneval import cli
+from dyneval.runtime.view import write_view
+from dyneval.runtime.view.compare import compare_payload, mean_difference_ci
+from dyneval.runtime.view.data import MAX_TEXT, run_payload
+from dyneval.runtime.view.page import embed, render
 
 ATTACK = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> &amp;"
 
@@ -186,9 +186,9 @@ def test_an_interrupted_run_leaves_a_view_of_what_finished_and_what_did_not(tmp_
 
     from rich.console import Console
 
-    from runtime import stop
-    from runtime.runner import RunInterrupted, execute, open_run
-    from state.config import RunConfig
+    from dyneval.runtime import stop
+    from dyneval.runtime.runner import RunInterrupted, execute, open_run
+    from dyneval.state.config import RunConfig
     from tests.fakes import ScriptedChat, last_text
     from tests.toy_protocol import ToyProtocol
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-import run as cli
+from dyneval import cli
 from tests.golden_runs import CASES, REPO, ROLES, _tool_call, respond
 from tests.standin_endpoint import StandIn, _Draw, content_key
 

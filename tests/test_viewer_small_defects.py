@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import run as cli
+from dyneval import cli
 from tests.golden_runs import ROLES
 from tests.standin_endpoint import StandIn
 

@@ -10,11 +10,11 @@ from langgraph.runtime import Runtime
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
-from runtime.protocol import Protocol, Run, Unit
-from runtime.report import Table
-from runtime.services import services_of
-from state.context import BaseContext, described
-from state.errors import InputError, ModelError
+from dyneval.runtime.protocol import Protocol, Run, Unit
+from dyneval.runtime.report import Table
+from dyneval.runtime.services import services_of
+from dyneval.state.context import BaseContext, described
+from dyneval.state.errors import InputError, ModelError
 
 
 @dataclass(kw_only=True)

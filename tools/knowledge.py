@@ -24,7 +24,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from stores.context_graph import ContextGraph
+from dyneval.stores.context_graph import ContextGraph
 
 
 class EntityLookupArgs(BaseModel):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.atad.problems import structure_text
-from state.atad import TASKS, AtadContext, parse_ladder
+from dyneval.nodes.atad.problems import structure_text
+from dyneval.state.atad import TASKS, AtadContext, parse_ladder
 
 
 def ladder(ctx: AtadContext) -> list[tuple[str, int]]:

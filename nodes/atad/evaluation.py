@@ -16,13 +16,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.atad.problems import render_with_answer
-from nodes.atad.student import solve_problem
-from prompts import load_prompt
-from runtime.llm import RoleLLM
-from runtime.services import services_of
-from state.atad import TASKS, EvalContext, EvalState, Review
-from state.errors import ModelError
+from dyneval.nodes.atad.problems import render_with_answer
+from dyneval.nodes.atad.student import solve_problem
+from dyneval.prompts import load_prompt
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.services import services_of
+from dyneval.state.atad import TASKS, EvalContext, EvalState, Review
+from dyneval.state.errors import ModelError
 
 
 def answer_item(state: EvalState, runtime: Runtime[EvalContext]) -> dict[str, Any]:

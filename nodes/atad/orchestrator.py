@@ -16,14 +16,14 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.atad.common import ladder, level_name
-from nodes.atad.problems import render_with_answer
-from prompts import load_prompt
-from runtime.llm import RoleLLM
-from runtime.services import services_of
-from state.atad import TASKS, AtadContext, AtadState, EscalationFeedback, Verdict, level_for
-from nodes.atad.problems import structure_text
-from state.errors import ModelError
+from dyneval.nodes.atad.common import ladder, level_name
+from dyneval.nodes.atad.problems import render_with_answer
+from dyneval.prompts import load_prompt
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.services import services_of
+from dyneval.state.atad import TASKS, AtadContext, AtadState, EscalationFeedback, Verdict, level_for
+from dyneval.nodes.atad.problems import structure_text
+from dyneval.state.errors import ModelError
 
 LENIENT = ("While keeping quality standards, be lenient: accept problems that are reasonable and solvable, "
            "even with minor imperfections.")

@@ -11,9 +11,9 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.atad.common import level_name
-from nodes.atad.problems import structure_errors
-from state.atad import AtadContext, AtadState
+from dyneval.nodes.atad.common import level_name
+from dyneval.nodes.atad.problems import structure_errors
+from dyneval.state.atad import AtadContext, AtadState
 
 def check_structure(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
     """Check the candidate's structure in code; malformed candidates never reach the orchestrator."""

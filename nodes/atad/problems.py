@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from state.atad import N_CHOICES, TASKS
+from dyneval.state.atad import N_CHOICES, TASKS
 
 _ENUM = re.compile(r"^\s*(?:\(?\d{1,2}[.):]|\(?[A-Ea-e][.)]|[-*\u2022])\s+")
 _BLANK = re.compile(r"_{2,}|\[blank\]|\(blank\)", re.IGNORECASE)

@@ -10,13 +10,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.atad.common import level_name
-from nodes.atad.problems import answer_format, is_correct, question_text, render
-from prompts import load_prompt
-from runtime.llm import RoleLLM
-from state.atad import TASKS, AtadContext, AtadState, IndexAnswer, OrderAnswer
-from runtime.services import services_of
-from state.errors import ModelError
+from dyneval.nodes.atad.common import level_name
+from dyneval.nodes.atad.problems import answer_format, is_correct, question_text, render
+from dyneval.prompts import load_prompt
+from dyneval.runtime.llm import RoleLLM
+from dyneval.state.atad import TASKS, AtadContext, AtadState, IndexAnswer, OrderAnswer
+from dyneval.runtime.services import services_of
+from dyneval.state.errors import ModelError
 
 
 def solve_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str) -> dict[str, Any]:

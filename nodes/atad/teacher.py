@@ -12,12 +12,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.atad.common import level_name, task_vars
-from nodes.atad.problems import normalize, render_with_answer
-from prompts import load_prompt
-from runtime.services import services_of
-from state.atad import PROBLEM_SCHEMAS, AtadContext, AtadState
-from state.errors import ModelError
+from dyneval.nodes.atad.common import level_name, task_vars
+from dyneval.nodes.atad.problems import normalize, render_with_answer
+from dyneval.prompts import load_prompt
+from dyneval.runtime.services import services_of
+from dyneval.state.atad import PROBLEM_SCHEMAS, AtadContext, AtadState
+from dyneval.state.errors import ModelError
 
 
 def _messages(state: AtadState, ctx: AtadContext) -> tuple[str, list]:

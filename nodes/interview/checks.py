@@ -17,7 +17,7 @@ import random
 import re
 from typing import Any
 
-from state.interview import FEEDBACK_KINDS
+from dyneval.state.interview import FEEDBACK_KINDS
 
 _NUM = re.compile(r"(?<![\w.])[-+]?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s?/\s?\d+(?:\.\d+)?)?%?")
 _FINAL = re.compile(r"(?:final answer|answer is|answer:|####)\s*[:=]?\s*(.+)", re.IGNORECASE)

@@ -28,15 +28,15 @@ from typing import Any, Callable
 
 from langgraph.runtime import Runtime
 
-from nodes.interview import checks
-from nodes.interview.interviewee import answer_single_turn
-from prompts import load_prompt
-from runtime.llm import RoleLLM
-from runtime.services import Services, services_of
-from state.errors import ModelError
-from state.interview import FactGrade, FollowUpGrade, Grade, InterviewContext, InterviewState
-from state.judgecheck import SPLIT, jury_vote
-from state.verdicts import is_ungraded, outcome
+from dyneval.nodes.interview import checks
+from dyneval.nodes.interview.interviewee import answer_single_turn
+from dyneval.prompts import load_prompt
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.services import Services, services_of
+from dyneval.state.errors import ModelError
+from dyneval.state.interview import FactGrade, FollowUpGrade, Grade, InterviewContext, InterviewState
+from dyneval.state.judgecheck import SPLIT, jury_vote
+from dyneval.state.verdicts import is_ungraded, outcome
 
 
 def _facts_text(facts: list[dict[str, Any]]) -> str:

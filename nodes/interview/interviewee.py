@@ -13,9 +13,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from prompts import load_prompt
-from runtime.services import services_of
-from state.interview import InterviewContext, InterviewState
+from dyneval.prompts import load_prompt
+from dyneval.runtime.services import services_of
+from dyneval.state.interview import InterviewContext, InterviewState
 
 
 def _clip(text: str, limit: int) -> str:

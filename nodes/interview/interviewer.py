@@ -13,11 +13,11 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.interview import checks
-from prompts import load_prompt
-from runtime.services import services_of
-from state.errors import ModelError
-from state.interview import FollowUp, Feedback, InterviewContext, InterviewState, ModifiedQuestion
+from dyneval.nodes.interview import checks
+from dyneval.prompts import load_prompt
+from dyneval.runtime.services import services_of
+from dyneval.state.errors import ModelError
+from dyneval.state.interview import FollowUp, Feedback, InterviewContext, InterviewState, ModifiedQuestion
 
 INTERVIEWER = "evaluator"
 

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 from langgraph.runtime import Runtime
 
-from nodes import irt
-from nodes.judgeagent.common import seed_for
-from nodes.judgeagent.grading import base_totals, grade_question, next_difficulty
-from nodes.judgeagent.judging import answer_format
-from state.judgeagent import BaseQuestion, DifficultyControl, JudgeAgentContext, JudgeAgentState
-from state.verdicts import is_ungraded
+from dyneval.nodes import irt
+from dyneval.nodes.judgeagent.common import seed_for
+from dyneval.nodes.judgeagent.grading import base_totals, grade_question, next_difficulty
+from dyneval.nodes.judgeagent.judging import answer_format
+from dyneval.state.judgeagent import BaseQuestion, DifficultyControl, JudgeAgentContext, JudgeAgentState
+from dyneval.state.verdicts import is_ungraded
 
 
 def _params(items: dict[str, list[float]], ids: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.llm import current_unit
-from state.judgeagent import BaseQuestion
+from dyneval.runtime.llm import current_unit
+from dyneval.state.judgeagent import BaseQuestion
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

@@ -21,14 +21,14 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from prompts import load_prompt
-from runtime.services import services_of
-from state.errors import ModelError
-from state.judgeagent import ExtendedQuestion, JudgeAgentContext, JudgeAgentState
-from nodes.judgeagent.common import clip
-from nodes.judgeagent.grading import next_difficulty
-from nodes.judgeagent.judging import judge_free, normalize
-from nodes.judgeagent.knowledge import keyword_entities
+from dyneval.prompts import load_prompt
+from dyneval.runtime.services import services_of
+from dyneval.state.errors import ModelError
+from dyneval.state.judgeagent import ExtendedQuestion, JudgeAgentContext, JudgeAgentState
+from dyneval.nodes.judgeagent.common import clip
+from dyneval.nodes.judgeagent.grading import next_difficulty
+from dyneval.nodes.judgeagent.judging import judge_free, normalize
+from dyneval.nodes.judgeagent.knowledge import keyword_entities
 
 MAX_ANSWER_CHARS = 160
 MAX_CONTEXT_CHARS = 2400

@@ -15,12 +15,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from prompts import load_prompt
-from runtime.services import services_of
-from state.errors import ModelError
-from state.judgeagent import BaseQuestion, Feedback, JudgeAgentContext, JudgeAgentState
-from nodes.judgeagent.common import clip, question_text
-from nodes.judgeagent.judging import normalize
+from dyneval.prompts import load_prompt
+from dyneval.runtime.services import services_of
+from dyneval.state.errors import ModelError
+from dyneval.state.judgeagent import BaseQuestion, Feedback, JudgeAgentContext, JudgeAgentState
+from dyneval.nodes.judgeagent.common import clip, question_text
+from dyneval.nodes.judgeagent.judging import normalize
 
 REPLY_CHARS = 200
 QUESTION_CHARS = 500

@@ -18,12 +18,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from prompts import load_prompt
-from runtime.concurrency import parallel_map
-from runtime.services import services_of
-from state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
-from nodes.judgeagent.common import options_block, question_text
-from nodes.judgeagent.judging import answer_format, grade_reply
+from dyneval.prompts import load_prompt
+from dyneval.runtime.concurrency import parallel_map
+from dyneval.runtime.services import services_of
+from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
+from dyneval.nodes.judgeagent.common import options_block, question_text
+from dyneval.nodes.judgeagent.judging import answer_format, grade_reply
 
 #: Starting extension level when no base answer could be graded (the level of an unlabeled question, R2).
 NEUTRAL_DIFFICULTY = "medium"

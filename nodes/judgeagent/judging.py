@@ -21,15 +21,15 @@ import re
 import string
 from typing import Any, Iterable, Literal
 
-from prompts import load_prompt
-from runtime.llm import RoleLLM
-from runtime.services import Services
-from state.errors import ModelError
-from state.judgeagent import BaseQuestion, Verdict
-from state.judgecheck import SPLIT, jury_vote
-from state.verdicts import outcome
+from dyneval.prompts import load_prompt
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.services import Services
+from dyneval.state.errors import ModelError
+from dyneval.state.judgeagent import BaseQuestion, Verdict
+from dyneval.state.judgecheck import SPLIT, jury_vote
+from dyneval.state.verdicts import outcome
 
-from nodes.judgeagent.common import LETTERS
+from dyneval.nodes.judgeagent.common import LETTERS
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")

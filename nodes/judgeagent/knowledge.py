@@ -20,14 +20,14 @@ from typing import Any, Callable
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
-from prompts import load_prompt
-from runtime.concurrency import parallel_map
-from runtime.services import Background, Services, services_of
-from state.errors import ModelError
-from state.judgeagent import SAMPLE_KB, BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
-from stores.context_graph import ContextGraph, Document, Progress, load_knowledge_base, open_context_graph
-from nodes.judgeagent.common import question_text, seed_for
-from tools.knowledge import knowledge_tools
+from dyneval.prompts import load_prompt
+from dyneval.runtime.concurrency import parallel_map
+from dyneval.runtime.services import Background, Services, services_of
+from dyneval.state.errors import ModelError
+from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
+from dyneval.stores.context_graph import ContextGraph, Document, Progress, load_knowledge_base, open_context_graph
+from dyneval.nodes.judgeagent.common import question_text, seed_for
+from dyneval.tools.knowledge import knowledge_tools
 
 
 _STOP = {

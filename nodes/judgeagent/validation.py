@@ -15,12 +15,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from prompts import load_prompt
-from runtime.concurrency import parallel_map
-from runtime.services import services_of
-from state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
-from nodes.judgeagent.common import clip, question_text
-from nodes.judgeagent.judging import grade_reply, unwrap_json_answer
+from dyneval.prompts import load_prompt
+from dyneval.runtime.concurrency import parallel_map
+from dyneval.runtime.services import services_of
+from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
+from dyneval.nodes.judgeagent.common import clip, question_text
+from dyneval.nodes.judgeagent.judging import grade_reply, unwrap_json_answer
 
 SUGGESTION_CHARS = 2000
 FORMAT_HINTS = {"choice": "The answer must be the letter of the correct option.",

@@ -23,19 +23,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.atad.evaluation import review_problem
-from nodes.atad.orchestrator import judge_problem
-from nodes.interview.grader import grade_response
-from nodes.judgeagent.common import question_text as judgeagent_question
-from nodes.judgeagent.judging import answer_format, grade_reply
-from nodes.llmeval.bankio import question_type
-from nodes.llmeval.judge import judge_item
-from prompts import load_prompt
-from runtime.llm import RoleLLM
-from runtime.services import Services
-from state.errors import ModelError
-from state.judgeagent import BaseQuestion
-from state.judgecheck import JudgeCheckContext, LabelledItem, PairwiseVerdict
+from dyneval.nodes.atad.evaluation import review_problem
+from dyneval.nodes.atad.orchestrator import judge_problem
+from dyneval.nodes.interview.grader import grade_response
+from dyneval.nodes.judgeagent.common import question_text as judgeagent_question
+from dyneval.nodes.judgeagent.judging import answer_format, grade_reply
+from dyneval.nodes.llmeval.bankio import question_type
+from dyneval.nodes.llmeval.judge import judge_item
+from dyneval.prompts import load_prompt
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.services import Services
+from dyneval.state.errors import ModelError
+from dyneval.state.judgeagent import BaseQuestion
+from dyneval.state.judgecheck import JudgeCheckContext, LabelledItem, PairwiseVerdict
 
 #: The pairwise judge's answer for the output shown first / second, in each order -> original numbering.
 _ORIGINAL = {("original", "A"): "1", ("original", "B"): "2", ("swapped", "A"): "2", ("swapped", "B"): "1"}

@@ -17,10 +17,10 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.judgecheck.judges import judge_once
-from runtime.llm import current_unit
-from runtime.services import services_of
-from state.judgecheck import ORDERS, ORDINAL, JudgeCheckContext, JudgeCheckState, LabelledItem, majority
+from dyneval.nodes.judgecheck.judges import judge_once
+from dyneval.runtime.llm import current_unit
+from dyneval.runtime.services import services_of
+from dyneval.state.judgecheck import ORDERS, ORDINAL, JudgeCheckContext, JudgeCheckState, LabelledItem, majority
 
 
 def orders(ctx: JudgeCheckContext) -> tuple[str, ...]:

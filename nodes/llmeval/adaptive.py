@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 from langgraph.runtime import Runtime
 
-from nodes import irt
-from nodes.llmeval.calibration import ItemParams, ability_of, load_params
-from nodes.llmeval.common import bank_of
-from runtime.services import services_of
-from state.llmeval import LLMEvalContext, LLMEvalState
-from stores.question_bank import QuestionBank, QuotaError
+from dyneval.nodes import irt
+from dyneval.nodes.llmeval.calibration import ItemParams, ability_of, load_params
+from dyneval.nodes.llmeval.common import bank_of
+from dyneval.runtime.services import services_of
+from dyneval.state.llmeval import LLMEvalContext, LLMEvalState
+from dyneval.stores.question_bank import QuestionBank, QuotaError
 
 
 def _rng(seed: str, position: int) -> np.random.Generator:

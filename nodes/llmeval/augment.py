@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 
-from prompts import load_prompt
-from runtime.services import Services
-from state.errors import ModelError
-from state.llmeval import TFStatements
-from stores.question_bank import Question, content_hash
+from dyneval.prompts import load_prompt
+from dyneval.runtime.services import Services
+from dyneval.state.errors import ModelError
+from dyneval.state.llmeval import TFStatements
+from dyneval.stores.question_bank import Question, content_hash
 
 #: Markers of an answer slot in a question ("( )", "（ ）", "____").
 BLANK_RE = re.compile(r"\(\s*\)|（\s*）|_{3,}")

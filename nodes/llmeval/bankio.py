@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, field_validator
 from pydantic_core import PydanticCustomError
 
-from nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, redundant_variants, tf_value
-from state.errors import InputError
-from state.llmeval import QTYPES
-from stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
-from stores.question_bank import Question, QuestionBank, content_hash, new_uuid
+from dyneval.nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, redundant_variants, tf_value
+from dyneval.state.errors import InputError
+from dyneval.state.llmeval import QTYPES
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
+from dyneval.stores.question_bank import Question, QuestionBank, content_hash, new_uuid
 
 if TYPE_CHECKING:
     import numpy as np

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from nodes import irt
-from stores.question_bank import QuestionBank, now
+from dyneval.nodes import irt
+from dyneval.stores.question_bank import QuestionBank, now
 
 
 @dataclass

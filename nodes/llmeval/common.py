@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nodes.llmeval.bankio import import_file
-from runtime.services import Services, services_of
-from stores.question_bank import QuestionBank
+from dyneval.nodes.llmeval.bankio import import_file
+from dyneval.runtime.services import Services, services_of
+from dyneval.stores.question_bank import QuestionBank
+from dyneval.samples import sample
 
 
 def bank_location(ctx: Any, svc: Services) -> str:
@@ -20,7 +21,7 @@ def bank_location(ctx: Any, svc: Services) -> str:
 
 
 #: The shipped original sample bank (36 questions over 10 disciplines).
-SAMPLE_BANK = Path(__file__).resolve().parents[2] / "samples" / "llmeval" / "bank.jsonl"
+SAMPLE_BANK = sample("llmeval", "bank.jsonl")
 
 
 def bank_of(ctx: Any) -> QuestionBank:
@@ -28,7 +29,7 @@ def bank_of(ctx: Any) -> QuestionBank:
 
     With ``ctx.sample_if_empty`` an empty bank gets the shipped sample (exact-duplicate
     checks only), so the graph also runs on its own, e.g. stepping through a session in
-    Studio; ``run.py`` turns it off and imports ``--bank`` (or the sample) itself.
+    Studio; the command line turns it off and imports ``--bank`` (or the sample) itself.
     """
     svc = services_of(ctx)
     location = bank_location(ctx, svc)

@@ -13,12 +13,12 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.common import bank_of
-from prompts import load_prompt
-from runtime.llm import RoleLLM
-from runtime.services import services_of
-from state.llmeval import LLMEvalContext, LLMEvalState
-from stores.question_bank import QuestionBank, QuotaError, question_text
+from dyneval.nodes.llmeval.common import bank_of
+from dyneval.prompts import load_prompt
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.services import services_of
+from dyneval.state.llmeval import LLMEvalContext, LLMEvalState
+from dyneval.stores.question_bank import QuestionBank, QuotaError, question_text
 
 
 def fewshot_examples(bank: QuestionBank, session: dict[str, Any]) -> str:

@@ -18,16 +18,16 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.augment import answer_letters, tf_value
-from nodes.llmeval.common import bank_of
-from prompts import load_prompt
-from runtime.concurrency import parallel_map
-from runtime.llm import RoleLLM
-from runtime.services import services_of
-from state.errors import ModelError
-from state.judgecheck import SPLIT, majority
-from state.llmeval import JudgeRating, LLMEvalContext, LLMEvalState
-from stores.question_bank import QuestionBank, question_text
+from dyneval.nodes.llmeval.augment import answer_letters, tf_value
+from dyneval.nodes.llmeval.common import bank_of
+from dyneval.prompts import load_prompt
+from dyneval.runtime.concurrency import parallel_map
+from dyneval.runtime.llm import RoleLLM
+from dyneval.runtime.services import services_of
+from dyneval.state.errors import ModelError
+from dyneval.state.judgecheck import SPLIT, majority
+from dyneval.state.llmeval import JudgeRating, LLMEvalContext, LLMEvalState
+from dyneval.stores.question_bank import QuestionBank, question_text
 
 _TF = re.compile(r"\b(true|false|correct|incorrect|yes|no)\b", re.I)
 #: "answer is C", "Answer: (C)", "option C", or a line starting "C." / "(C)" / "C" alone (not the article "A ...")

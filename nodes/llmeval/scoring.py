@@ -14,9 +14,9 @@ from typing import Any, Iterable, Sequence
 
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.common import bank_of
-from state.llmeval import S_MAX, LLMEvalContext, LLMEvalState
-from stores.question_bank import QuestionBank
+from dyneval.nodes.llmeval.common import bank_of
+from dyneval.state.llmeval import S_MAX, LLMEvalContext, LLMEvalState
+from dyneval.stores.question_bank import QuestionBank
 
 
 def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float | None:
@@ -63,7 +63,7 @@ def adaptive_scores(bank: QuestionBank, session_id: str, scores: dict[str, Any])
     """An adaptive session's result: theta +/- SE (EAP), the expected absolute score on the calibrated bank
     with its interval, and why it stopped. Equation 1 over the asked questions is kept as ``S_asked`` only:
     adaptively chosen questions are no random sample, so it is no S (and not in the leaderboard's S)."""
-    from nodes.llmeval.calibration import ability_of, expected_scores, load_params  # scipy: only when adaptive
+    from dyneval.nodes.llmeval.calibration import ability_of, expected_scores, load_params  # scipy: only when adaptive
 
     conf = bank.adaptive_state(session_id) or {}
     params = load_params(bank, conf.get("irt_model", "2pl"))

@@ -6,10 +6,10 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.llmeval.common import bank_of
-from runtime.llm import current_unit
-from runtime.services import services_of
-from state.llmeval import PARADIGMS, LLMEvalContext, LLMEvalState
+from dyneval.nodes.llmeval.common import bank_of
+from dyneval.runtime.llm import current_unit
+from dyneval.runtime.services import services_of
+from dyneval.state.llmeval import PARADIGMS, LLMEvalContext, LLMEvalState
 
 
 def open_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:

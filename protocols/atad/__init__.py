@@ -28,15 +28,15 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from protocols.atad.benchmark import item_record, write_benchmark
-from protocols.atad.metrics import generation_stats, mean
-from runtime.protocol import Protocol, Run, Unit
-from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
-from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
-from state.context import described
+from dyneval.protocols.atad.benchmark import item_record, write_benchmark
+from dyneval.protocols.atad.metrics import generation_stats, mean
+from dyneval.runtime.protocol import Protocol, Run, Unit
+from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
+from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
+from dyneval.state.context import described
 
 if TYPE_CHECKING:
-    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
 
 BENCHMARK_FILE = "benchmark.jsonl"
 
@@ -64,7 +64,8 @@ class AtadBatch:
     evaluate: list[str] | None = described(
         None, "evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)", metavar="MODEL")
     benchmark: list[str] | None = described(
-        None, "benchmark JSONL file(s) to evaluate or review (one per generator)", metavar="FILE")
+        None, "benchmark JSONL file(s) to evaluate or review (one per generator); default: the shipped sample of "
+              "seven hand-written problems", metavar="FILE")
     fields: str | None = described(None, "column names of --benchmark records, e.g. id=item_id,task=type "
                                          "(names: id, task, item_status, problem, base_problem)")
     review: list[str] | None = described(
@@ -83,7 +84,7 @@ class AtadProtocol(Protocol):
                     "whose verdict or feedback changed reaches requests the source never made and diverged.")
 
     def builder(self) -> StateGraph:
-        from graphs.atad import builder
+        from dyneval.graphs.atad import builder
 
         return builder
 
@@ -112,7 +113,7 @@ class AtadProtocol(Protocol):
     def custom_run(self, run: Run) -> bool:
         if not (run.params.get("evaluate") or run.params.get("review")):
             return False
-        from protocols.atad.evaluation import run_evaluation
+        from dyneval.protocols.atad.evaluation import run_evaluation
 
         run_evaluation(run)
         return True
@@ -207,7 +208,7 @@ class AtadProtocol(Protocol):
                              "teacher attempts", "discard reason"], rows, caption="Items"))
         examples = [i for i in items if i["item_status"] == "finalized"][:3]
         if examples:
-            from nodes.atad.problems import render_with_answer
+            from dyneval.nodes.atad.problems import render_with_answer
 
             blocks.append(Heading("Example problems", level=3))
             for i in examples:

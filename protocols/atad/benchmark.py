@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from nodes.atad.problems import gold, structure_errors
-from state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
-from stores.inputs import FieldMap, Scalar, read_records
+from dyneval.nodes.atad.problems import gold, structure_errors
+from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
+from dyneval.stores.inputs import FieldMap, Scalar, read_records
 
 CANONICAL = ("id", "task", "item_status", "problem", "base_problem")
 

@@ -27,16 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table as RichTable
 
-from prompts import load_prompt
-from protocols.atad.benchmark import load_benchmark
-from protocols.atad.metrics import average_tables, consistency_curve, curve_sizes, per_task_accuracy, review_summary
-from runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
-from runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
-from state.atad import TASK_IDS, EvalContext
-from state.errors import InfraError, InputError
+from dyneval.prompts import load_prompt
+from dyneval.protocols.atad.benchmark import load_benchmark
+from dyneval.samples import sample
+from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, per_task_accuracy,
+                                            review_summary)
+from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
+from dyneval.runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
+from dyneval.state.atad import TASK_IDS, EvalContext
+from dyneval.state.errors import InfraError, InputError
 
 if TYPE_CHECKING:
-    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
 
 
 def _fmt(v: Any) -> Any:
@@ -60,11 +62,13 @@ def _file_labels(benchmarks: list[list[dict[str, Any]]], paths: list[str]) -> li
     return out
 
 
+#: What --evaluate / --review answer without --benchmark: seven hand-written problems, one per task type.
+SAMPLE_BENCHMARK = sample("atad", "benchmark.jsonl")
+
+
 def plan_units(params: dict[str, Any]) -> list[Unit]:
     """Evaluation and review units over the benchmark files (no LLM calls)."""
-    paths = list(params.get("benchmark") or [])
-    if not paths:
-        raise InputError("--evaluate / --review need --benchmark FILE [FILE ...]", field="--benchmark")
+    paths = list(params.get("benchmark") or [str(SAMPLE_BENCHMARK)])
     models = list(params.get("evaluate") or [])
     reviewers = list(params.get("review") or [])
     benchmarks = [load_benchmark(p, params.get("fields")) for p in paths]
@@ -104,7 +108,7 @@ class AtadEvalProtocol(Protocol):
     roles = ()
 
     def builder(self) -> StateGraph:
-        from graphs.atad_eval import builder
+        from dyneval.graphs.atad_eval import builder
 
         return builder
 
@@ -215,8 +219,8 @@ def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
         Text("What this run measured: each evaluated model's answers, scored in code against the benchmark's "
              "answer keys (no LLM judge is involved, so the embedded model is measured honestly here). Generating "
              "a benchmark of your own needs a teacher and an orchestrator much stronger than the embedded 135M "
-             "model: python run.py --protocol atad --teacher MODEL@URL --orchestrator MODEL@URL --per-task 2, then "
-             "python run.py --protocol atad --evaluate local MODEL@URL --benchmark runs/RUN_ID/benchmark.jsonl")]
+             "model: dyneval --protocol atad --teacher MODEL@URL --orchestrator MODEL@URL --per-task 2, then "
+             "dyneval --protocol atad --evaluate local MODEL@URL --benchmark runs/RUN_ID/benchmark.jsonl")]
     if m["models"]:
         blocks.append(Table(headers, _task_rows(m["table1"]),
                             caption="Table 1: accuracy per task on the final problems (mean over benchmark files)"))
@@ -302,7 +306,7 @@ def print_tables(run: Run, metrics: dict[str, Any], models: list[str]) -> None:
 
 def run_evaluation(run: Run) -> dict[str, Any]:
     """Evaluate / review through the batch runner; prints the per-task table."""
-    from runtime.runner import execute
+    from dyneval.runtime.runner import execute
 
     refs = [*(run.params.get("evaluate") or []), *(run.params.get("review") or [])]
     if not run.resumed:

@@ -7,7 +7,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
-from state.atad import TASK_IDS
+from dyneval.state.atad import TASK_IDS
 
 
 def mean(values: Iterable[float]) -> float | None:

@@ -11,19 +11,19 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from protocols.interview import metrics
-from protocols.interview.data import CANONICAL, SAMPLE, load_seeds
-from protocols.interview.report import report_blocks
-from runtime.protocol import Protocol, Run, Unit
-from runtime.report import Block, Text
-from state.context import described
-from state.errors import InfraError, ModelError
-from state.interview import TASK_TYPES, InterviewContext
-from state.judgecheck import check_jury
-from state.verdicts import is_ungraded
+from dyneval.protocols.interview import metrics
+from dyneval.protocols.interview.data import CANONICAL, SAMPLE, load_seeds
+from dyneval.protocols.interview.report import report_blocks
+from dyneval.runtime.protocol import Protocol, Run, Unit
+from dyneval.runtime.report import Block, Text
+from dyneval.state.context import described
+from dyneval.state.errors import InfraError, ModelError
+from dyneval.state.interview import TASK_TYPES, InterviewContext, TaskType
+from dyneval.state.judgecheck import check_jury
+from dyneval.state.verdicts import is_ungraded
 
 if TYPE_CHECKING:
-    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
 
 _input_lock = threading.Lock()
 
@@ -40,7 +40,7 @@ class InterviewBatch:
                                        "level, id); default: the shipped sample")
     fields: str | None = described(None, f"column names of --data, e.g. question=Problem,answer=Final "
                                          f"(names: {', '.join(CANONICAL)})")
-    task: str | None = described(None, "treat every seed question as this task type", choices=TASK_TYPES)
+    task: TaskType | None = described(None, "treat every seed question as this task type")
     repeats: int = described(1, "interview every seed question K times (run-to-run std)", minimum=1)
     bootstrap_resamples: int = described(10_000, "resamples of the sample-size check", minimum=1)
 
@@ -60,7 +60,7 @@ class InterviewProtocol(Protocol):
                     "diverged.")
 
     def builder(self) -> StateGraph:
-        from graphs.interview import builder
+        from dyneval.graphs.interview import builder
 
         return builder
 
@@ -181,7 +181,7 @@ class InterviewProtocol(Protocol):
         if not self.context(run).summarize or not any(r["session_summary"] for r in ok):
             return _code_overall(ok, out), "code"
         summaries = "\n".join(f"- {r['session_summary'][:600]}" for r in ok[:40] if r["session_summary"])
-        from prompts import load_prompt  # LangChain's prompt classes: not with `run.py --help`
+        from dyneval.prompts import load_prompt  # LangChain's prompt classes: not with `dyneval --help`
         try:
             text = run.services.llm("evaluator").text(
                 load_prompt("interview/interviewer_report_summary").render(summaries=summaries, scores=scores),

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from state.interview import TASK_TYPES, SeedQuestion
-from stores.inputs import FieldMap, Record, Scalar, Text, input_error, read_records
+from dyneval.state.interview import TASK_TYPES, SeedQuestion
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, input_error, read_records
+from dyneval.samples import sample
 
-SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "interview" / "seeds.jsonl"
+SAMPLE = sample("interview", "seeds.jsonl")
 CANONICAL = ("id", "question", "solution", "answer", "task", "level")
 
 

@@ -14,9 +14,9 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
-from runtime.protocol import with_results
-from state.interview import ERROR_TYPES
-from state.verdicts import is_ungraded, rate
+from dyneval.runtime.protocol import with_results
+from dyneval.state.interview import ERROR_TYPES
+from dyneval.state.verdicts import is_ungraded, rate
 
 
 def ok_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocols.interview import metrics
-from runtime.protocol import Run
-from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
+from dyneval.protocols.interview import metrics
+from dyneval.runtime.protocol import Run
+from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
 
 
 def _f(x: Any) -> Any:
@@ -33,7 +33,7 @@ def _den(d: dict[str, Any] | None) -> str:
 
 
 def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
-    from nodes.interview.interviewer import transcript_text  # the graph's modules: not with `run.py --help`
+    from dyneval.nodes.interview.interviewer import transcript_text  # the graph's modules: not with `dyneval --help`
 
     ok = metrics.ok_records(records)
     if not ok:

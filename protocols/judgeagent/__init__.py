@@ -31,23 +31,24 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
-from protocols.judgeagent.report import build_report
-from nodes.judgeagent.judging import answer_format
-from protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, overall_score,
+from dyneval.protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
+from dyneval.protocols.judgeagent.report import build_report
+from dyneval.nodes.judgeagent.judging import answer_format
+from dyneval.protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, overall_score,
                                           ungraded_answers, unvalidated, validation_by_label)
-from runtime.protocol import Protocol, Run, Unit, with_results
-from runtime.report import Block, Text
-from state.context import described
-from state.errors import InputError
-from state.judgeagent import SAMPLE_KB, BaseQuestion, DifficultyConfigError, JudgeAgentContext
-from state.judgecheck import check_jury
-from state.verdicts import is_ungraded
+from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
+from dyneval.runtime.report import Block, Text
+from dyneval.state.context import described
+from dyneval.state.errors import InputError
+from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, DifficultyConfigError, JudgeAgentContext
+from dyneval.state.judgecheck import check_jury
+from dyneval.state.llmeval import IrtModel
+from dyneval.state.verdicts import is_ungraded
 
 if TYPE_CHECKING:
-    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
 
-    from stores.context_graph import ContextGraph
+    from dyneval.stores.context_graph import ContextGraph
 
 KB_STATS = "kb_stats.json"
 
@@ -70,7 +71,7 @@ class JudgeAgentBatch:
                                            "calibrate the questions; each batch's --batch-size questions become a "
                                            "pool, --irt-items of them asked (protocols/judgeagent/irt.py)",
                                       metavar="DIR[,DIR...]")
-    irt_model: str = described("2pl", "with --irt-runs: item response model", choices=("1pl", "2pl"))
+    irt_model: IrtModel = described("2pl", "with --irt-runs: item response model")
     irt_min_responses: int = described(5, "with --irt-runs: responses a question needs to be calibrated (others "
                                           "are not asked)", minimum=2)
 
@@ -88,7 +89,7 @@ class JudgeAgentProtocol(Protocol):
                     "trajectory and validation metrics cover the batches that kept their path.")
 
     def builder(self) -> StateGraph:
-        from graphs.judgeagent import builder
+        from dyneval.graphs.judgeagent import builder
 
         return builder
 
@@ -107,7 +108,7 @@ class JudgeAgentProtocol(Protocol):
                 flag = "--" + name.replace("_", "-")
                 raise InputError(f"{flag} sets the adaptive base questions; no --irt-runs was given", field=flag)
         if ctx.kb and not ctx.no_extension:
-            from stores.context_graph import load_knowledge_base  # networkx: not with `run.py --help`
+            from dyneval.stores.context_graph import load_knowledge_base  # networkx: not with `dyneval --help`
 
             load_knowledge_base(ctx.kb, ctx.kb_fields or None)  # validated now; the graph is built in prepare()
         return ctx  # type: ignore[return-value]
@@ -205,7 +206,7 @@ class JudgeAgentProtocol(Protocol):
     def _start_graph(self, run: Run, source: str) -> None:
         """Build (or load) the context graph in the background (units that do not need it yet run meanwhile,
         the runner shows its progress); its statistics are written and shown when it is ready."""
-        from nodes.judgeagent.knowledge import start_context_graph  # the graph's modules: not with --help
+        from dyneval.nodes.judgeagent.knowledge import start_context_graph  # the graph's modules: not with --help
 
         start_context_graph(run.services, self.context(run), run.console.print,
                             lambda graph: self._graph_stats(run, source, graph))
@@ -324,7 +325,7 @@ class JudgeAgentProtocol(Protocol):
 
 def irt_plan() -> Any:
     """:mod:`protocols.judgeagent.irt`, imported when ``--irt-runs`` asks for it (it loads scipy)."""
-    from protocols.judgeagent import irt
+    from dyneval.protocols.judgeagent import irt
 
     return irt
 

@@ -20,13 +20,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from state.errors import InputError
-from state.judgeagent import DIFFICULTIES, BaseQuestion
-from nodes.judgeagent.common import LETTERS
-from nodes.judgeagent.judging import normalize
-from stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
+from dyneval.state.errors import InputError
+from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion
+from dyneval.nodes.judgeagent.common import LETTERS
+from dyneval.nodes.judgeagent.judging import normalize
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
+from dyneval.samples import sample
 
-SAMPLE_DATA = Path(__file__).resolve().parents[2] / "samples" / "judgeagent" / "questions.jsonl"
+SAMPLE_DATA = sample("judgeagent", "questions.jsonl")
 CANONICAL = ("id", "question", "answer", "options", "difficulty", "references")
 JOINABLE = ("options", "references")
 DIFFICULTY_ALIASES = {"1": "easy", "2": "medium", "3": "hard", "e": "easy", "m": "medium", "h": "hard"}

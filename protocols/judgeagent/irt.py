@@ -32,15 +32,15 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from nodes import irt
-from protocols.judgeagent.data import split_batches
-from runtime.protocol import Run, Unit
-from runtime.view.data import latest_records, read_jsonl
-from state.config import RunConfig
-from state.errors import InputError
-from state.judgeagent import BaseQuestion, JudgeAgentContext
-from state.verdicts import is_ungraded
-from stores.files import write_atomic
+from dyneval.nodes import irt
+from dyneval.protocols.judgeagent.data import split_batches
+from dyneval.runtime.protocol import Run, Unit
+from dyneval.runtime.view.data import latest_records, read_jsonl
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
+from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext
+from dyneval.state.verdicts import is_ungraded
+from dyneval.stores.files import write_atomic
 
 FLAG = "--irt-runs"
 CALIBRATION_FILE = "irt_calibration.json"

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from state.judgeagent import DIFFICULTIES
-from state.verdicts import is_ungraded, rate
+from dyneval.state.judgeagent import DIFFICULTIES
+from dyneval.state.verdicts import is_ungraded, rate
 
 
 def _ratio(num: float, den: float) -> float | None:

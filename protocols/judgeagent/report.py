@@ -7,10 +7,10 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
-from runtime.protocol import Run, with_results
-from runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
-from state.judgeagent import DIFFICULTIES
-from state.verdicts import show
+from dyneval.runtime.protocol import Run, with_results
+from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
+from dyneval.state.judgeagent import DIFFICULTIES
+from dyneval.state.verdicts import show
 
 LEVEL = {"easy": 1, "medium": 2, "hard": 3}
 

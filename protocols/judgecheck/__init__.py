@@ -1,6 +1,6 @@
 """Judge check: how well a protocol's judging step agrees with human labels, before a run trusts it.
 
-``python run.py --protocol judgecheck --judge NAME --labels FILE [--jury MODEL ...] [--repeats K]``.
+``dyneval --protocol judgecheck --judge NAME --labels FILE [--jury MODEL ...] [--repeats K]``.
 One unit = one labelled item (graph ``graphs/judgecheck.py``): the real judging step of a protocol
 (:mod:`nodes.judgecheck.judges`) judges it with each judge model (the evaluator role, or each ``--jury``
 member), ``repeats`` times, a pair in both orders.
@@ -14,18 +14,18 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from protocols.judgecheck import metrics
-from protocols.judgecheck.data import CANONICAL, load_items, sample_path
-from protocols.judgecheck.report import report_blocks
-from runtime.protocol import Protocol, Run, Unit, with_results
-from runtime.report import Block
-from state.config import parse_model_ref
-from state.context import described
-from state.errors import InfraError, InputError
-from state.judgecheck import ORDINAL, SCALES, JudgeCheckContext, check_jury, majority
+from dyneval.protocols.judgecheck import metrics
+from dyneval.protocols.judgecheck.data import CANONICAL, load_items, sample_path
+from dyneval.protocols.judgecheck.report import report_blocks
+from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
+from dyneval.runtime.report import Block
+from dyneval.state.config import parse_model_ref
+from dyneval.state.context import described
+from dyneval.state.errors import InfraError, InputError
+from dyneval.state.judgecheck import ORDINAL, SCALES, JudgeCheckContext, check_jury, majority
 
 if TYPE_CHECKING:
-    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
 
 
 @dataclass(kw_only=True)
@@ -50,7 +50,7 @@ class JudgeCheckProtocol(Protocol):
     roles = ("evaluator",)
 
     def builder(self) -> StateGraph:
-        from graphs.judgecheck import builder
+        from dyneval.graphs.judgecheck import builder
 
         return builder
 
@@ -83,7 +83,7 @@ class JudgeCheckProtocol(Protocol):
 
     def prepare(self, run: Run, units: list[Unit]) -> None:
         """Ping each jury member's endpoint once (the pre-flight ping of the roles leaves the jury out)."""
-        from prompts import load_prompt  # LangChain's prompt classes: not with `run.py --help`
+        from dyneval.prompts import load_prompt  # LangChain's prompt classes: not with `dyneval --help`
 
         seen: set[str] = set()
         for ref in self.context(run).jury or []:
@@ -146,7 +146,7 @@ def embedded_members(run: Run) -> list[str]:
 
 def smoke_warning(members: list[str]) -> str:
     """The runner's smoke-test warning, for jury members served by the embedded model."""
-    from runtime.runner import SMOKE_TEST_WARNING  # the runner's module is only needed for this text
+    from dyneval.runtime.runner import SMOKE_TEST_WARNING  # the runner's module is only needed for this text
 
     return SMOKE_TEST_WARNING.format(roles="jury member " + ", ".join(members))
 

@@ -24,14 +24,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
-from nodes.atad.problems import normalize, structure_errors
-from state.atad import PROBLEM_SCHEMAS, TASK_IDS
-from state.interview import TASK_TYPES
-from state.judgecheck import PROBLEM_JUDGES, LabelledItem, normalize_label
-from state.llmeval import QTYPES
-from stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
+from dyneval.nodes.atad.problems import normalize, structure_errors
+from dyneval.state.atad import PROBLEM_SCHEMAS, TASK_IDS
+from dyneval.state.interview import TASK_TYPES
+from dyneval.state.judgecheck import PROBLEM_JUDGES, LabelledItem, normalize_label
+from dyneval.state.llmeval import QTYPES
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
+from dyneval.samples import sample
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "judgecheck"
+SAMPLES = sample("judgecheck")
 #: The shipped hand-written sample for each judge.
 SAMPLE_OF = {"llmeval.judge": "stars.jsonl", "interview.grader": "correctness.jsonl",
              "judgeagent.judge": "correctness.jsonl", "atad.orchestrator": "problems.jsonl",

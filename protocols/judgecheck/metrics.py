@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from protocols.llmeval.metrics import cohen_kappa, spearman
-from state.judgecheck import SPLIT
+from dyneval.protocols.llmeval.metrics import cohen_kappa, spearman
+from dyneval.state.judgecheck import SPLIT
 
 Key = tuple[int, str]  # (repeat, order)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocols.judgecheck.metrics import Obs, repeat_sets
-from runtime.protocol import Run
-from runtime.report import Block, Details, Figure, Heading, Table, Text, figure_path, heatmap, scatter
+from dyneval.protocols.judgecheck.metrics import Obs, repeat_sets
+from dyneval.runtime.protocol import Run
+from dyneval.runtime.report import Block, Details, Figure, Heading, Table, Text, figure_path, heatmap, scatter
 
 EXAMPLES = 5
 

@@ -16,19 +16,19 @@ import random
 from pathlib import Path
 from typing import Any
 
-from nodes.llmeval.bankio import dialog_question
-from nodes.llmeval.calibration import ability_of, expected_scores, latest_responses, load_params
-from nodes.irt import expected_score
-from nodes.llmeval.scoring import discipline_scores
-from protocols.llmeval.metrics import (cohen_kappa, mask_tail, mean, population_variance, recalled, replay_match,
-                                       stability)
-from prompts import load_prompt
-from runtime.concurrency import parallel_map
-from state.errors import InputError
-from runtime.llm import RoleLLM
-from state.llmeval import PARADIGMS
-from stores.inputs import read_records
-from stores.question_bank import QuestionBank
+from dyneval.nodes.llmeval.bankio import dialog_question
+from dyneval.nodes.llmeval.calibration import ability_of, expected_scores, latest_responses, load_params
+from dyneval.nodes.irt import expected_score
+from dyneval.nodes.llmeval.scoring import discipline_scores
+from dyneval.protocols.llmeval.metrics import (cohen_kappa, mask_tail, mean, population_variance, recalled,
+                                               replay_match, stability)
+from dyneval.prompts import load_prompt
+from dyneval.runtime.concurrency import parallel_map
+from dyneval.state.errors import InputError
+from dyneval.runtime.llm import RoleLLM
+from dyneval.state.llmeval import PARADIGMS
+from dyneval.stores.inputs import read_records
+from dyneval.stores.question_bank import QuestionBank
 
 
 def leaderboard(bank: QuestionBank) -> list[dict[str, Any]]:

@@ -127,7 +127,7 @@ def stability(matrix: dict[str, dict[str, float]], *, reference: str, sizes: Seq
     if len(models) < 2:
         raise ValueError("no model shares a judged question with the reference")
     rng = random.Random(seed)
-    from nodes.llmeval.scoring import absolute_score, relative_score  # the node's module loads LangGraph
+    from dyneval.nodes.llmeval.scoring import absolute_score, relative_score  # the node's module loads LangGraph
 
     def rel(m: str, qs: Sequence[str]) -> float:
         return relative_score(absolute_score([matrix[m][q] for q in qs]),

@@ -1,7 +1,7 @@
 """The llmeval protocol (LLMEval-3, seed 002): batch exam sessions and the non-exam modes.
 
 Batch run (one unit = one exam session of the target, per paradigm and repeat):
-``python run.py --protocol llmeval [--bank FILE] [--questions N] [--paradigm zero-shot|few-shot|cot|all]
+``dyneval --protocol llmeval [--bank FILE] [--questions N] [--paradigm zero-shot|few-shot|cot|all]
 [--sessions K] [--reference-model REF] [--stratified]``.
 
 Other modes (``custom_run``): ``--serve`` (exam server on 127.0.0.1), ``--leaderboard``,
@@ -15,24 +15,25 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
-from nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
+from dyneval.nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
                                   index_name, load_file)
-from nodes.llmeval.common import bank_location, bank_of, chroma_folder
-from protocols.llmeval.metrics import mean, population_variance
-from runtime.protocol import Protocol, Run, Unit, with_results
-from runtime.report import Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap, write_report
-from state.context import described
-from state.errors import InputError
-from state.llmeval import PARADIGMS, LLMEvalContext
+from dyneval.nodes.llmeval.common import bank_location, bank_of, chroma_folder
+from dyneval.protocols.llmeval.metrics import mean, population_variance
+from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
+from dyneval.runtime.report import (Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap,
+                                    write_report)
+from dyneval.state.context import described
+from dyneval.state.errors import InputError
+from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
+from dyneval.samples import sample, shown
 
 if TYPE_CHECKING:
-    from langgraph.graph import StateGraph  # annotations only: `run.py --help` does not load langgraph
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
     from rich.console import Console
 
-REPO = Path(__file__).resolve().parents[2]
-SAMPLE_BANK = REPO / "samples" / "llmeval" / "bank.jsonl"  # same file as nodes.llmeval.common.SAMPLE_BANK
+SAMPLE_BANK = sample("llmeval", "bank.jsonl")  # same file as nodes.llmeval.common.SAMPLE_BANK
 BANK_NOTE = "bank_source.txt"
 #: What an adaptive session adds to its result (nodes.llmeval.scoring.adaptive_scores).
 ADAPTIVE_FIELDS = ("theta", "se", "expected_S", "expected_S_low", "expected_S_high", "items", "stopped",
@@ -96,7 +97,7 @@ class LLMEvalBatch:
     kappa: str | None = described(None, "Cohen's kappa of the judge against human labels", metavar="LABELS")
     contamination: str | None = described(None, "replay test: a public question set vs the bank", metavar="PUBLIC")
     export: str | None = described(None, "export the bank to JSONL or CSV and exit", metavar="FILE")
-    export_layout: str = described("native", "layout of --export JSONL", choices=("native", "llmeval"))
+    export_layout: Literal["native", "llmeval"] = described("native", "layout of --export JSONL")
     calibrate: bool = described(False, "fit the IRT item parameters (--irt-model) on every judged answer in the "
                                        "bank, store them, print the IRT ranking and exit")
     compare: str | None = described(None, "paired comparison of two models by IRT ability: the difference with its "
@@ -125,7 +126,7 @@ class LLMEvalProtocol(Protocol):
     _loaded: tuple[tuple[Any, ...], LoadedFile] | None = None  # the validated --bank file of this run
 
     def builder(self) -> StateGraph:
-        from graphs.llmeval import builder
+        from dyneval.graphs.llmeval import builder
 
         return builder
 
@@ -178,7 +179,7 @@ class LLMEvalProtocol(Protocol):
         return report
 
     def _rewrite_material(self, run: Run, report: ImportReport) -> None:
-        from nodes.llmeval.augment import rewrite_material
+        from dyneval.nodes.llmeval.augment import rewrite_material
 
         bank = bank_of(self._ctx(run))
         for uid in list(report.imported_ids):
@@ -225,7 +226,7 @@ class LLMEvalProtocol(Protocol):
         elif bank.count() > 0:
             source = f"the existing bank {location} (no --bank given)"
         else:
-            source = f"the shipped sample {SAMPLE_BANK.relative_to(REPO)} (no --bank or --bank-db given)"
+            source = f"the shipped sample {shown(SAMPLE_BANK)} (no --bank or --bank-db given)"
             run.console.print(f"using {source}", highlight=False, markup=False)
             self.import_bank(run, SAMPLE_BANK)
         if bank.count() == 0:
@@ -280,7 +281,7 @@ class LLMEvalProtocol(Protocol):
 
     def calibrate(self, run: Run) -> dict[str, Any]:
         """(Re)fit the IRT item parameters on the bank's judged answers (skipped when nothing is new)."""
-        from nodes.llmeval.calibration import calibrate_bank
+        from dyneval.nodes.llmeval.calibration import calibrate_bank
 
         ctx = self._ctx(run)
         fit = calibrate_bank(bank_of(ctx), ctx.irt_model, min_responses=ctx.min_responses)
@@ -306,7 +307,7 @@ class LLMEvalProtocol(Protocol):
                 **{k: scores.get(k) for k in ADAPTIVE_FIELDS if k in scores}}
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with run.py --help
+        from dyneval.protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with dyneval --help
 
         held = with_results(records)
         ok = [r for r in held if r.get("S") is not None]
@@ -339,7 +340,7 @@ class LLMEvalProtocol(Protocol):
         }
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
-        from protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with run.py --help
+        from dyneval.protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with dyneval --help
 
         metrics = summary["metrics"]
         ok = with_results(records)
@@ -379,7 +380,7 @@ class LLMEvalProtocol(Protocol):
 
     # -- other modes -----------------------------------------------------------------------------
     def custom_run(self, run: Run) -> bool:
-        from protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with run.py --help
+        from dyneval.protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with dyneval --help
 
         p, options = run.params, self.batch(run)
         check_files(p)
@@ -468,7 +469,7 @@ class LLMEvalProtocol(Protocol):
     def serve(self, run: Run, port: int) -> None:
         import uvicorn
 
-        from protocols.llmeval.server import ExamServer, create_app
+        from dyneval.protocols.llmeval.server import ExamServer, create_app
 
         self.calibrate(run)  # adaptive sessions choose among the calibrated questions (refit only if new answers)
         server = ExamServer(self._ctx(run), rate=self.batch(run).rate_limit)
@@ -479,7 +480,7 @@ class LLMEvalProtocol(Protocol):
 
     def print_admin_token(self, run: Run) -> None:
         """``--admin-token``: a fresh admin token signed with the bank's secret (valid for a running server)."""
-        from protocols.llmeval.server import ExamServer
+        from dyneval.protocols.llmeval.server import ExamServer
 
         server = ExamServer(self._ctx(run))
         token_file = write_admin_token(run, server)
@@ -572,7 +573,7 @@ def irt_blocks(rows: list[dict[str, Any]]) -> list[Block]:
 
 
 def stability_blocks(run: Run, result: dict[str, Any]) -> list[Block]:
-    from runtime.report import line_chart
+    from dyneval.runtime.report import line_chart
 
     models = sorted(result["full"])
     blocks: list[Block] = [Heading("Ranking stability (appendix D.1, Table 9, Figure 5)"),

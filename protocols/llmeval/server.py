@@ -17,7 +17,7 @@ Section 2.2 "Secure Anti-Cheating Architecture" and appendix F (Algorithm 1):
 Users: the single ``admin`` (the operator; never an examinee name) and one
 examinee per session. Examinees and the signing secret live in the bank's
 database (``llmeval_examinees``, ``llmeval_meta``), so a restarted server keeps
-accepting their tokens; ``run.py --protocol llmeval --admin-token`` re-issues an
+accepting their tokens; ``dyneval --protocol llmeval --admin-token`` re-issues an
 admin token and ``POST /admin/sessions/{id}/token`` an examinee's, since tokens expire
 (one hour by default).
 
@@ -44,15 +44,15 @@ from fastapi.responses import JSONResponse
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
 
-from nodes.llmeval.adaptive import adaptive_step, run_params
-from nodes.llmeval.calibration import load_params
-from nodes.llmeval.common import bank_of
-from nodes.llmeval.examinee import build_messages, fewshot_examples
-from nodes.llmeval.judge import judge_session, judges
-from nodes.llmeval.session import open_session
-from state.errors import InputError
-from state.llmeval import PARADIGMS, LLMEvalContext
-from stores.question_bank import QuestionBank, QuotaError
+from dyneval.nodes.llmeval.adaptive import adaptive_step, run_params
+from dyneval.nodes.llmeval.calibration import load_params
+from dyneval.nodes.llmeval.common import bank_of
+from dyneval.nodes.llmeval.examinee import build_messages, fewshot_examples
+from dyneval.nodes.llmeval.judge import judge_session, judges
+from dyneval.nodes.llmeval.session import open_session
+from dyneval.state.errors import InputError
+from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
+from dyneval.stores.question_bank import QuestionBank, QuotaError
 
 ALGORITHM = "HS256"
 ADMIN = "admin"
@@ -244,7 +244,7 @@ class ExamServer:
                 "token": self.issue(session["owner"], "examinee", session_id)}
 
     def score(self, session_id: str) -> dict[str, Any]:
-        from graphs.llmeval import builder
+        from dyneval.graphs.llmeval import builder
 
         quota = self.bank.quota(session_id)
         if self.bank.session(session_id) is None:
@@ -311,7 +311,7 @@ def create_app(server: ExamServer) -> FastAPI:
 
     @app.get("/admin/leaderboard")
     def leaderboard(c: dict = Depends(claims)) -> dict[str, Any]:
-        from protocols.llmeval.analyses import leaderboard as board
+        from dyneval.protocols.llmeval.analyses import leaderboard as board
 
         server.require(c, "leaderboard:read")
         return {"rows": board(server.bank)}

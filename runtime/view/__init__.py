@@ -7,7 +7,7 @@ outcomes, detail sections), ``compare`` pairs several runs over their shared uni
 network. Model text reaches the page only as JSON data rendered with ``textContent``: it never becomes markup.
 """
 
-from runtime.view.compare import write_compare
-from runtime.view.page import write_view
+from dyneval.runtime.view.compare import write_compare
+from dyneval.runtime.view.page import write_view
 
 __all__ = ["write_compare", "write_view"]

@@ -24,6 +24,7 @@ class Metric:
 
 Outcome = Callable[[dict[str, Any]], "float | None"]
 Section = dict[str, Any]  # {"title", "headers", "rows"} or {"title", "text"}
+Items = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Adapter:
     columns: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
     #: detail sections shown first in a unit's drill-down
     sections: Callable[[dict[str, Any]], list[Section]] = lambda record: []
+    #: the per-item results inside a unit's record (one export row each; ``step`` says which part of the unit)
+    items: Items = lambda record: []
 
 
 def dig(data: Any, path: str) -> Any:
@@ -83,6 +86,13 @@ def _judgeagent_sections(record: dict[str, Any]) -> list[Section]:
     return out
 
 
+def _judgeagent_items(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Base questions, extension-round questions and validation re-answers, each with its verdict."""
+    return ([{"step": "base", **b} for b in record.get("base") or []]
+            + [{"step": "round", **r} for r in record.get("rounds") or []]
+            + [{"step": "validation", **v} for v in record.get("validation") or []])
+
+
 JUDGEAGENT = Adapter(
     metrics=(
         Metric("score", "JudgeAgent score", "sum of the gains of all graded answers (base questions and extension "
@@ -103,6 +113,7 @@ JUDGEAGENT = Adapter(
     columns={"base accuracy": lambda r: _share(r.get("base")),
              "last difficulty": lambda r: (r.get("trajectory") or [{}])[-1].get("next")},
     sections=_judgeagent_sections,
+    items=_judgeagent_items,
 )
 
 
@@ -169,9 +180,14 @@ ATAD = Adapter(
 
 # -- LLM-as-an-Interviewer (seed 004) -----------------------------------------------------------------------
 
+def _interview_answers(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every graded answer of a session: the seed question's attempts, then the follow-ups."""
+    return [*(record.get("seed_interactions") or []), *(record.get("followup_results") or [])]
+
+
 def _interview_sections(record: dict[str, Any]) -> list[Section]:
     out: list[Section] = []
-    answers = [*(record.get("seed_interactions") or []), *(record.get("followup_results") or [])]
+    answers = _interview_answers(record)
     if record.get("single_turn"):
         answers.insert(0, {"kind": "single-turn judge", **record["single_turn"]})
     if answers:
@@ -212,6 +228,7 @@ INTERVIEW = Adapter(
               "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
               "follow-up accuracy": lambda r: _share(r.get("followup_results"))},
     sections=_interview_sections,
+    items=lambda record: [{"step": a.get("kind") or "seed", **a} for a in _interview_answers(record)],
 )
 
 
@@ -267,7 +284,7 @@ def llmeval_answers(run_dir: Path, config: dict[str, Any], records: list[dict[st
     ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory, as the
     protocol opens it (``nodes.llmeval.common.bank_location``).
     """
-    from stores.question_bank import QuestionBank
+    from dyneval.stores.question_bank import QuestionBank
 
     params, stores = config.get("params") or {}, config.get("stores") or {}
     location = params.get("bank_db") or stores.get("postgres_dsn") or str(

@@ -1,4 +1,4 @@
-"""``run.py --compare RUN_A RUN_B ...``: one page for several runs of one protocol.
+"""``dyneval --compare RUN_A RUN_B ...``: one page for several runs of one protocol.
 
 Metrics side by side (the protocol's headline metrics first), paired differences of the per-unit numeric outcomes
 (:mod:`runtime.view.adapters`) between each run and the first over the units both hold results for, with a seeded
@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runtime.protocol import RESULT_STATUSES
-from runtime.view.adapters import adapter
-from runtime.view.data import _flat, headline_metrics, latest_records, read_json
-from runtime.view.page import write_page
-from state.errors import InputError
+from dyneval.runtime.protocol import RESULT_STATUSES
+from dyneval.runtime.view.adapters import adapter
+from dyneval.runtime.view.data import _flat, headline_metrics, latest_records, read_json
+from dyneval.runtime.view.page import write_page
+from dyneval.state.errors import InputError
 
 #: Bootstrap resamples and seed of the paired intervals (fixed: the same runs give the same page).
 RESAMPLES, SEED, CONFIDENCE = 9999, 0, 0.95

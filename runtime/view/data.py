@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.view.adapters import Adapter, Section, adapter, dig, llmeval_answers
-from stores.files import read_records
+from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, llmeval_answers
+from dyneval.stores.files import read_records
 
 #: Longest text kept in the page per string (the page stays small; the run's files keep everything).
 MAX_TEXT = 20_000

@@ -12,8 +12,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.view.data import run_payload
-from stores.files import write_atomic
+from dyneval.runtime.view.data import run_payload
+from dyneval.stores.files import write_atomic
 
 if TYPE_CHECKING:
     import jinja2

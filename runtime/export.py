@@ -1,0 +1,107 @@
+"""``dyneval --export RUN --format csv|jsonl|parquet``: a finished run's results as tables for a spreadsheet, pandas
+or a warehouse.
+
+``units.<format>``: one row per unit, its latest record flattened (nested objects become dotted columns, lists a JSON
+text). ``items.<format>``, where the protocol has per-item results inside a unit (JudgeAgent's base and extension
+questions, an interview's answers): one row per item with its unit id. Both go to ``RUN/export/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from dyneval.runtime.view.adapters import adapter
+from dyneval.runtime.view.data import latest_records, read_json
+from dyneval.state.errors import InputError
+
+FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet")
+
+
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": [1]}`` -> ``{"a.b": 1, "c": "[1]"}``: scalars kept, lists as JSON text."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        elif isinstance(value, list):
+            out[name] = json.dumps(value, ensure_ascii=False, default=str)
+        else:
+            out[name] = value
+    return out
+
+
+def export_run(ref: str, out: str, fmt: str) -> list[Path]:
+    """Write ``units`` (and ``items`` where the protocol has them) of the run ``ref`` (a run folder, or a run id
+    under ``out``) in ``fmt``; return the files written."""
+    if fmt not in FORMATS:
+        raise InputError(f"{fmt!r} is not one of {', '.join(FORMATS)}", setting="--format")
+    run_dir = Path(ref) if Path(ref).is_dir() else Path(out) / ref
+    summary = read_json(run_dir / "summary.json")
+    if not summary:
+        raise InputError(f"no finished run {ref!r} (no summary.json in {run_dir})", setting="--export")
+    if fmt == "parquet":
+        _pyarrow()  # refused before anything is written
+    records = latest_records(run_dir)
+    items_of = adapter(summary.get("protocol", "")).items
+    tables = {"units": [flatten(r) for r in records],
+              "items": [flatten({"unit_id": r.get("unit_id"), **item}) for r in records for item in items_of(r)]}
+    dest = run_dir / "export"
+    dest.mkdir(exist_ok=True)
+    written = []
+    for name, rows in tables.items():
+        if name == "items" and not rows:
+            continue
+        path = dest / f"{name}.{fmt}"
+        WRITERS[fmt](path, rows)
+        written.append(path)
+    return written
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    """Every column of ``rows`` in order of first appearance."""
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=_columns(rows))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+
+def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    """One typed column per field: numbers and booleans keep their type; a column mixing kinds is text."""
+    pa = _pyarrow()
+    import pyarrow.parquet as pq
+
+    columns = {}
+    for name in _columns(rows):
+        values = [row.get(name) for row in rows]
+        kinds = {type(v) for v in values if v is not None}
+        if kinds <= {int, float} and kinds or kinds in ({bool}, {str}):
+            columns[name] = values
+        else:
+            columns[name] = [None if v is None else str(v) for v in values]
+    pq.write_table(pa.table(columns), path)
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+    except ImportError:
+        raise InputError("parquet needs pyarrow: pip install 'dyneval[parquet]' (or use --format csv or jsonl)",
+                         setting="--format") from None
+    return pyarrow
+
+
+WRITERS = {"csv": _write_csv, "jsonl": _write_jsonl, "parquet": _write_parquet}

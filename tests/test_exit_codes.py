@@ -1,0 +1,116 @@
+"""The exit codes a CI job gates on (README "Exit codes", ``dyneval.gate``), each produced by a run as a user starts
+it: 0 every unit ok and every threshold met, 1 an internal error, 2 bad input, 4 units failed or ungraded, 5 a
+``--fail-under`` threshold missed. 3 (budget) is produced by ``tests/test_budget.py`` and 130 (Ctrl-C) by
+``tests/test_interrupt.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dyneval import gate
+from dyneval.cli import main
+from tests.standin_endpoint import StandIn
+from tests.toy_protocol import ToyProtocol
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class BrokenProtocol(ToyProtocol):
+    """A protocol with a bug: planning raises what no input check foresaw."""
+
+    def plan(self, run: Any) -> list:
+        raise RuntimeError("a bug in planning")
+
+
+def _interview(tmp_path: Path, target: str, judge: str, *extra: str, questions: int = 1) -> list[str]:
+    return ["--protocol", "interview", "--target", target, "--evaluator", judge, "--out", str(tmp_path),
+            "--limit", "2", "--max-questions", str(questions), "--skip-preflight", *extra]
+
+
+def _summary(tmp_path: Path) -> dict[str, Any]:
+    return json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+
+
+def test_a_run_with_every_unit_ok_and_its_thresholds_met_exits_0(tmp_path):
+    with StandIn() as standin:
+        code = main(_interview(tmp_path, standin.spec("t"), standin.spec("j"), "--fail-under", "score@1=0",
+                               "--fail-under", "followup_accuracy.overall=0", questions=2))
+    assert code == gate.EXIT_OK == 0
+    assert _summary(tmp_path)["status_counts"] == {"ok": 2}
+
+
+def test_a_run_whose_every_unit_failed_never_exits_0(tmp_path, capsys):
+    """The endpoint refuses every connection: both units end infra_error after their retries; exit 4 names them and
+    the command that retries them."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[models.down]\nmodel = "down"\nbase_url = "http://127.0.0.1:9/v1"\nmax_retries = 0\n'
+                   '[roles]\ntarget = "down"\nevaluator = "down"\n')
+    code = main(["--protocol", "interview", "--config", str(cfg), "--out", str(tmp_path / "runs"), "--limit", "2",
+                 "--skip-preflight"])
+    assert code == gate.EXIT_UNITS_FAILED == 4
+    assert _summary(tmp_path / "runs")["status_counts"] == {"infra_error": 2}
+    out = capsys.readouterr().out
+    assert "2 of 2 units did not finish ok (2 infra_error)" in " ".join(out.split())
+    assert "--resume" in out and "retries 2 of them" in " ".join(out.split())
+
+
+def test_a_partly_failed_run_exits_4(tmp_path):
+    """One unit's judge answers nothing usable (also after the repair): that unit ends model_error, the other ok."""
+
+    def respond(body: dict[str, Any]) -> dict[str, Any] | None:
+        text = json.dumps(body.get("messages"))
+        if body.get("tools") and "question 1" in text:
+            return {"role": "assistant", "content": "I would rather not give a verdict."}
+        return None
+
+    env = {**os.environ, "DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"}
+    with StandIn(respond=respond) as standin:
+        done = subprocess.run([sys.executable, "run.py", "--protocol", "toy", "--target", standin.spec("t"),
+                               "--evaluator", standin.spec("j"), "--out", str(tmp_path), "--units", "3"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert _summary(tmp_path)["status_counts"] == {"ok": 2, "model_error": 1}
+
+
+def test_a_missed_threshold_exits_5_and_says_which(tmp_path, capsys):
+    with StandIn() as standin:
+        code = main(_interview(tmp_path, standin.spec("t"), standin.spec("j"), "--fail-under", "score@1=1.01"))
+    assert code == gate.EXIT_BELOW_THRESHOLD == 5
+    assert "--fail-under: score@1 = " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("score@1", "is not METRIC=NUMBER"),
+    ("score@1=high", "is not METRIC=NUMBER"),
+    ("accuracy=0.5", "'accuracy' is not a headline metric of interview (one of: score@1"),
+])
+def test_a_bad_threshold_is_bad_input_before_any_request(tmp_path, capsys, spec, says):
+    with StandIn() as standin:
+        code = main(_interview(tmp_path, standin.spec("t"), standin.spec("j"), "--fail-under", spec))
+        asked = len(standin.requests)
+    assert code == gate.EXIT_BAD_INPUT == 2 and asked == 0 and not any(tmp_path.iterdir())
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--fail-under" in err and says in err
+
+
+def test_an_internal_error_exits_1_with_its_traceback(tmp_path):
+    env = {**os.environ, "DYNEVAL_PROTOCOLS": "broken=tests.test_exit_codes:BrokenProtocol"}
+    done = subprocess.run([sys.executable, "run.py", "--protocol", "broken", "--out", str(tmp_path)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == gate.EXIT_INTERNAL == 1
+    assert "Traceback" in done.stderr and "a bug in planning" in done.stderr
+
+
+def test_the_readme_table_lists_every_exit_code():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    codes = {v for k, v in vars(gate).items() if k.startswith("EXIT_")}
+    table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    assert {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)} == codes
