@@ -4,6 +4,7 @@ policies, which a host application importing dyneval does not get."""
 from __future__ import annotations
 
 import gc
+import signal
 import sys
 
 
@@ -13,6 +14,9 @@ def run() -> None:
     # LangGraph and the OpenAI types makes ~400 collections (0.2 s of a 1.4 s start-up), and a unit's call makes
     # thousands of short-lived objects (dyneval.runtime.runner freezes the start-up heap while units run).
     gc.set_threshold(20000, 20, 20)
+    from dyneval.runtime.stop import on_sigterm
+
+    signal.signal(signal.SIGTERM, on_sigterm)  # SIGTERM stops a run as Ctrl-C does, with its partial report
     from dyneval.cli import main
 
     code = main()

@@ -23,7 +23,7 @@ from rich.console import Console  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from dyneval.gate import (EXIT_BAD_INPUT, EXIT_BELOW_THRESHOLD, EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK,  # noqa: E402
-                          EXIT_UNITS_FAILED, Threshold, parse_thresholds, unfinished_units)
+                          EXIT_TERMINATED, EXIT_UNITS_FAILED, Threshold, parse_thresholds, unfinished_units)
 from dyneval.protocols import REGISTRY, available, protocol_class  # noqa: E402
 from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, load_config,  # noqa: E402
                                            read_config_file)
@@ -253,18 +253,20 @@ def main(argv: list[str] | None = None) -> int:
                       markup=False, highlight=False, soft_wrap=True)
         more = " with a higher --max-calls / --max-tokens / --max-cost" if exc.budget else ""
         console.print(f"resume{more} with: {exc.resume}", markup=False, highlight=False, soft_wrap=True)
-        code = EXIT_BUDGET if exc.budget else EXIT_INTERRUPTED
+        code = EXIT_BUDGET if exc.budget else EXIT_TERMINATED if exc.terminated else EXIT_INTERRUPTED
         if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
             stop.exit_now(code)  # a request still in flight must not hold the exit up
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         from dyneval.runtime.runner import resume_command
+        from dyneval.runtime.stop import Terminated
 
         resumable = run is not None and run.run_dir.is_dir()
-        console.print("interrupted" + (f"; resume with: {resume_command(protocol, run)}" if resumable else
-                                       " before the run started"), style="yellow", markup=False, highlight=False,
-                      soft_wrap=True)
-        return EXIT_INTERRUPTED
+        terminated = isinstance(exc, Terminated)
+        console.print(("terminated (SIGTERM)" if terminated else "interrupted")
+                      + (f"; resume with: {resume_command(protocol, run)}" if resumable else " before the run started"),
+                      style="yellow", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 def _verdict(summary: dict[str, Any], thresholds: list[Threshold], protocol: str, resume: str,

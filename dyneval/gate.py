@@ -21,6 +21,7 @@ EXIT_BUDGET = 3  # --max-calls / --max-tokens / --max-cost reached: partial repo
 EXIT_UNITS_FAILED = 4  # the run ended, but some units ended failed (infra_error, error, model_error) or ungraded
 EXIT_BELOW_THRESHOLD = 5  # a --fail-under threshold was not met (or its metric has no value)
 EXIT_INTERRUPTED = 130  # Ctrl-C: partial report, resumable
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15, the convention): stopped as after Ctrl-C, partial report, resumable
 
 #: Unit statuses that count as finished for the exit code (``diverged``: a re-score's new verdicts led elsewhere,
 #: which is that re-score's finding, not a failure).

@@ -86,11 +86,13 @@ def is_endpoint_fault(exc: BaseException) -> bool:
 
 
 def current_unit(default: str = "-") -> str:
-    """The thread id of the graph run this call belongs to (``default`` outside a graph)."""
+    """The unit of the graph run this call belongs to: the batch runner's ``unit_id``, else the thread id (Studio,
+    an embedding app), else ``default`` outside a graph."""
     try:
         from langgraph.config import get_config
 
-        return str(get_config().get("configurable", {}).get("thread_id") or default)
+        configurable = get_config().get("configurable", {})
+        return str(configurable.get("unit_id") or configurable.get("thread_id") or default)
     except RuntimeError:
         return default
 

@@ -87,7 +87,8 @@ SMOKE_TEST_WARNING = (
 
 def new_run_id(protocol: str) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{protocol}-{secrets.token_hex(2)}"
+    # 32 random bits: run ids name the checkpoint threads of runs that share a database (thread_id)
+    return f"{stamp}-{protocol}-{secrets.token_hex(4)}"
 
 
 def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, console: Console,
@@ -263,12 +264,27 @@ def _before_first_ungraded(protocol: Protocol, graph: Any, config: dict[str, Any
 _DONE = object()
 
 
+def thread_id(run: Run, unit: Unit, graph: Any) -> str:
+    """The checkpoint thread of ``unit`` in ``run``: ``RUN_ID/UNIT_ID``, so runs sharing one PostgreSQL database (or
+    one SQLite file) never continue each other's threads. A run directory made before run-scoped threads keeps
+    its units' threads under their bare unit ids in its own SQLite file: a resume continues those (read, never
+    migrated); a database shared with other runs is never searched for bare ids."""
+    scoped = f"{run.run_dir.name}/{unit.id}"
+    if run.resumed and not run.config.stores.postgres_dsn and \
+            graph.get_state({"configurable": {"thread_id": scoped}}).metadata is None and \
+            graph.get_state({"configurable": {"thread_id": unit.id}}).metadata is not None:
+        return unit.id
+    return scoped
+
+
 def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any) -> dict[str, Any]:
     """Run (continue, or re-judge) one unit to END and return its record (status ``interrupted`` after Ctrl-C)."""
-    config: dict[str, Any] = {"configurable": {"thread_id": unit.id}, "recursion_limit": 200}
     started = time.perf_counter()
     record: dict[str, Any] = {"unit_id": unit.id, "meta": unit.meta}
     try:
+        # the event log files each call under the unit id, not the thread id (runtime.llm.current_unit)
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id(run, unit, graph), "unit_id": unit.id},
+                                  "recursion_limit": 200}
         snapshot = graph.get_state(config)
         start = config
         if snapshot.metadata is None:
@@ -322,7 +338,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     notes: list[str] = list(run.services.events.notes)
     with _kept_only_if_accepted(run) as made:
         if protocol.custom_run(run):
-            with _stop_on_sigint():
+            with _stop_on_signals():
                 _await_background(run)  # e.g. JudgeAgent's --build-kb-only
             summary = run.run_dir / "summary.json"  # the summary a mode wrote (atad --evaluate), if it wrote one
             return json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
@@ -342,7 +358,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     results = ResultStore(run.run_dir / "results.jsonl")
     wall_started = time.perf_counter()
     try:
-        with _stop_on_sigint():
+        with _stop_on_signals():
             if not skip_preflight:
                 preflight(protocol, run)
             # the graph's modules load before prepare() starts its background work, not beside it: JudgeAgent's
@@ -356,16 +372,19 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
                 graph = builder.compile(checkpointer=saver, name=protocol.name)
                 _run_all(protocol, run, graph, todo, context, results, already=len(units) - len(todo))
             _await_background(run)  # what prepare() started and no unit needed (its statistics, its errors)
-    except (KeyboardInterrupt, stop.StopRequested):  # Ctrl-C, or the budget is spent (runtime.budget)
+    except (KeyboardInterrupt, stop.StopRequested) as exc:  # Ctrl-C, SIGTERM, or the budget is spent (runtime.budget)
         budget = run.services.budget.reached if run.services.budget else None
-        with _sigint_ignored():
+        with _signals_ignored():
             stop.request_stop()
             latest = results.latest()
             unfinished = sum(latest.get(u.id, {}).get("status") not in FINAL_STATUSES for u in units)
-            interrupted = {"unfinished_units": unfinished, "resume": resume, "budget": budget}
+            terminated = isinstance(exc, stop.Terminated)
+            interrupted = {"unfinished_units": unfinished, "resume": resume, "budget": budget,
+                           "signal": "SIGTERM" if terminated else None if budget else "SIGINT"}
             with stop.refused_as_infra_error():
                 _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
-        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget) from None
+        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget,
+                             terminated=terminated) from None
     with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would
         return _finish(protocol, run, units, results, notes, wall_started, warning, None)
 
@@ -404,41 +423,49 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
     return summary
 
 
-@contextmanager
-def _stop_on_sigint() -> Iterator[None]:
-    """Ctrl-C raises the stop flag in the signal handler itself, then interrupts as usual.
+#: The signals that stop a run, and what their handler raises: Ctrl-C, and SIGTERM (Docker, Kubernetes, systemd,
+#: Slurm and Ray stop a process with it), which stops the run the same way and exits 143 instead of 130.
+_STOPPING = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: stop.Terminated}
 
-    So every thread's next request is refused at once, even while the main thread
-    still waits for a pool to wind down (e.g. calls of ``prepare()`` run through
-    ``parallel_map``). A process that ignores SIGINT keeps ignoring it.
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Ctrl-C and SIGTERM raise the stop flag in the signal handler itself, then interrupt as usual.
+
+    So every thread's next request is refused at once, even while the main thread still waits for a pool to wind
+    down (e.g. calls of ``prepare()`` run through ``parallel_map``). A signal the process ignores stays ignored,
+    and a SIGTERM handler of someone else's (a host application, a server embedding the graphs) is left alone.
     """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield
-        return
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        stop.request_stop()
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """A second Ctrl-C does not cut the bounded shutdown (partial report) short."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ours = {sig: raised for sig, raised in _STOPPING.items() if signal.getsignal(sig) is not signal.SIG_IGN and
+            (sig == signal.SIGINT or signal.getsignal(sig) in (signal.SIG_DFL, stop.on_sigterm))}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.request_stop()
+        raise ours[signum]
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in ours}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A second Ctrl-C or SIGTERM does not cut the bounded shutdown (partial report) short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOPPING}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Slots:
@@ -607,7 +634,7 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
             if stop.stopped():  # the budget was spent as the last units ran: some of them may not have ended
                 raise stop.StopRequested("no request is sent after the stop")
         except BaseException as exc:
-            with _sigint_ignored():
+            with _signals_ignored():
                 stop.request_stop()
                 deadline = time.monotonic() + STOP_GRACE_S
                 # records already queued are shown too: a worker may end before the main thread took its last one
@@ -763,7 +790,8 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
     if summary.get("interrupted"):
         stopped = summary["interrupted"]
         cause = f"the budget is spent: {stopped['budget']}" if stopped.get("budget") else "Ctrl-C"
-        blocks.append(Text(f"INTERRUPTED ({cause}): a partial report; {stopped['unfinished_units']} units are not "
+        head = "TERMINATED (SIGTERM)" if stopped.get("signal") == "SIGTERM" else f"INTERRUPTED ({cause})"
+        blocks.append(Text(f"{head}: a partial report; {stopped['unfinished_units']} units are not "
                            f"finished. Continue with: {stopped['resume']}"))
     if rescored := rescore_text(summary):
         blocks.append(Text(rescored))

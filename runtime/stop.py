@@ -1,6 +1,6 @@
-"""The run-wide stop flag Ctrl-C raises: the call layer sends no new request once it is set.
+"""The run-wide stop flag Ctrl-C (and SIGTERM) raises: the call layer sends no new request once it is set.
 
-The batch runner sets it on SIGINT; :class:`runtime.llm.RoleLLM` calls
+The batch runner sets it on SIGINT and SIGTERM; :class:`runtime.llm.RoleLLM` calls
 :func:`raise_if_stopped` right before each request (after waiting for a slot and
 after any retry back-off), so no request starts after the signal. The flag is
 per process, like the signal.
@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator, NoReturn
+from typing import Any, Iterator, NoReturn
 
 from dyneval.state.errors import InfraError
 
@@ -22,15 +22,21 @@ _stop = threading.Event()
 _as_infra_error = contextvars.ContextVar("stop_as_infra_error", default=False)
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C, or the spent budget (``budget``: what was spent), ended the run: a partial summary and report are
-    written; ``resume`` continues it."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what Docker, Kubernetes, systemd, Slurm and Ray send to stop a process): handled as Ctrl-C."""
 
-    def __init__(self, run_id: str, resume: str, unfinished: int, total: int, budget: str | None = None) -> None:
-        cause = f"its budget is spent ({budget})" if budget else "interrupted"
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM (``terminated``) or the spent budget (``budget``: what was spent) ended the run: a partial
+    summary and report are written; ``resume`` continues it."""
+
+    def __init__(self, run_id: str, resume: str, unfinished: int, total: int, budget: str | None = None,
+                 terminated: bool = False) -> None:
+        cause = f"its budget is spent ({budget})" if budget else "terminated (SIGTERM)" if terminated \
+            else "interrupted"
         super().__init__(f"run {run_id} stopped, {cause}: {unfinished} of {total} units unfinished")
         self.run_id, self.resume, self.unfinished, self.total = run_id, resume, unfinished, total
-        self.budget = budget
+        self.budget, self.terminated = budget, terminated
 
 
 class StopRequested(BaseException):
@@ -43,6 +49,13 @@ class StopRequested(BaseException):
 
 def request_stop() -> None:
     _stop.set()
+
+
+def on_sigterm(signum: int, frame: Any) -> NoReturn:
+    """The ``dyneval`` command's SIGTERM handler: stop as Ctrl-C does (the runner installs its own while units
+    run)."""
+    request_stop()
+    raise Terminated
 
 
 def clear() -> None:

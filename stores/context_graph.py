@@ -535,7 +535,8 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
             log(f"context graph: cache hit, loaded from {folder} (no extraction call)")
             indexed = progress
         else:
-            cache = EntityCache(cache_dir / "judgeagent" / f"entities-{_slug(extractor_label)}.jsonl")
+            label_id = hashlib.sha256(extractor_label.encode()).hexdigest()[:8]  # the slug alone may be cut short
+            cache = EntityCache(cache_dir / "judgeagent" / f"entities-{_slug(extractor_label)}-{label_id}.jsonl")
             all_chunks = [(f"{d.id}#{i}", t) for d in docs for i, t in enumerate(d.chunks)]
             todo_texts = list(dict.fromkeys(t for _, t in all_chunks if cache.get(t) is None))
             log(f"context graph: {len(all_chunks)} chunks, {len(todo_texts)} to label")

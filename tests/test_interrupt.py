@@ -1,4 +1,4 @@
-"""Ctrl-C stops spending at once, leaves a partial report and a resume command that works."""
+"""Ctrl-C and SIGTERM stop spending at once, leave a partial report and a resume command that works."""
 
 from __future__ import annotations
 
@@ -26,9 +26,23 @@ def _finished_units(out: Path) -> int:
     return len(results[0].read_text().splitlines()) if results else 0
 
 
+def _records(run_dir: Path) -> dict[str, dict]:
+    """Each unit's latest record without what varies between runs (timings, usage)."""
+    records = {}
+    for line in (run_dir / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        records[record["unit_id"]] = {k: v for k, v in record.items() if k not in ("wall_s", "usage")}
+    return records
+
+
 @pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_working_resume_command(tmp_path):
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "INTERRUPTED"), (signal.SIGTERM, 143, "TERMINATED")],
+                         ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_working_resume_command(
+        tmp_path, sig, code, word):
+    """SIGTERM is what Docker, Kubernetes, systemd, Slurm and Ray send: it stops the run as Ctrl-C does (exit 143
+    instead of 130), and the resumed run ends with the records of a run never stopped."""
     log = tmp_path / "standin.jsonl"
     standin = subprocess.Popen([sys.executable, "-m", "tests.standin_endpoint", "--log", str(log),
                                 "--latency", "0.3"], cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -44,10 +58,10 @@ def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_w
             time.sleep(0.05)
         assert run.poll() is None, "the run ended before it could be interrupted"
         signalled = time.time()
-        run.send_signal(signal.SIGINT)
+        run.send_signal(sig)
         stdout, stderr = run.communicate(timeout=60)
 
-        assert run.returncode == 130, stdout + stderr
+        assert run.returncode == code, stdout + stderr
         assert "Traceback" not in stdout + stderr
         late = [r for r in _requests(log) if r["ts"] > signalled + 2.0]
         assert late == [], f"{len(late)} requests reached the endpoint more than 2 s after Ctrl-C"
@@ -63,7 +77,7 @@ def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_w
         assert summary["interrupted"]["unfinished_units"] > 0
         assert summary["status_counts"].get("ok", 0) >= 1 and summary["metrics"]["sessions"] >= 1
         assert summary["interrupted"]["resume"] == command
-        assert "INTERRUPTED" in (run_dir / "report.md").read_text()
+        assert word in (run_dir / "report.md").read_text() and (run_dir / "view.html").is_file()
 
         argv = shlex.split(command)
         resumed = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -71,6 +85,13 @@ def test_ctrl_c_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_w
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["interrupted"] is None
         assert summary["status_counts"] == {"ok": summary["units"]} and summary["units"] == 7
+        if sig == signal.SIGTERM:  # the same records as a run never stopped (the stand-in answers by content)
+            whole = tmp_path / "whole"
+            done = subprocess.run([sys.executable, "run.py", "--protocol", "interview", "--target", f"t@{url}",
+                                   "--evaluator", f"e@{url}", "--concurrency", "3", "--out", str(whole)], cwd=REPO,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            assert _records(run_dir) == _records(next(whole.iterdir()))
     finally:
         standin.terminate()
         standin.wait(timeout=10)

@@ -193,3 +193,22 @@ def test_a_label_appended_after_a_line_a_kill_cut_is_kept(tmp_path):
     reopened = EntityCache(path)
     assert reopened.get("first chunk")["entities"] == ["Harl"]
     assert reopened.get("second chunk")["entities"] == ["Orden"]
+
+
+def test_the_graph_cache_key_ignores_the_evaluators_url_but_not_its_model_or_settings(tmp_path):
+    """The same evaluator behind another port finds the cached graph (no re-extraction); another model, another
+    temperature or another extraction batch builds its own."""
+    from dyneval.nodes.judgeagent.knowledge import extractor_key
+    from dyneval.runtime.events import EventLog
+    from dyneval.runtime.services import Services
+    from dyneval.state.config import ModelSpec, RunConfig
+    from dyneval.state.judgeagent import JudgeAgentContext
+
+    def key(url: str = "http://127.0.0.1:8000/v1", model: str = "qwen", batch: int = 5, **settings) -> str:
+        config = RunConfig(protocol="judgeagent", out=str(tmp_path), roles={"evaluator": "e"},
+                           models={"e": ModelSpec(model=model, base_url=url, **settings)})
+        svc = Services(config=config, run_dir=tmp_path, events=EventLog(tmp_path / "events.jsonl"))
+        return extractor_key(svc, JudgeAgentContext(extract_batch=batch))
+
+    assert key() == key(url="http://127.0.0.1:9001/v1") == key(url="https://gpu-box.example/v1")
+    assert len({key(), key(model="llama"), key(temperature=0.7), key(max_tokens=99), key(batch=8)}) == 5

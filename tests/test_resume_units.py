@@ -52,7 +52,7 @@ def test_unit_killed_after_its_node_wrote_but_before_the_next_checkpoint_is_not_
         """Dies when q1's checkpoint after ``ask`` is stored: ask's writes are saved, judge never started."""
 
         def put(self, config, checkpoint, metadata, new_versions):
-            if config["configurable"]["thread_id"] == "q1" and metadata.get("step") == 1:
+            if config["configurable"]["thread_id"].endswith("/q1") and metadata.get("step") == 1:
                 raise Killed()
             return super().put(config, checkpoint, metadata, new_versions)
 

@@ -110,10 +110,19 @@ def _kb_key(ctx: JudgeAgentContext) -> str:
     return str(Path(ctx.kb).resolve()) if ctx.kb else str(SAMPLE_KB)
 
 
+def extractor_key(svc: Services, ctx: JudgeAgentContext) -> str:
+    """What changes the entities the evaluator extracts, and so keys the cached graph and entity labels beside the
+    knowledge base's content: the model and its generation settings and the chunks per extraction call. Not the
+    endpoint's URL: the same model served on another port or host extracts the same."""
+    spec = svc.spec("evaluator")
+    return (f"{svc.model_label('evaluator').split('@')[0]} t={spec.temperature} max_tokens={spec.max_tokens} "
+            f"{spec.structured_method} batch={ctx.extract_batch}")
+
+
 def _open_graph(svc: Services, ctx: JudgeAgentContext, log: Any, progress: Progress | None = None) -> ContextGraph:
     """Load or build the context graph of ``ctx.kb`` (:func:`stores.context_graph.open_context_graph`)."""
     return open_context_graph(
-        kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=svc.model_label("evaluator"),
+        kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=extractor_key(svc, ctx),
         extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph", progress=progress),
         chroma=svc.chroma, embed=svc.embeddings(), log=log, progress=progress)
 
