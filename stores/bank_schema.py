@@ -9,8 +9,9 @@
   quota state of every slot (``allocated`` -> ``pending`` -> ``completed``), the
   examinee's answer and the judge's stars and reason.
 * ``llmeval_examinees``: the exam server's registered examinees (name -> session).
-* ``llmeval_meta``: the bank's own id (which scopes its near-duplicate index) and
-  the exam server's token signing secret, so that tokens survive a restart.
+* ``llmeval_meta``: the bank's own id (which scopes its near-duplicate index) and the
+  state of its sampling places and imports; never the exam server's signing secret (a
+  bank may be copied or shared: :meth:`QuestionBank.move_secret` takes out an old one).
 * ``llmeval_item_params``: calibrated IRT parameters per question and model (1PL/2PL):
   discrimination, difficulty, the number of responses behind them and the fit date;
   ``llmeval_calibrations`` one row per fit (responses, examinees, star means).
@@ -84,7 +85,7 @@ examinees = sa.Table(  # exam-server users: one examinee name, one session (the 
     sa.Column("created_at", sa.String(40), nullable=False),
 )
 
-meta = sa.Table(  # values that identify the bank or must survive a restart: bank id, token signing secret
+meta = sa.Table(  # values that identify the bank or must survive a restart: bank id, ranks, pending imports
     "llmeval_meta", metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),

@@ -26,14 +26,13 @@ import hashlib
 import json
 import random
 import re
-import secrets
 import threading
 import unicodedata
 import uuid as uuidlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -49,6 +48,8 @@ DELIVERED_FIELDS = ("session_id", "position", "question_id", "discipline", "sub_
 #: ``llmeval_meta`` key: the questions of the last import batch whose vectors may not be in the near-duplicate
 #: index yet (JSON list of UUIDs).
 INDEX_PENDING_KEY = "index_pending"
+#: ``llmeval_meta`` key under which older versions kept the exam server's signing secret (moved out on start).
+LEGACY_SECRET_KEY = "jwt_secret"
 
 _locks: dict[str, threading.RLock] = {}
 _locks_guard = threading.Lock()
@@ -456,9 +457,24 @@ class QuestionBank(CalibrationStore):
         with self.engine.connect() as conn:
             return conn.scalar(sa.select(examinees.c.session_id).where(examinees.c.name == name))
 
-    def server_secret(self) -> str:
-        """The exam server's token signing secret: created once, then read back (tokens survive restarts)."""
-        return self._meta("jwt_secret", lambda: secrets.token_hex(32))
+    def move_secret(self, keep: Callable[[str], None]) -> None:
+        """Hand the exam server's signing secret that older versions kept in ``llmeval_meta`` to ``keep`` (which
+        stores it elsewhere), then erase it: a bank may be copied or shared, its signing secret must not travel
+        with it (SQLite: the row's bytes zeroed and the write-ahead log emptied)."""
+        with self._lock:
+            with self.engine.connect() as conn:
+                value = conn.scalar(sa.select(meta.c.value).where(meta.c.key == LEGACY_SECRET_KEY))
+            if value is None:
+                return
+            keep(str(value))
+            sqlite = self.url.startswith("sqlite")
+            with self.engine.begin() as conn:
+                if sqlite:
+                    conn.exec_driver_sql("PRAGMA secure_delete=ON")
+                conn.execute(meta.delete().where(meta.c.key == LEGACY_SECRET_KEY))
+            if sqlite:
+                with self.engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def bank_id(self) -> str:
         """This bank's identity (a new database = a new id): what its near-duplicate index is named after."""

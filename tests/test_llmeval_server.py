@@ -1,10 +1,17 @@
 """The exam server: JWT outer layer (401/403), quota inner layer (409/429), answer stripping, rate limit,
-scoring through the graph, and a bounded load test with concurrent examinees on 127.0.0.1."""
+request size limits (413/431), the signing secret's file, scoring through the graph, a bounded load test with
+concurrent examinees on 127.0.0.1, and a serving process's memory and SIGTERM."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import sqlite3
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,9 +23,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dyneval.nodes.llmeval.bankio import import_file
-from dyneval.protocols.llmeval.server import ExamServer, create_app
+from dyneval.protocols.llmeval.server import SECRET_ENVS, ExamServer, create_app, http_server
+from dyneval.runtime.embedded import free_port
+from dyneval.state.errors import InputError
 from dyneval.state.llmeval import LLMEvalContext
-from dyneval.stores.question_bank import QuestionBank
+from dyneval.stores.question_bank import LEGACY_SECRET_KEY, QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 
@@ -44,6 +53,13 @@ def make_server(tmp_path: Path, secret: str | None = SECRET, **kw) -> ExamServer
 
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def no_secret_env(monkeypatch):
+    """Neither secret variable set: the server takes its secret from the file."""
+    for name in SECRET_ENVS:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -170,14 +186,9 @@ def test_requests_beyond_the_rate_limit_get_429(tmp_path):
 
 def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, record_property):
     """Bounded load test on 127.0.0.1: 32 examinee clients x 8 questions, each also trying one resubmission."""
-    import uvicorn
-
-    from dyneval.runtime.embedded import free_port
-
     server = make_server(tmp_path, rate=10000.0, burst=10000)
     port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning",
-                                       limit_concurrency=200))
+    uv = http_server(server, port, limit_concurrency=200)
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -284,10 +295,10 @@ def test_concurrent_duplicate_submissions_accept_exactly_one(exam):
     assert item["status"] == "completed" and item["response"].startswith("copy ")
 
 
-def test_a_restarted_server_keeps_examinees_sessions_answers_and_tokens(tmp_path):
+def test_a_restarted_server_keeps_examinees_sessions_answers_and_tokens(tmp_path, no_secret_env):
     """Two server processes over one database file, neither given a secret: the second accepts the first's
     tokens and continues the session exactly where it stopped."""
-    first = make_server(tmp_path, secret=None)  # the signing secret kept in the bank
+    first = make_server(tmp_path, secret=None)  # the signing secret kept in the file beside the bank
     client = TestClient(create_app(first))
     admin = auth(first.admin_token())
     s = new_session(client, admin, questions=3, examinee="bob")
@@ -313,19 +324,23 @@ def test_a_restarted_server_keeps_examinees_sessions_answers_and_tokens(tmp_path
     assert client.post(f"/admin/sessions/{sid}/score", headers=admin).status_code == 200
 
 
-def test_an_expired_admin_token_is_replaced_by_one_the_operator_reissues(tmp_path):
+def test_an_expired_admin_token_is_replaced_by_one_the_operator_reissues_without_a_run_directory(
+        tmp_path, capsys, no_secret_env):
     from dyneval.cli import main
 
-    server = make_server(tmp_path, secret=None)  # the bank's own secret, as `--serve` uses
+    server = make_server(tmp_path, secret=None)  # the secret file's key, as `--serve` uses
     client = TestClient(create_app(server))
     expired = server.issue("admin", "admin", ttl_s=-1)
     assert client.get("/admin/leaderboard", headers=auth(expired)).status_code == 401
     out = tmp_path / "runs"
-    code = main(["--protocol", "llmeval", "--admin-token", "--bank-db", str(tmp_path / "bank.sqlite"),
-                 "--out", str(out), "--skip-preflight"])
-    assert code == 0
-    fresh = next(out.glob("*/admin_token")).read_text().strip()
-    assert client.get("/admin/leaderboard", headers=auth(fresh)).status_code == 200
+    for _ in range(2):
+        capsys.readouterr()
+        code = main(["--protocol", "llmeval", "--admin-token", "--bank-db", str(tmp_path / "bank.sqlite"),
+                     "--out", str(out), "--skip-preflight"])
+        assert code == 0
+        fresh = capsys.readouterr().out.strip().splitlines()[-1]
+        assert client.get("/admin/leaderboard", headers=auth(fresh)).status_code == 200
+    assert not out.exists() or not any(out.iterdir())  # no run directory, no token file left behind
 
 
 @pytest.mark.parametrize("port, says", [("99999", "between 1 and 65535"), ("0", "between 1 and 65535"),
@@ -365,3 +380,190 @@ def test_an_expired_examinee_token_is_reissued_by_the_admin_and_the_session_goes
     assert r.status_code == 200
     assert client.post(f"/admin/sessions/{sid}/token", headers=fresh).status_code == 403  # examinees cannot
     assert client.post("/admin/sessions/srv-none/token", headers=admin).status_code == 404
+
+
+def _bank_holds(path: Path, secret: str) -> bool:
+    """Whether any row of any table of the SQLite bank, or any byte of its files (database, write-ahead log),
+    holds ``secret``."""
+    with sqlite3.connect(path) as db:
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        rows = [row for t in tables for row in db.execute(f'SELECT * FROM "{t}"')]
+    files = [f for f in (path, path.with_name(path.name + "-wal")) if f.exists()]
+    return any(secret in str(value) for row in rows for value in row) or \
+        any(secret.encode() in f.read_bytes() for f in files)
+
+
+def test_the_signing_secret_lives_in_an_owner_only_file_beside_the_bank_and_not_in_it(tmp_path, no_secret_env):
+    server = make_server(tmp_path, secret=None)
+    secret_file = tmp_path / "bank.sqlite.secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    assert secret_file.read_text().strip() == server.secret and len(server.secret) >= 32
+    client = TestClient(create_app(server))
+    assert client.get("/admin/leaderboard", headers=auth(server.admin_token())).status_code == 200
+    server.bank.close()
+    assert not _bank_holds(tmp_path / "bank.sqlite", server.secret)
+    assert make_server(tmp_path, secret=None).secret == server.secret  # read back, not made anew
+
+
+def test_a_secret_an_older_bank_kept_inside_moves_to_the_file_and_is_erased_from_the_bank(tmp_path, no_secret_env):
+    bank_path = tmp_path / "bank.sqlite"
+    legacy = "0123456789abcdef" * 4
+    bank = QuestionBank(bank_path)
+    import_file(bank, SAMPLE)
+    with bank.engine.begin() as conn:  # as an older version stored it
+        conn.exec_driver_sql("INSERT INTO llmeval_meta (key, value) VALUES (?, ?)", (LEGACY_SECRET_KEY, legacy))
+    bank.close()
+    old_token = jwt.encode({"sub": "admin", "role": "admin", "permissions": ["leaderboard:read"],
+                            "iat": int(time.time()), "exp": int(time.time()) + 600}, legacy, algorithm="HS256")
+    server = make_server(tmp_path, secret=None)
+    assert server.secret == legacy  # tokens issued before the upgrade keep working
+    assert TestClient(create_app(server)).get("/admin/leaderboard", headers=auth(old_token)).status_code == 200
+    secret_file = tmp_path / "bank.sqlite.secret"
+    assert secret_file.read_text().strip() == legacy and secret_file.stat().st_mode & 0o777 == 0o600
+    assert not _bank_holds(bank_path, legacy)  # while the server runs, write-ahead log included
+
+
+def test_a_postgresql_banks_secret_moves_out_of_the_database_into_the_cache_folder(tmp_path, fresh_postgres_db,
+                                                                                  no_secret_env):
+    dsn = fresh_postgres_db("llmeval_secret")
+    legacy = "fedcba9876543210" * 4
+    bank = QuestionBank(dsn)
+    with bank.engine.begin() as conn:  # as an older version stored it
+        conn.exec_driver_sql("INSERT INTO llmeval_meta (key, value) VALUES (%s, %s)", (LEGACY_SECRET_KEY, legacy))
+    svc = make_services(tmp_path, protocol="llmeval")
+    server = ExamServer(LLMEvalContext(services=svc, bank_db=dsn))
+    secret_file = svc.cache_dir / f"llmeval_exam_{bank.bank_id()}.secret"
+    assert server.secret == legacy and secret_file.read_text().strip() == legacy
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    with bank.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM llmeval_meta WHERE value = %s", (legacy,)).scalar() == 0
+
+
+def test_the_secret_comes_from_either_environment_variable_and_a_short_or_exposed_one_is_refused(
+        tmp_path, monkeypatch, no_secret_env):
+    for name in SECRET_ENVS:
+        monkeypatch.setenv(name, f"{name}-of-at-least-32-bytes-length")
+        assert make_server(tmp_path, secret=None).secret == f"{name}-of-at-least-32-bytes-length"
+        monkeypatch.setenv(name, "short")
+        with pytest.raises(InputError, match=f"{name}.*at least 32 bytes"):
+            make_server(tmp_path, secret=None)
+        monkeypatch.delenv(name)
+    secret_file = tmp_path / "bank.sqlite.secret"
+    make_server(tmp_path, secret=None)
+    secret_file.chmod(0o644)
+    with pytest.raises(InputError, match="readable by other users"):
+        make_server(tmp_path, secret=None)
+
+
+def test_oversized_bodies_and_headers_are_refused_before_parsing_and_authentication(tmp_path):
+    server = make_server(tmp_path, max_body=4096, max_headers=2048)
+    client = TestClient(create_app(server))
+    admin = auth(server.admin_token())
+    big = json.dumps({"model": "m", "padding": "x" * 5000})
+    r = client.post("/admin/sessions", content=big, headers={"content-type": "application/json"})  # no token
+    assert r.status_code == 413 and "4096 bytes" in r.json()["detail"]
+    chunked = client.post("/admin/sessions", content=iter([big[:3000].encode(), big[3000:].encode()]),
+                          headers={"content-type": "application/json", **admin})  # no Content-Length
+    assert chunked.status_code == 413
+    r = client.get("/admin/leaderboard", headers={**admin, "x-filler": "a" * 2100})
+    assert r.status_code == 431 and "2048 bytes" in r.json()["detail"]
+    small = json.dumps({"model": "m", "questions": 1})
+    assert client.post("/admin/sessions", content=small, headers={"content-type": "application/json"}
+                       ).status_code == 401  # within the limits: on to authentication
+    assert client.post("/admin/sessions", content=small, headers={"content-type": "application/json", **admin}
+                       ).status_code == 200
+
+
+def _serving(folder: Path) -> tuple[subprocess.Popen, str, dict[str, str]]:
+    """``dyneval --protocol llmeval --serve`` as its own process over ``folder/bank.sqlite`` (the sample imported),
+    once it answers: the process, its base URL and the admin token's header."""
+    bank = folder / "bank.sqlite"
+    import_file(QuestionBank(bank), SAMPLE)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")}
+    with (folder / "server.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "dyneval", "--protocol", "llmeval", "--serve", "--port",
+                                 str(port), "--bank-db", str(bank), "--out", str(folder / "runs")],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120  # start-up imports are slow on a loaded machine
+    while True:
+        try:
+            httpx.get(f"{base}/health", timeout=2)
+            break
+        except httpx.HTTPError:
+            assert proc.poll() is None and time.monotonic() < deadline, (folder / "server.log").read_text()
+            time.sleep(0.3)
+    token_file = next((folder / "runs").glob("*/admin_token"))
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    return proc, base, auth(token_file.read_text().strip())
+
+
+def _rss_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+def test_a_serving_process_refuses_50_mb_bodies_and_1_mb_headers_without_growing(tmp_path, record_property):
+    proc, base, _ = _serving(tmp_path)
+    try:
+        with httpx.Client(base_url=base, timeout=60) as http:
+            http.post("/admin/sessions", content=b"{" * 2_000_000)  # warm the refusal path up
+            before = _rss_kb(proc.pid)
+            body = b"x" * (50 << 20)
+            declared = http.post("/admin/sessions", content=body, headers={"content-type": "application/json"})
+            pieces = (body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20))  # streamed: no Content-Length
+            chunked = http.post("/admin/sessions", content=pieces, headers={"content-type": "application/json"})
+            after = _rss_kb(proc.pid)
+            headers = [http.get("/health", headers={"x-filler": "a" * size}).status_code
+                       for size in (20 << 10, 1 << 20)]
+            assert http.get("/health").status_code == 200  # still serving
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    figures = {"rss_before_kb": before, "rss_after_two_50_mb_bodies_kb": after, "growth_kb": after - before}
+    record_property("body_limit", json.dumps(figures))
+    print("\nllmeval exam server, 50 MB bodies:", json.dumps(figures))
+    assert declared.status_code == 413 and chunked.status_code == 413  # no token sent: refused before the 401
+    assert after - before < 4096
+    assert headers == [431, 431]
+
+
+def test_sigterm_closes_the_listener_finishes_the_request_in_flight_and_persists(tmp_path):
+    proc, base, admin = _serving(tmp_path)
+    try:
+        s = httpx.post(f"{base}/admin/sessions", json={"model": "m", "questions": 2}, headers=admin).json()
+        me, sid = auth(s["token"]), s["session_id"]
+        assert httpx.get(f"{base}/sessions/{sid}/next", headers=me).json()["position"] == 0
+        body = json.dumps({"position": 0, "answer": "sent across the stop"}).encode()
+        port = int(base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            conn.sendall(f"POST /sessions/{sid}/answers HTTP/1.1\r\nHost: x\r\nAuthorization: {me['Authorization']}"
+                         f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                         + body[:10])
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:  # the listener closes while the request is in flight
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    time.sleep(0.1)
+                except OSError:
+                    break
+            else:
+                pytest.fail("the listener stayed open after SIGTERM")
+            conn.sendall(body[10:])
+            reply = b""
+            while chunk := conn.recv(65536):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200") and b'"accepted":true' in reply
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    assert bank.judged_items(sid)[0]["response"] == "sent across the stop"
+    run_dir = next((tmp_path / "runs").glob("*/admin_token")).parent
+    paths = [json.loads(line)["path"] for line in (run_dir / "access_log.jsonl").read_text().splitlines()]
+    assert paths[-1] == f"/sessions/{sid}/answers"
+    assert json.loads((run_dir / "summary.json").read_text())["authenticated_requests"] == len(paths)

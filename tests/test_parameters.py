@@ -25,7 +25,7 @@ BATCH_ONLY = {
     "llmeval": {"bank", "fields", "skip_invalid", "augment", "rewrite", "near_dup_threshold", "import_only",
                 "sessions", "serve", "port", "admin_token", "rate_limit", "leaderboard", "stability", "sizes",
                 "trials", "kappa", "contamination", "export", "export_layout", "calibrate",
-                "compare"},
+                "compare", "max_request_body", "max_request_headers"},
     "judgecheck": {"labels", "fields", "bootstrap_resamples"},
 }
 #: Context fields Studio shows but the command line does not offer.

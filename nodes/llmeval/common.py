@@ -1,4 +1,5 @@
-"""Helpers shared by the llmeval nodes: the question bank of a run and where its index lives."""
+"""Helpers shared by the llmeval nodes: the question bank of a run, where its index and its exam server's
+signing secret live."""
 
 from __future__ import annotations
 
@@ -49,3 +50,12 @@ def chroma_folder(ctx: Any, svc: Services) -> Path:
     if "://" in location:
         return svc.data_dir / "llmeval_chroma"
     return Path(location).parent / "llmeval_chroma"
+
+
+def secret_file(ctx: Any, svc: Services) -> Path:
+    """Where the exam server's token signing secret lives, never inside the bank (which may be copied or shared):
+    beside a SQLite bank (``BANK.secret``), else in the cache folder under the bank's id."""
+    location = bank_location(ctx, svc)
+    if "://" in location:
+        return svc.cache_dir / f"llmeval_exam_{bank_of(ctx).bank_id()}.secret"
+    return Path(location).with_name(Path(location).name + ".secret")

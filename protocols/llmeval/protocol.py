@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,10 @@ class LLMEvalBatch:
     admin_token: bool = described(False, "print a fresh exam-server admin token for the bank (tokens expire after "
                                          "an hour) and exit")
     rate_limit: float = described(20.0, "exam server requests per second per user", check=_positive)
+    max_request_body: int = described(1 << 20, "exam server: largest request body in bytes (413 beyond, before "
+                                                "any parsing or token check)", minimum=1024, metavar="BYTES")
+    max_request_headers: int = described(16 << 10, "exam server: largest request line and headers in bytes (431 "
+                                                    "beyond)", minimum=1024, metavar="BYTES")
     leaderboard: bool = described(False, "print the leaderboard over every model and run in the bank")
     stability: bool = described(False, "ranking stability by resampling (variance, Spearman, Elo)")
     sizes: str = described("1000,2000,4000", "resample sizes for --stability", check=_sizes, metavar="N,N,..")
@@ -455,7 +460,7 @@ class LLMEvalProtocol(Protocol):
                                   ["expected S", result["S_diff"], result["S_diff_low"], result["S_diff_high"]]],
                                  caption=f"{result['first']} minus {result['second']}")]
         if p.get("serve"):
-            self.serve(run, options.port)
+            summary["authenticated_requests"] = self.serve(run, options.port)
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         if blocks:
             write_report(run.run_dir, f"llmeval {', '.join(modes)} {run.run_dir.name}", blocks)
@@ -466,27 +471,36 @@ class LLMEvalProtocol(Protocol):
         ref = run.params.get("reference_model")
         return run.services.model_label("reference", ref) if ref else None
 
-    def serve(self, run: Run, port: int) -> None:
-        import uvicorn
-
-        from dyneval.protocols.llmeval.server import ExamServer, create_app
+    def serve(self, run: Run, port: int) -> int:
+        """The exam server until SIGTERM or Ctrl-C, then its access log persisted and the bank closed; returns the
+        number of authenticated requests it answered."""
+        from dyneval.protocols.llmeval.server import ExamServer, http_server, serve_until_stopped, write_private
 
         self.calibrate(run)  # adaptive sessions choose among the calibrated questions (refit only if new answers)
-        server = ExamServer(self._ctx(run), rate=self.batch(run).rate_limit)
-        token_file = write_admin_token(run, server)
+        options = self.batch(run)
+        server = ExamServer(self._ctx(run), rate=options.rate_limit, max_body=options.max_request_body,
+                            max_headers=options.max_request_headers)
+        token_file = run.run_dir / "admin_token"
+        write_private(token_file, server.admin_token() + "\n")
         run.console.print(f"exam server on http://127.0.0.1:{port}  (admin token in {token_file}; "
                           "a fresh one: --admin-token)", highlight=False)
-        uvicorn.run(create_app(server), host="127.0.0.1", port=port, log_level="warning")
+        serve_until_stopped(http_server(server, port))
+        requests = server.shut_down(run.run_dir)
+        run.console.print(f"exam server stopped after {requests} authenticated requests (access log in "
+                          f"{run.run_dir / 'access_log.jsonl'})", highlight=False)
+        return requests
 
     def print_admin_token(self, run: Run) -> None:
-        """``--admin-token``: a fresh admin token signed with the bank's secret (valid for a running server)."""
+        """``--admin-token``: a fresh admin token signed with the bank's secret (valid for a running server), printed
+        only: the run directory the runner made for this call is removed again."""
         from dyneval.protocols.llmeval.server import ExamServer
 
         server = ExamServer(self._ctx(run))
-        token_file = write_admin_token(run, server)
         run.console.print(f"admin token for {server.bank.url.split('://')[0]} bank, valid {server.ttl // 60} "
-                          f"minutes (also in {token_file}):", highlight=False)
-        print(token_file.read_text(encoding="utf-8").strip())
+                          "minutes:", highlight=False)
+        print(server.admin_token(), flush=True)
+        if not run.resumed:
+            shutil.rmtree(run.run_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -514,14 +528,6 @@ def import_progress(console: Console, label: str, total: int) -> Iterator[Callab
                           f"ETA {(total - done) / rate:.0f} s", highlight=False, markup=False)
 
     yield advance
-
-
-def write_admin_token(run: Run, server: Any) -> Path:
-    """A fresh admin token in ``RUN_DIR/admin_token``, readable by its owner only."""
-    token_file = run.run_dir / "admin_token"
-    token_file.write_text(server.admin_token() + "\n", encoding="utf-8")
-    token_file.chmod(0o600)
-    return token_file
 
 
 def print_leaderboard(run: Run, rows: list[dict[str, Any]]) -> None:

@@ -15,11 +15,16 @@ Section 2.2 "Secure Anti-Cheating Architecture" and appendix F (Algorithm 1):
 * Rate limiting: a token bucket per user; over the limit -> 429 with Retry-After.
 
 Users: the single ``admin`` (the operator; never an examinee name) and one
-examinee per session. Examinees and the signing secret live in the bank's
-database (``llmeval_examinees``, ``llmeval_meta``), so a restarted server keeps
-accepting their tokens; ``dyneval --protocol llmeval --admin-token`` re-issues an
-admin token and ``POST /admin/sessions/{id}/token`` an examinee's, since tokens expire
-(one hour by default).
+examinee per session. Examinees live in the bank's database (``llmeval_examinees``); the
+signing secret never does (a bank may be copied or shared): it comes from ``DYNEVAL_EXAM_SECRET``
+(or the older ``DYNEVAL_LLMEVAL_JWT_SECRET``), else from a file only its owner may read, made on
+first use next to a SQLite bank (:func:`nodes.llmeval.common.secret_file`). So a restarted server
+keeps accepting their tokens; ``dyneval --protocol llmeval --admin-token`` re-issues an admin
+token and ``POST /admin/sessions/{id}/token`` an examinee's, since tokens expire (one hour by default).
+
+Limits (:class:`RequestLimits`, before any parsing or authentication): a body beyond
+``--max-request-body`` bytes -> 413, a request line and headers beyond ``--max-request-headers``
+bytes -> 431. SIGTERM or Ctrl-C stops the server gracefully (:func:`serve_until_stopped`).
 
 Sessions are created with the ``open_session`` node and scored by running the
 exam graph (judge + score nodes) on the session once it is complete. An adaptive
@@ -31,33 +36,45 @@ stopped at its target SE or maximum), so ``/next`` then serves it; scoring repor
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import secrets
+import signal
 import threading
 from collections import deque
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
+import h11
 import jwt
+import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dyneval.nodes.llmeval.adaptive import adaptive_step, run_params
 from dyneval.nodes.llmeval.calibration import load_params
-from dyneval.nodes.llmeval.common import bank_of
+from dyneval.nodes.llmeval.common import bank_of, secret_file
 from dyneval.nodes.llmeval.examinee import build_messages, fewshot_examples
 from dyneval.nodes.llmeval.judge import judge_session, judges
 from dyneval.nodes.llmeval.session import open_session
+from dyneval.protocols.llmeval.protocol import LLMEvalBatch
+from dyneval.runtime.services import services_of
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
 from dyneval.stores.question_bank import QuestionBank, QuotaError
 
 ALGORITHM = "HS256"
 ADMIN = "admin"
-#: Environment variable with the token signing secret; unset = a secret kept in the bank's database.
-SECRET_ENV = "DYNEVAL_LLMEVAL_JWT_SECRET"
+#: Environment variables with the token signing secret (the first set wins); unset = the secret file.
+SECRET_ENVS = ("DYNEVAL_EXAM_SECRET", "DYNEVAL_LLMEVAL_JWT_SECRET")
+#: Seconds a connection refused for its headers keeps reading (and dropping) before it closes.
+LINGER_S = 5.0
 PERMISSIONS = {"admin": ["sessions:create", "sessions:read", "sessions:score", "leaderboard:read"],
                "examinee": ["questions:read", "answers:write"]}
 
@@ -106,26 +123,63 @@ class TokenBucket:
             return (1 - tokens) / self.rate
 
 
-def signing_secret(bank: QuestionBank) -> str:
-    """The HS256 key: ``DYNEVAL_LLMEVAL_JWT_SECRET`` when set (at least 32 bytes), else the bank's own."""
-    value = os.environ.get(SECRET_ENV, "")
-    if not value:
-        return bank.server_secret()
+def write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable and writable by its owner only (0600 from the first byte on)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT (emptied, not yet rewritten)
+        out.write(text)
+
+
+def _create_secret(path: Path, value: str) -> None:
+    """``value`` as the secret file ``path`` unless it exists (the first of concurrent starts wins, whole)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    write_private(draft, value + "\n")
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+
+
+def _hs256_key(value: str, **where: str) -> str:
     if len(value.encode("utf-8")) < 32:
-        raise InputError("the token signing secret must hold at least 32 bytes (an HS256 key)", setting=SECRET_ENV)
+        raise InputError("the token signing secret must hold at least 32 bytes (an HS256 key)", **where)
     return value
+
+
+def signing_secret(bank: QuestionBank, path: Path) -> str:
+    """The HS256 key: ``DYNEVAL_EXAM_SECRET`` (or ``DYNEVAL_LLMEVAL_JWT_SECRET``) when set, else the file ``path``
+    (made on first use, mode 0600; refused when others may read it). A secret an older version kept in the bank
+    moves to that file and is erased from the bank."""
+    bank.move_secret(lambda kept: _create_secret(path, kept))
+    for name in SECRET_ENVS:
+        if value := os.environ.get(name, ""):
+            return _hs256_key(value, setting=name)
+    if not path.exists():
+        _create_secret(path, secrets.token_hex(32))
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise InputError(f"the token signing secret is readable by other users (mode {mode:o}): chmod 600 it, or "
+                         "delete it for a new secret (tokens signed with the old one then stop working)",
+                         file=str(path))
+    return _hs256_key(path.read_text(encoding="utf-8").strip(), file=str(path))
 
 
 class ExamServer:
     """State of one server process: signing secret, rate limiter, bank and graph (users live in the bank)."""
 
     def __init__(self, ctx: LLMEvalContext, *, secret: str | None = None, token_ttl_s: int = 3600,
-                 rate: float = 20.0, burst: int = 40) -> None:
+                 rate: float = 20.0, burst: int = 40, max_body: int = LLMEvalBatch.max_request_body,
+                 max_headers: int = LLMEvalBatch.max_request_headers) -> None:
         self.ctx = ctx
         self.bank = bank_of(ctx)
-        self.secret = secret or signing_secret(self.bank)
+        self.secret = secret or signing_secret(self.bank, secret_file(ctx, services_of(ctx)))
         self.ttl = token_ttl_s
         self.limiter = TokenBucket(rate, burst)
+        self.max_body, self.max_headers = max_body, max_headers
         self._create_lock = threading.Lock()  # examinee-name check, allocation and registration in one step
         self.log: deque[dict[str, Any]] = deque(maxlen=10000)  # access log (Algorithm 1, line 29)
 
@@ -256,6 +310,14 @@ class ExamServer:
                              context=dataclasses.replace(self.ctx, reference_model=""))
         return {"session_id": session_id, "scores": final.get("scores")}
 
+    def shut_down(self, folder: Path) -> int:
+        """After the last request: the access log into ``folder/access_log.jsonl`` and the bank closed (SQLite
+        folds its write-ahead log into the database file). Returns the access log's length."""
+        with (folder / "access_log.jsonl").open("w", encoding="utf-8") as out:
+            out.writelines(json.dumps(entry) + "\n" for entry in self.log)
+        self.bank.close()
+        return len(self.log)
+
 
 def _quota_http(exc: QuotaError) -> HTTPException:
     code = {"exhausted": 429, "resubmission": 409, "out_of_order": 409, "unknown": 404}.get(exc.kind, 409)
@@ -265,6 +327,7 @@ def _quota_http(exc: QuotaError) -> HTTPException:
 def create_app(server: ExamServer) -> FastAPI:
     """The FastAPI application of an :class:`ExamServer`."""
     app = FastAPI(title="dyneval llmeval exam server", version="1")
+    app.add_middleware(RequestLimits, max_body=server.max_body, max_headers=server.max_headers)
     app.state.exam = server
     claims = server.claims
 
@@ -317,3 +380,94 @@ def create_app(server: ExamServer) -> FastAPI:
         return {"rows": board(server.bank)}
 
     return app
+
+
+class RequestLimits:
+    """ASGI middleware refusing a request line and headers beyond ``max_headers`` bytes (431) and a body beyond
+    ``max_body`` bytes (413) before the application parses or authenticates anything: a declared Content-Length
+    is judged unread; a body without one (chunked) is read up to the limit, then passed on or refused."""
+
+    def __init__(self, app: ASGIApp, max_body: int, max_headers: int) -> None:
+        self.app, self.max_body, self.max_headers = app, max_body, max_headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        head = len(scope["raw_path"]) + len(scope["query_string"]) + sum(len(k) + len(v) + 4
+                                                                        for k, v in scope["headers"])
+        if head > self.max_headers:
+            return await _refuse(scope, receive, send, 431, f"request headers beyond {self.max_headers} bytes")
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body:
+            return await _refuse(scope, receive, send, 413, f"request body beyond {self.max_body} bytes")
+        messages, size, more = [], 0, True
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > self.max_body:
+                return await _refuse(scope, receive, send, 413, f"request body beyond {self.max_body} bytes")
+            messages.append(message)
+            more = message["type"] == "http.request" and message.get("more_body", False)
+        queued = iter(messages)
+
+        async def replay() -> dict[str, Any]:
+            return next(queued, None) or await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detail: str) -> None:
+    await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+
+
+class _H11Limited(H11Protocol):
+    """uvicorn's h11 protocol answering 431, not 400, once the request line and headers outgrow
+    ``h11_max_incomplete_event_size`` before they end (h11 then refuses to buffer more). It reads and drops what
+    the client still sends for up to :data:`LINGER_S` before closing, as closing on unread bytes would reset the
+    connection under the reply."""
+
+    _draining = False
+
+    def data_received(self, data: bytes) -> None:
+        if not self._draining:
+            super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        limit = self.config.h11_max_incomplete_event_size
+        if len(self.conn.trailing_data[0]) <= limit:
+            return super().send_400_response(msg)
+        head = h11.Response(status_code=431, reason=b"Request Header Fields Too Large",
+                            headers=[(b"content-type", b"application/json"), (b"connection", b"close")])
+        body = json.dumps({"detail": f"request headers beyond {limit} bytes"}).encode()
+        for event in (head, h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self._draining = True
+        self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+
+def http_server(server: ExamServer, port: int, **options: Any) -> uvicorn.Server:
+    """The uvicorn server of ``server`` on 127.0.0.1:``port``, with its header limit (h11: the header bytes it
+    buffers are bounded, unlike httptools')."""
+    config = uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning", http=_H11Limited,
+                            h11_max_incomplete_event_size=server.max_headers, **options)
+    return uvicorn.Server(config)
+
+
+def serve_until_stopped(http: uvicorn.Server) -> None:
+    """Serve until SIGTERM or Ctrl-C: uvicorn then closes the listener and finishes the requests in flight, and
+    raises the signal again for its former handler; the handlers set here take it, so the caller persists its
+    state and returns (the command exits 0). A second Ctrl-C stops at once. Off the main thread, which cannot take
+    signals, it just serves."""
+    if threading.current_thread() is not threading.main_thread():
+        return http.run()
+
+    def stop(signum: int, frame: Any) -> None:
+        http.should_exit = True  # also a signal before uvicorn installs its own handlers
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        http.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
