@@ -181,9 +181,16 @@ def test_bad_benchmark_file_is_one_clear_input_error(tmp_path):
     run = _open(tmp_path, {}, {"evaluate": ["local"], "benchmark": [str(path)]})
     with pytest.raises(InputError, match=r"record 1, field 'problem': malformed problem: sentence_count"):
         execute(AtadProtocol(), run)
-    run = _open(tmp_path, {}, {"evaluate": ["local"]})
-    with pytest.raises(InputError, match="--benchmark"):
-        execute(AtadProtocol(), run)
+
+
+
+def test_evaluation_without_a_benchmark_answers_the_shipped_hand_written_sample():
+    from dyneval.protocols.atad.evaluation import SAMPLE_BENCHMARK, plan_units
+
+    units = plan_units({"evaluate": ["local"]})
+    assert {u.meta["bench_file"] for u in units} == {str(SAMPLE_BENCHMARK)}
+    assert len({u.meta["item"] for u in units}) == 7 and {u.meta["task"] for u in units} == {f"T{i}" for i in
+                                                                                            range(1, 8)}
 
 
 def test_benchmark_without_finalized_items_is_an_input_error_not_an_empty_table(tmp_path):

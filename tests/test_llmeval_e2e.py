@@ -30,10 +30,12 @@ def test_sample_bank_session_on_the_embedded_model_then_leaderboard(tmp_path, em
                           str(SAMPLE), "--questions", "2", "--paradigm", "zero-shot", "--target", "smol",
                           "--evaluator", "smol"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert run.returncode in (0, 4), run.stderr[-2000:] + run.stdout[-2000:]
     assert "36 imported" in run.stdout and "smoke test" in run.stdout
     run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_"))
     record = json.loads((run_dir / "results.jsonl").read_text().splitlines()[-1])
+    # exit 4 = the session ended with answers ungraded (the embedded judge often gives no usable stars), else 0
+    assert run.returncode == (0 if record["status"] == "ok" else 4), run.stdout[-2000:]
     assert record["status"] in {"ok", "ungraded"} and record["allocated"] == 2 and record["answered"] == 2
     assert record["N"] + record["unscored"] == 2 and (record["S"] is None) == (record["N"] == 0)
     assert record["S"] is None or 0 <= record["S"] <= 100
