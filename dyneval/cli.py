@@ -23,7 +23,8 @@ from rich.console import Console  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from dyneval.gate import (EXIT_BAD_INPUT, EXIT_BELOW_THRESHOLD, EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK,  # noqa: E402
-                          EXIT_TERMINATED, EXIT_UNITS_FAILED, Threshold, parse_thresholds, unfinished_units)
+                          EXIT_INFRA, EXIT_TERMINATED, EXIT_UNITS_FAILED, Threshold, parse_thresholds,
+                          unfinished_units)
 from dyneval.protocols import REGISTRY, available, protocol_class  # noqa: E402
 from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, load_config,  # noqa: E402
                                            read_config_file)
@@ -32,7 +33,7 @@ from dyneval.runtime.rescore import check_rescore, source_dir  # noqa: E402
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run  # noqa: E402
 from dyneval.runtime.stop import RunInterrupted  # noqa: E402
 from dyneval.state.config import ROLES, RunConfig  # noqa: E402
-from dyneval.state.errors import InputError  # noqa: E402
+from dyneval.state.errors import InfraError, InputError  # noqa: E402
 
 
 
@@ -192,6 +193,13 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
     }
 
 
+def _check_run_id(run_id: str, flag: str) -> None:
+    """A run id names a folder right under ``--out``, never a path that would lead elsewhere (``../x``, ``a/b``)."""
+    if run_id in ("", ".", "..") or Path(run_id).name != run_id:
+        raise InputError(f"{run_id!r} is not a run id: give the name of a run's folder under --out, as the run "
+                         "printed it, not a path", field=flag)
+
+
 def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple[Protocol, RunConfig, Run]:
     """The protocol, configuration and run that parsed options ask for: a new run, a ``--resume`` of one (its
     settings unchanged) or a ``--rescore`` of one (another judge). ``InputError`` names where a bad value came from."""
@@ -202,6 +210,7 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
         raise InputError("--rescore makes a new run: it cannot --resume one (a re-score interrupted is "
                          "resumed by its own run id alone)", field="--rescore")
     if args.resume or args.rescore:
+        _check_run_id(args.resume or args.rescore, "--resume" if args.resume else "--rescore")
         out = (args.out or (read_config_file(args.config).get("out") if args.config else None)
                or RunConfig.model_fields["out"].default)
         if args.rescore:
@@ -209,8 +218,12 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
             flags["rescored_from"] = args.rescore
         else:
             config_file = os.path.join(out, args.resume, "config.json")
-        if not os.path.exists(config_file):
-            raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
+            if not os.path.exists(config_file):
+                raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
+            made_by = read_config_file(config_file).get("protocol")
+            if made_by != args.protocol:
+                raise InputError(f"run {args.resume!r} is a run of {made_by}, not {args.protocol}; resume it with "
+                                 f"--protocol {made_by}", field="--resume")
     config = load_config(args.protocol, config_file=config_file, flags=flags, params=ParamSchema.of(cls))
     try:
         if args.resume or args.rescore:
@@ -248,6 +261,15 @@ def main(argv: list[str] | None = None) -> int:
         errors.print(Text.assemble(("error:", "red"), f" {exc.blamed(config.sources) if config else exc}"),
                      highlight=False, soft_wrap=True)
         return EXIT_BAD_INPUT
+    except InfraError as exc:  # a unit's fault ends that unit; this one stopped the run itself (e.g. a store down)
+        from dyneval.runtime.runner import resume_command
+
+        resumable = run is not None and run.run_dir.is_dir()
+        errors.print(Text.assemble(("error:", "red"), f" {exc}"), highlight=False, soft_wrap=True)
+        if resumable:
+            console.print(f"once it is back, resume with: {resume_command(protocol, run)}", markup=False,
+                          highlight=False, soft_wrap=True)
+        return EXIT_INFRA
     except RunInterrupted as exc:
         console.print(f"{exc}; the partial report is in {run.run_dir}", style="yellow",
                       markup=False, highlight=False, soft_wrap=True)

@@ -20,6 +20,7 @@ EXIT_BAD_INPUT = 2  # bad input: one line naming the file, record, field or flag
 EXIT_BUDGET = 3  # --max-calls / --max-tokens / --max-cost reached: partial report, resumable
 EXIT_UNITS_FAILED = 4  # the run ended, but some units ended failed (infra_error, error, model_error) or ungraded
 EXIT_BELOW_THRESHOLD = 5  # a --fail-under threshold was not met (or its metric has no value)
+EXIT_INFRA = 6  # an endpoint or store failed after its retries outside any unit (e.g. a knowledge-graph build)
 EXIT_INTERRUPTED = 130  # Ctrl-C: partial report, resumable
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15, the convention): stopped as after Ctrl-C, partial report, resumable
 

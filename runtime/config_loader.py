@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from dyneval.runtime.pricing import Pricing
 from dyneval.state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
 from dyneval.state.context import Option
 from dyneval.state.errors import InputError
+from dyneval.stores.inputs import TooDeep, parse_bounded
 
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
@@ -59,7 +62,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML or YAML config file into a dict (exit-2 error naming the file and line)."""
+    """Parse a TOML or YAML (or JSON) config file into a dict (exit-2 error naming the file and line, or the key
+    whose value nests deeper than :data:`stores.inputs.MAX_NESTING`)."""
     path = Path(path)
     kind = "TOML" if path.suffix == ".toml" else "YAML"
     try:
@@ -69,7 +73,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text (byte offset {exc.start})", file=str(path)) from None
     try:
-        data = tomllib.loads(text) if kind == "TOML" else yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
+        parse = tomllib.loads if kind == "TOML" else partial(yaml.load, Loader=_UniqueKeyLoader)  # noqa: S506
+        data = parse_bounded(parse, text)
+    except TooDeep as exc:
+        keys = tuple(itertools.takewhile(lambda key: isinstance(key, str), exc.path))
+        where = {"setting": _file_key(str(path), {})(keys)} if keys else {"file": str(path)}
+        raise InputError(str(exc), **where) from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", file=str(path)) from None
     except yaml.YAMLError as exc:

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import functools
 import json
-import random
 import time
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -25,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dyneval.runtime.concurrency import InFlight
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.stop import raise_if_stopped
-from dyneval.state.errors import InfraError, ModelError
+from dyneval.state.errors import InfraError, ModelError, RetryPolicy, retry_after  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`dyneval --help` stays fast)
     from langchain_core.language_models import BaseChatModel
@@ -43,11 +41,12 @@ PING_STEP = "preflight"
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Timeouts, connection faults, 429 and 5xx are worth retrying; other faults are not."""
+    """Timeouts, connection faults, 429, 5xx and a reply that is not a chat completion (an HTML page, a JSON error
+    with HTTP 200: :meth:`runtime.models._Reply.parse`) are worth retrying; other faults are not."""
     import httpx
     import openai  # imported by langchain-openai anyway; here only once a call has failed
 
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.APIResponseValidationError)):
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code >= 500 or exc.status_code in _TRANSIENT_STATUS
@@ -60,21 +59,6 @@ def is_overload(exc: BaseException) -> bool:
     import openai
 
     return isinstance(exc, (openai.RateLimitError, openai.APITimeoutError, httpx.TimeoutException, TimeoutError))
-
-
-def retry_after(exc: BaseException) -> float:
-    """Seconds the endpoint asked to wait (``Retry-After``: seconds or an HTTP date); 0 when it did not say."""
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    value = str(headers.get("retry-after") or "").strip()
-    if not value:
-        return 0.0
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        try:
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return 0.0
 
 
 def is_endpoint_fault(exc: BaseException) -> bool:
@@ -114,22 +98,6 @@ def _tokens(message: Any) -> tuple[int, int]:
 
 
 @dataclass
-class RetryPolicy:
-    max_retries: int = 4
-    base_delay_s: float = 0.5
-    max_delay_s: float = 20.0
-    max_retry_after_s: float = 120.0
-    sleep: Callable[[float], None] = time.sleep
-
-    def delay(self, attempt: int, exc: BaseException | None = None) -> float:
-        """Exponential backoff with full jitter for retry number ``attempt`` (1-based), and at least the wait the
-        endpoint asked for in ``Retry-After`` (up to ``max_retry_after_s``)."""
-        cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
-        asked = min(self.max_retry_after_s, retry_after(exc)) if exc is not None else 0.0
-        return max(asked, random.uniform(cap / 2, cap))
-
-
-@dataclass
 class RoleLLM:
     """A chat model bound to a role, with retries, limits, repair and logging.
 
@@ -153,15 +121,14 @@ class RoleLLM:
     _structured: dict[type, Callable[[list[BaseMessage]], dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     # -- plain text -------------------------------------------------------------------------
-    def text(self, messages: list[BaseMessage], *, step: str, max_retries: int | None = None) -> str:
-        """Free-form answer as a string (``max_retries`` overrides the policy, e.g. for a quick ping)."""
+    def text(self, messages: list[BaseMessage], *, step: str) -> str:
+        """Free-form answer as a string."""
         messages = _as_messages(messages)
         key, hit = self._cached({"kind": "text"}, messages, step) if step != PING_STEP else (None, None)
         if hit is not None:
             reply = hit[0]
         else:
-            reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content,
-                               max_retries=max_retries)
+            reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content)
             if key is not None:
                 self.cache.put(key, reply)
         return reply.content if isinstance(reply.content, str) else str(reply.content)
@@ -246,10 +213,8 @@ class RoleLLM:
 
     # -- core -------------------------------------------------------------------------------
     def _call(self, invoke: Callable[[], Any], messages: list[BaseMessage], step: str,
-              describe: Callable[[Any], Any], raw: Callable[[Any], Any] = lambda r: r,
-              max_retries: int | None = None) -> Any:
+              describe: Callable[[Any], Any], raw: Callable[[Any], Any] = lambda r: r) -> Any:
         unit = current_unit()
-        retries = self.policy.max_retries if max_retries is None else max_retries
         attempt = 0
         while True:
             attempt += 1
@@ -277,7 +242,7 @@ class RoleLLM:
                                    completion_tokens=0, latency_s=ended - (started or ended),
                                    queue_s=(started or ended) - queued,
                                    error=f"{type(failure).__name__}: {failure}", attempt=attempt)
-                if is_transient(failure) and attempt <= retries:
+                if is_transient(failure) and attempt <= self.policy.max_retries:
                     self.policy.sleep(self.policy.delay(attempt, failure))
                     continue
                 raise InfraError(f"{self.role} ({self.model_label}) failed at step {step} after "

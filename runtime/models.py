@@ -73,7 +73,23 @@ class _Reply:
         self.headers = response.headers
 
     def parse(self) -> dict[str, Any]:
-        return self.http_response.json()
+        """The chat completion; any other reply (a proxy's HTML login page, a JSON error, a wrong URL's page) raises
+        ``openai.APIResponseValidationError`` naming what came back, which the call layer retries like a 5xx."""
+        response = self.http_response
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if isinstance(choices, list) and choices and all(isinstance(c, dict) and isinstance(c.get("message"), dict)
+                                                         for c in choices):
+            return body
+        import openai
+
+        kind = response.headers.get("content-type", "").split(";")[0].strip() or "without a content type"
+        seen = " ".join(response.text.split())[:120]
+        raise openai.APIResponseValidationError(response, body, message=(
+            f"HTTP {response.status_code} {kind}, not a chat completion: {seen!r}"))
 
 
 class ChatCompletionsPost:

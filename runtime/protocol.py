@@ -182,6 +182,19 @@ def add_flag(group: argparse._ArgumentGroup, option: Option) -> None:
             kwargs["choices"] = list(option.choices)
         if option.metavar:
             kwargs["metavar"] = option.metavar
-        if default not in (None, ""):
-            kwargs["help"] += f" (default: {default})"
+        notes = [f"default: {default}"] if default not in (None, "") else []
+        notes += [bounds] if (bounds := _bounds(option)) is not None else []
+        if notes:
+            kwargs["help"] += f" ({'; '.join(notes)})"
     group.add_argument(option.flag, **kwargs)
+
+
+def _bounds(option: Option) -> str | None:
+    """The declared range of a numeric parameter as its help states it, or ``None``."""
+    low, high = option.minimum, option.maximum
+    fmt = "{:g}".format
+    if low is not None and high is not None:
+        return f"{fmt(low)} to {fmt(high)}"
+    if high is not None:
+        return f"at most {fmt(high)}"
+    return f"at least {fmt(low)}" if low is not None else None

@@ -2,14 +2,14 @@
 interrupt, results, summary and report.
 
 Order of a run: the caller has checked config and flags; :func:`execute` runs the
-protocol's ``plan()`` (every input file, the KB) and keeps the run directory only
-once the inputs are accepted (a rejected input leaves nothing behind, ``--out``
-included); then it prints the run id and resume command, then sends the
-pre-flight request. Then the protocol's ``prepare()``, which may start a build in
-the background (``Services.start_background``: JudgeAgent's context graph); the
-units start at once, the live display shows the build's stages and the units
-waiting for it, its failure ends the run with its error, and the summary waits
-for it.
+protocol's ``plan()`` (every input file, the KB), sends the pre-flight request and
+keeps the run directory only once the inputs are accepted and every endpoint
+answered (a refused start leaves nothing behind, ``--out`` included); then it
+prints the run id and resume command. Then the protocol's ``prepare()``, which
+may start a build in the background (``Services.start_background``: JudgeAgent's
+context graph); the units start at once, the live display shows the build's
+stages and the units waiting for it, its failure ends the run with its error,
+and the summary waits for it.
 
 A unit is final only when its graph reached END (no task pending in its latest
 checkpoint: ``snapshot.next`` is not enough, LangGraph leaves out of it a task
@@ -61,7 +61,7 @@ from dyneval.runtime.budget import check_priced
 from dyneval.runtime.events import EventLog, Usage, usd
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.concurrency import parallel_map
-from dyneval.runtime.llm import is_endpoint_fault
+from dyneval.runtime.llm import PING_STEP, is_endpoint_fault
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from dyneval.runtime.rescore import (DIVERGED, ReplayMissing, report_text as rescore_text,
                                      summary_fields as rescore_fields)
@@ -128,12 +128,14 @@ def resume_command(protocol: Protocol, run: Run) -> str:
 
 @contextmanager
 def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
-    """Make the run directory; remove it again if an ``InputError`` rejects the inputs before any request.
+    """Make the run directory; remove it again if an ``InputError`` rejects the inputs before any request, or the
+    pre-flight refuses the start (:class:`PreflightRefused`: its pings are all that was sent).
 
     Every folder this call creates goes (``--out`` too, if it did not exist), so a
-    rejected input leaves nothing behind. The directory exists before ``plan()``
-    only because the protocols' other modes (``custom_run``) write into it. Yields
-    the folders it made, outermost last.
+    refused start leaves nothing behind. The directory exists before ``plan()``
+    only because the protocols' other modes (``custom_run``) write into it, and
+    before the pre-flight because the event log records its pings. Yields the
+    folders it made, outermost last.
     """
     made = [p for p in (run.run_dir, *run.run_dir.parents) if not p.exists()]
     try:
@@ -144,8 +146,8 @@ def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
             raise InputError(f"cannot create the run directory {run.run_dir}: {exc.strerror or exc}",
                              field="--out") from None
         yield made
-    except InputError:
-        if made and run.services.events.total().calls == 0:
+    except InputError as exc:
+        if made and (isinstance(exc, PreflightRefused) or run.services.events.total().calls == 0):
             shutil.rmtree(made[-1], ignore_errors=True)
         raise
 
@@ -205,8 +207,13 @@ def print_plan(protocol: Protocol, run: Run, units: list[Unit]) -> None:
         run.console.print(f"  ... and {len(units) - 10} more")
 
 
+class PreflightRefused(InputError):
+    """A model's endpoint failed the pre-flight request after the retries units get: the run does not start."""
+
+
 def preflight(protocol: Protocol, run: Run) -> None:
-    """One cheap request per distinct model before any real tokens are spent (the models at once)."""
+    """One cheap request per distinct model before any real tokens are spent (the models at once), retried as a
+    unit's requests are (backoff, the spec's ``max_retries``); a failure is :class:`PreflightRefused`."""
     from dyneval.prompts import load_prompt  # LangChain's prompt classes load with the run, not for `dyneval --help`
 
     first_role: dict[str, str] = {}
@@ -219,9 +226,9 @@ def preflight(protocol: Protocol, run: Run) -> None:
         label, role = label_role
         started = time.perf_counter()
         try:
-            run.services.llm(role).text(load_prompt("common/ping").render(), step="preflight", max_retries=1)
+            run.services.llm(role).text(load_prompt("common/ping").render(), step=PING_STEP)
         except (InfraError, InputError) as exc:
-            raise InputError(f"endpoint for role {role} ({label}) does not answer: {exc}") from None
+            raise PreflightRefused(f"endpoint for role {role} ({label}) does not answer: {exc}") from None
         if run.services.spec(role).provider == "embedded":
             run.console.print(f"{label} runs on this machine's CPU: a one-word reply took "
                               f"{time.perf_counter() - started:.1f} s (server start included), a long answer takes "
@@ -343,6 +350,9 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             summary = run.run_dir / "summary.json"  # the summary a mode wrote (atad --evaluate), if it wrote one
             return json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
         units = plan_units(protocol, run, notes)
+        if not (dry_run or skip_preflight):
+            with _stop_on_signals():
+                preflight(protocol, run)
     resume = resume_command(protocol, run)
     if not dry_run:
         run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False,
@@ -359,8 +369,6 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     wall_started = time.perf_counter()
     try:
         with _stop_on_signals():
-            if not skip_preflight:
-                preflight(protocol, run)
             # the graph's modules load before prepare() starts its background work, not beside it: JudgeAgent's
             # graph import on this thread beside its context graph's torch import took 1.3 s instead of 0.2 s
             builder = protocol.builder()

@@ -254,13 +254,14 @@ class AtadContext(BaseContext):
 
     max_init_loops: int = described(
         3, "Teacher attempts for a base problem before the item is discarded (section 2.2.1, max_init_loops).",
-        minimum=1)
+        minimum=1, maximum=20)
     max_student_loops: int = described(
         5, "Student attempts before the item is finalized even if the student keeps succeeding (max_student_loops).",
         minimum=1)
     max_level_attempts: int = described(
         2, "Harder variants the teacher may write for one escalation step (first try plus slightly easier "
-           "retries within the tier) before the last validated problem is finalized (section 2.2.2).", minimum=1)
+           "retries within the tier) before the last validated problem is finalized (section 2.2.2).", minimum=1,
+        maximum=20)
     difficulty_ladder: str = described(
         DEFAULT_LADDER, "Difficulty tiers as NAME:MIN_CONSECUTIVE_SUCCESSES, comma separated; the first is the "
                         "base level.", check=lambda text: parse_ladder(text))

@@ -28,6 +28,13 @@ ROLE_FALLBACK: dict[str, str] = {
     "grader": "evaluator",
 }
 
+#: Upper bounds of run settings, against typos. Each unit in flight holds a thread, and endpoints' own limits set
+#: the pace long before a thousand; twenty retries with capped exponential backoff outlast any outage worth waiting
+#: for. ``--limit`` only shortens a plan (which is held in memory): ten million is above any plan, a pasted number not.
+MAX_CONCURRENCY = 1000
+MAX_UNITS = 10_000_000
+MAX_RETRIES = 20
+
 EMBEDDED = "local"
 #: Base URL of `openai/MODEL` references unless OPENAI_BASE_URL is set.
 OPENAI_URL = "https://api.openai.com/v1"
@@ -85,11 +92,12 @@ class ModelSpec(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int | None = Field(512, gt=0)
     timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(4, ge=0, description="retries on timeouts, 429 and 5xx, with exponential backoff")
+    max_retries: int = Field(4, ge=0, le=MAX_RETRIES, description="retries on timeouts, 429 and 5xx, with "
+                                                                   "exponential backoff")
     requests_per_second: float | None = Field(None, gt=0)
     concurrency: int | None = Field(
-        None, ge=1, description="ceiling on requests in flight to this model (all roles together); unset = as many "
-        "as the run sends (its --concurrency units and their parallel calls)")
+        None, ge=1, le=MAX_CONCURRENCY, description="ceiling on requests in flight to this model (all roles "
+        "together); unset = as many as the run sends (its --concurrency units and their parallel calls)")
     structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
     price_in: float | None = Field(None, ge=0, description="USD per million input tokens (with price_out: "
                                                            "overrides the pricing file for this model)")
@@ -213,8 +221,8 @@ class RunConfig(BaseModel):
     protocol: str
     models: dict[str, ModelSpec] = Field(default_factory=dict)
     roles: dict[str, str] = Field(default_factory=lambda: {"target": EMBEDDED, "evaluator": EMBEDDED})
-    limit: int | None = Field(None, ge=1, description="process at most this many units")
-    concurrency: int = Field(2, ge=1, description="units in flight at once")
+    limit: int | None = Field(None, ge=1, le=MAX_UNITS, description="process at most this many units")
+    concurrency: int = Field(2, ge=1, le=MAX_CONCURRENCY, description="units in flight at once")
     max_calls: int | None = Field(None, ge=1, description="budget: no request starts once the run sent this many "
                                                           "(runtime/budget.py)")
     max_tokens: int | None = Field(None, ge=1, description="budget: no request starts once the run's requests "
@@ -232,6 +240,14 @@ class RunConfig(BaseModel):
                                                         "(--rescore RUN_ID, runtime/rescore.py)")
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("out")
+    @classmethod
+    def _out_names_a_folder(cls, out: str) -> str:
+        """An empty ``out`` would put the run's files straight into the current folder."""
+        if not out.strip():
+            raise ValueError(f"must name the folder that holds run directories, not {out!r}")
+        return out
 
     @field_validator("max_tokens_per_role", "max_cost_per_role", mode="before")
     @classmethod

@@ -1,13 +1,18 @@
-"""Error kinds the runtime tells apart.
+"""Error kinds the runtime tells apart, and the backoff with which endpoint and store faults are retried.
 
 ``InputError`` is the user's to fix (exit code 2, one line). ``InfraError`` is an
-endpoint or store fault after retries; ``ModelError`` is a model that answered
-but not usably. Metrics never count an ``InfraError`` as a wrong answer.
+endpoint or store fault after retries (:class:`RetryPolicy`); ``ModelError`` is a
+model that answered but not usably. Metrics never count an ``InfraError`` as a
+wrong answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 
 
 class InputError(Exception):
@@ -52,3 +57,37 @@ class InfraError(Exception):
 
 class ModelError(Exception):
     """The model answered, but its output was unusable (e.g. invalid after one repair)."""
+
+
+def retry_after(exc: BaseException) -> float:
+    """Seconds the endpoint asked to wait (``Retry-After``: seconds or an HTTP date); 0 when it did not say."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    value = str(headers.get("retry-after") or "").strip()
+    if not value:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return 0.0
+
+
+@dataclass
+class RetryPolicy:
+    """How often and how long a transient fault is retried: the LLM call layer's (``runtime.llm``) and the Chroma
+    server client's (``stores.vectors``)."""
+
+    max_retries: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 20.0
+    max_retry_after_s: float = 120.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def delay(self, attempt: int, exc: BaseException | None = None) -> float:
+        """Exponential backoff with full jitter for retry number ``attempt`` (1-based), and at least the wait the
+        endpoint asked for in ``Retry-After`` (up to ``max_retry_after_s``)."""
+        cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        asked = min(self.max_retry_after_s, retry_after(exc)) if exc is not None else 0.0
+        return max(asked, random.uniform(cap / 2, cap))

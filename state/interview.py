@@ -162,9 +162,9 @@ class InterviewContext(BaseContext):
     """Interview parameters (Algorithm 1 constants and the pluggable interviewer duties of section 3.1)."""
 
     max_retries: int = described(2, "MAX_RETRIES: retries after a wrong answer (Score@n for n = 1..MAX_RETRIES+1).",
-                                 minimum=0)
+                                 minimum=0, maximum=20)
     max_questions: int = described(2, "MAX_QUESTIONS: questions per session, seed question included "
-                                       "(1 = no follow-ups).", minimum=1)
+                                       "(1 = no follow-ups).", minimum=1, maximum=50)
     modify: bool = described(True, "Interviewer duty 1: modify the seed question before asking it.")
     modification: ModificationStrategy = described(
         "auto", "Modification strategy: auto (by task), math (unknowns / omitted values), factual (new question from "
@@ -179,7 +179,8 @@ class InterviewContext(BaseContext):
     single_turn_judge: bool = described(True, "Also score the unmodified question single-turn (LLM-as-a-Judge).")
     interviewee: Interviewee = described("model", "model = the target role answers; human = a person answers through "
                                           "interrupt() (terminal or Studio).")
-    history_chars: int = described(1500, "Longest text of one earlier turn shown again to the interviewee.")
+    history_chars: int = described(1500, "Longest text of one earlier turn shown again to the interviewee.",
+                                   minimum=100, maximum=100_000)
     judge_jury: list[str] | None = described(None, "Grader models judging every answer instead of the grader "
                                                    "role, combined by majority vote; no majority leaves the "
                                                    "answer ungraded as a split (counted, never correct or wrong).",

@@ -191,13 +191,14 @@ class JudgeAgentContext(BaseContext):
     kb: str = described("", "Knowledge base: a .txt/.md file, a JSONL/JSON/CSV/TSV file of documents, or a folder "
                             "of such files; empty = shipped sample.")
     kb_fields: str = described("", "Field mapping of knowledge-base records, e.g. text=body,title=name,id=doc_id.")
-    rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).", minimum=0)
-    hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).", minimum=1)
-    top_k: int = described(5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).")
+    rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).", minimum=0, maximum=20)
+    hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).", minimum=1, maximum=10)
+    top_k: int = described(5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).", minimum=1,
+                           maximum=50)
     gains: str = described("1,1.5,2", "Score gains c1,c2,c3 for easy,medium,hard (Appendix B).")
     thresholds: str = described("0.5,1", "Thresholds t12,t23 between difficulty levels (Appendix B).")
     extract_batch: int = described(5, "Chunks per entity-extraction call (Table 11 labels many texts at once).",
-                                   minimum=1)
+                                   minimum=1, maximum=100)
     no_context_graph: bool = described(False, "Ablation: random knowledge-base chunks instead of graph paths.")
     no_difficulty_adaptation: bool = described(False, "Ablation: every generated question at fixed_difficulty.")
     fixed_difficulty: Difficulty = described("medium", "Difficulty used when difficulty adaptation is off.")

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field
 
+from dyneval.state.config import MAX_CONCURRENCY
 from dyneval.state.context import BaseContext, described
 
 Paradigm = Literal["zero-shot", "few-shot", "cot"]
@@ -74,17 +75,19 @@ class LLMEvalContext(BaseContext):
     """Parameters of an LLMEval-3 exam session (section 2.2, 2.3, appendix B)."""
 
     questions: int = described(1000, "Questions per exam session (the paper samples N = 1000).", minimum=1,
-                               metavar="N")
+                               maximum=100_000, metavar="N")
     paradigm: ParadigmChoice = described("zero-shot", "Prompting paradigm: zero-shot, few-shot (Figure 9) or cot "
                                                       "(Figure 10); all = a session of each (batch runs).")
     stratified: bool = described(False, "Sample each discipline in proportion to its share of the bank.")
     reference_model: str = described("", "Reference (SOTA) model replaying the same questions for the relative "
                                          "score R = S / S_ref x 100 (equation 2); empty = no relative score.",
                                  metavar="REF")
-    fewshot_k: int = described(3, "Worked examples in a few-shot prompt, drawn from outside the session.")
+    fewshot_k: int = described(3, "Worked examples in a few-shot prompt, drawn from outside the session.",
+                               minimum=0, maximum=20)
     answer_batch: int = described(20, "Questions answered per graph step (progress is kept in the bank).",
-                                  minimum=1)
-    judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).", minimum=1)
+                                  minimum=1, maximum=1000)
+    judge_concurrency: int = described(4, "Answers judged at once (judge calls are independent).", minimum=1,
+                                       maximum=MAX_CONCURRENCY)
     judge_jury: list[str] | None = described(None, "Judge models rating every answer instead of the evaluator, "
                                                    "combined by majority vote of the stars; no majority leaves the "
                                                    "answer unscored with status split.", metavar="MODEL")
@@ -96,7 +99,8 @@ class LLMEvalContext(BaseContext):
     irt_model: IrtModel = described("2pl", "IRT model of calibration and adaptive sessions: 1pl (Rasch, a = 1) or 2pl.")
     target_se: float = described(0.3, "Adaptive sessions stop once the ability's standard error is at most this.",
                                  minimum=0.01, metavar="SE")
-    max_items: int = described(100, "Adaptive sessions ask at most this many questions.", minimum=1, metavar="N")
+    max_items: int = described(100, "Adaptive sessions ask at most this many questions.", minimum=1,
+                               maximum=100_000, metavar="N")
     exposure_k: int = described(5, "Randomesque exposure control: the next question is drawn among the K most "
                                    "informative ones (1 = always the most informative).", minimum=1, metavar="K")
     min_responses: int = described(10, "Calibration: a question needs this many judged answers (models) to get IRT "

@@ -121,8 +121,9 @@ def load_knowledge_base(path: str | Path, fields: str | None = None) -> list[Doc
 
     A ``.txt``/``.md`` file is one document; a JSONL/JSON/CSV/TSV file holds one document per record
     (``text``, optional ``title`` and ``id``; a list of texts is joined by blank lines; ``fields`` maps other
-    column names); a folder holds such files (hidden files skipped, any other file refused). Binary, non-UTF-8
-    or empty files, records without text and a knowledge base without any text are errors.
+    column names); a folder holds such files (hidden files skipped, linked folders followed, any other file
+    refused: :func:`_kb_files`). Binary, non-UTF-8 or empty (even 0-byte) files, records without text and a
+    knowledge base without any text are errors.
     """
     p = Path(path)
     if not p.exists():
@@ -130,13 +131,37 @@ def load_knowledge_base(path: str | Path, fields: str | None = None) -> list[Doc
     fmap = FieldMap.parse(fields, KB_FIELDS, flag="--kb-fields", joinable=("text",))
     if not p.is_dir():
         return _file_documents(p, p.name, fmap, prefix="")
-    files = sorted(f for f in p.rglob("*") if f.is_file()
-                   and not any(part.startswith(".") for part in f.relative_to(p).parts))
+    files = _kb_files(p)
     docs = [d for f in files for d in _file_documents(f, str(f.relative_to(p)), fmap, prefix=f"{f.relative_to(p)}:")]
     if not docs:
         raise input_error(f"knowledge base folder holds no documents ({', '.join(KB_FORMATS)} files)", flag="--kb",
                           file=p)
     return docs
+
+
+def _kb_files(folder: Path) -> list[Path]:
+    """The files under a knowledge-base folder, hidden names skipped, linked folders followed; a link leading back
+    to a folder it is in (a loop), a broken link and an unreadable folder are refused."""
+    files: list[Path] = []
+    todo = [(folder, (folder.resolve(),))]
+    while todo:
+        current, above = todo.pop()
+        try:
+            entries = sorted(e for e in current.iterdir() if not e.name.startswith("."))
+        except OSError as exc:
+            raise input_error(f"cannot read folder: {exc.strerror or exc}", flag="--kb", file=current) from None
+        for entry in entries:
+            if entry.is_dir():
+                real = entry.resolve()
+                if real in above:
+                    raise input_error(f"symbolic link loop: leads back to {real}", flag="--kb", file=entry)
+                todo.append((entry, (*above, real)))
+            elif entry.is_file():
+                files.append(entry)
+            else:
+                raise input_error("neither a file nor a folder (a broken or looping symbolic link?)", flag="--kb",
+                                  file=entry)
+    return sorted(files)
 
 
 def _file_documents(f: Path, name: str, fmap: FieldMap, *, prefix: str) -> list[Document]:

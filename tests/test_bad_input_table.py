@@ -11,6 +11,7 @@ working folder, with every role pointed at a stand-in endpoint, and checks:
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -44,15 +45,24 @@ class Case:
     env: dict[str, str | None] = field(default_factory=dict)
     files: dict[str, str | bytes] = field(default_factory=dict)
     out: bool = True  # False: the case sets the output folder itself (env var or config file)
+    links: dict[str, str] = field(default_factory=dict)  # symbolic link -> its target, made after the files
 
     def __str__(self) -> str:
         return self.id
 
 
 def c(id: str, protocol: str, argv: str | list[str], *blame: str, env: dict | None = None,
-      files: dict | None = None, out: bool = True) -> Case:
+      files: dict | None = None, out: bool = True, links: dict | None = None) -> Case:
     return Case(id, protocol, argv.split() if isinstance(argv, str) else argv, list(blame), env or {}, files or {},
-                out)
+                out, links or {})
+
+
+def nested(levels: int) -> str:
+    """A JSON (and TOML, YAML flow) list nested ``levels`` deep."""
+    return "[" * levels + "]" * levels
+
+
+TOO_DEEP = "nested deeper than 100 levels of lists and objects"
 
 
 TOML_MODEL = "[models.gpt]\nmodel = 'gpt'\nbase_url = 'http://127.0.0.1:9/v1'\n"
@@ -88,18 +98,18 @@ CLI = [
     c("out-is-a-file", "interview", "--out afile", "--out", "Not a directory", files={"afile": "x"}),
     c("config-missing", "interview", "--config none.toml", "none.toml: cannot read config file"),
     c("resume-unknown-run", "interview", "--resume no-such-run", "--resume", "no run 'no-such-run'"),
-    c("interview-repeats-zero", "interview", "--repeats 0", "--repeats", "at least 1"),
-    c("interview-max-retries-negative", "interview", "--max-retries -1", "--max-retries", "at least 0"),
+    c("interview-repeats-zero", "interview", "--repeats 0", "--repeats", "between 1 and 100 (got 0)"),
+    c("interview-max-retries-negative", "interview", "--max-retries -1", "--max-retries", "between 0 and 20 (got -1)"),
     c("interview-task-choice", "interview", "--task poetry", "argument --task", "'poetry'"),
-    c("atad-per-task-zero", "atad", "--per-task 0", "--per-task", "at least 1"),
+    c("atad-per-task-zero", "atad", "--per-task 0", "--per-task", "between 1 and 10000 (got 0)"),
     c("atad-unknown-task", "atad", "--tasks T1,T9", "--tasks", "T9"),
     c("atad-challenge-prob", "atad", "--challenge-prob 1.5", "--challenge-prob", "between 0 and 1"),
     c("atad-ladder", "atad", "--difficulty-ladder hard", "--difficulty-ladder", "NAME:MIN_SUCCESSES"),
-    c("atad-max-init-loops", "atad", "--max-init-loops 0", "--max-init-loops", "at least 1"),
+    c("atad-max-init-loops", "atad", "--max-init-loops 0", "--max-init-loops", "between 1 and 20 (got 0)"),
     c("atad-evaluate-unknown-model", "atad", f"--evaluate nonsense --benchmark {SAMPLE_BENCHMARK}", "--evaluate",
       "unknown model 'nonsense'"),
-    c("judgeagent-rounds-negative", "judgeagent", "--rounds -1", "--rounds", "at least 0"),
-    c("judgeagent-hops-zero", "judgeagent", "--hops 0", "--hops", "at least 1"),
+    c("judgeagent-rounds-negative", "judgeagent", "--rounds -1", "--rounds", "between 0 and 20 (got -1)"),
+    c("judgeagent-hops-zero", "judgeagent", "--hops 0", "--hops", "between 1 and 10 (got 0)"),
     c("judgeagent-gains", "judgeagent", "--gains 1,2", "--gains"),
     c("judgeagent-batch-size-zero", "judgeagent", "--batch-size 0", "--batch-size"),
     c("llmeval-questions-zero", "llmeval", "--questions 0", "--questions"),
@@ -117,6 +127,29 @@ CLI = [
     c("judgeagent-extract-batch-zero", "judgeagent", "--extract-batch 0", "--extract-batch"),
     c("judgeagent-thresholds", "judgeagent", "--thresholds 1,x", "--thresholds"),
     c("atad-max-level-attempts", "atad", "--max-level-attempts 0", "--max-level-attempts"),
+    c("out-empty", "interview", ["--out", ""], "--out:", "must name the folder", "not ''", out=False),
+    c("resume-another-protocols-run", "interview", "--resume r1", "--resume", "run 'r1' is a run of atad",
+      "--protocol atad", files={"runs/r1/config.json": '{"protocol": "atad"}'}),
+    c("resume-path-like-run-id", "interview", "--resume ../../etc", "--resume", "'../../etc' is not a run id"),
+    c("concurrency-too-many", "interview", "--concurrency 1001", "--concurrency:", "less than or equal to 1000"),
+    c("limit-too-many", "atad", "--limit 10000001", "--limit:", "less than or equal to 10000000"),
+    c("atad-per-task-too-many", "atad", "--per-task 100000", "--per-task", "between 1 and 10000"),
+    c("atad-max-init-loops-too-many", "atad", "--max-init-loops 21", "--max-init-loops", "between 1 and 20"),
+    c("interview-repeats-too-many", "interview", "--repeats 101", "--repeats", "between 1 and 100"),
+    c("interview-max-retries-too-many", "interview", "--max-retries 21", "--max-retries", "between 0 and 20"),
+    c("interview-max-questions-too-many", "interview", "--max-questions 51", "--max-questions", "between 1 and 50"),
+    c("interview-bootstrap-too-many", "interview", "--bootstrap-resamples 100001", "--bootstrap-resamples",
+      "between 1 and 100000"),
+    c("judgecheck-repeats-too-many", "judgecheck", "--repeats 21", "--repeats", "between 1 and 20"),
+    c("judgecheck-bootstrap-too-many", "judgecheck", "--bootstrap-resamples 100001", "--bootstrap-resamples",
+      "between 100 and 100000"),
+    c("judgeagent-batch-size-too-many", "judgeagent", "--batch-size 101", "--batch-size", "between 1 and 100"),
+    c("judgeagent-extract-batch-too-many", "judgeagent", "--extract-batch 101", "--extract-batch",
+      "between 1 and 100"),
+    c("judgeagent-hops-beyond-the-path-tool", "judgeagent", "--hops 11", "--hops", "between 1 and 10"),
+    c("judgeagent-top-k-zero", "judgeagent", "--top-k 0", "--top-k", "between 1 and 50"),
+    c("llmeval-questions-too-many", "llmeval", "--questions 100001", "--questions", "between 1 and 100000"),
+    c("llmeval-answer-batch-too-many", "llmeval", "--answer-batch 1001", "--answer-batch", "between 1 and 1000"),
 ]
 
 ENV = [
@@ -138,6 +171,9 @@ ENV = [
       env={"DYNEVAL_CONCURENCY": "4"}),
     c("env-out-is-a-file", "interview", "", "DYNEVAL_OUT:", "Not a directory", env={"DYNEVAL_OUT": "afile"},
       files={"afile": "x"}, out=False),
+    c("env-out-blank", "interview", "", "DYNEVAL_OUT:", "must name the folder", env={"DYNEVAL_OUT": " "}, out=False),
+    c("env-concurrency-too-many", "interview", "", "DYNEVAL_CONCURRENCY:", "less than or equal to 1000",
+      env={"DYNEVAL_CONCURRENCY": "5000"}),
     c("env-key-unset-for-config-model", "interview", "--config c.toml", "c.toml: [models.g] api_key_env:",
       "MY_API_KEY", env={"MY_API_KEY": None, "DYNEVAL_TARGET": None},
       files={"c.toml": "[models.g]\nmodel = 'g'\nbase_url = 'https://api.example.com/v1'\n"
@@ -185,8 +221,8 @@ CONFIG = [
       "not found", files={"c.toml": "[params]\nkb = 'no-such-kb'\n"}),
     c("config-params-typo", "atad", "--config c.toml", "c.toml: [params] per_tsk: unknown parameter of atad",
       "did you mean 'per_task'?", files={"c.toml": "[params]\nper_tsk = 3\n"}),
-    c("config-params-protocol-check", "atad", "--config c.toml", "c.toml: [params] per_task:", "at least 1",
-      files={"c.toml": "[params]\nper_task = 0\n"}),
+    c("config-params-protocol-check", "atad", "--config c.toml", "c.toml: [params] per_task:",
+      "between 1 and 10000 (got 0)", files={"c.toml": "[params]\nper_task = 0\n"}),
     c("config-params-type", "interview", "--config c.toml", "c.toml: [params] repeats:", "valid integer",
       files={"c.toml": "[params]\nrepeats = 'twice'\n"}),
     c("config-params-choice", "interview", "--config c.toml", "c.toml: [params] task:", "'poetry'",
@@ -197,6 +233,26 @@ CONFIG = [
       files={"c.yaml": "models:\n  gpt:\n    model: gpt\n    timeout_s: 0\n"}),
     c("env-beats-file-but-blames-env", "interview", "--config c.toml", "DYNEVAL_CONCURRENCY:",
       env={"DYNEVAL_CONCURRENCY": "-1"}, files={"c.toml": "concurrency = 4\n"}),
+    c("config-out-empty", "interview", "--config c.toml", "c.toml: out:", "must name the folder", out=False,
+      files={"c.toml": "out = ''\n"}),
+    c("config-model-max-retries-too-many", "interview", "--config c.toml", "c.toml: [models.gpt] max_retries:",
+      "less than or equal to 20", files={"c.toml": TOML_MODEL + "max_retries = 1000\n"}),
+    c("config-params-per-task-too-many", "atad", "--config c.toml", "c.toml: [params] per_task:",
+      "between 1 and 10000", files={"c.toml": "[params]\nper_task = 100000\n"}),
+    c("toml-nested-10000-levels", "interview", "--config c.toml", "c.toml:", TOO_DEEP,
+      files={"c.toml": f"seed = {nested(10_000)}\n"}),
+    c("toml-param-nested-too-deep", "interview", "--config c.toml", "c.toml: [params] task:", TOO_DEEP,
+      files={"c.toml": f"[params]\ntask = {nested(150)}\n"}),
+    c("toml-dotted-key-nested-too-deep", "interview", "--config c.toml", "c.toml: [params] a:", TOO_DEEP,
+      files={"c.toml": "[params]\n" + ".".join(["a"] * 10_000) + " = 1\n"}),
+    c("yaml-nested-10000-levels", "interview", "--config c.yaml", "c.yaml:", TOO_DEEP,
+      files={"c.yaml": f"params:\n  task: {nested(10_000)}\n"}),
+    c("yaml-block-nested-too-deep", "interview", "--config c.yaml", "c.yaml: params.task:", TOO_DEEP,
+      files={"c.yaml": "params:\n  task:\n" + "".join(" " * (4 + 2 * i) + "-\n" for i in range(120))}),
+    c("yaml-alias-cycle", "interview", "--config c.yaml", "c.yaml: params.task:", TOO_DEEP,
+      files={"c.yaml": "params:\n  task: &a [*a]\n"}),
+    c("json-config-nested-10000-levels", "interview", "--config c.json", "c.json:", TOO_DEEP,
+      files={"c.json": '{"params": {"task": %s}}\n' % nested(10_000)}),
 ]
 
 FILES = [
@@ -239,6 +295,46 @@ FILES = [
       files={"b.jsonl": '{"discipline": "Engineering", "qtype": "short_answer", "answer": "x"}\n'}),
     c("llmeval-kappa-missing", "llmeval", "--kappa none.jsonl", "none.jsonl", "--kappa"),
     c("llmeval-contamination-missing", "llmeval", "--contamination pub.csv", "pub.csv", "--contamination"),
+    c("interview-data-json-nested-10000-levels", "interview", "--data d.json", "d.json", "--data", TOO_DEEP,
+      files={"d.json": nested(10_000)}),
+    c("interview-data-jsonl-line-nested-10000-levels", "interview", "--data d.jsonl", "d.jsonl, record 2:",
+      TOO_DEEP, "[--data]", files={"d.jsonl": GOOD_SEED + nested(10_000) + "\n"}),
+    c("interview-data-field-nested-too-deep", "interview", "--data d.jsonl", "d.jsonl, record 1, field 'solution'",
+      TOO_DEEP, files={"d.jsonl": GOOD_SEED.replace('"2+3=5"', nested(500))}),
+    c("interview-data-field-nested-10000-levels", "interview", "--data d.jsonl", "d.jsonl, record 1:", TOO_DEEP,
+      files={"d.jsonl": GOOD_SEED.replace('"2+3=5"', nested(10_000))}),
+    c("judgecheck-labels-nested-too-deep", "judgecheck", "--judge interview.grader --labels l.jsonl",
+      "l.jsonl, record 1, field 'label'", TOO_DEEP, "[--labels]",
+      files={"l.jsonl": '{"question": "q", "response": "r", "label": %s}\n' % nested(200)}),
+    c("judgecheck-labels-csv-cell-nested-10000-levels", "judgecheck", "--judge atad.orchestrator --labels l.csv",
+      "l.csv, record 1, field 'problem'", TOO_DEEP, "[--labels]",
+      files={"l.csv": f'task,problem,label\nT1,"{nested(10_000)}",approved\n'}),
+    c("interview-data-utf16-without-bom", "interview", "--data d.jsonl", "d.jsonl", "--data", "UTF-16 text",
+      files={"d.jsonl": GOOD_SEED.encode("utf-16-le")}),
+    c("judgeagent-csv-utf16", "judgeagent", "--data q.csv --no-extension", "q.csv", "--data", "UTF-16 text",
+      files={"q.csv": "id,question,answer\nq1,Who lays the eggs?,queen\n".encode("utf-16")}),
+    c("interview-data-gzip", "interview", "--data d.jsonl", "d.jsonl", "--data", "binary file (gzip-compressed)",
+      "decompress it first", files={"d.jsonl": gzip.compress(GOOD_SEED.encode())}),
+    c("judgeagent-csv-gzip", "judgeagent", "--data q.csv --no-extension", "q.csv", "--data", "gzip-compressed",
+      files={"q.csv": gzip.compress(b"id,question,answer\nq1,Who lays the eggs?,queen\n")}),
+    c("judgeagent-csv-nul-byte", "judgeagent", "--data q.csv --no-extension", "q.csv", "--data",
+      "NUL byte at line 2 (byte offset 30)", files={"q.csv": b"id,question,answer\nq1,Who lays\x00 the eggs?,queen\n"}),
+    c("judgeagent-kb-symlink-loop", "judgeagent", "--kb kb", "kb/sub/loop", "--kb", "symbolic link loop",
+      files={"kb/a.md": "Queens lay eggs.\n", "kb/sub/b.md": "Drones do not.\n"}, links={"kb/sub/loop": ".."}),
+    c("judgeagent-kb-broken-link", "judgeagent", "--kb kb", "kb/gone.md", "--kb", "neither a file nor a folder",
+      files={"kb/a.md": "Queens lay eggs.\n"}, links={"kb/gone.md": "nothing.md"}),
+    c("judgeagent-kb-zero-byte-file", "judgeagent", "--kb kb", "kb/b.md", "--kb", "file is empty",
+      files={"kb/a.md": "Queens lay eggs.\n", "kb/b.md": ""}),
+    c("interview-data-duplicate-id", "interview", "--data d.jsonl", "d.jsonl, record 2, field 'id'",
+      "duplicate id 's1'", files={"d.jsonl": GOOD_SEED * 2}),
+    c("atad-benchmark-duplicate-id", "atad", "--evaluate local --benchmark b.jsonl", "b.jsonl, record 2, field 'id'",
+      "duplicate id", files={"b.jsonl": (SAMPLE_BENCHMARK.read_text(encoding="utf-8").splitlines()[0] + "\n") * 2}),
+    c("judgecheck-labels-duplicate-id", "judgecheck", "--judge interview.grader --labels l.jsonl",
+      "l.jsonl, record 2, field 'id'", "duplicate id 'i1'",
+      files={"l.jsonl": '{"id": "i1", "question": "q", "response": "r", "label": "correct"}\n' * 2}),
+    c("llmeval-bank-duplicate-uuid", "llmeval", "--bank b.jsonl --import-only", "b.jsonl, record 2, field 'uuid'",
+      "already used by record 1", files={"b.jsonl": '{"uuid": "u1", ' + GOOD_BANK[1:]
+                                         + '{"uuid": "u1", ' + GOOD_BANK[1:].replace("LIFO", "FIFO")}),
 ]
 
 def _irt_run(questions: str, verdict: str = "correct", protocol: str = "judgeagent") -> dict[str, str]:
@@ -272,7 +368,8 @@ IRT = [
 
 CASES = CLI + ENV + CONFIG + FILES + IRT
 #: Run through ``python run.py`` (the real interpreter exit path), one per kind of source.
-SUBPROCESS = {"concurrency-not-int", "env-concurrency-zero", "yaml-syntax", "interview-data-no-question"}
+SUBPROCESS = {"concurrency-not-int", "env-concurrency-zero", "yaml-syntax", "interview-data-no-question",
+              "interview-data-jsonl-line-nested-10000-levels"}
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +383,8 @@ def _prepare(case: Case, tmp_path: Path, standin: StandIn) -> tuple[list[str], d
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
+    for name, target in case.links.items():
+        (tmp_path / name).symlink_to(target)
     out = ["--out", str(tmp_path / "runs")] if case.out else []
     argv = (["--protocol", case.protocol] if case.protocol else []) + out + case.argv
     env = {"DYNEVAL_TARGET": standin.spec("target"), "DYNEVAL_EVALUATOR": standin.spec("evaluator"), **case.env}

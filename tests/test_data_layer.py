@@ -22,7 +22,7 @@ from dyneval.state.errors import InputError
 from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import RunConfig
 from dyneval.stores.context_graph import load_knowledge_base
-from dyneval.stores.inputs import FieldMap, read_records
+from dyneval.stores.inputs import MAX_NESTING, FieldMap, TooDeep, check_nesting, read_records
 from tests.fakes import ScriptedChat
 from tests.test_judgeagent_support import FakeEvaluator
 
@@ -153,6 +153,9 @@ BAD_FILES = {
     "binary.jsonl": ["binary.jsonl", "binary file", "byte offset 8"],
     "latin1.csv": ["latin1.csv", "not UTF-8", "0xe9", "byte offset 32"],
     "ragged_row.csv": ["ragged_row.csv", "record 1", "3 values but the header has 2 columns"],
+    "questions_gzip.jsonl": ["questions_gzip.jsonl", "binary file (gzip-compressed)", "decompress it first"],
+    "questions_utf16le.csv": ["questions_utf16le.csv", "UTF-16 text", "no byte-order mark", "save the file as UTF-8"],
+    "questions_nul.csv": ["questions_nul.csv", "NUL byte at line 2 (byte offset 44)"],
 }
 
 
@@ -228,6 +231,7 @@ def test_bad_atad_benchmarks_name_record_and_field(name, fields, needles):
     ("kb_folder_latin1", None, ["notes.md", "not UTF-8", "byte offset 5"]),
     ("kb_folder_unsupported", None, ["map.pdf", "unsupported knowledge-base file type '.pdf'"]),
     ("kb_folder_empty", None, ["kb_folder_empty", "holds no documents"]),
+    ("kb_folder_zero_byte", None, ["placeholder.md", "file is empty"]),
     ("missing_kb", None, ["missing_kb", "knowledge base not found"]),
     ("kb_records_renamed.jsonl", "txt=body", ["unknown field name 'txt'", "valid names: id, title, text",
                                               "--kb-fields"]),
@@ -384,3 +388,59 @@ def test_json_keys_given_twice_and_utf16_files_are_refused(tmp_path, name, data,
     path.write_bytes(data)
     message = error_of(read_records, path)
     assert name in message and needle in message
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("field.jsonl", '{"id": "a", "question": "q", "answer": 1}\n{"id": "b", "answer": %s}\n' % _nested(100),
+     "field.jsonl, record 2, field 'answer': nested deeper than 100 levels of lists and objects [--data]"),
+    ("deep_field.jsonl", '{"id": "a", "question": %s}\n' % _nested(10_000), "deep_field.jsonl, record 1: nested"),
+    ("line.jsonl", _nested(10_000) + "\n", "line.jsonl, record 1: nested deeper than 100 levels"),
+    ("array.json", '[{"id": "a"}, {"id": "b", "question": %s}]' % _nested(500),
+     "array.json, record 2, field 'question': nested deeper"),
+    ("by_id.json", '{"a": {"q": 1}, "b": {"q": %s}}' % _nested(500), "by_id.json, record b, field 'q': nested"),
+    ("document.json", _nested(10_000), "document.json, field '--data': nested deeper than 100 levels"),
+])
+def test_json_nested_deeper_than_the_limit_is_refused_naming_record_and_field(tmp_path, name, text, needle):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    assert needle in error_of(read_records, path)
+
+
+def test_json_nested_exactly_to_the_limit_loads(tmp_path):
+    path = tmp_path / "limit.jsonl"
+    path.write_text('{"id": "a", "answer": %s}\n' % _nested(MAX_NESTING - 1), encoding="utf-8")
+    assert read_records(path)[0].data["id"] == "a"
+
+
+def test_the_nesting_check_walks_without_recursion_and_ends_on_a_cycle():
+    deep: list = []
+    for _ in range(100_000):  # far past Python's recursion limit
+        deep = [deep]
+    with pytest.raises(TooDeep) as exc:
+        check_nesting({"question": deep})
+    assert exc.value.path == ("question", 0)
+    cycle: list = []
+    cycle.append(cycle)  # what a YAML alias (&a [*a]) makes
+    with pytest.raises(TooDeep):
+        check_nesting(cycle)
+
+
+def test_a_kb_folder_follows_linked_folders_and_refuses_a_link_loop_or_a_broken_link(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "canal.md").write_text("The Voss Canal links Lake Orden with Harl.\n", encoding="utf-8")
+    kb = tmp_path / "kb"
+    (kb / "sub").mkdir(parents=True)
+    (kb / "delta.md").write_text("Herons feed in the Orden Delta.\n", encoding="utf-8")
+    (kb / "linked").symlink_to(tmp_path / "shared")
+    assert [d.id for d in load_knowledge_base(kb)] == ["delta.md", "linked/canal.md"]
+    (kb / "sub" / "loop").symlink_to(kb)
+    message = error_of(load_knowledge_base, kb)
+    assert f"{kb}/sub/loop, field '--kb': symbolic link loop: leads back to {kb.resolve()}" in message
+    (kb / "sub" / "loop").unlink()
+    (kb / "gone.md").symlink_to(tmp_path / "nothing.md")
+    assert "gone.md, field '--kb': neither a file nor a folder (a broken or looping symbolic link?)" in \
+        error_of(load_knowledge_base, kb)

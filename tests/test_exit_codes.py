@@ -1,6 +1,6 @@
 """The exit codes a CI job gates on (README "Exit codes", ``dyneval.gate``), each produced by a run as a user starts
 it: 0 every unit ok and every threshold met, 1 an internal error, 2 bad input, 4 units failed or ungraded, 5 a
-``--fail-under`` threshold missed. 3 (budget) is produced by ``tests/test_budget.py``, 130 (Ctrl-C) and 143
+``--fail-under`` threshold missed, 6 a store down outside any unit. 3 (budget) is produced by ``tests/test_budget.py``, 130 (Ctrl-C) and 143
 (SIGTERM) by ``tests/test_interrupt.py``."""
 
 from __future__ import annotations
@@ -21,6 +21,17 @@ from tests.standin_endpoint import StandIn
 from tests.toy_protocol import ToyProtocol
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+class ChromaDownProtocol(ToyProtocol):
+    """A protocol whose preparation needs a Chroma server that is down (as JudgeAgent's graph build does)."""
+
+    name = "chromadown"
+
+    def prepare(self, run: Any, units: list) -> None:
+        from dyneval.stores.vectors import chroma_client
+
+        chroma_client(run.run_dir, "http://127.0.0.1:9").heartbeat()
 
 
 class BrokenProtocol(ToyProtocol):
@@ -107,6 +118,19 @@ def test_an_internal_error_exits_1_with_its_traceback(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == gate.EXIT_INTERNAL == 1
     assert "Traceback" in done.stderr and "a bug in planning" in done.stderr
+
+
+def test_a_store_down_outside_any_unit_exits_6_with_one_line_and_the_resume_command(tmp_path):
+    env = {**os.environ, "DYNEVAL_PROTOCOLS": "chromadown=tests.test_exit_codes:ChromaDownProtocol"}
+    with StandIn() as standin:
+        done = subprocess.run([sys.executable, "run.py", "--protocol", "chromadown", "--target", standin.spec("t"),
+                               "--evaluator", standin.spec("j"), "--out", str(tmp_path)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == gate.EXIT_INFRA == 6, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    [line] = [x for x in done.stderr.splitlines() if x.strip()]
+    assert line.startswith("error: Chroma server http://127.0.0.1:9") and "attempt(s)" in line
+    assert "once it is back, resume with: python run.py --protocol chromadown --resume" in done.stdout
 
 
 def test_the_readme_table_lists_every_exit_code():

@@ -63,7 +63,9 @@ def test_each_flag_carries_its_fields_description_default_and_choices(name):
         assert (list(action.choices) if action.choices else None) == (list(option.choices) if option.choices
                                                                        else None)
         if option.type is not bool and option.default not in (None, ""):
-            assert f"(default: {option.default})" in action.help
+            assert f"(default: {option.default}" in action.help
+        if option.maximum is not None:  # a declared range is in the help, as the check states it
+            assert f"{option.maximum:g}" in action.help.rsplit("(", 1)[-1], action.help
 
 
 def test_help_lists_every_protocols_options_with_their_real_defaults(capsys):
@@ -76,7 +78,7 @@ def test_help_lists_every_protocols_options_with_their_real_defaults(capsys):
         for option in protocol_class(name).options():
             if option.cli:
                 assert option.flag in out
-    assert "--per-task PER_TASK problems per task type (default: 10)" in out
+    assert "--per-task PER_TASK problems per task type (default: 10; 1 to 10000)" in out
     assert "(default: GRE)" in out and "--history-chars" in out
 
 

@@ -56,7 +56,7 @@ def parse_tasks(text: str) -> list[str]:
 class AtadBatch:
     """Batch-only options: which problems to generate, and the evaluation phase."""
 
-    per_task: int = described(10, "problems per task type", minimum=1)
+    per_task: int = described(10, "problems per task type", minimum=1, maximum=10_000)
     tasks: str = described(",".join(TASK_IDS), "comma-separated task types, e.g. T1,T3", check=parse_tasks)
     problem_style: str = described("GRE", "exam style of the problems")
     challenge_prob: float = described(0.5, "probability of adding a challenge factor to a problem",

@@ -277,8 +277,7 @@ def preflight_models(run: Run, refs: list[str]) -> None:
         if ref in run.services.chat_overrides:
             continue
         try:
-            run.services.model(ref, role="student").text(load_prompt("common/ping").render(), step="preflight",
-                                                         max_retries=1)
+            run.services.model(ref, role="student").text(load_prompt("common/ping").render(), step="preflight")
         except ValueError as exc:
             raise InputError(str(exc), field="--evaluate") from None
         except InfraError as exc:

@@ -41,8 +41,8 @@ class InterviewBatch:
     fields: str | None = described(None, f"column names of --data, e.g. question=Problem,answer=Final "
                                          f"(names: {', '.join(CANONICAL)})")
     task: TaskType | None = described(None, "treat every seed question as this task type")
-    repeats: int = described(1, "interview every seed question K times (run-to-run std)", minimum=1)
-    bootstrap_resamples: int = described(10_000, "resamples of the sample-size check", minimum=1)
+    repeats: int = described(1, "interview every seed question K times (run-to-run std)", minimum=1, maximum=100)
+    bootstrap_resamples: int = described(10_000, "resamples of the sample-size check", minimum=1, maximum=100_000)
 
 
 class InterviewProtocol(Protocol):

@@ -64,7 +64,7 @@ class JudgeAgentBatch:
     choices: str | None = described(None, "the same options for every question, e.g. yes,no,maybe")
     hf_dataset: str | None = described(None, "Hugging Face dataset id[:config] (needs network)")
     hf_split: str = described("test", "split of --hf-dataset")
-    batch_size: int = described(3, "N_B questions per batch", minimum=1)
+    batch_size: int = described(3, "N_B questions per batch", minimum=1, maximum=100)
     build_kb_only: bool = described(False, "build (or load) the context graph, print its statistics and stop")
     irt_runs: str | None = described(None, "adaptive base questions: earlier judgeagent runs of other targets on "
                                            "these questions (directories or globs, comma-separated) whose verdicts "

@@ -38,7 +38,8 @@ class JudgeCheckBatch:
                                          "default: the shipped sample for --judge")
     fields: str | None = described(None, f"column names of --labels, e.g. label=Human,response=Answer "
                                          f"(names: {', '.join(CANONICAL)})")
-    bootstrap_resamples: int = described(1000, "bootstrap resamples of the items for each interval", minimum=100)
+    bootstrap_resamples: int = described(1000, "bootstrap resamples of the items for each interval", minimum=100,
+                                         maximum=100_000)
 
 
 class JudgeCheckProtocol(Protocol):
@@ -92,8 +93,7 @@ class JudgeCheckProtocol(Protocol):
                 continue
             seen.add(label)
             try:
-                run.services.model(ref, role="evaluator").text(load_prompt("common/ping").render(), step="preflight",
-                                                        max_retries=1)
+                run.services.model(ref, role="evaluator").text(load_prompt("common/ping").render(), step="preflight")
             except InfraError as exc:
                 raise InputError(f"jury member {ref} ({label}) does not answer: {exc}", field="--jury") from None
 

@@ -29,7 +29,7 @@ from dyneval.state.atad import PROBLEM_SCHEMAS, TASK_IDS
 from dyneval.state.interview import TASK_TYPES
 from dyneval.state.judgecheck import PROBLEM_JUDGES, LabelledItem, normalize_label
 from dyneval.state.llmeval import QTYPES
-from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, parse_bounded, read_records
 from dyneval.samples import sample
 
 SAMPLES = sample("judgecheck")
@@ -45,7 +45,7 @@ def _object(value: Any) -> Any:
     """An ATAD problem: an object, or (CSV/TSV) the JSON text of one."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = parse_bounded(json.loads, value)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a JSON object: {exc.msg}") from None
     if not isinstance(value, dict):
