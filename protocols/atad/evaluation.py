@@ -29,7 +29,7 @@ from rich.table import Table as RichTable
 
 from dyneval.prompts import load_prompt
 from dyneval.protocols.atad.benchmark import load_benchmark
-from dyneval.samples import sample
+from dyneval.samples import sample, shown
 from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, per_task_accuracy,
                                             review_summary)
 from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
@@ -69,10 +69,11 @@ SAMPLE_BENCHMARK = sample("atad", "benchmark.jsonl")
 def plan_units(params: dict[str, Any]) -> list[Unit]:
     """Evaluation and review units over the benchmark files (no LLM calls)."""
     paths = list(params.get("benchmark") or [str(SAMPLE_BENCHMARK)])
+    names = list(params.get("benchmark") or [shown(SAMPLE_BENCHMARK)])  # as given, the sample as samples/...
     models = list(params.get("evaluate") or [])
     reviewers = list(params.get("review") or [])
     benchmarks = [load_benchmark(p, params.get("fields")) for p in paths]
-    labels = _file_labels(benchmarks, paths)
+    labels = _file_labels(benchmarks, names)
     units: list[Unit] = []
     for bi, items in enumerate(benchmarks):
         finalized = [i for i in items if i["item_status"] == "finalized"]
@@ -80,7 +81,7 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
             raise InputError("the benchmark holds no finalized item to evaluate", file=str(paths[bi]),
                              field="--benchmark")
         for pos, item in enumerate(finalized):
-            common = {"bench": bi, "bench_label": labels[bi], "bench_file": paths[bi], "item": item["id"],
+            common = {"bench": bi, "bench_label": labels[bi], "bench_file": names[bi], "item": item["id"],
                       "task": item["task"], "pos": pos, "orchestrator": bool(item.get("orchestrator", True))}
             same = item["base_problem"] == item["problem"]
             for mi, model in enumerate(models):
