@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dyneval.runtime.models import model_label
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
+from dyneval.stores.inputs import TooDeep, parse_bounded
 
 SHIPPED = Path(__file__).with_name("pricing.yaml")
 
@@ -67,8 +68,10 @@ class Pricing(BaseModel):
 def read_prices(path: str) -> dict[str, Price]:
     """A pricing file's prices; a missing or malformed file is an :class:`InputError` (exit 2)."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = parse_bounded(yaml.safe_load, Path(path).read_text(encoding="utf-8"))
         return PriceFile.model_validate(data).models
+    except TooDeep as exc:
+        raise InputError(str(exc), file=path) from None
     except OSError as exc:
         raise InputError(f"cannot read pricing file: {exc.strerror or exc}", file=path) from None
     except yaml.YAMLError as exc:

@@ -257,7 +257,7 @@ class AtadContext(BaseContext):
         minimum=1, maximum=20)
     max_student_loops: int = described(
         5, "Student attempts before the item is finalized even if the student keeps succeeding (max_student_loops).",
-        minimum=1)
+        minimum=1, maximum=50)
     max_level_attempts: int = described(
         2, "Harder variants the teacher may write for one escalation step (first try plus slightly easier "
            "retries within the tier) before the last validated problem is finalized (section 2.2.2).", minimum=1,

@@ -27,6 +27,8 @@ from dyneval.samples import sample
 SAMPLE_KB = sample("judgeagent", "kb")
 
 Difficulty = Literal["easy", "medium", "hard"]
+#: Bounds of a knowledge path's hops and of a candidate set (the run's options and the retrieval tools' arguments).
+MAX_HOPS, MAX_K = 10, 50
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 #: How the target answers base questions without options: auto (chosen from the references), phrase, free.
 AnswerFormat = Literal["auto", "phrase", "free"]
@@ -192,9 +194,9 @@ class JudgeAgentContext(BaseContext):
                             "of such files; empty = shipped sample.")
     kb_fields: str = described("", "Field mapping of knowledge-base records, e.g. text=body,title=name,id=doc_id.")
     rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).", minimum=0, maximum=20)
-    hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).", minimum=1, maximum=10)
+    hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).", minimum=1, maximum=MAX_HOPS)
     top_k: int = described(5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).", minimum=1,
-                           maximum=50)
+                           maximum=MAX_K)
     gains: str = described("1,1.5,2", "Score gains c1,c2,c3 for easy,medium,hard (Appendix B).")
     thresholds: str = described("0.5,1", "Thresholds t12,t23 between difficulty levels (Appendix B).")
     extract_batch: int = described(5, "Chunks per entity-extraction call (Table 11 labels many texts at once).",

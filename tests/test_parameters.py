@@ -119,7 +119,7 @@ def test_flag_beats_config_and_a_bad_value_is_blamed_on_its_real_source(tmp_path
     path.write_text("[params]\nchallenge_prob = 1.5\n")
     with pytest.raises(InputError, match=r"c.toml: \[params\] challenge_prob: must be between 0 and 1"):
         load_config("atad", config_file=str(path), environ={}, flags={}, params=schema)
-    with pytest.raises(InputError, match=r"^--max-student-loops: must be at least 1 \(got 0\)"):
+    with pytest.raises(InputError, match=r"^--max-student-loops: must be between 1 and 50 \(got 0\)"):
         load_config("atad", config_file=None, environ={}, flags={"params": {"max_student_loops": 0}}, params=schema)
     with pytest.raises(InputError, match=r"^--tasks: unknown task\(s\) \['T9'\]"):
         load_config("atad", config_file=None, environ={}, flags={"params": {"tasks": "T1,T9"}}, params=schema)

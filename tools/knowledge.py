@@ -24,17 +24,18 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
+from dyneval.state.judgeagent import MAX_HOPS, MAX_K
 from dyneval.stores.context_graph import ContextGraph
 
 
 class EntityLookupArgs(BaseModel):
     name: str = Field(description="entity name or phrase to look up")
-    k: int = Field(5, ge=1, le=50, description="how many entities")
+    k: int = Field(5, ge=1, le=MAX_K, description="how many entities")
 
 
 class NeighbourArgs(BaseModel):
     entity: str = Field(description="an entity (graph key or name; the most similar graph entity is used)")
-    k: int = Field(5, ge=1, le=50)
+    k: int = Field(5, ge=1, le=MAX_K)
     exclude: list[str] = Field(default_factory=list, description="entities already visited")
 
 
@@ -45,15 +46,15 @@ class PathSeed(BaseModel):
 
 class PathArgs(BaseModel):
     seeds: list[PathSeed] = Field(description="entities extracted from the question(s), each with its question")
-    hops: int = Field(3, ge=1, le=10, description="H: chunks on the path")
+    hops: int = Field(3, ge=1, le=MAX_HOPS, description="H: chunks on the path")
     seed: int | str = Field(0, description="random seed (same seed, same path)")
-    k: int = Field(5, ge=1, le=50, description="candidate set size per hop")
+    k: int = Field(5, ge=1, le=MAX_K, description="candidate set size per hop")
     random_chunks: bool = Field(False, description="ablation 'w/o context graph': H chunks drawn at random")
 
 
 class ChunkSearchArgs(BaseModel):
     query: str
-    k: int = Field(5, ge=1, le=50)
+    k: int = Field(5, ge=1, le=MAX_K)
     entity: str | None = Field(None, description="only search the chunks of this entity")
 
 

@@ -49,6 +49,8 @@ def _sizes(text: str) -> list[int]:
         raise ValueError(f"must be comma-separated integers, got {text!r}") from None
     if not sizes or any(s < 1 for s in sizes):
         raise ValueError("needs positive integers")
+    if len(sizes) > 20 or max(sizes) > 1_000_000:
+        raise ValueError("at most 20 sizes, each at most 1000000")
     return sizes
 
 
@@ -85,7 +87,7 @@ class LLMEvalBatch:
                                                 "duplicate (0 = exact-hash check only)", minimum=0, maximum=1,
                                           metavar="COS")
     import_only: bool = described(False, "import --bank and exit")
-    sessions: int = described(1, "sessions per paradigm", minimum=1, metavar="K")
+    sessions: int = described(1, "sessions per paradigm", minimum=1, maximum=1000, metavar="K")
     serve: bool = described(False, "start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
     port: int = described(8765, "exam server port", minimum=1, maximum=65535)
     admin_token: bool = described(False, "print a fresh exam-server admin token for the bank (tokens expire after "
@@ -98,7 +100,7 @@ class LLMEvalBatch:
     leaderboard: bool = described(False, "print the leaderboard over every model and run in the bank")
     stability: bool = described(False, "ranking stability by resampling (variance, Spearman, Elo)")
     sizes: str = described("1000,2000,4000", "resample sizes for --stability", check=_sizes, metavar="N,N,..")
-    trials: int = described(3, "resamples per size for --stability", minimum=1)
+    trials: int = described(3, "resamples per size for --stability", minimum=1, maximum=1000)
     kappa: str | None = described(None, "Cohen's kappa of the judge against human labels", metavar="LABELS")
     contamination: str | None = described(None, "replay test: a public question set vs the bank", metavar="PUBLIC")
     export: str | None = described(None, "export the bank to JSONL or CSV and exit", metavar="FILE")
