@@ -176,6 +176,12 @@ class EventLog:
         with self._lock:
             return dataclasses.replace(self._usage.get(unit, Usage()))
 
+    def release(self, unit: str) -> None:
+        """Forget the usage of a unit that ended (its record holds it): a long run keeps no count per finished
+        unit."""
+        with self._lock:
+            self._usage.pop(unit, None)
+
     def by_role(self) -> dict[str, Usage]:
         """Usage per role (failed attempts included), copies."""
         with self._lock:

@@ -425,6 +425,7 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
                             interrupted=interrupted, notes=notes)
     write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
     blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
+    del latest, records  # not needed to render: the report and the view reuse their memory (bench/atad_memory.py)
     write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
     write_view(run.run_dir)
     print_summary(run, summary)
@@ -604,6 +605,7 @@ def _run_all(protocol: Protocol, run: Run, graph: Any, todo: list[Unit], context
                 Background.idle.reset(token)
             if record["status"] != "interrupted":  # stopped mid-unit: no record, resume continues it
                 results.append(record)  # here, not in the main thread, where a Ctrl-C could drop it unsaved
+            run.services.events.release(unit.id)
             ended.put(record)
             unit = slots.next_unit() if slot.held else None
         if stop.stopped():

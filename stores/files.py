@@ -11,18 +11,23 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 _BLOCK = 1 << 16
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one step (temp file in the same folder, then rename)."""
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
+    """Replace ``path`` with ``text`` (or its pieces, written as they come) in one step (temp file in the same
+    folder, then rename; removed if a piece fails)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.writelines([text] if isinstance(text, str) else text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 

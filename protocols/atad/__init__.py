@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from dyneval.protocols.atad.benchmark import item_record, write_benchmark
 from dyneval.protocols.atad.metrics import generation_stats, mean
@@ -129,17 +129,18 @@ class AtadProtocol(Protocol):
         # the runner passes no run here; ladder and models are stamped in by summarize()
         return {"item": state}
 
-    def _items(self, run: Run, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Benchmark items of the finished units (``ok``); an ``ungraded`` unit stopped on an unjudged candidate
-        and has no item yet (it is listed in ``summary["ungraded"]``)."""
+    def _items(self, run: Run, records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """Benchmark items of the finished units (``ok``), made as they are read (an item holds its unit's history);
+        an ``ungraded`` unit stopped on an unjudged candidate and has no item yet (it is listed in
+        ``summary["ungraded"]``)."""
         generator = {r: run.services.model_label(r) for r in self.roles}
         orchestrator = not run.params.get("no_orchestrator")
         levels = self._levels(run)
-        return [item_record(r["unit_id"], r["item"], levels=levels, orchestrator=orchestrator, generator=generator)
-                for r in sorted(records, key=lambda r: r["unit_id"]) if r["status"] == "ok"]
+        return (item_record(r["unit_id"], r["item"], levels=levels, orchestrator=orchestrator, generator=generator)
+                for r in sorted(records, key=lambda r: r["unit_id"]) if r["status"] == "ok")
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
-        items = self._items(run, records)
+        items = list(self._items(run, records))
         path = write_benchmark(run.run_dir / BENCHMARK_FILE, items)
         stats = generation_stats(items)
         ok = [r for r in records if r["status"] == "ok"]
@@ -169,7 +170,6 @@ class AtadProtocol(Protocol):
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         m = summary["metrics"]
-        items = self._items(run, records)
         cost = m["per_finalized"]
         per_finalized = (f"Per finalized problem: {cost['wall_s']} s wall and {cost['llm_calls']} LLM calls (all "
                          "units' cost divided by the finalized ones)." if m["finalized"] else
@@ -201,12 +201,15 @@ class AtadProtocol(Protocol):
                                            list(reasons.values()), title="Rejection reasons", ylabel="count"),
                                  "Why candidates were rejected (structure checks in code, orchestrator verdicts)"))
             blocks.append(Table(["reason", "count"], [[k, v] for k, v in reasons.items()], caption="Rejections"))
-        rows = [[i["id"], i["topic"], i["challenge"] or "", i["item_status"], i["acceptance"] or "",
-                 i["difficulty"] or "", i["student_loops"], i["teacher_attempts"], (i["discard_reason"] or "")[:120]]
-                for i in items]
+        rows, examples = [], []
+        for i in self._items(run, records):
+            rows.append([i["id"], i["topic"], i["challenge"] or "", i["item_status"], i["acceptance"] or "",
+                         i["difficulty"] or "", i["student_loops"], i["teacher_attempts"],
+                         (i["discard_reason"] or "")[:120]])
+            if i["item_status"] == "finalized" and len(examples) < 3:
+                examples.append(i)
         blocks.append(Table(["item", "topic", "challenge", "status", "acceptance", "difficulty", "student loops",
                              "teacher attempts", "discard reason"], rows, caption="Items"))
-        examples = [i for i in items if i["item_status"] == "finalized"][:3]
         if examples:
             from dyneval.nodes.atad.problems import render_with_answer
 

@@ -8,9 +8,12 @@ LLM exchange of the unit in the order of ``events.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, llmeval_answers
 from dyneval.stores.files import read_records
@@ -100,15 +103,21 @@ def _expanded(metrics: dict[str, Any], path: str, n: str | None) -> list[tuple[s
     return [(key, at(path, key), at(n, key) if n else None) for key in keys]
 
 
-def _columns(records: list[dict[str, Any]], spec: Adapter) -> list[str]:
-    columns: dict[str, None] = {"unit": None, "status": None}
+def _columns(records: Iterable[dict[str, Any]], spec: Adapter) -> list[str]:
+    """The unit table's columns, in one pass over the records: unit, status, the meta keys short in some record,
+    the protocol's columns some record has, then the fields short in every record."""
+    meta: dict[str, None] = {}
+    present: set[str] = set()
+    fields: dict[str, bool] = {}  # a field some record has (not None), in order of appearance -> short in every one
     for r in records:
-        for k, v in (r.get("meta") or {}).items():
-            if _scalar(v):
-                columns[k] = None
-    columns.update((k, None) for k, f in spec.columns.items() if any(f(r) is not None for r in records))
-    fields = dict.fromkeys(k for r in records for k, v in r.items() if k not in _SKIP and v is not None)
-    columns.update((k, None) for k in fields if all(_scalar(r.get(k)) for r in records))  # short in every record
+        meta.update((k, None) for k, v in (r.get("meta") or {}).items() if _scalar(v))
+        present.update(k for k, f in spec.columns.items() if k not in present and f(r) is not None)
+        for k, v in r.items():
+            if k not in _SKIP and v is not None:
+                fields[k] = fields.get(k, True) and _scalar(v)
+    columns = dict.fromkeys(["unit", "status", *meta])
+    columns.update((k, None) for k in spec.columns if k in present)
+    columns.update((k, None) for k, short in fields.items() if short)
     return [*columns, "calls", "tokens", "wall s"]
 
 
@@ -152,21 +161,30 @@ def _field_sections(record: dict[str, Any]) -> list[Section]:
 
 class Texts:
     """Long message texts stored once per page (a system prompt recurs in every exchange of its step);
-    a message holds ``{"ref": i}`` into :attr:`items` instead."""
+    a message holds ``{"ref": i}`` into :meth:`items` instead. The texts wait in a temporary file, only their
+    digests stay in memory."""
 
     LONG = 200
 
     def __init__(self) -> None:
-        self.items: list[str] = []
-        self._index: dict[str, int] = {}
+        self._spool = tempfile.TemporaryFile("w+", encoding="utf-8")
+        self._index: dict[bytes, int] = {}
 
     def __call__(self, content: Any) -> Any:
         if not isinstance(content, str) or len(content) < self.LONG:
             return content
-        if content not in self._index:
-            self._index[content] = len(self.items)
-            self.items.append(content)
-        return {"ref": self._index[content]}
+        key = hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        if key not in self._index:
+            self._index[key] = len(self._index)
+            self._spool.write(json.dumps(content) + "\n")  # ASCII, one line
+        return {"ref": self._index[key]}
+
+    def items(self) -> Iterator[str]:
+        """The texts in the order of their refs (read once: the file is gone after)."""
+        with self._spool:
+            self._spool.seek(0)
+            for line in self._spool:
+                yield json.loads(line)
 
 
 def _exchange(event: dict[str, Any], texts: Texts) -> dict[str, Any]:
@@ -180,29 +198,92 @@ def _exchange(event: dict[str, Any], texts: Texts) -> dict[str, Any]:
     return out
 
 
-def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:
-    """Everything ``view.html`` shows of one run, as JSON-ready data."""
+class _Jsonl:
+    """A JSONL run file read by byte offsets: :meth:`scan` notes where each record starts, :meth:`read` reads
+    records back when they are needed (lines that are not records are skipped, as :func:`read_jsonl` does)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def scan(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        if not self.path.exists():
+            return
+        offset = 0
+        with self.path.open("rb") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line) if line.strip() else None
+                except ValueError:  # JSONDecodeError and UnicodeDecodeError
+                    record = None
+                if isinstance(record, dict):
+                    yield offset, record
+                offset += len(line)
+
+    def read(self, offsets: Iterable[int | None]) -> Iterator[dict[str, Any]]:
+        """The records at ``offsets`` (``{}`` for ``None``)."""
+        with (self.path.open("rb") if self.path.exists() else contextlib.nullcontext()) as fh:
+            for offset in offsets:
+                if offset is None:
+                    yield {}
+                    continue
+                fh.seek(offset)
+                yield json.loads(fh.readline())
+
+
+class _Units:
+    """The view's units, only their places in the run files in memory: the last record of each unit (plan order,
+    then units not in the plan), then the planned units without a record ("not finished")."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.results, self.plan = _Jsonl(run_dir / "results.jsonl"), _Jsonl(run_dir / "units.jsonl")
+        self.latest = {r["unit_id"]: offset for offset, r in self.results.scan() if "unit_id" in r}
+        self.planned = {u["id"]: offset for offset, u in self.plan.scan() if "id" in u}
+        self.done = [i for i in self.planned if i in self.latest] + [i for i in self.latest if i not in self.planned]
+        self.left = [i for i in self.planned if i not in self.latest]
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """``(record, plan line)`` pairs; a record written before its unit's meta was kept gets the plan's meta."""
+        plan = self.plan.read(self.planned.get(i) for i in self.done)
+        for record, unit in zip(self.results.read(self.latest[i] for i in self.done), plan):
+            record.setdefault("meta", unit.get("meta") or {})
+            yield record, unit
+        for i, unit in zip(self.left, self.plan.read(self.planned[i] for i in self.left)):
+            yield {"unit_id": i, "status": "not finished", "meta": unit.get("meta") or {}}, unit
+
+
+def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:
+    """Everything ``view.html`` shows of one run, as JSON-ready data; the units and the long texts are iterators
+    that read the run's files a unit at a time, so :func:`runtime.view.page.write_page` writes a page of any size
+    in bounded memory (an exchange's place in ``events.jsonl`` is kept per unit, not the exchange)."""
     run_dir = Path(run_dir)
     summary = read_json(run_dir / "summary.json")
     config = read_json(run_dir / "config.json")
     protocol = summary.get("protocol") or config.get("protocol") or ""
     spec = adapter(protocol)
-    records = latest_records(run_dir)
     if extra_sections is None and protocol == "llmeval":
-        extra_sections = llmeval_answers(run_dir, config, records)
-    units = {u["id"]: u for u in read_jsonl(run_dir / "units.jsonl") if "id" in u}
-    for r in records:  # a record written before its unit's meta was kept still gets the plan's meta
-        r.setdefault("meta", (units.get(r["unit_id"]) or {}).get("meta") or {})
-    done = {r["unit_id"] for r in records}  # a partial run lists its planned units that have no record yet
-    records += [{"unit_id": i, "status": "not finished", "meta": u.get("meta") or {}} for i, u in units.items()
-                if i not in done]
-    events: dict[str, list[dict[str, Any]]] = {}
-    texts = Texts()
-    for e in read_jsonl(run_dir / "events.jsonl"):
-        events.setdefault(str(e.get("unit")), []).append(_exchange(e, texts))
-    columns = _columns(records, spec)
+        extra_sections = llmeval_answers(run_dir, config, latest_records(run_dir))
+    units = _Units(run_dir)
+    log, texts = _Jsonl(run_dir / "events.jsonl"), Texts()
+    places: dict[str, list[int]] = {}
+    for offset, e in log.scan():  # texts numbered in the log's order
+        places.setdefault(str(e.get("unit")), []).append(offset)
+        for m in e.get("messages") or []:
+            texts(m.get("content"))
+    columns = _columns((r for r, _ in units), spec)
+
+    def exchanges(unit: str) -> list[dict[str, Any]]:
+        return [_exchange(e, texts) for e in log.read(places.get(unit, []))]
+
+    def unit_rows() -> Iterator[dict[str, Any]]:
+        for r, unit in units:
+            yield clip({"id": r["unit_id"], "row": _row(r, columns, spec), "input": unit.get("input"),
+                        "error": r.get("error"),
+                        "sections": [*spec.sections(r), *(extra_sections or {}).get(r["unit_id"], []),
+                                     *_field_sections(r)],
+                        "events": exchanges(r["unit_id"])})
+
     metrics = summary.get("metrics") or {}
-    return clip({
+    return {**clip({
         "kind": "run",
         "title": f"{protocol} run {run_dir.name}",
         "protocol": protocol,
@@ -217,16 +298,13 @@ def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None =
                      *[[f"LLM {k}", v] for k, v in (summary.get("usage") or {}).items()]],
         "headline": headline_metrics(spec, metrics),
         "metrics": _flat(metrics),
-        "columns": columns,
-        "units": [{"id": r["unit_id"], "row": _row(r, columns, spec),
-                   "input": (units.get(r["unit_id"]) or {}).get("input"),
-                   "error": r.get("error"),
-                   "sections": [*spec.sections(r), *(extra_sections or {}).get(r["unit_id"], []),
-                                *_field_sections(r)],
-                   "events": events.get(r["unit_id"], [])} for r in records],
-        "outside": events.get("-", []),
-        "texts": texts.items,
-    })
+        "columns": columns}),
+        "units": unit_rows(), "outside": clip(exchanges("-")), "texts": map(clip, texts.items())}
+
+
+def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:
+    """Everything ``view.html`` shows of one run, as JSON-ready data (:func:`run_parts` with its lists whole)."""
+    return {k: list(v) if isinstance(v, Iterator) else v for k, v in run_parts(run_dir, extra_sections).items()}
 
 
 def _interrupted_note(interrupted: dict[str, Any] | None) -> str | None:
