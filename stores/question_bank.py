@@ -169,9 +169,11 @@ class QuestionBank(CalibrationStore):
             if off:
                 conn.execute(questions.update().where(questions.c.uuid.in_(off)).values(active=False))
             conn.execute(meta.delete().where(meta.c.key == RANKS_KEY))
-            if index_pending:
+            if index_pending:  # added to those still waiting (a deferred import's batches)
+                waiting = conn.scalar(sa.select(meta.c.value).where(meta.c.key == INDEX_PENDING_KEY))
+                ids = [*json.loads(waiting or "[]"), *(r["uuid"] for r in rows)]
                 conn.execute(meta.delete().where(meta.c.key == INDEX_PENDING_KEY))
-                conn.execute(meta.insert().values(key=INDEX_PENDING_KEY, value=json.dumps([r["uuid"] for r in rows])))
+                conn.execute(meta.insert().values(key=INDEX_PENDING_KEY, value=json.dumps(ids)))
         return len(rows)
 
     def set_active(self, uuids: Iterable[str], active: bool) -> None:

@@ -343,15 +343,17 @@ BATCH = 1000
 
 def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | None = None,
                 skip_invalid: bool = False, index: NearDuplicateIndex | None = None, threshold: float = 0.95,
-                augment: bool = False, batch: int = BATCH, progress: Callable[[int], None] | None = None
-                ) -> ImportReport:
+                augment: bool = False, batch: int = BATCH, progress: Callable[[int], None] | None = None,
+                defer_index: bool = False) -> ImportReport:
     """Validate one file (or take an already :func:`load_file`-ed one) and import it into ``bank``.
 
     Batches of ``batch`` records in file order; each is checked against the bank, the file's earlier batches and
     itself, then written in one transaction (its true/false variants and their parents' deactivation included)
     and its vectors added to the index; ``progress`` gets the number of records each batch settled. A killed
     import leaves whole batches: their records are exact duplicates of bank questions on the next import, and
-    a batch written but not yet indexed is indexed first (:meth:`QuestionBank.index_pending`).
+    a batch written but not yet indexed is indexed first (:meth:`QuestionBank.index_pending`). ``defer_index``
+    (without ``index``): no near-duplicate check now, and the questions wait as pending for the next import's
+    index, so a file known to hold no near duplicates (the shipped sample) imports without the embedding model.
     """
     loaded = path if isinstance(path, LoadedFile) else load_file(path, fields=fields, skip_invalid=skip_invalid)
     report = ImportReport(file=loaded.file, read=loaded.read, unused=loaded.unused)
@@ -377,10 +379,10 @@ def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | No
                     variants += [v for v in split if v.uuid not in dropped]
             held = bank.existing_uuids(v.uuid for v in variants)
             variants = [v for v in variants if v.uuid not in held]
-        pending = index is not None and vectors is not None and bool(to_add)
+        pending = bool(to_add) and (defer_index if index is None else vectors is not None)
         bank.add_questions(to_add + variants, deactivate={v.parent_uuid for v in variants if v.parent_uuid},
                            index_pending=pending)
-        if pending:  # after the bank write: the index never names a question the bank lacks
+        if pending and index is not None:  # after the bank write: the index never names a question the bank lacks
             index.add([q.uuid for q in to_add], vectors)
             bank.index_done()
         seen.imported.update((q.uuid, rec) for rec, q in accepted)

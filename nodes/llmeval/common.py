@@ -38,7 +38,7 @@ def bank_of(ctx: Any) -> QuestionBank:
     def open_bank() -> QuestionBank:
         bank = QuestionBank(location)
         if getattr(ctx, "sample_if_empty", False) and bank.count(active_only=False) == 0:
-            import_file(bank, SAMPLE_BANK)
+            import_file(bank, SAMPLE_BANK, defer_index=True)
         return bank
 
     return svc.cached(f"llmeval:bank:{location}", open_bank)

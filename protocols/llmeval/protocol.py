@@ -160,20 +160,22 @@ class LLMEvalProtocol(Protocol):
                                            skip_invalid=bool(p.get("skip_invalid"))))
         return self._loaded[1]
 
-    def import_bank(self, run: Run, source: Path | LoadedFile) -> ImportReport:
+    def import_bank(self, run: Run, source: Path | LoadedFile, *, sample: bool = False) -> ImportReport:
         """Import one file into the bank (near duplicates checked against this bank only) in batches, with a
-        progress bar, and print its report."""
+        progress bar, and print its report. The shipped ``sample`` (36 distinct hand-written questions) is imported
+        without the embedding model: its questions join the near-duplicate index at the bank's next import."""
         ctx = self._ctx(run)
         bank = bank_of(ctx)
         threshold = self.batch(run).near_dup_threshold
         index = None
-        if threshold > 0:
+        if threshold > 0 and not sample:
             svc = run.services
             index = NearDuplicateIndex(svc.chroma(chroma_folder(ctx, svc)), svc.embeddings(), index_name(bank))
         loaded = source if isinstance(source, LoadedFile) else load_file(source)
         with import_progress(run.console, f"importing {Path(loaded.file).name}", len(loaded.questions)) as advance:
             report = import_file(bank, loaded, index=index, threshold=threshold,
-                                 augment=bool(run.params.get("augment")), progress=advance)
+                                 augment=bool(run.params.get("augment")), progress=advance,
+                                 defer_index=sample and threshold > 0)
         if run.params.get("rewrite"):
             self._rewrite_material(run, report)
         for line in report.lines():
@@ -235,7 +237,7 @@ class LLMEvalProtocol(Protocol):
         else:
             source = f"the shipped sample {shown(SAMPLE_BANK)} (no --bank or --bank-db given)"
             run.console.print(f"using {source}", highlight=False, markup=False)
-            self.import_bank(run, SAMPLE_BANK)
+            self.import_bank(run, SAMPLE_BANK, sample=True)
         if bank.count() == 0:
             raise InputError("the question bank holds no active question", field="--bank")
         note = run.run_dir / BANK_NOTE
