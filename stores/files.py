@@ -34,7 +34,7 @@ def write_atomic(path: Path, text: str | Iterable[str]) -> None:
 def _is_record(line: bytes) -> bool:
     try:
         return isinstance(json.loads(line), dict)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nested past the parser's depth
         return False
 
 

@@ -107,3 +107,15 @@ def test_cut_units_file_that_no_longer_matches_the_inputs_is_one_input_error(tmp
     with pytest.raises(InputError, match="units.jsonl.*cannot be resumed"):
         execute(ToyProtocol(), _open(tmp_path, chats, run.run_dir.name), skip_preflight=True)
     assert run.run_dir.is_dir()  # a resumed run's directory is never removed
+
+
+def test_a_run_file_line_nested_past_the_parsers_depth_is_skipped_with_a_note_not_a_traceback(tmp_path):
+    """Run folders read back (--irt-runs, --compare, the viewer) may come from anywhere: a line nested 10,000 levels
+    deep is not a record."""
+    from dyneval.stores.files import read_records
+
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"unit_id": "a"}\n' + '{"x": ' + "[" * 10_000 + "]" * 10_000 + "}\n" + '{"unit_id": "b"}\n')
+    problems: list[str] = []
+    assert [r["unit_id"] for r in read_records(path, problems)] == ["a", "b"]
+    assert problems == ["results.jsonl: line 2 is not a whole JSON record; skipped"]

@@ -213,7 +213,7 @@ class _Jsonl:
             for line in fh:
                 try:
                     record = json.loads(line) if line.strip() else None
-                except ValueError:  # JSONDecodeError and UnicodeDecodeError
+                except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
                     record = None
                 if isinstance(record, dict):
                     yield offset, record
