@@ -1,7 +1,7 @@
 """The exit codes a CI job gates on (README "Exit codes", ``dyneval.gate``), each produced by a run as a user starts
 it: 0 every unit ok and every threshold met, 1 an internal error, 2 bad input, 4 units failed or ungraded, 5 a
-``--fail-under`` threshold missed, 6 a store down outside any unit. 3 (budget) is produced by ``tests/test_budget.py``, 130 (Ctrl-C) and 143
-(SIGTERM) by ``tests/test_interrupt.py``."""
+``--fail-under`` threshold missed, 6 a store down outside any unit. 3 (budget) is produced by
+``tests/test_budget.py``, 130 (Ctrl-C) and 143 (SIGTERM) by ``tests/test_interrupt.py``."""
 
 from __future__ import annotations
 
