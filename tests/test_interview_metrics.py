@@ -106,14 +106,28 @@ def test_ungraded_answers_count_neither_for_nor_against_and_show_in_the_denomina
     stopped["followup_results"] = [{"type": "rationale", "verdict": "ungraded", "correct": None, "graded_by": "ungraded"}]
     log = [rec("a", [1.0], judge=1.0, fups=[("rationale", True)]), rec("b", [0.0, 0.0, 0.0], judge=0.0), stopped]
     rates = metrics.score_at_n_rates(log, 3)
-    # @1: a=1, b=0, u=0 (graded wrong) -> 1/3; @2 and @3: u is ungraded -> over a and b only
-    assert [r["value"] for r in rates] == [pytest.approx(1 / 3), 0.5, 0.5]
-    assert [(r["n"], r["ungraded"]) for r in rates] == [(3, 0), (2, 1), (2, 1)]
+    # u's retry is ungraded: u leaves every Score@n (one set of sessions for the whole series), over a and b only
+    assert [r["value"] for r in rates] == [0.5, 0.5, 0.5]
+    assert [(r["n"], r["ungraded"]) for r in rates] == [(2, 1), (2, 1), (2, 1)]
     assert metrics.judge_rate(log) == {"value": 0.5, "n": 2, "ungraded": 1}
     fa = metrics.followup_accuracy(log)
     assert (fa["overall"], fa["n"], fa["ungraded"]) == (1.0, 1, 1)
     assert metrics.error_distribution(log)["total"] == 4   # b's three wrong answers and u's first; never u's second
     assert metrics.graded_by(log)["ungraded"] == 2
+
+
+def test_an_ungraded_retry_cannot_raise_score_at_n_above_score_at_1():
+    """Sessions [1], [1], [0, ungraded], [0, ungraded]: counting each n over the sessions graded at that n gave
+    Score@1 = 0.5 and Score@2 = 1.0 (the failing sessions left only the later denominator)."""
+    log = [rec("a", [1.0]), rec("b", [1.0])]
+    for name in ("c", "d"):
+        failed = rec(name, [0.0])
+        failed["seed_interactions"].append(_ungraded_answer(2))
+        failed.update(seed_scores=[0.0, None], seed_correct=[False, None], seed_solved=None, status="ungraded")
+        log.append(failed)
+    rates = metrics.score_at_n_rates(log, 2)
+    assert [(r["value"], r["n"], r["ungraded"]) for r in rates] == [(1.0, 2, 2), (1.0, 2, 2)]
+    assert rates[1]["value"] <= rates[0]["value"]
 
 
 def test_nothing_graded_gives_no_number_and_says_how_many_were_ungraded():

@@ -44,9 +44,20 @@ def seed_score_at(seed_scores: list[float | None], n: int) -> float | None:
 
 
 def score_at_n_rates(records: list[dict[str, Any]], n_max: int) -> list[dict[str, Any]]:
-    """Score@1..Score@n_max over the sessions graded at that interaction, each with ``n`` and ``ungraded``."""
+    """Score@1..Score@n_max, each with ``n`` and ``ungraded``, over one set of sessions: those graded at every
+    interaction up to ``n_max``.
+
+    Section 3.2 defines Score@n as the mean, over the questions, of the score of the answer given at the n-th
+    interaction, so the series shows what feedback adds to the same questions. Only failed sessions get retries,
+    so a session whose retry is ungraded would leave the later denominators while the passing ones stay: sessions
+    [1], [1], [0, ungraded], [0, ungraded] would give Score@1 = 0.5 and Score@2 = 1.0. A session with an ungraded
+    seed answer up to ``n_max`` therefore leaves every Score@n and is counted as ``ungraded`` in each.
+    """
     recs = ok_records(records)
-    return [rate(seed_score_at(r["seed_scores"], n) for r in recs) for n in range(1, n_max + 1)]
+    complete = [r for r in recs if all(seed_score_at(r["seed_scores"], n) is not None for n in range(1, n_max + 1))]
+    left_out = len(recs) - len(complete)
+    rates = [rate(seed_score_at(r["seed_scores"], n) for r in complete) for n in range(1, n_max + 1)]
+    return [{**r, "ungraded": r["ungraded"] + left_out} for r in rates]
 
 
 def score_at_n(records: list[dict[str, Any]], n_max: int) -> list[float | None]:

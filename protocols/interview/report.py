@@ -52,9 +52,11 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
                  *[_den(den.get(f"score@{n}")) for n in range(1, n_max + 1)], ""])
     blocks.append(Table(heads, rows, caption="Score@n of the seed questions (Table 2 style): @n = after n-1 rounds "
                                              "of feedback; math = accuracy, factual = precision of atomic facts; "
-                                             "Judge = single-turn LLM-as-a-Judge on the unmodified question. Each "
-                                             "score is over the graded answers only; the last row gives that "
-                                             "denominator and the ungraded answers left out"))
+                                             "Judge = single-turn LLM-as-a-Judge on the unmodified question. Every "
+                                             "Score@n is over the same sessions, those whose seed answers were all "
+                                             "graded (an ungraded retry cannot move a failing session out of a "
+                                             "later Score@n); the last row gives the denominators and what was "
+                                             "left out as ungraded"))
     if m.get("sessions_ungraded"):
         split = m.get("graded_by", {}).get("split", 0)
         why = "the grader gave no usable verdict after retries and one repair" + (

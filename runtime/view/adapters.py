@@ -216,8 +216,9 @@ INTERVIEW = Adapter(
     metrics=tuple(
         Metric(f"score@{n}", f"Score@{n}", f"mean over sessions of the score of the seed answer given at interaction "
                f"{n} (section 3.2). It is that answer's score, not the best so far, so it can fall when a retry "
-               "after feedback scores lower; a session solved earlier keeps its solved score, one stopped at an "
-               "ungraded answer leaves the denominator", f"denominators.score@{n}") for n in (1, 2, 3)) + (
+               "after feedback scores lower; a session solved earlier keeps its solved score. Every Score@n is over "
+               "the same sessions: one with an ungraded seed answer leaves them all (counted as ungraded)",
+               f"denominators.score@{n}") for n in (1, 2, 3)) + (
         Metric("judge", "Judge", "single-turn LLM-as-a-judge score on the unmodified question (Table 2)",
                "denominators.judge"),
         Metric("followup_accuracy.overall", "Follow-up accuracy", "share of follow-up questions answered "
