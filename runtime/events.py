@@ -125,6 +125,7 @@ class EventLog:
     _usage: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
     _by_role: dict[str, Usage] = field(default_factory=lambda: defaultdict(Usage), repr=False)
     _total: Usage = field(default_factory=Usage, repr=False)
+    _models: dict[str, dict[str, None]] = field(default_factory=lambda: defaultdict(dict), repr=False)
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     keep_in_memory: bool = False
     notes: list[str] = field(default_factory=list, repr=False)
@@ -169,6 +170,7 @@ class EventLog:
     def _count(self, event: dict[str, Any]) -> None:
         self._usage[event.get("unit", "-")].count(event)
         self._by_role[event.get("role", "-")].count(event)
+        self._models[event.get("role", "-")][event.get("model", "-")] = None
         self._total.count(event)
 
     def usage(self, unit: str) -> Usage:
@@ -186,6 +188,11 @@ class EventLog:
         """Usage per role (failed attempts included), copies."""
         with self._lock:
             return {role: dataclasses.replace(u) for role, u in sorted(self._by_role.items())}
+
+    def models_by_role(self) -> dict[str, list[str]]:
+        """Role -> the models it called (every exchange of the run, resumed ones too)."""
+        with self._lock:
+            return {role: list(models) for role, models in sorted(self._models.items())}
 
     def total(self) -> Usage:
         """Usage of the whole run so far (a copy), counted as exchanges are logged: the budget asks before every

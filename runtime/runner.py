@@ -749,6 +749,16 @@ def _live_status(run: Run, progress: Progress, name: str, *, total: int, complet
         background.refresh()  # the build's last counts in the final display
 
 
+def _models_called(protocol: Protocol, run: Run) -> dict[str, str]:
+    """Role -> model: the protocol's roles as configured, then every other role the run called (e.g. the models
+    ATAD's evaluation answers with, logged as ``student``); several models of one role are listed by name."""
+    models = {role: run.services.model_label(role) for role in ROLES if role in protocol.roles}
+    for role, called in run.services.events.models_by_role().items():
+        if role not in models:
+            models[role] = ", ".join(sorted(called))
+    return models
+
+
 def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float,
                   warning: str | None, interrupted: dict[str, Any] | None = None,
                   notes: list[str] | None = None) -> dict[str, Any]:
@@ -770,7 +780,7 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
     return {
         "run_id": run.run_dir.name,
         "protocol": protocol.name,
-        "models": {role: run.services.model_label(role) for role in ROLES if role in protocol.roles},
+        "models": _models_called(protocol, run),
         "smoke_test_warning": warning,
         "units": len(records),
         "status_counts": counts,

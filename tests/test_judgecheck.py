@@ -187,7 +187,8 @@ def test_a_judge_that_changes_its_mind_between_repeats_shows_repeat_flips_and_a_
 def test_a_jury_replaces_the_evaluator_and_an_embedded_member_gets_the_smoke_test_warning(tmp_path):
     chats = {ref: ScriptedChat(always_first) for ref in ("local", JURY[0])}
     run, summary = _execute(tmp_path, {"judge": "pairwise", "jury": ["local", JURY[0]]}, chats)
-    assert summary["models"] == {}  # the evaluator role is not used, nor pinged, nor warned about
+    # the configured evaluator is not used, nor pinged, nor warned about: the models called are the jury's
+    assert summary["models"] == {"evaluator": ", ".join(sorted(["fake:local", f"fake:{JURY[0]}"]))}
     assert summary["metrics"]["jury"] == {"m0": "fake:local", "m1": f"fake:{JURY[0]}"}
     report = (run.run_dir / "report.md").read_text()
     assert "WARNING: The embedded SmolLM2-135M model is acting as jury member m0." in report
