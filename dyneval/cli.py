@@ -243,7 +243,7 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
 def main(argv: list[str] | None = None) -> int:
     console = Console()
     errors = Console(stderr=True)
-    config = run = None
+    config = run = protocol = None
     try:
         if _finished_run_tools(argv, console):
             return EXIT_OK
@@ -262,13 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                      highlight=False, soft_wrap=True)
         return EXIT_BAD_INPUT
     except InfraError as exc:  # a unit's fault ends that unit; this one stopped the run itself (e.g. a store down)
-        from dyneval.runtime.runner import resume_command
-
-        resumable = run is not None and run.run_dir.is_dir()
         errors.print(Text.assemble(("error:", "red"), f" {exc}"), highlight=False, soft_wrap=True)
-        if resumable:
-            console.print(f"once it is back, resume with: {resume_command(protocol, run)}", markup=False,
-                          highlight=False, soft_wrap=True)
+        if resume := _resume(protocol, run):
+            console.print(f"once it is back, resume with: {resume}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_INFRA
     except RunInterrupted as exc:
         console.print(f"{exc}; the partial report is in {run.run_dir}", style="yellow",
@@ -280,15 +276,21 @@ def main(argv: list[str] | None = None) -> int:
             stop.exit_now(code)  # a request still in flight must not hold the exit up
         return code
     except KeyboardInterrupt as exc:
-        from dyneval.runtime.runner import resume_command
-        from dyneval.runtime.stop import Terminated
-
-        resumable = run is not None and run.run_dir.is_dir()
-        terminated = isinstance(exc, Terminated)
+        terminated = isinstance(exc, stop.Terminated)
+        resume = _resume(protocol, run)
         console.print(("terminated (SIGTERM)" if terminated else "interrupted")
-                      + (f"; resume with: {resume_command(protocol, run)}" if resumable else " before the run started"),
+                      + (f"; resume with: {resume}" if resume else " before the run started"),
                       style="yellow", markup=False, highlight=False, soft_wrap=True)
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+
+
+def _resume(protocol: Protocol | None, run: Run | None) -> str | None:
+    """The command that continues ``run``, once its directory exists; ``None`` before."""
+    if run is None or not run.run_dir.is_dir():
+        return None
+    from dyneval.runtime.runner import resume_command  # LangGraph's checkpointers load with a run, not with --help
+
+    return resume_command(protocol, run)
 
 
 def _verdict(summary: dict[str, Any], thresholds: list[Threshold], protocol: str, resume: str,

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dyneval.runtime.concurrency import InFlight
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.stop import raise_if_stopped
-from dyneval.state.errors import InfraError, ModelError, RetryPolicy, retry_after  # noqa: F401 - re-exported
+from dyneval.state.errors import InfraError, ModelError, RetryPolicy
 
 if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`dyneval --help` stays fast)
     from langchain_core.language_models import BaseChatModel

@@ -20,9 +20,10 @@ from dyneval.runtime import stop
 from dyneval.runtime.budget import Budget
 from dyneval.runtime.config_loader import load_config, read_config_file
 from dyneval.runtime.events import EventLog
-from dyneval.runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.models import Endpoint, model_label, open_endpoint
 from dyneval.state.config import ModelSpec, RunConfig, parse_model_ref
+from dyneval.state.errors import RetryPolicy
 from dyneval.stores.vectors import chroma_client, embedding_function
 
 if TYPE_CHECKING:

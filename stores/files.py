@@ -31,11 +31,14 @@ def write_atomic(path: Path, text: str | Iterable[str]) -> None:
     os.replace(tmp, path)
 
 
-def _is_record(line: bytes) -> bool:
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """The record one JSONL line holds, or ``None`` when the line is not a whole JSON object (cut by a kill, not
+    UTF-8, or nested past the parser's depth)."""
     try:
-        return isinstance(json.loads(line), dict)
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nested past the parser's depth
-        return False
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def drop_torn_tail(path: Path) -> str | None:
@@ -63,7 +66,7 @@ def drop_torn_tail(path: Path) -> str | None:
             start = block_start
         fh.seek(start)
         tail = fh.read()
-        if _is_record(tail):
+        if parse_record(tail) is not None:
             fh.write(b"\n")
             return None
         fh.truncate(start)
@@ -85,7 +88,7 @@ def read_records(path: Path, problems: list[str] | None = None) -> Iterator[dict
         for number, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            if _is_record(line):
-                yield json.loads(line)
+            if (record := parse_record(line)) is not None:
+                yield record
             elif problems is not None:
                 problems.append(f"{path.name}: line {number} is not a whole JSON record; skipped")

@@ -131,7 +131,8 @@ def test_status_errors_are_the_clients_classes_with_retry_after(server):
     import openai
     from langchain_core.messages import HumanMessage
 
-    from dyneval.runtime.llm import is_overload, is_transient, retry_after
+    from dyneval.runtime.llm import is_overload, is_transient
+    from dyneval.state.errors import retry_after
 
     ours, _ = _models(server.url)
     server.reply = (429, {"Retry-After": "7"}, {"error": {"message": "slow down", "type": "rate_limit"}})

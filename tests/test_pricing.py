@@ -156,7 +156,7 @@ def test_one_price_of_two_in_a_model_spec_is_refused_naming_the_key(tmp_path, ca
 
 
 def test_failed_attempts_per_role_appear_in_the_report(tmp_path, monkeypatch):
-    from dyneval.runtime.llm import RetryPolicy
+    from dyneval.state.errors import RetryPolicy
 
     monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: 0.0)
     with StandIn(faults=Faults(transient=0.2, seed=4)) as standin:
@@ -213,7 +213,7 @@ def test_a_per_role_budget_is_read_from_the_environment(tmp_path, capsys, monkey
 
 def test_retries_after_faults_and_repairs_of_malformed_replies_are_counted_with_their_tokens_and_cost(
         tmp_path, monkeypatch):
-    from dyneval.runtime.llm import RetryPolicy
+    from dyneval.state.errors import RetryPolicy
 
     monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: 0.0)
     with StandIn(faults=Faults(transient=0.1, malformed=0.3, seed=5)) as standin:

@@ -11,10 +11,10 @@ from pydantic import BaseModel
 
 from dyneval.runtime.concurrency import InFlight
 from dyneval.runtime.events import EventLog
-from dyneval.runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.models import build_chat_model, open_endpoint
 from dyneval.state.config import ModelSpec
-from dyneval.state.errors import InfraError, InputError, ModelError
+from dyneval.state.errors import InfraError, InputError, ModelError, RetryPolicy
 from tests.fake_endpoint import completion, serve, url_of
 from tests.fakes import ScriptedChat
 

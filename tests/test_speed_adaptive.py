@@ -13,7 +13,8 @@ from langchain_core.messages import HumanMessage
 
 from dyneval.runtime.concurrency import InFlight
 from dyneval.runtime.events import EventLog
-from dyneval.runtime.llm import RetryPolicy, RoleLLM, retry_after
+from dyneval.runtime.llm import RoleLLM
+from dyneval.state.errors import RetryPolicy, retry_after
 from dyneval.runtime.models import open_endpoint
 from dyneval.state.config import ModelSpec
 from tests.fake_endpoint import completion, serve, stop, url_of

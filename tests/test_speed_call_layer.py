@@ -8,7 +8,8 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
 from dyneval.runtime.events import EventLog
-from dyneval.runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.llm import RoleLLM
+from dyneval.state.errors import RetryPolicy
 from tests.fakes import ScriptedChat
 
 

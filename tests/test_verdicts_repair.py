@@ -7,7 +7,8 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
 from dyneval.runtime.events import EventLog
-from dyneval.runtime.llm import RetryPolicy, RoleLLM
+from dyneval.runtime.llm import RoleLLM
+from dyneval.state.errors import RetryPolicy
 from dyneval.runtime.models import build_chat_model
 from dyneval.state.config import ModelSpec
 from tests.standin_endpoint import REPAIR_PREFIX, StandIn

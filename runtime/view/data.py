@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, llmeval_answers
-from dyneval.stores.files import read_records
+from dyneval.stores.files import parse_record, read_records
 
 #: Longest text kept in the page per string (the page stays small; the run's files keep everything).
 MAX_TEXT = 20_000
@@ -211,11 +211,7 @@ class _Jsonl:
         offset = 0
         with self.path.open("rb") as fh:
             for line in fh:
-                try:
-                    record = json.loads(line) if line.strip() else None
-                except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
-                    record = None
-                if isinstance(record, dict):
+                if line.strip() and (record := parse_record(line)) is not None:
                     yield offset, record
                 offset += len(line)
 
