@@ -13,25 +13,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dyneval.runtime.view.adapters import adapter
+from dyneval.runtime.view.adapters import adapter, leaves
 from dyneval.runtime.view.data import latest_records, read_json
 from dyneval.state.errors import InputError
 
 FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet")
 
 
-def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(record: dict[str, Any]) -> dict[str, Any]:
     """``{"a": {"b": 1}, "c": [1]}`` -> ``{"a.b": 1, "c": "[1]"}``: scalars kept, lists as JSON text."""
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{name}."))
-        elif isinstance(value, list):
-            out[name] = json.dumps(value, ensure_ascii=False, default=str)
-        else:
-            out[name] = value
-    return out
+    return {name: json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, list) else value
+            for name, value in leaves(record)}
 
 
 def export_run(ref: str, out: str, fmt: str) -> list[Path]:

@@ -68,7 +68,7 @@ from dyneval.runtime.rescore import (DIVERGED, ReplayMissing, report_text as res
 from dyneval.runtime.report import Heading, Table, Text, preload_plotting, write_report
 from dyneval.runtime.services import Background, Services
 from dyneval.runtime.view import write_view
-from dyneval.runtime.view.adapters import adapter
+from dyneval.runtime.view.adapters import adapter, leaves
 from dyneval.runtime.view.data import headline_metrics
 from dyneval.state.config import ROLES, RunConfig
 from dyneval.state.errors import InfraError, InputError, ModelError
@@ -886,12 +886,7 @@ def print_summary(run: Run, summary: dict[str, Any]) -> None:
 _CONSOLE_METRICS = 24  # rows of flattened metrics printed on the console
 
 
-def _flat(metrics: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    for key, value in metrics.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            rows.extend(_flat(value, name + "."))
-        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            rows.append((name, f"{value:.4g}" if isinstance(value, float) else str(value)))
-    return rows
+def _flat(metrics: dict[str, Any]) -> list[tuple[str, str]]:
+    """The numbers and texts among the metrics' leaves, as console rows."""
+    return [(name, f"{value:.4g}" if isinstance(value, float) else str(value)) for name, value in leaves(metrics)
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,16 @@ class Adapter:
     sections: Callable[[dict[str, Any]], list[Section]] = lambda record: []
     #: the per-item results inside a unit's record (one export row each; ``step`` says which part of the unit)
     items: Items = lambda record: []
+
+
+def leaves(data: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted path, value)`` of every value of ``data`` that is not a mapping, depth first in key order (the
+    paths :func:`dig` follows): what the summary table, the viewer's metrics and the export flatten."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def dig(data: Any, path: str) -> Any:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, llmeval_answers
+from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, leaves, llmeval_answers
 from dyneval.stores.files import parse_record, read_records
 
 #: Longest text kept in the page per string (the page stays small; the run's files keep everything).
@@ -58,16 +58,10 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 60)
 
 
-def _flat(metrics: Any, prefix: str = "") -> list[list[Any]]:
-    rows: list[list[Any]] = []
-    for key, value in (metrics or {}).items():
-        if isinstance(value, dict):
-            rows.extend(_flat(value, f"{prefix}{key}."))
-        elif isinstance(value, list) and not all(_scalar(v) for v in value):
-            rows.append([f"{prefix}{key}", json.dumps(value, default=str)])
-        else:
-            rows.append([f"{prefix}{key}", value])
-    return rows
+def _flat(metrics: Any) -> list[list[Any]]:
+    """Every metric leaf as a row; a list holding more than short values as JSON text."""
+    return [[name, json.dumps(value, default=str) if isinstance(value, list) and not all(map(_scalar, value))
+             else value] for name, value in leaves(metrics or {})]
 
 
 def _denominator(value: Any) -> str:
