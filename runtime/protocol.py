@@ -119,6 +119,10 @@ class Protocol(ABC):
         """Handle modes that are not a unit batch (``--serve``, ``--evaluate`` ...); True = handled."""
         return False
 
+    def leaves_no_run(self, run: Run) -> bool:
+        """True for a mode that only prints (llmeval's ``--admin-token``): like a dry run, it leaves no run folder."""
+        return False
+
     def context(self, run: Run) -> BaseContext:
         """The graph context: protocol params that name context fields (checked), plus live services."""
         self.check_params(run.params)

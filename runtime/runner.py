@@ -147,9 +147,16 @@ def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
                              field="--out") from None
         yield made
     except InputError as exc:
-        if made and (isinstance(exc, PreflightRefused) or run.services.events.total().calls == 0):
-            shutil.rmtree(made[-1], ignore_errors=True)
+        if isinstance(exc, PreflightRefused) or run.services.events.total().calls == 0:
+            _remove_made(made)
         raise
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders :func:`_kept_only_if_accepted` made (``--out`` too if this call created it); a resumed
+    run's own folder, made earlier, stays."""
+    if made:
+        shutil.rmtree(made[-1], ignore_errors=True)
 
 
 def _saved_units(path: Path) -> tuple[list[dict[str, Any]], str | None]:
@@ -347,6 +354,9 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
         if protocol.custom_run(run):
             with _stop_on_signals():
                 _await_background(run)  # e.g. JudgeAgent's --build-kb-only
+            if protocol.leaves_no_run(run):
+                _remove_made(made)
+                return {}
             summary = run.run_dir / "summary.json"  # the summary a mode wrote (atad --evaluate), if it wrote one
             return json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
         units = plan_units(protocol, run, notes)
@@ -361,8 +371,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     if dry_run:
         print_plan(protocol, run, units)
-        if made:  # a plan leaves no run folder behind (a resumed run's own folder stays)
-            shutil.rmtree(made[-1], ignore_errors=True)
+        _remove_made(made)  # a plan leaves no run folder behind
         return {}
     warning = warn_if_smoke_test(protocol, run)
     results = ResultStore(run.run_dir / "results.jsonl")

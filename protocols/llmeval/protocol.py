@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -494,17 +493,18 @@ class LLMEvalProtocol(Protocol):
                           f"{run.run_dir / 'access_log.jsonl'})", highlight=False)
         return requests
 
+    def leaves_no_run(self, run: Run) -> bool:
+        return bool(run.params.get("admin_token"))
+
     def print_admin_token(self, run: Run) -> None:
         """``--admin-token``: a fresh admin token signed with the bank's secret (valid for a running server), printed
-        only: the run directory the runner made for this call is removed again."""
+        only (:meth:`leaves_no_run`)."""
         from dyneval.protocols.llmeval.server import ExamServer
 
         server = ExamServer(self._ctx(run))
         run.console.print(f"admin token for {server.bank.url.split('://')[0]} bank, valid {server.ttl // 60} "
                           "minutes:", highlight=False)
         print(server.admin_token(), flush=True)
-        if not run.resumed:
-            shutil.rmtree(run.run_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
