@@ -144,8 +144,13 @@ class ExtendedQuestion(BaseModel):
 
 
 class Verdict(BaseModel):
-    """Free-form judgement: does the response give the reference answer?"""
+    """Free-form judgement (Algorithm 1, lines 13 and 23): does the response give the reference answer, and why.
 
+    The reason comes first so a judge states it before deciding; it is evidence for the reader of a verdict (the
+    paper's judge answers only correct or not), so a judge that gives none still gives a verdict.
+    """
+
+    reason: str = Field(default="", description="one or two sentences: why the response is or is not correct")
     correct: bool
 
 

@@ -56,7 +56,7 @@ def grade_question(ctx: JudgeAgentContext, q: BaseQuestion, fmt: str) -> dict[st
     verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge",
                           jury=ctx.judge_jury)
     gain = ctx.control().gain(q.difficulty) if verdict["correct"] else 0.0
-    return {"id": q.id, "difficulty": q.difficulty, "reply": reply, "gain": gain, **verdict}
+    return {"id": q.id, "question": q.question, "difficulty": q.difficulty, "reply": reply, "gain": gain, **verdict}
 
 
 def base_totals(base: list[dict[str, Any]]) -> tuple[float, int]:

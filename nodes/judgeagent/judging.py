@@ -112,8 +112,9 @@ def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt:
     a judge-check jury member, in its place; or each ``jury`` model, ``--judge-jury``, by majority vote).
 
     Returns ``verdict`` (correct / wrong / ungraded), ``correct`` (None when ungraded), ``how`` (``empty``,
-    ``exact``, ``evaluator``, ``ungraded`` or ``split``: the jury had no majority), when ungraded ``error`` and
-    with a jury its tally ``jury`` (``correct, wrong, ungraded``; an ungraded member does not vote).
+    ``exact``, ``evaluator``, ``ungraded`` or ``split``: the jury had no majority), the evaluator's ``reason``
+    when it judged, when ungraded ``error`` and with a jury its tally ``jury`` (``correct, wrong, ungraded``; an
+    ungraded member does not vote).
     """
     if not str(reply or "").strip():
         return {"verdict": "wrong", "correct": False, "how": "empty"}
@@ -135,7 +136,8 @@ def _judge(llm: RoleLLM, messages: list, step: str) -> dict[str, Any]:
         verdict = llm.structured(Verdict, messages, step=step)
     except ModelError as exc:
         return {"verdict": "ungraded", "correct": None, "how": "ungraded", "error": str(exc)[:300]}
-    return {"verdict": outcome(bool(verdict.correct)), "correct": bool(verdict.correct), "how": "evaluator"}
+    return {"verdict": outcome(bool(verdict.correct)), "correct": bool(verdict.correct), "how": "evaluator",
+            "reason": verdict.reason.strip()}
 
 
 def grade_reply(svc: Services, question: str, reference: str, reply: str, options: list[str] | None, *,

@@ -42,8 +42,9 @@ def validate(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dic
         verdict = grade_reply(svc, question_text(q), q.answer, unwrap_json_answer(reply), q.options, fmt=fmt,
                               step="validation_judge", jury=runtime.context.judge_jury)
         first = base[q.id]
-        return {"id": q.id, "difficulty": q.difficulty, "verdict1": first["verdict"], "correct1": first["correct"],
-                "verdict2": verdict["verdict"], "correct2": verdict["correct"], "reply2": reply,
-                "how2": verdict["how"], **({"error2": verdict["error"]} if "error" in verdict else {})}
+        return {"id": q.id, "question": q.question, "difficulty": q.difficulty, "verdict1": first["verdict"],
+                "correct1": first["correct"], "verdict2": verdict["verdict"], "correct2": verdict["correct"],
+                "reply2": reply, "how2": verdict["how"],
+                **{f"{key}2": verdict[key] for key in ("reason", "error") if key in verdict}}
 
     return {"validation": parallel_map(one, [BaseQuestion(**x) for x in state["batch"]])}
