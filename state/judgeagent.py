@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12

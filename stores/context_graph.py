@@ -1,4 +1,5 @@
-"""The JudgeAgent context graph (seed 000, Appendix C, Algorithms 3 and 4), persisted with Chroma + networkx.
+"""The JudgeAgent context graph (seed 000, Appendix C, Algorithms 3 and 4): an entity <-> chunk <-> document
+incidence store beside the Chroma collections.
 
 * **Text chunking** (Appendix C): a knowledge base is a ``.txt``/``.md`` file, a
   JSONL/JSON/CSV/TSV file of documents (``{"id", "title", "text"}``), a folder of
@@ -8,18 +9,23 @@
 * **Node construction / linking** (Algorithm 3): entities are extracted per chunk
   (the caller's ``extract`` function labels many chunks per call, Table 11); node
   = (entity, chunk ids, document ids); entities sharing a chunk or a document are
-  neighbours. Edges carry ``relation`` = ``chunk`` (shared chunk) or ``document``.
-* **Persistence**: ``<cache>/judgeagent/graph-<key>/graph.json`` (networkx
-  node-link data + chunk texts) and a Chroma client in ``.../chroma`` with the
-  chunk and entity-name embeddings. ``key`` hashes the corpus and the extraction
-  model, so reopening an unchanged corpus loads the graph and makes no LLM call.
+  neighbours (``relation`` = ``chunk`` or ``document``). The graph is stored as its mentions
+  (:mod:`stores.incidence`, SQLite), never as the clique edges of each document: ``E[e]`` is computed from
+  them when a hop asks for it.
+* **Persistence**: ``<cache>/judgeagent/graph-<key>/incidence.sqlite`` (documents, chunk texts, entities,
+  mentions), ``vectors-<model>/`` (entity and chunk vectors, one float32 row per id, memory-mapped:
+  :mod:`stores.vector_rows`) and a Chroma client in ``.../chroma`` with the chunk and entity-name embeddings
+  (for lookups by similarity). ``key`` hashes the corpus and the extraction model, so reopening an unchanged
+  corpus loads the graph and makes no LLM call. A corpus that extends a built one (its documents first, then new
+  ones) starts from a copy of that graph's store and vectors and adds only the new documents' mentions. A build
+  adds one document per transaction, so a killed build resumes with the next document.
   Vectors are also cached by text content per embedding model
-  (:mod:`stores.embedding_cache`), so a changed corpus embeds only its new texts,
-  in batches; the vectors a build computed stay in memory for path sampling.
+  (:mod:`stores.embedding_cache`), so a changed corpus embeds only its new texts, in batches.
   Entity labels are also cached per chunk content hash
   (``<cache>/judgeagent/entities-<model>.jsonl``), so a changed corpus only sends
   its new chunks to the model.
-* **Path sampling** (Algorithm 4) with a caller-supplied seeded ``random.Random``.
+* **Path sampling** (Algorithm 4) with a caller-supplied seeded ``random.Random``: each hop ranks the unvisited
+  neighbours (or the entity's chunks) with one matrix product over their vector rows.
 """
 
 from __future__ import annotations
@@ -28,22 +34,26 @@ import hashlib
 import json
 import random
 import re
+import shutil
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-import networkx as nx
 import numpy as np
 
 from pydantic import BaseModel
 
 from dyneval.stores.embedding_cache import EmbeddingCache, embedder_label
 from dyneval.stores.files import append_line, drop_torn_tail, read_records as log_records
+from dyneval.stores.incidence import Incidence, document_hash, entity_key
 from dyneval.stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
+from dyneval.stores.vector_rows import VectorRows
 
-GRAPH_FORMAT = 1
+GRAPH_FORMAT = 2  # 2: incidence store (1: networkx graph.json)
+STORE_FILE = "incidence.sqlite"
 CHUNK_BATCH = 64  # texts per embedding call
 ENTITY_BATCH = 128
 MIN_CHUNK_CHARS = 200
@@ -210,12 +220,6 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def entity_key(name: str) -> str:
-    """Normalised node key of an entity name (case, spacing and surrounding punctuation ignored)."""
-    key = re.sub(r"\s+", " ", name).strip(" .,;:'\"()[]").lower()
-    return re.sub(r"^(?:the|a|an) ", "", key)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:60] or "model"
 
@@ -244,6 +248,11 @@ class EntityCache:
 
 # -- the graph ---------------------------------------------------------------------------------
 
+KINDS = ("chunks", "entities")
+#: Texts labelled per ``extract`` call of a build when the caller gives no size: labels are cached after each.
+LABEL_SLICE = 400
+
+
 @dataclass
 class PathStep:
     entity: str
@@ -252,215 +261,309 @@ class PathStep:
     chunk_candidates: list[str] = field(default_factory=list)
 
 
-class ContextGraph:
-    """Nodes ``(entity, chunk ids, document ids)`` linked by shared chunks or documents (Appendix C)."""
+def top_k(query: np.ndarray, matrix: np.ndarray, name_of: Callable[[int], str], k: int,
+          row_norms: np.ndarray | None = None) -> list[int]:
+    """Rows of ``matrix`` by cosine similarity to ``query`` (rounded to 6 places), ties broken by ``name_of(row)``
+    (deterministic): the ``k`` first. ``row_norms``: the rows' norms, when known.
 
-    def __init__(self, graph: nx.Graph, chunks: dict[str, dict[str, str]], docs: dict[str, str], key: str = "",
-                 folder: Path | None = None) -> None:
-        self.g = graph
-        self.chunks = chunks  # chunk id -> {"doc", "text"}
-        self.docs = docs  # doc id -> title
-        self.key = key
-        self.folder = folder
+    One product over all rows, summed by NumPy's own loop: each row's sum in a fixed order, on one thread (a
+    threaded BLAS splits a product by the threads it finds, which changes the last bits and is much slower on a
+    busy machine). The exact rounding and the name order are applied only to the rows whose vectorised rounding
+    is within 3e-6 of the ``k``-th best (NumPy's and Python's rounding differ by at most 1e-6), so a hop over
+    10,000 neighbours sorts a handful of them (all of those tied with the ``k``-th), not all.
+    """
+    if not len(matrix):
+        return []
+    norms = (np.linalg.norm(matrix, axis=1) if row_norms is None else row_norms) * np.linalg.norm(query)
+    sims = np.einsum("ij,j->i", matrix, query) / np.where(norms == 0, 1.0, norms).astype(np.float32)
+    rows = np.arange(len(sims))
+    if len(sims) > 4 * k:
+        approx = np.round(sims.astype(np.float64), 6)
+        kth = -np.partition(-approx, k - 1)[k - 1]
+        rows = np.flatnonzero(approx >= kth - 3e-6)
+    ranked = sorted(zip(rows.tolist(), sims[rows].tolist()), key=lambda rs: (-round(rs[1], 6), name_of(rs[0])))
+    return [r for r, _ in ranked[:k]]
+
+
+class ChunkTable(Mapping[str, dict[str, str]]):
+    """``chunk id -> {"doc", "text"}``: the ids and documents in memory, each text read from the store when
+    asked for (a path needs a few; the knowledge base may hold millions of characters)."""
+
+    def __init__(self, store: Incidence, doc_names: list[str]) -> None:
+        self.store = store
+        self.names, self.doc_ids = store.chunk_index()
+        self._doc_names = doc_names
+        self._ids = {name: i for i, name in enumerate(self.names)}
+
+    def __getitem__(self, name: str) -> dict[str, str]:
+        i = self._ids[name]
+        return {"doc": self._doc_names[self.doc_ids[i]], "text": self.store.chunk_text(i)}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ids
+
+
+class ContextGraph:
+    """Nodes ``(entity, chunk ids, document ids)`` linked by shared chunks or documents (Appendix C,
+    Algorithm 3), read from an :class:`~stores.incidence.Incidence` store; hops (Algorithm 4) rank vector rows
+    (:class:`~stores.vector_rows.VectorRows`) bound by :meth:`attach` and filled by :meth:`index`."""
+
+    def __init__(self, store: Incidence, key: str = "", folder: Path | None = None) -> None:
+        self.store, self.key, self.folder = store, key, folder
+        self.keys, self._names, self._sources = store.entities()
+        self._index = {k: i for i, k in enumerate(self.keys)}
+        documents = store.documents()
+        self.docs = dict(documents)  # doc id -> title
+        self._doc_names = [name for name, _ in documents]
+        self.chunks = ChunkTable(store, self._doc_names)
+        self.mentions = store.read()
         self._embed: Any = None
         self._vectors_cache: EmbeddingCache | None = None
-        self._collections: dict[str, Any] = {}
+        self._chroma: Callable[[], Any] | None = None
         self._client: Any = None
-        self._vec_cache: dict[str, np.ndarray] = {}
+        self._collections: dict[str, Any] = {}
+        self._rows: dict[str, VectorRows] = {}
+        self._questions: dict[str, np.ndarray] = {}
+        self._entity_ids: dict[int, str] = {}
         self._lock = threading.Lock()
 
     # -- construction (Algorithm 3) -------------------------------------------------------------
     @classmethod
-    def construct(cls, docs: Sequence[Document], labels: dict[str, tuple[list[str], str]], key: str = "") -> ContextGraph:
-        """Algorithm 3 given the entity labels of every chunk id (``chunk id -> (entities, source)``)."""
-        g = nx.Graph()
-        chunks: dict[str, dict[str, str]] = {}
+    def construct(cls, docs: Sequence[Document], labels: dict[str, tuple[list[str], str]], key: str = "",
+                  folder: Path | None = None) -> ContextGraph:
+        """Algorithm 3 given the entity labels of every chunk id (``chunk id -> (entities, source)``), stored in
+        ``folder`` (in memory without one)."""
+        store = Incidence(folder / STORE_FILE if folder else None)
         for doc in docs:
-            doc_entities: set[str] = set()  # P_e
-            for i, text in enumerate(doc.chunks):
-                cid = f"{doc.id}#{i}"
-                chunks[cid] = {"doc": doc.id, "text": text}
-                names, source = labels.get(cid, ([], "none"))
-                keys = []
-                for name in names:
-                    k = entity_key(name)
-                    if not k:
-                        continue
-                    if k not in g:
-                        g.add_node(k, name=name.strip(), chunks=[], docs=[], source=source)
-                    node = g.nodes[k]
-                    if cid not in node["chunks"]:
-                        node["chunks"].append(cid)
-                    if doc.id not in node["docs"]:
-                        node["docs"].append(doc.id)
-                    keys.append(k)
-                for a in keys:  # E[e] expanded with S_e: entities of the same chunk
-                    for b in keys:
-                        if a != b:
-                            g.add_edge(a, b, relation="chunk")
-                doc_entities.update(keys)
-            for a in doc_entities:  # E[e] expanded with P_e: entities of the same document
-                for b in doc_entities:
-                    if a != b and not g.has_edge(a, b):
-                        g.add_edge(a, b, relation="document")
-        return cls(g, chunks, {d.id: d.title for d in docs}, key=key)
-
-    # -- persistence ----------------------------------------------------------------------------
-    def save(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        data = {"format": GRAPH_FORMAT, "key": self.key, "docs": self.docs, "chunks": self.chunks,
-                "graph": nx.node_link_data(self.g, edges="edges")}
-        tmp = folder / "graph.json.tmp"
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(folder / "graph.json")
-        self.folder = folder
+            store.add_document(doc.id, doc.title, doc.chunks,
+                               [labels.get(f"{doc.id}#{i}", ([], "none")) for i in range(len(doc.chunks))])
+        store.set_meta("key", key)
+        return cls(store, key=key, folder=folder)
 
     @classmethod
-    def load(cls, folder: Path) -> ContextGraph:
-        data = json.loads((folder / "graph.json").read_text(encoding="utf-8"))
-        g = nx.node_link_graph(data["graph"], edges="edges")
-        return cls(g, data["chunks"], data["docs"], key=data.get("key", ""), folder=folder)
+    def open(cls, folder: Path) -> ContextGraph:
+        """The graph stored in ``folder`` (by :meth:`construct` or :func:`open_context_graph`)."""
+        store = Incidence(folder / STORE_FILE)
+        return cls(store, key=store.meta("key") or "", folder=folder)
 
-    # -- vector index (Chroma) ------------------------------------------------------------------
-    def attach(self, client: Any, embed: Any, vectors: EmbeddingCache | None = None) -> None:
-        """Bind the Chroma client, the embedding function and the content-keyed vector cache (index built by
-        :meth:`index`)."""
-        self._client, self._embed, self._vectors_cache = client, embed, vectors
-        self._collections: dict[str, Any] = {}
+    # -- Algorithm 3's nodes and neighbourhoods -------------------------------------------------
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def node(self, key: str) -> dict[str, Any]:
+        """``N[e]``: the entity's first-seen name and label source, its chunk ids and document ids (in the order
+        they were added)."""
+        i = self._index[key]
+        return {"name": self._names[i], "source": self._sources[i],
+                "chunks": [self.chunks.names[c] for c in self.mentions.chunks_of(i)],
+                "docs": [self._doc_names[d] for d in self.mentions.docs_of(i)]}
+
+    def name(self, key: str) -> str:
+        return self._names[self._index[key]]
+
+    def neighbours(self, key: str) -> set[str]:
+        """Algorithm 3's ``E[e]``: the entities sharing a chunk or a document with ``key``."""
+        return {self.keys[j] for j in np.flatnonzero(self.mentions.neighbour_mask(self._index[key]))}
+
+    def degree(self, key: str) -> int:
+        return int(self.mentions.neighbour_mask(self._index[key]).sum())
+
+    def relation(self, a: str, b: str) -> str | None:
+        """``chunk`` when ``a`` and ``b`` share a chunk, ``document`` when they share only a document, else
+        ``None`` (not neighbours)."""
+        i, j = self._index[a], self._index[b]
+        if i == j or not self.mentions.neighbour_mask(i)[j]:
+            return None
+        return "chunk" if self.mentions.share_a_chunk(i, j) else "document"
+
+    def to_networkx(self, max_edges: int = 100_000) -> Any:
+        """The graph as a networkx ``Graph`` for inspection (nodes with ``name``, ``chunks``, ``docs``,
+        ``source``; edges with ``relation``), refused beyond ``max_edges`` edges: the store exists so that the
+        cliques are never materialized."""
+        import networkx as nx
+
+        g = nx.Graph()
+        for key in self.keys:
+            g.add_node(key, **self.node(key))
+        for i, key in enumerate(self.keys):
+            for j in np.flatnonzero(self.mentions.neighbour_mask(i)):
+                if j > i:
+                    g.add_edge(key, self.keys[j], relation="chunk" if self.mentions.share_a_chunk(i, int(j))
+                               else "document")
+            if g.number_of_edges() > max_edges:
+                raise ValueError(f"the context graph has more than {max_edges} edges: too large to export")
+        return g
+
+    # -- vectors (rows for hops, Chroma for lookups) ----------------------------------------------
+    def attach(self, chroma: Callable[[], Any], embed: Any, vectors: EmbeddingCache | None = None) -> None:
+        """Bind the Chroma client (``chroma()`` makes it, on first use: a graph whose vectors are all stored
+        samples paths without opening Chroma), the embedding function and the content-keyed vector cache (vectors
+        filled by :meth:`index`)."""
+        self._chroma, self._embed, self._vectors_cache = chroma, embed, vectors
+        self._client, self._collections = None, {}
+        model = hashlib.sha256(embedder_label(embed).encode("utf-8")).hexdigest()[:8]
+        self._model = model
+        self._rows = {kind: VectorRows(self.folder / f"vectors-{model}" if self.folder else None, kind)
+                      for kind in KINDS}
+
+    def _collection_name(self, kind: str) -> str:
+        return f"ja-{self.key[:20] or 'graph'}-{self._model}-{kind}"  # vectors of another model never mix in
 
     def _collection(self, kind: str) -> Any:
-        if kind not in self._collections:  # opened once: each opening is a round trip to the Chroma store
-            model = hashlib.sha256(embedder_label(self._embed).encode("utf-8")).hexdigest()[:8]
-            name = f"ja-{self.key[:20] or 'graph'}-{model}-{kind}"  # vectors of another model never mix in
-            self._collections[kind] = self._client.get_or_create_collection(
-                name, embedding_function=self._embed, metadata={"hnsw:space": "cosine"})
-        return self._collections[kind]
+        with self._lock:
+            if kind not in self._collections:  # opened once: each opening is a round trip to the Chroma store
+                if self._client is None:
+                    assert self._chroma is not None, "attach() the graph before using its vectors"
+                    self._client = self._chroma()
+                self._collections[kind] = self._client.get_or_create_collection(
+                    self._collection_name(kind), embedding_function=self._embed, metadata={"hnsw:space": "cosine"})
+            return self._collections[kind]
 
     @staticmethod
     def entity_id(key: str) -> str:
         return "e-" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:20]
 
+    def _ids(self, kind: str, start: int, stop: int) -> list[str]:
+        if kind == "chunks":
+            return self.chunks.names[start:stop]
+        return [self.entity_id(k) for k in self.keys[start:stop]]
+
+    def _metadatas(self, kind: str, start: int, stop: int) -> list[dict[str, str]]:
+        if kind == "chunks":
+            return [{"doc": self._doc_names[d]} for d in self.chunks.doc_ids[start:stop]]
+        return [{"key": k} for k in self.keys[start:stop]]
+
     def index(self, progress: Progress = _quiet) -> None:
-        """Embed chunks and entity names into Chroma (idempotent: only missing ids are added).
+        """Vector rows and Chroma entries of every chunk and entity name (idempotent, resumable).
 
-        Each batch is embedded with one call on the list (texts already in the vector cache are looked up, not
-        embedded again) and added with its vectors; the vectors stay in memory for path sampling. ``progress``
-        hears ``("embedding chunks" | "embedding entities", batch size, ids missing)`` after each batch.
+        Rows missing from the vector files are embedded a batch at a time (texts already in the vector cache are
+        looked up, not embedded again), added to Chroma and appended; rows stored but missing from Chroma (a graph
+        grown from a copy of another's store) are added from the files. ``progress`` hears
+        ``("embedding chunks" | "embedding entities", batch size, rows missing)`` after each batch. Nothing is
+        read when every row is stored and Chroma was filled (the store remembers it).
         """
-        chunk_ids = list(self.chunks)
-        self._add("chunks", chunk_ids, [self.chunks[c]["text"] for c in chunk_ids],
-                  [{"doc": self.chunks[c]["doc"]} for c in chunk_ids], batch=CHUNK_BATCH, progress=progress)
-        keys = list(self.g.nodes)
-        self._add("entities", [self.entity_id(k) for k in keys], [self.g.nodes[k]["name"] for k in keys],
-                  [{"key": k} for k in keys], batch=ENTITY_BATCH, progress=progress)
+        for kind, batch in (("chunks", CHUNK_BATCH), ("entities", ENTITY_BATCH)):
+            total = len(self.chunks) if kind == "chunks" else len(self.keys)
+            rows = self._rows[kind]
+            marker = f"chroma:{self._collection_name(kind)}"
+            if rows.count == total and self.store.meta(marker) == str(total):
+                continue
+            collection = self._collection(kind)
+            stored = rows.count
+            have = set(collection.get(include=[])["ids"]) if collection.count() < stored else None
+            missing = total - stored
+            if have is not None:
+                missing += sum(i not in have for i in self._ids(kind, 0, stored))
+            for start in range(0, stored if have is not None else 0, batch):
+                stop = min(start + batch, stored)
+                ids = self._ids(kind, start, stop)
+                part = [n for n, i in enumerate(ids) if i not in have]
+                if part:
+                    texts = self.store.texts(kind, start, stop)
+                    vecs = np.asarray(rows.matrix()[start:stop])
+                    metas = self._metadatas(kind, start, stop)
+                    collection.upsert(ids=[ids[n] for n in part], embeddings=[vecs[n] for n in part],
+                                      documents=[texts[n] for n in part], metadatas=[metas[n] for n in part])
+                    progress(f"embedding {kind}", len(part), missing)
+            for start in range(stored, total, batch):
+                stop = min(start + batch, total)
+                texts = self.store.texts(kind, start, stop)
+                vecs = (self._vectors_cache.embed(texts, self._embed) if self._vectors_cache is not None
+                        else [np.asarray(v, dtype=np.float32) for v in self._embed(texts)])
+                collection.upsert(ids=self._ids(kind, start, stop), embeddings=vecs, documents=texts,
+                                  metadatas=self._metadatas(kind, start, stop))
+                rows.append(vecs)
+                progress(f"embedding {kind}", stop - start, missing)
+            self.store.set_meta(marker, str(total))
 
-    def _add(self, kind: str, ids: list[str], texts: list[str], metadatas: list[dict[str, str]], batch: int,
-             progress: Progress) -> None:
-        collection = self._collection(kind)
-        have = set(collection.get(include=[])["ids"])
-        todo = [i for i, id_ in enumerate(ids) if id_ not in have]
-        for start in range(0, len(todo), batch):
-            part = todo[start:start + batch]
-            docs = [texts[i] for i in part]
-            vecs = (self._vectors_cache.embed(docs, self._embed) if self._vectors_cache is not None
-                    else [np.asarray(v, dtype=np.float32) for v in self._embed(docs)])
-            collection.add(ids=[ids[i] for i in part], embeddings=vecs, documents=docs,
-                           metadatas=[metadatas[i] for i in part])
-            with self._lock:
-                self._vec_cache.update((f"{kind}:{ids[i]}", v) for i, v in zip(part, vecs))
-            progress(f"embedding {kind}", len(part), len(todo))
-
-    def _vectors(self, kind: str, ids: list[str]) -> dict[str, np.ndarray]:
-        cache_key = kind + ":"
-        missing = [i for i in ids if cache_key + i not in self._vec_cache]
-        if missing:
-            got = self._collection(kind).get(ids=missing, include=["embeddings"])
-            with self._lock:
-                for i, v in zip(got["ids"], got["embeddings"]):
-                    self._vec_cache[cache_key + i] = np.asarray(v, dtype=np.float32)
-        return {i: self._vec_cache[cache_key + i] for i in ids if cache_key + i in self._vec_cache}
+    def _matrix(self, kind: str) -> np.ndarray:
+        matrix = self._rows[kind].matrix() if self._rows else None
+        total = len(self.chunks) if kind == "chunks" else len(self.keys)
+        if matrix is None or len(matrix) < total:
+            raise RuntimeError(f"the context graph's {kind} have no vectors yet: attach() and index() it first")
+        return matrix
 
     def embed_text(self, text: str) -> np.ndarray:
-        key = "q:" + text
-        if key not in self._vec_cache:
+        if text not in self._questions:
             vec = np.asarray(self._embed([text])[0], dtype=np.float32)
             with self._lock:
-                self._vec_cache[key] = vec
-        return self._vec_cache[key]
-
-    @staticmethod
-    def _rank(query: np.ndarray, vecs: dict[str, np.ndarray], k: int) -> list[str]:
-        """Ids by cosine similarity to ``query`` (rounded to 6 places), ties broken by id (deterministic)."""
-        if not vecs:
-            return []
-        ids = list(vecs)
-        matrix = np.stack([vecs[i] for i in ids])
-        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
-        sims = (matrix @ query) / np.where(norms == 0, 1.0, norms).astype(np.float32)
-        return sorted(ids, key=lambda i, s=dict(zip(ids, sims.tolist())): (-round(s[i], 6), i))[:k]
+                self._questions[text] = vec
+        return self._questions[text]
 
     # -- lookups (also exposed as LangChain tools in tools/knowledge.py) ------------------------
     def entity_lookup(self, text: str, k: int = 5) -> list[dict[str, Any]]:
         """Graph entities most similar to ``text`` (exact key match first)."""
-        if self.g.number_of_nodes() == 0:
+        if not self.keys:
             return []
         exact = entity_key(text)
         res = self._collection("entities").query(query_embeddings=[self.embed_text(text)],
-                                                n_results=min(k, self.g.number_of_nodes()))
-        keys = [m["key"] for m in res["metadatas"][0]]
-        dists = res["distances"][0]
-        out = [{"entity": key, "name": self.g.nodes[key]["name"], "similarity": round(1 - d, 4),
-                "chunks": len(self.g.nodes[key]["chunks"]), "neighbours": self.g.degree[key]}
-               for key, d in zip(keys, dists) if key in self.g]
-        if exact in self.g and (not out or out[0]["entity"] != exact):
-            out = [{"entity": exact, "name": self.g.nodes[exact]["name"], "similarity": 1.0,
-                    "chunks": len(self.g.nodes[exact]["chunks"]), "neighbours": self.g.degree[exact]}] + \
-                  [o for o in out if o["entity"] != exact][: k - 1]
-        return out
+                                                n_results=min(k, len(self.keys)))
+        found = [(m["key"], round(1 - d, 4)) for m, d in zip(res["metadatas"][0], res["distances"][0])
+                 if m["key"] in self._index]
+        if exact in self._index and (not found or found[0][0] != exact):
+            found = [(exact, 1.0)] + [f for f in found if f[0] != exact][: k - 1]
+        return [{"entity": key, "name": self.name(key), "similarity": sim,
+                 "chunks": len(self.mentions.chunks_of(self._index[key])), "neighbours": self.degree(key)}
+                for key, sim in found]
 
     def most_similar_entity(self, text: str) -> str | None:
         """The graph entity closest to ``text``: its own node when ``text`` names one (what :meth:`entity_lookup`
         ranks first), found without embedding ``text``."""
-        if entity_key(text) in self.g:
+        if entity_key(text) in self._index:
             return entity_key(text)
         found = self.entity_lookup(text, k=1)
         return found[0]["entity"] if found else None
 
     def nearest_neighbours(self, entity: str, k: int = 5, exclude: Iterable[str] = ()) -> list[str]:
-        """The ``k`` neighbours of ``entity`` most similar to it, skipping ``exclude`` (Algorithm 4, line 13)."""
-        skip = set(exclude)
-        cands = [n for n in self.g.neighbors(entity) if n not in skip]
-        if not cands:
+        """The ``k`` neighbours of ``entity`` most similar to it, skipping ``exclude`` (Algorithm 4, line 13):
+        ``E[e]`` as a mask, one matrix product over the candidates' vector rows."""
+        i = self._index[entity]
+        mask = self.mentions.neighbour_mask(i)
+        for other in exclude:
+            if other in self._index:
+                mask[self._index[other]] = False
+        cands = np.flatnonzero(mask)
+        if not cands.size:
             return []
-        vecs = self._vectors("entities", [self.entity_id(c) for c in [entity, *cands]])
-        me = vecs.get(self.entity_id(entity))
-        if me is None:
-            return sorted(cands)[:k]
-        ranked = self._rank(me, {self.entity_id(c): vecs[self.entity_id(c)] for c in cands
-                                 if self.entity_id(c) in vecs}, k)
-        back = {self.entity_id(c): c for c in cands}
-        return [back[i] for i in ranked]
+        vecs = self._matrix("entities")
+        ranked = top_k(np.asarray(vecs[i]), np.asarray(vecs[cands]), lambda r: self._entity_id(int(cands[r])), k,
+                       row_norms=self._rows["entities"].norms(cands))
+        return [self.keys[cands[r]] for r in ranked]
+
+    def _entity_id(self, i: int) -> str:
+        """:meth:`entity_id` of entity ``i``, computed once."""
+        found = self._entity_ids.get(i)
+        if found is None:
+            found = self._entity_ids[i] = self.entity_id(self.keys[i])
+        return found
 
     def nearest_chunks(self, entity: str, query: str, k: int = 5) -> list[str]:
         """The ``k`` chunks of ``entity`` most similar to ``query`` (Algorithm 4, line 15)."""
-        ids = list(self.g.nodes[entity]["chunks"])
-        vecs = self._vectors("chunks", ids)
-        return self._rank(self.embed_text(query), vecs, k)
+        ids = self.mentions.chunks_of(self._index[entity])
+        names = self.chunks.names
+        ranked = top_k(self.embed_text(query), np.asarray(self._matrix("chunks")[ids]), lambda r: names[ids[r]], k,
+                       row_norms=self._rows["chunks"].norms(ids))
+        return [names[ids[r]] for r in ranked]
 
     def search_chunks(self, query: str, k: int = 5, entity: str | None = None) -> list[dict[str, Any]]:
         """Chunks most similar to ``query`` (optionally only chunks of ``entity``)."""
         if entity:
-            key = entity if entity in self.g else self.most_similar_entity(entity)
+            key = entity if entity in self._index else self.most_similar_entity(entity)
             if key is None:
                 return []
-            ids = self.nearest_chunks(key, query, k)
-            return [{"chunk": i, "doc": self.chunks[i]["doc"], "text": self.chunks[i]["text"]} for i in ids]
+            return [{"chunk": i, **self.chunks[i]} for i in self.nearest_chunks(key, query, k)]
         n = min(k, len(self.chunks))
         if n == 0:
             return []
         res = self._collection("chunks").query(query_embeddings=[self.embed_text(query)], n_results=n)
-        return [{"chunk": i, "doc": self.chunks[i]["doc"], "text": self.chunks[i]["text"],
-                 "similarity": round(1 - d, 4)} for i, d in zip(res["ids"][0], res["distances"][0])]
+        return [{"chunk": i, **self.chunks[i], "similarity": round(1 - d, 4)}
+                for i, d in zip(res["ids"][0], res["distances"][0])]
 
     # -- Algorithm 4 ----------------------------------------------------------------------------
     def sample_path(self, seeds: Sequence[tuple[str, str]], hops: int, rng: random.Random, k: int = 5
@@ -476,13 +579,13 @@ class ContextGraph:
         """
         if not seeds:
             raise ValueError("no question entities to start a knowledge path from")
-        if self.g.number_of_nodes() == 0:
+        if not self.keys:
             raise ValueError("the context graph has no entities")
         seed_entity, question = seeds[rng.randrange(len(seeds))]
         current = self.most_similar_entity(seed_entity)
         assert current is not None
         visited = [current]
-        first = rng.choice(sorted(self.g.nodes[current]["chunks"]))
+        first = rng.choice(sorted(self.node(current)["chunks"]))
         steps = [PathStep(entity=current, chunk=first)]
         truncated = False
         for _ in range(hops - 1):
@@ -517,10 +620,10 @@ class ContextGraph:
 
     def stats(self) -> dict[str, Any]:
         sources: dict[str, int] = {}
-        for _, d in self.g.nodes(data=True):
-            sources[d.get("source", "?")] = sources.get(d.get("source", "?"), 0) + 1
-        return {"documents": len(self.docs), "chunks": len(self.chunks), "entities": self.g.number_of_nodes(),
-                "edges": self.g.number_of_edges(), "entity_sources": sources}
+        for source in self._sources:
+            sources[source] = sources.get(source, 0) + 1
+        return {"documents": len(self.docs), "chunks": len(self.chunks), "entities": len(self.keys),
+                "mentions": int(len(self.mentions.entity_chunks[1])), "entity_sources": sources}
 
 
 # -- build or open -----------------------------------------------------------------------------
@@ -539,65 +642,119 @@ def graph_key(docs: Sequence[Document], extractor_label: str) -> str:
     return hashlib.sha256(f"{GRAPH_FORMAT}|{extractor_label}|{corpus_hash(docs)}".encode()).hexdigest()
 
 
+def _grow_from_base(root: Path, folder: Path, docs: Sequence[Document], extractor_label: str) -> Path | None:
+    """Start ``folder`` from a copy of the largest built graph (same extraction model) whose documents are the
+    first documents of ``docs``, unchanged: its mentions and vector rows are kept, only the new documents are
+    added (the same graph as a build from nothing, ids included). Returns the base's folder, if any."""
+    hashes = [document_hash(d.id, d.title, d.chunks) for d in docs]
+    best: tuple[int, Path] | None = None
+    for candidate in root.glob(f"graph-*/{STORE_FILE}"):
+        if candidate.parent == folder:
+            continue
+        store = Incidence(candidate)
+        try:
+            if store.meta("extractor") != extractor_label or store.meta("complete") != store.meta("key"):
+                continue
+            stored = store.document_hashes()
+        finally:
+            store.close()
+        if 0 < len(stored) < len(hashes) and stored == hashes[:len(stored)] and (best is None or len(stored) > best[0]):
+            best = (len(stored), candidate.parent)
+    if best is None:
+        return None
+    base = best[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    for vectors in base.glob("vectors-*"):  # first: a store without its rows only embeds them again
+        shutil.copytree(vectors, folder / vectors.name, dirs_exist_ok=True)
+    tmp = folder / f".{STORE_FILE}.tmp"
+    tmp.unlink(missing_ok=True)
+    source = Incidence(base / STORE_FILE)
+    try:
+        source.copy_to(tmp).close()
+    finally:
+        source.close()
+    tmp.replace(folder / STORE_FILE)
+    return base
+
+
 def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_label: str, extract: Extractor,
                        chroma: Callable[[Path], Any], embed: Any, log: Callable[[str], None] = lambda s: None,
-                       progress: Progress | None = None) -> ContextGraph:
+                       progress: Progress | None = None, label_slice: int = LABEL_SLICE) -> ContextGraph:
     """Load the graph of ``docs`` from the cache, or build it (Algorithm 3), persist and index it.
 
-    Only chunks whose content hash is not in the entity cache reach ``extract``;
-    an unchanged corpus makes no call at all (``log`` says it was a cache hit).
-    ``progress`` hears the stages of a build: ``extraction`` (chunks labelled, which
-    ``extract`` reports as it goes), ``embedding chunks`` (while the model labels) and
-    ``embedding entities``.
+    Only chunks whose content hash is not in the entity cache reach ``extract``, ``label_slice`` texts per call
+    (their labels are cached after each call, so a killed build labels them once); an unchanged corpus makes no
+    call at all (``log`` says it was a cache hit). Documents are added to the store one transaction each, in
+    order; a killed build resumes after the last whole document. ``progress`` hears the stages of a build:
+    ``extraction`` (chunks labelled, which ``extract`` reports as it goes), ``embedding chunks`` (while the model
+    labels), ``linking documents`` and ``embedding entities``.
     """
     progress = progress or _quiet
     key = graph_key(docs, extractor_label)
-    folder = cache_dir / "judgeagent" / f"graph-{key[:24]}"
-    vectors = EmbeddingCache(cache_dir / "judgeagent", embedder_label(embed))
+    root = cache_dir / "judgeagent"
+    folder = root / f"graph-{key[:24]}"
+    vectors = EmbeddingCache(root, embedder_label(embed))
     with _build_lock(folder):
-        if (folder / "graph.json").exists():
-            graph = ContextGraph.load(folder)
+        if not (folder / STORE_FILE).exists():
+            base = _grow_from_base(root, folder, docs, extractor_label)
+            if base is not None:
+                log(f"context graph: extending the graph in {base} (its documents come first, unchanged)")
+        store = Incidence(folder / STORE_FILE)
+        built = store.meta("complete") != key
+        if not built:
             log(f"context graph: cache hit, loaded from {folder} (no extraction call)")
-            indexed = progress
         else:
-            label_id = hashlib.sha256(extractor_label.encode()).hexdigest()[:8]  # the slug alone may be cut short
-            cache = EntityCache(cache_dir / "judgeagent" / f"entities-{_slug(extractor_label)}-{label_id}.jsonl")
-            all_chunks = [(f"{d.id}#{i}", t) for d in docs for i, t in enumerate(d.chunks)]
-            todo_texts = list(dict.fromkeys(t for _, t in all_chunks if cache.get(t) is None))
-            log(f"context graph: {len(all_chunks)} chunks, {len(todo_texts)} to label")
-            # chunk texts do not depend on the entities: they are embedded while the model labels them, in the
-            # batches index() uses, so index() finds their vectors cached
-            texts = [t for _, t in all_chunks]
+            store.set_meta("key", key)
+            store.set_meta("extractor", extractor_label)
+            stored = store.document_names()
+            todo = [d for d in docs if d.id not in stored]
+            _link(store, todo, sum(len(d.chunks) for d in docs), cache_dir, extractor_label, extract, embed, vectors,
+                  log, progress, label_slice)
+            store.set_meta("complete", key)
 
-            def embed_chunks(batch: list[str]) -> None:
-                progress("embedding chunks", 0, len(texts))  # a stopped build embeds no further batch
-                vectors.embed(batch, embed)
-                progress("embedding chunks", len(batch), len(texts))
+        def indexed(stage: str, advance: int, total: int) -> None:
+            if not built or stage != "embedding chunks":  # a build counted them while the model labelled
+                progress(stage, advance, total)
 
-            def indexed(stage: str, advance: int, total: int) -> None:
-                if stage != "embedding chunks":  # counted above, as they were embedded
-                    progress(stage, advance, total)
-
-            if todo_texts:
-                progress("extraction", 0, len(todo_texts))  # first: the chunks are labelled, then embedded
-            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
-            try:
-                embedded = [pool.submit(embed_chunks, texts[i:i + CHUNK_BATCH])
-                            for i in range(0, len(texts), CHUNK_BATCH)]
-                if todo_texts:
-                    results = extract(todo_texts)
-                    for text, (entities, source) in zip(todo_texts, results):
-                        cache.put(text, entities, source)
-                for batch in embedded:
-                    batch.result()
-            finally:
-                pool.shutdown(wait=False, cancel_futures=True)  # a failed or interrupted build stops embedding
-            labels = {}
-            for cid, text in all_chunks:
-                rec = cache.get(text) or {"entities": [], "source": "none"}
-                labels[cid] = (rec["entities"], rec["source"])
-            graph = ContextGraph.construct(docs, labels, key=key)
-            graph.save(folder)
-        graph.attach(chroma(folder / "chroma"), embed, vectors)
+        graph = ContextGraph(store, key=key, folder=folder)
+        graph.attach(lambda: chroma(folder / "chroma"), embed, vectors)
         graph.index(indexed)
     return graph
+
+
+def _link(store: Incidence, todo: Sequence[Document], n_chunks: int, cache_dir: Path, extractor_label: str,
+          extract: Extractor, embed: Any, vectors: EmbeddingCache, log: Callable[[str], None], progress: Progress,
+          label_slice: int) -> None:
+    """Algorithm 3 for the documents not yet stored: label their chunks (cached per text), embed the chunk texts
+    meanwhile (cached per text, in the batches :meth:`ContextGraph.index` uses), then add each document."""
+    label_id = hashlib.sha256(extractor_label.encode()).hexdigest()[:8]  # the slug alone may be cut short
+    cache = EntityCache(cache_dir / "judgeagent" / f"entities-{_slug(extractor_label)}-{label_id}.jsonl")
+    texts = [t for d in todo for t in d.chunks]
+    todo_texts = list(dict.fromkeys(t for t in texts if cache.get(t) is None))
+    log(f"context graph: {n_chunks} chunks, {len(todo_texts)} to label")
+
+    def embed_chunks(batch: list[str]) -> None:
+        progress("embedding chunks", 0, len(texts))  # a stopped build embeds no further batch
+        vectors.embed(batch, embed)
+        progress("embedding chunks", len(batch), len(texts))
+
+    if todo_texts:
+        progress("extraction", 0, len(todo_texts))  # first: the chunks are labelled, then embedded
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
+    try:
+        embedded = [pool.submit(embed_chunks, texts[i:i + CHUNK_BATCH]) for i in range(0, len(texts), CHUNK_BATCH)]
+        for start in range(0, len(todo_texts), max(1, label_slice)):
+            part = todo_texts[start:start + max(1, label_slice)]
+            for text, (entities, source) in zip(part, extract(part)):
+                cache.put(text, entities, source)
+        for batch in embedded:
+            batch.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a failed or interrupted build stops embedding
+    for doc in todo:
+        labels = []
+        for text in doc.chunks:
+            rec = cache.get(text) or {"entities": [], "source": "none"}
+            labels.append((rec["entities"], rec["source"]))
+        store.add_document(doc.id, doc.title, doc.chunks, labels)
+        progress("linking documents", 1, len(todo))

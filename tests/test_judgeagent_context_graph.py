@@ -25,31 +25,32 @@ LABELS = {
 
 def test_algorithm3_nodes_hold_their_chunks_and_documents():
     g = ContextGraph.construct(DOCS, LABELS)
-    assert sorted(g.g.nodes) == ["alpha", "beta", "delta", "gamma"]
-    assert g.g.nodes["alpha"]["chunks"] == ["d1#0", "d1#1"] and g.g.nodes["alpha"]["docs"] == ["d1"]
-    assert g.g.nodes["gamma"]["chunks"] == ["d1#1", "d2#0"] and g.g.nodes["gamma"]["docs"] == ["d1", "d2"]
-    assert g.g.nodes["delta"]["source"] == "keyword"
+    assert sorted(g.keys) == ["alpha", "beta", "delta", "gamma"]
+    assert g.node("alpha")["chunks"] == ["d1#0", "d1#1"] and g.node("alpha")["docs"] == ["d1"]
+    assert g.node("gamma")["chunks"] == ["d1#1", "d2#0"] and g.node("gamma")["docs"] == ["d1", "d2"]
+    assert g.node("delta")["source"] == "keyword" and g.node("alpha")["name"] == "Alpha"
     assert g.chunks["d2#0"] == {"doc": "d2", "text": "c-c"}
 
 
 def test_algorithm3_links_entities_sharing_a_chunk_or_a_document():
     g = ContextGraph.construct(DOCS, LABELS)
-    edges = {tuple(sorted(e)): d["relation"] for *e, d in g.g.edges(data=True)}
+    edges = {tuple(sorted(e)): d["relation"] for *e, d in g.to_networkx().edges(data=True)}
     assert edges == {
         ("alpha", "beta"): "chunk",  # same chunk d1#0
         ("alpha", "gamma"): "chunk",  # same chunk d1#1
         ("beta", "gamma"): "document",  # only the same document d1
         ("delta", "gamma"): "chunk",  # same chunk d2#0
     }
-    assert not g.g.has_edge("beta", "delta")  # different documents, no shared chunk
+    assert g.relation("beta", "delta") is None and "delta" not in g.neighbours("beta")  # no shared document
+    assert g.neighbours("gamma") == {"alpha", "beta", "delta"} and g.relation("gamma", "beta") == "document"
 
 
-def test_graph_survives_save_and_load(tmp_path):
-    g = ContextGraph.construct(DOCS, LABELS, key="k")
-    g.save(tmp_path)
-    h = ContextGraph.load(tmp_path)
-    assert sorted(h.g.edges) == sorted(g.g.edges) and h.chunks == g.chunks and h.key == "k"
-    assert h.g.nodes["gamma"]["chunks"] == ["d1#1", "d2#0"]
+def test_a_stored_graph_reopens_with_the_same_nodes_neighbours_and_chunks(tmp_path):
+    g = ContextGraph.construct(DOCS, LABELS, key="k", folder=tmp_path)
+    h = ContextGraph.open(tmp_path)
+    assert h.keys == g.keys and all(h.neighbours(k) == g.neighbours(k) for k in g.keys)
+    assert dict(h.chunks) == dict(g.chunks) and h.key == "k" and h.docs == {"d1": "one", "d2": "two"}
+    assert h.node("gamma")["chunks"] == ["d1#1", "d2#0"]
 
 
 def test_paragraph_chunks_merge_short_paragraphs_and_split_long_ones():
@@ -82,7 +83,7 @@ def _rich_graph(tmp_path):
     labels = {f"doc#{j}": ([TOPICS[j // 6]], "llm") for j in range(len(chunks))}
     g = ContextGraph.construct(docs, labels, key="rich-graph-test")
     svc = make_services(tmp_path)
-    g.attach(svc.chroma(tmp_path / "chroma"), svc.embeddings())
+    g.attach(lambda: svc.chroma(tmp_path / "chroma"), svc.embeddings())
     g.index()
     return g, svc
 
@@ -104,7 +105,7 @@ def test_path_respects_hops_and_never_revisits(rich):
         assert len(set(path["entities"])) == 4
         assert path["entities"][0] == "volcano"  # most similar graph entity to the question entity
         for ent, chunk in zip(path["entities"], path["chunks"]):
-            assert chunk in g.g.nodes[ent]["chunks"]
+            assert chunk in g.node(ent)["chunks"]
 
 
 def test_path_candidates_are_the_top5_unvisited_neighbours_and_chunks(rich):
@@ -116,13 +117,13 @@ def test_path_candidates_are_the_top5_unvisited_neighbours_and_chunks(rich):
     visited = [path["steps"][0]["entity"]]
     for step in path["steps"][1:]:
         prev = visited[-1]
-        others = [n for n in g.g.neighbors(prev) if n not in visited]
-        vecs = dict(zip(others, embed([g.g.nodes[n]["name"] for n in others])))
-        me = embed([g.g.nodes[prev]["name"]])[0]
+        others = [n for n in g.neighbours(prev) if n not in visited]
+        vecs = dict(zip(others, embed([g.name(n) for n in others])))
+        me = embed([g.name(prev)])[0]
         expected = sorted(others, key=lambda n: -_sim(me, vecs[n]))[:5]
         assert step["entity_candidates"] == expected
         assert step["entity"] in expected
-        own = g.g.nodes[step["entity"]]["chunks"]
+        own = g.node(step["entity"])["chunks"]
         cvecs = dict(zip(own, embed([g.chunks[c]["text"] for c in own])))
         expected_chunks = sorted(own, key=lambda c: -_sim(qv, cvecs[c]))[:5]
         assert len(own) == 6 and step["chunk_candidates"] == expected_chunks
@@ -143,7 +144,7 @@ def test_path_is_reproducible_with_a_seed_and_varies_across_seeds(rich):
 def test_path_stops_when_no_unvisited_neighbour_is_left(tmp_path):
     g = ContextGraph.construct(DOCS, LABELS, key="small-graph-test")
     svc = make_services(tmp_path)
-    g.attach(svc.chroma(tmp_path / "chroma"), svc.embeddings())
+    g.attach(lambda: svc.chroma(tmp_path / "chroma"), svc.embeddings())
     g.index()
     path = g.sample_path([("Delta", "q")], hops=6, rng=random.Random(0))
     assert path["truncated"] and len(path["entities"]) == len(set(path["entities"])) <= 4
@@ -174,11 +175,11 @@ def test_rebuild_on_unchanged_corpus_makes_no_extraction_call_and_changes_are_in
     assert len(calls) == 1 and len(calls[0]) == len(first.chunks)
     second = build()
     assert len(calls) == 1  # unchanged corpus: loaded, no call
-    assert sorted(second.g.edges) == sorted(first.g.edges)
+    assert second.keys == first.keys and all(second.neighbours(k) == first.neighbours(k) for k in first.keys)
     (folder / "new.md").write_text("# New\n\nThe Harl Lighthouse was rebuilt by Ada Quill in 1902.")
     third = build()
     assert len(calls) == 2 and calls[1] == ["The Harl Lighthouse was rebuilt by Ada Quill in 1902."]
-    assert "ada" in third.g and entity_key("Harl") in third.g
+    assert "ada" in third and entity_key("Harl") in third
 
 
 def test_a_label_appended_after_a_line_a_kill_cut_is_kept(tmp_path):

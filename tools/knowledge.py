@@ -60,7 +60,7 @@ class ChunkSearchArgs(BaseModel):
 
 def knowledge_tools(graph: ContextGraph) -> list[BaseTool]:
     def _key(name: str) -> str | None:
-        return name if name in graph.g else graph.most_similar_entity(name)
+        return name if name in graph else graph.most_similar_entity(name)
 
     def entity_lookup(name: str, k: int = 5) -> list[dict[str, Any]]:
         return graph.entity_lookup(name, k)
@@ -69,8 +69,7 @@ def knowledge_tools(graph: ContextGraph) -> list[BaseTool]:
         key = _key(entity)
         if key is None:
             return []
-        return [{"entity": n, "name": graph.g.nodes[n]["name"],
-                 "relation": graph.g.edges[key, n].get("relation")}
+        return [{"entity": n, "name": graph.name(n), "relation": graph.relation(key, n)}
                 for n in graph.nearest_neighbours(key, k, exclude=[key, *(exclude or [])])]
 
     def sample_knowledge_path(seeds: list[PathSeed], hops: int = 3, seed: int | str = 0, k: int = 5,
@@ -78,7 +77,7 @@ def knowledge_tools(graph: ContextGraph) -> list[BaseTool]:
         rng = random.Random(seed)
         if random_chunks:
             path = graph.random_path(hops, rng)
-        elif not seeds or graph.g.number_of_nodes() == 0:
+        elif not seeds or not graph.keys:
             path = {**graph.random_path(hops, rng), "mode": "random (no entities)"}
         else:
             path = graph.sample_path([(s.entity, s.question) for s in seeds], hops, rng, k=k)

@@ -120,11 +120,15 @@ def extractor_key(svc: Services, ctx: JudgeAgentContext) -> str:
 
 
 def _open_graph(svc: Services, ctx: JudgeAgentContext, log: Any, progress: Progress | None = None) -> ContextGraph:
-    """Load or build the context graph of ``ctx.kb`` (:func:`stores.context_graph.open_context_graph`)."""
+    """Load or build the context graph of ``ctx.kb`` (:func:`stores.context_graph.open_context_graph`). The build
+    labels ``8 x --concurrency`` extraction calls' worth of chunks at a time: whole calls (the same requests as all
+    at once), enough to keep every slot busy, their labels cached before the next slice (a killed build loses at
+    most one slice)."""
     return open_context_graph(
         kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=extractor_key(svc, ctx),
         extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph", progress=progress),
-        chroma=svc.chroma, embed=svc.embeddings(), log=log, progress=progress)
+        chroma=svc.chroma, embed=svc.embeddings(), log=log, progress=progress,
+        label_slice=ctx.extract_batch * max(1, svc.config.concurrency) * 8)
 
 
 def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: None) -> ContextGraph:
