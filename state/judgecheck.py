@@ -56,9 +56,29 @@ _ALIASES = {
 }
 
 
-def normalize_label(judge: str, value: Any) -> str:
-    """A human label on ``judge``'s scale (see :data:`SCALES`); ``ValueError`` naming the accepted values."""
-    text = str(value).strip().lower() if not isinstance(value, bool) else str(value).lower()
+def _spelling(value: Any) -> str:
+    """A label value as compared: stripped, lower case (a boolean as ``true``/``false``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value).strip().lower()
+
+
+def normalize_label(judge: str, value: Any, label_map: dict[str, str] | None = None) -> str:
+    """A human label on ``judge``'s scale (see :data:`SCALES`); ``ValueError`` naming the accepted values.
+
+    With ``label_map`` (:func:`parse_label_map`) only its values are accepted, mapped as the user said: a value
+    such as PandaLM's tie ``0`` means nothing on its own, so no alias guesses it."""
+    if label_map is not None:
+        if _spelling(value) in label_map:
+            return label_map[_spelling(value)]
+        raise ValueError(f"{value!r} is not a value of --label-map (it maps {', '.join(label_map)})")
+    try:
+        return _on_scale(judge, value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; map other values with --label-map VALUE=LABEL,...") from None
+
+
+def _on_scale(judge: str, value: Any) -> str:
+    """``value`` as a label of ``judge``'s scale, by its accepted spellings (``A`` = ``1``, ``yes`` = ``correct``)."""
+    text = _spelling(value)
     if judge in ORDINAL:
         if text in SCALES[judge]:
             return text
@@ -67,6 +87,32 @@ def normalize_label(judge: str, value: Any) -> str:
     if text in aliases:
         return aliases[text]
     raise ValueError(f"needs one of {', '.join(sorted(aliases))}, got {value!r}")
+
+
+def split_label_map(spec: str) -> dict[str, str]:
+    """``"0=tie,1=1,2=2"`` -> ``{"0": "tie", "1": "1", "2": "2"}`` (file value -> label, compared as
+    :func:`normalize_label` compares); ``ValueError`` on a part without ``=``, an empty side or a value given twice."""
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        value, sep, label = (s.strip() for s in part.partition("="))
+        if not sep or not value or not label:
+            raise ValueError(f"bad entry {part!r}; use VALUE=LABEL,... e.g. 0=tie,1=1,2=2")
+        if _spelling(value) in out:
+            raise ValueError(f"value {value!r} is mapped twice")
+        out[_spelling(value)] = label
+    return out
+
+
+def parse_label_map(spec: str | None, judge: str) -> dict[str, str] | None:
+    """``--label-map`` for ``judge``: each target must be a label of the judge's scale (or one of its spellings,
+    e.g. ``A`` for ``1``); InputError naming the flag, before anything is created or spent."""
+    if spec is None:
+        return None
+    try:
+        return {value: _on_scale(judge, label) for value, label in split_label_map(spec).items()}
+    except ValueError as exc:
+        raise InputError(f"{spec!r}: {exc} (the {judge} judge's labels: {', '.join(SCALES[judge])})",
+                         field="--label-map") from None
 
 
 def majority(values: list[str | None]) -> str | None:

@@ -458,11 +458,12 @@ class FieldMap:
         return out
 
     def missing(self, rec: Record, name: str, why: str | None = None) -> InputError:
-        """The error for a required field the record lacks or leaves empty, listing the fields it has."""
+        """The error for a required field the record lacks or leaves empty (``missing`` / ``empty``, then ``why``),
+        listing the fields it has."""
         absent = not any(c in rec.data for c in self.sources[name])
-        why = why or ("missing" if absent else "empty")
+        state = ("missing" if absent else "empty") + (f" ({why})" if why else "")
         hint = f"; map it with {self.flag} {name}=COLUMN" if absent and name not in self.given else ""
-        return self.error(rec, name, f"{why}; this record has: {rec.found()}{hint}")
+        return self.error(rec, name, f"{state}; this record has: {rec.found()}{hint}")
 
     @property
     def given(self) -> set[str]:

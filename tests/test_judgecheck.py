@@ -120,7 +120,9 @@ def test_a_three_member_jury_votes_and_reports_each_member_and_its_cost(tmp_path
     assert raters["m0"]["cost"]["tokens_per_item"] == 2 * 15 and raters["jury"]["cost"]["tokens_per_item"] == 90
     record = _records(run)[0]
     assert record["jury"][0]["votes"] == ["1", "2", "2"] and record["jury"][0]["score"] == pytest.approx(5 / 3)
-    assert "jury: majority of 3" in (run.run_dir / "report.md").read_text()
+    report = (run.run_dir / "report.md").read_text()
+    assert "### jury (majority of 3)" in report and f"### fake:{JURY[0]}\n" in report  # named, not m0
+    assert raters["m0"]["name"] == f"fake:{JURY[0]}" and raters["jury"]["name"] == "jury (majority of 3)"
 
     chats = {ref: rater(k) for ref, k in zip(JURY, (1, 2, 3))}  # a split vote on every item
     _, summary = _execute(tmp_path / "split", {"judge": "llmeval.judge", "labels": str(labels), "jury": JURY},

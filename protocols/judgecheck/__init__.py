@@ -1,28 +1,32 @@
 """Judge check: how well a protocol's judging step agrees with human labels, before a run trusts it.
 
-``dyneval --protocol judgecheck --judge NAME --labels FILE [--jury MODEL ...] [--repeats K]``.
+``dyneval --protocol judgecheck --judge NAME --labels FILE [--jury MODEL ...] [--repeats K] [--label-map
+VALUE=LABEL,...] [--skip-invalid]`` (data: :mod:`.data`).
 One unit = one labelled item (graph ``graphs/judgecheck.py``): the real judging step of a protocol
 (:mod:`nodes.judgecheck.judges`) judges it with each judge model (the evaluator role, or each ``--jury``
 member), ``repeats`` times, a pair in both orders.
-Metrics in :mod:`.metrics` (agreement with bootstrap intervals, swap and repeat consistency, jury vs
-members, cost per item), report blocks in :mod:`.report`.
+Metrics in :mod:`.metrics` (agreement and per-label precision / recall / F1 with bootstrap intervals, swap
+and repeat consistency, jury vs members, cost per item), report blocks in :mod:`.report`. Judges are keyed
+``m0``, ``m1``, ... (the paths of ``--fail-under`` and ``--compare``) and named by their model (``name``).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dyneval.protocols.judgecheck import metrics
-from dyneval.protocols.judgecheck.data import CANONICAL, load_items, sample_path
+from dyneval.protocols.judgecheck.data import CANONICAL, load_labelled, sample_path
 from dyneval.protocols.judgecheck.report import report_blocks
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.runtime.report import Block
 from dyneval.state.config import parse_model_ref
 from dyneval.state.context import described
 from dyneval.state.errors import InfraError, InputError
-from dyneval.state.judgecheck import ORDINAL, SCALES, JudgeCheckContext, check_jury, majority
+from dyneval.state.judgecheck import ORDINAL, SCALES, JudgeCheckContext, check_jury, majority, split_label_map
+from dyneval.stores.files import write_atomic
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
@@ -38,13 +42,24 @@ class JudgeCheckBatch:
                                          "default: the shipped sample for --judge")
     fields: str | None = described(None, f"column names of --labels, e.g. label=Human,response=Answer "
                                          f"(names: {', '.join(CANONICAL)})")
+    label_map: str | None = described(None, "label values of --labels mapped to the judge's labels, e.g. "
+                                            "0=tie,1=1,2=2 (PandaLM); only the mapped values are accepted",
+                                      check=split_label_map, metavar="VALUE=LABEL,...")
+    skip_invalid: bool = described(False, "leave out records of --labels that cannot be judged (an empty output, "
+                                          "a boolean where text belongs, a label off the scale), counted per reason "
+                                          "in the console, summary.json and the report")
     bootstrap_resamples: int = described(1000, "bootstrap resamples of the items for each interval", minimum=100,
                                          maximum=100_000)
 
 
+#: Where plan() keeps what it read of --labels (kept and skipped records), for the summary of a resumed run too.
+LABELS_READ = "labels_read.json"
+
+
 class JudgeCheckProtocol(Protocol):
     name = "judgecheck"
-    description = ("Judge check: agreement of a judging step with human labels (accuracy, kappa, Spearman), "
+    description = ("Judge check: agreement of a judging step with human labels (accuracy, kappa, Spearman, "
+                   "per-label precision / recall / F1), "
                    "position-swap and repeat consistency, juries, cost per judged item")
     context_cls = JudgeCheckContext
     batch_cls = JudgeCheckBatch
@@ -61,8 +76,14 @@ class JudgeCheckProtocol(Protocol):
         if local := embedded_members(run):
             run.console.print(f"warning: {smoke_warning(local)}", style="bold yellow", markup=False,
                               highlight=False)
-        items = load_items(options.labels, ctx.judge, options.fields, aspect=ctx.aspect)
+        labelled = load_labelled(options.labels, ctx.judge, options.fields, aspect=ctx.aspect,
+                                 label_map=options.label_map, skip_invalid=options.skip_invalid)
+        items = labelled.items
         run.console.print(f"labelled items: {self.inputs(run)}", markup=False, highlight=False)
+        if labelled.skipped:
+            run.console.print(f"--skip-invalid: {skipped_line(labelled.summary())}", style="yellow", markup=False,
+                              highlight=False)
+        write_atomic(run.run_dir / LABELS_READ, json.dumps(labelled.summary(), indent=2))
         return [Unit(id=i.id, input={"item": i.model_dump()}, meta={"category": i.category, "label": i.label})
                 for i in items]
 
@@ -111,12 +132,17 @@ class JudgeCheckProtocol(Protocol):
         done = with_results(records)
         pairwise, ordinal = ctx.judge == "pairwise", ctx.judge in ORDINAL
         swapped = pairwise and ctx.swap
+        found = observations(done, ordinal)
+        names = display_names({key: model for key, (model, _) in found.items()})
         raters = {}
-        for name, (model, obs) in observations(done, ordinal).items():
-            raters[name] = {
-                "model": model, "items": len(obs),
+        for key, (model, obs) in found.items():
+            raters[key] = {
+                "name": names[key], "model": model, "items": len(obs),
                 "measures": metrics.measures(obs, pairwise=pairwise, swapped=swapped, ordinal=ordinal,
                                              resamples=options.bootstrap_resamples, seed=run.config.seed),
+                "per_class": {order: metrics.per_class(obs, SCALES[ctx.judge], order=order,
+                                                       resamples=options.bootstrap_resamples, seed=run.config.seed)
+                              for order in (("original", "swapped") if swapped else ("original",))},
                 "confusion": metrics.confusion(obs, SCALES[ctx.judge]),
                 "by_category": metrics.by_category(obs, swapped=swapped, resamples=options.bootstrap_resamples,
                                                    seed=run.config.seed),
@@ -127,15 +153,50 @@ class JudgeCheckProtocol(Protocol):
                 how = raters[f"m{v['member']}"].setdefault("decided_by", {})
                 how[v["how"]] = how.get(v["how"], 0) + 1
         local = embedded_members(run)
-        return {"judge": ctx.judge, "inputs": {"labels": self.inputs(run)},
-                "jury": {f"m{i}": run.services.model_label("evaluator", ref) for i, ref in enumerate(ctx.jury or [])},
-                "jury_smoke_test": smoke_warning(local) if local else None,
-                "items": len(done), "scale": list(SCALES[ctx.judge]), "repeats": ctx.repeats,
-                "orders": 2 if swapped else 1, "raters": raters}
+        read = run.run_dir / LABELS_READ
+        summary = {"judge": ctx.judge, "inputs": {"labels": self.inputs(run)},
+                   "labels_read": json.loads(read.read_text(encoding="utf-8")) if read.is_file() else None,
+                   "label_map": options.label_map,
+                   "jury": {f"m{i}": run.services.model_label("evaluator", ref)
+                            for i, ref in enumerate(ctx.jury or [])},
+                   "jury_smoke_test": smoke_warning(local) if local else None,
+                   "items": len(done), "scale": list(SCALES[ctx.judge]), "repeats": ctx.repeats,
+                   "orders": 2 if swapped else 1, "raters": raters}
+        summary["intervals"] = headline_intervals(summary)
+        return summary
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         m = summary.get("metrics", {})
         return report_blocks(run, m, observations(with_results(records), m.get("judge") in ORDINAL)) if m else []
+
+
+def display_names(models: dict[str, str]) -> dict[str, str]:
+    """Rater key (``m0``, ``m0-vote``, ``jury``) -> how a person knows it: the judge's model (a model judging
+    twice in one jury gets its key beside it), ``jury (majority of N)`` for the jury."""
+    seen = Counter(models.values())
+    return {key: f"jury ({model})" if key == "jury" else model if seen[model] == 1 else f"{model} ({key})"
+            for key, model in models.items()}
+
+
+def headline_intervals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each headline metric's 95 % interval (:func:`runtime.view.adapters.interval_of`'s shape), keyed by its
+    path with ``*`` expanded: the percentile bootstrap over items (units) of :func:`metrics.bootstrap`."""
+    from dyneval.runtime.view.adapters import adapter, dig
+    from dyneval.runtime.view.data import headline_metrics
+
+    out = {}
+    for h in headline_metrics(adapter("judgecheck"), summary):
+        m = dig(summary, h["path"].removesuffix(".value"))
+        if isinstance(m, dict) and m.get("low") is not None:
+            out[h["path"]] = {"estimate": m["value"], "low": m["low"], "high": m["high"], "n": m["n"],
+                              "level": 0.95, "method": "bootstrap-units"}
+    return out
+
+
+def skipped_line(read: dict[str, Any]) -> str:
+    """``61 of 999 records skipped (response1 empty: 29, ...); 938 kept``: the console's line on --skip-invalid."""
+    reasons = ", ".join(f"{why}: {n}" for why, n in read["skipped_by_reason"].items())
+    return f"{read['skipped']} of {read['read']} records skipped ({reasons}); {read['kept']} kept"
 
 
 def embedded_members(run: Run) -> list[str]:

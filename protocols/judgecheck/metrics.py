@@ -12,6 +12,11 @@ comparison with the item's label; the bootstrap resamples items with all their v
   their mean, both orders correct, position-swap consistency (the same winner in both orders), and kappa
   between the two orders;
 * repeat consistency: share of items whose graded verdicts agree across all repeats (per order);
+* per class (each label of the scale): precision, recall and F1 (scikit-learn's
+  ``precision_recall_fscore_support``), and their macro averages, as PandaLM (Wang et al., 2023) reports its
+  judges against its human-annotated test set (accuracy, precision, recall, F1 over the classes tie, 1, 2; its
+  repository's ``data/compute_metrics.py``). A class the judge never chose has no precision (``None``, not 0);
+  the macro averages count such a value as 0, as scikit-learn's default and that script do;
 * a confusion matrix (rows: human label, columns: verdict) and a breakdown per category.
 """
 
@@ -47,7 +52,13 @@ Stat = Callable[[list["Obs"]], "float | None"]
 
 def pairs(obs: list[Obs], order: str = "original") -> list[tuple[str, str]]:
     """(label, verdict) of every graded verdict in ``order``."""
-    return [(o.label, v) for o in obs for (_, od), v in sorted(o.values.items()) if od == order and v is not None]
+    return [(label, v) for _, label, v in item_pairs(obs, order)]
+
+
+def item_pairs(obs: list[Obs], order: str = "original") -> list[tuple[int, str, str]]:
+    """(item index, label, verdict) of every graded verdict in ``order``."""
+    return [(k, o.label, v) for k, o in enumerate(obs) for (_, od), v in sorted(o.values.items())
+            if od == order and v is not None]
 
 
 def ungraded(obs: list[Obs], order: str = "original") -> int:
@@ -126,15 +137,24 @@ def repeat_consistency(obs: list[Obs], order: str = "original") -> float | None:
 def bootstrap(stat: Stat, obs: list[Obs], *, resamples: int, seed: int) -> dict[str, Any]:
     """``stat`` on the items with its 95 % percentile bootstrap interval (items resampled with replacement,
     seeded; resamples where ``stat`` is undefined are left out); ``low``/``high`` None under two items."""
-    value = stat(obs)
-    out: dict[str, Any] = {"value": value, "low": None, "high": None}
-    if value is None or len(obs) < 2:
+    return bootstrap_many(lambda idx: {"": stat(obs if idx is None else [obs[i] for i in idx])}, len(obs),
+                          resamples=resamples, seed=seed)[""]
+
+
+def bootstrap_many(stats: Callable[[np.ndarray | None], dict[str, float | None]], items: int, *, resamples: int,
+                   seed: int) -> dict[str, dict[str, Any]]:
+    """:func:`bootstrap` of several statistics computed together on the same resamples: ``stats(None)`` on the
+    ``items`` as they are, ``stats(indexes)`` on a resample (the drawn item indexes, with repeats)."""
+    values = stats(None)
+    out: dict[str, dict[str, Any]] = {k: {"value": v, "low": None, "high": None} for k, v in values.items()}
+    if all(v is None for v in values.values()) or items < 2:
         return out
     rng = np.random.default_rng(seed)
-    draws = [stat([obs[i] for i in rng.integers(0, len(obs), len(obs))]) for _ in range(resamples)]
-    kept = np.array([d for d in draws if d is not None], dtype=float)
-    if kept.size:
-        out["low"], out["high"] = (float(x) for x in np.percentile(kept, [2.5, 97.5]))
+    draws = [stats(rng.integers(0, items, items)) for _ in range(resamples)]
+    for key, value in values.items():
+        kept = np.array([d[key] for d in draws if d.get(key) is not None], dtype=float)
+        if value is not None and kept.size:
+            out[key]["low"], out[key]["high"] = (float(x) for x in np.percentile(kept, [2.5, 97.5]))
     return out
 
 
@@ -185,6 +205,48 @@ def confusion(obs: list[Obs], scale: tuple[str, ...], order: str = "original") -
     matrix = (confusion_matrix([a for a, _ in got], [b for _, b in got], labels=columns).tolist() if got
               else [[0] * len(columns) for _ in columns])
     return {"labels": list(scale), "columns": columns, "matrix": [row[: len(columns)] for row in matrix[: len(scale)]]}
+
+
+def class_scores(truth: np.ndarray, said: np.ndarray, scale: tuple[str, ...],
+                 weights: np.ndarray | None = None) -> dict[str, float | None]:
+    """``"<class>.precision"`` / ``.recall`` / ``.f1`` for each label of ``scale`` and ``"macro.<measure>"`` with
+    scikit-learn, from labels and verdicts coded as their index in ``scale`` (a verdict off the scale, a jury's
+    ``split``: ``len(scale)``, a miss of its label's class), each pair counted ``weights`` times (a bootstrap
+    resample); an undefined value (a class never chosen, or absent from the labels) is None."""
+    from sklearn.metrics import precision_recall_fscore_support  # heavy: loaded for the summary only
+
+    if not len(truth) or (weights is not None and not weights.any()):
+        return {}
+    each = precision_recall_fscore_support(truth, said, labels=list(range(len(scale))), sample_weight=weights,
+                                           zero_division=np.nan)
+    out: dict[str, float | None] = {}
+    for name, values in zip(("precision", "recall", "f1"), each[:3]):
+        for label, value in zip(scale, values):
+            out[f"{label}.{name}"] = None if np.isnan(value) else float(value)
+        out[f"macro.{name}"] = float(np.mean(np.nan_to_num(values)))  # = average="macro", zero_division=0
+    return out
+
+
+def per_class(obs: list[Obs], scale: tuple[str, ...], *, order: str = "original", resamples: int,
+              seed: int) -> dict[str, Any]:
+    """Precision, recall and F1 of each class of ``scale`` (and their macro averages) in ``order``, each
+    ``{value, low, high, n}`` (n = graded verdicts), with ``support`` (labels of the class) and ``chosen``
+    (verdicts of it) per class; one bootstrap over the items for all of them."""
+    got = item_pairs(obs, order)
+    owner = np.array([k for k, _, _ in got], dtype=int)
+    truth, said = (np.array([scale.index(x) if x in scale else len(scale) for x in column], dtype=int)
+                   for column in ([a for _, a, _ in got], [b for _, _, b in got]))
+    found = bootstrap_many(lambda idx: class_scores(truth, said, scale, None if idx is None else
+                                                    np.bincount(idx, minlength=len(obs))[owner]),
+                           len(obs), resamples=resamples, seed=seed)
+    out: dict[str, Any] = {}
+    for label in (*scale, "macro"):
+        out[label] = {name: {**found.get(f"{label}.{name}", {"value": None, "low": None, "high": None}),
+                             "n": len(got), "ungraded": ungraded(obs, order)} for name in ("precision", "recall", "f1")}
+        if label != "macro":
+            out[label]["support"] = sum(a == label for _, a, _ in got)
+            out[label]["chosen"] = sum(b == label for _, _, b in got)
+    return out
 
 
 def by_category(obs: list[Obs], *, swapped: bool, resamples: int, seed: int) -> dict[str, Any]:

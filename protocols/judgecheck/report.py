@@ -1,5 +1,7 @@
-"""Report blocks of a judge check: the verdict table ordered by agreement, then a section per judge (and the
-jury) with its measures and intervals, confusion matrix figure, categories, swap-flip and repeat-flip examples."""
+"""Report blocks of a judge check: what was read of the labels (records skipped, per reason), the verdict table
+ordered by agreement, then a section per judge (and the jury), named by its model, with its measures and
+intervals, per-label precision / recall / F1, confusion matrix figure, categories, swap-flip and repeat-flip
+examples."""
 
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ def report_blocks(run: Run, m: dict[str, Any], obs: dict[str, tuple[str, list[Ob
         "and counted; a jury split (no majority) counts as a miss.")]
     if m.get("jury_smoke_test"):
         blocks.insert(0, Text("WARNING: " + m["jury_smoke_test"]))
+    if m.get("labels_read"):
+        blocks.append(_labels_read(m["labels_read"], m.get("label_map")))
     if m.get("jury"):
         blocks.append(Text("Jury (majority vote): " + ", ".join(f"{k} = {v}" for k, v in m["jury"].items()) + "."))
     if not raters:
@@ -53,15 +57,32 @@ def report_blocks(run: Run, m: dict[str, Any], obs: dict[str, tuple[str, list[Ob
     consistency = "swap_consistency" if m["orders"] == 2 else "repeat_consistency"
     kappa = "kappa_original" if pairwise else "kappa"
     blocks.append(Table(
-        ["judge", "model", "agreement", "kappa", consistency.replace("_", " "), "tokens / item", "seconds / item"],
-        [[name, raters[name]["model"], cell(raters[name]["measures"][lead]),
-          cell(raters[name]["measures"].get(kappa)), cell(raters[name]["measures"].get(consistency)),
-          raters[name]["cost"]["tokens_per_item"], raters[name]["cost"]["seconds_per_item"]] for name in order],
+        ["judge", "agreement", "kappa", "macro F1", consistency.replace("_", " "), "tokens / item",
+         "seconds / item"],
+        [[_name(raters, key), cell(raters[key]["measures"][lead]), cell(raters[key]["measures"].get(kappa)),
+          cell(((raters[key].get("per_class") or {}).get("original") or {}).get("macro", {}).get("f1")),
+          cell(raters[key]["measures"].get(consistency)), raters[key]["cost"]["tokens_per_item"],
+          raters[key]["cost"]["seconds_per_item"]] for key in order],
         caption="Verdict table, ordered by agreement with the human labels (cost from the event log)"))
     blocks.extend(_cost_figure(run, raters, lead, order))
-    for name in order:
-        blocks.extend(_section(run, name, raters[name], obs[name][1], pairwise, m["orders"] == 2))
+    for key in order:
+        blocks.extend(_section(run, key, _name(raters, key), raters[key], obs[key][1], pairwise, m["orders"] == 2))
     return blocks
+
+
+def _name(raters: dict[str, Any], key: str) -> str:
+    """A rater as a person knows it: its model (a summary written before names existed: its key and model)."""
+    return raters[key].get("name") or f"{key}: {raters[key]['model']}"
+
+
+def _labels_read(read: dict[str, Any], label_map: str | None) -> Text:
+    """What was read of --labels: records kept and skipped (each reason with its count, first examples)."""
+    text = f"Records of --labels: {read['read']} read, {read['kept']} kept"
+    if read["skipped"]:
+        text += (f", {read['skipped']} skipped with --skip-invalid ("
+                 + "; ".join(f"{why}: {n}" for why, n in read["skipped_by_reason"].items()) + "). First skipped: "
+                 + " | ".join(read["skipped_examples"]))
+    return Text(text + (f". Label values mapped with --label-map {label_map}." if label_map else "."))
 
 
 def _cost_figure(run: Run, raters: dict[str, Any], lead: str, order: list[str]) -> list[Block]:
@@ -69,8 +90,8 @@ def _cost_figure(run: Run, raters: dict[str, Any], lead: str, order: list[str]) 
     agreement's interval: the jury papers' quality-against-cost view. Drawn when two or more raters have an
     agreement (one point compares nothing; its cost is in the verdict table)."""
     points, errors = {}, {}
-    for name in order:
-        m, tokens = raters[name]["measures"][lead], raters[name]["cost"]["tokens_per_item"]
+    for key in order:
+        m, tokens, name = raters[key]["measures"][lead], raters[key]["cost"]["tokens_per_item"], _name(raters, key)
         if m["value"] is None or tokens is None:
             continue
         points[name] = (tokens, m["value"])
@@ -86,12 +107,20 @@ def _cost_figure(run: Run, raters: dict[str, Any], lead: str, order: list[str]) 
                          "per judge and for the jury (its cost is the sum of its members')")]
 
 
-def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], pairwise: bool,
+def _section(run: Run, key: str, name: str, rater: dict[str, Any], obs: list[Obs], pairwise: bool,
              swapped: bool) -> list[Block]:
-    blocks: list[Block] = [Heading(f"{name}: {rater['model']}", 3),
+    blocks: list[Block] = [Heading(name, 3),
                            Table(["measure", "value [95 % CI] (n)"],
                                  [[k.replace("_", " "), cell(v)] for k, v in rater["measures"].items()],
                                  caption=f"{name}: agreement with human labels")]
+    for order, classes in (rater.get("per_class") or {}).items():
+        blocks.append(Table(
+            ["label", "precision [95 % CI]", "recall [95 % CI]", "F1 [95 % CI]", "labelled", "chosen"],
+            [[label, cell(c["precision"]), cell(c["recall"]), cell(c["f1"]), c.get("support", ""),
+              c.get("chosen", "")] for label, c in classes.items()],
+            caption=f"{name}: precision, recall and F1 per label ({order} order; n = graded verdicts; labelled = "
+                    "human labels of that value, chosen = verdicts of it; n/a = never chosen; macro: the mean over "
+                    "the labels, n/a counted 0)"))
     if rater.get("decided_by"):
         what = ("judge:A / judge:B = it picked the output shown first / second" if pairwise else
                 "the path the protocol's step took: judged / banded / exact / code / empty, ATAD's initial / "
@@ -99,7 +128,7 @@ def _section(run: Run, name: str, rater: dict[str, Any], obs: list[Obs], pairwis
         blocks.append(Text(f"How the verdicts came about ({what}): "
                            + ", ".join(f"{k} {v}" for k, v in sorted(rater["decided_by"].items())) + "."))
     conf = rater["confusion"]
-    path = heatmap(figure_path(run.run_dir, f"confusion_{name}"), [f"human {x}" for x in conf["labels"]],
+    path = heatmap(figure_path(run.run_dir, f"confusion_{key}"), [f"human {x}" for x in conf["labels"]],
                    conf["columns"], conf["matrix"], title=f"{name}: human label (rows) vs verdict (columns)")
     blocks.append(Figure(path, f"{name}: confusion matrix (original order, all repeats)"))
     cats = rater["by_category"]
