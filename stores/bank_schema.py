@@ -20,6 +20,7 @@
 * ``llmeval_ranks``: derived from ``llmeval_questions``: each active question's place in UUID order, in the
   whole bank and within its discipline, so that a session is sampled by drawing places, without reading the
   bank (rebuilt after questions change; valid while ``llmeval_meta`` holds ``ranks``).
+* ``llmeval_rates``: the exam server's request-rate token bucket per user, which all its processes draw on.
 """
 
 from __future__ import annotations
@@ -130,4 +131,11 @@ ranks = sa.Table(  # derived (rebuilt by QuestionBank after questions change): t
     sa.Column("discipline", sa.String(128), nullable=False),
     sa.Column("drank", sa.Integer, nullable=False),  # 0-based place among the active questions of its discipline
     sa.Index("ix_llmeval_ranks_discipline_drank", "discipline", "drank", unique=True),
+)
+
+rates = sa.Table(  # the exam server's rate limit: one token bucket per user, shared by all its processes
+    "llmeval_rates", metadata,
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("tokens", sa.Float, nullable=False),
+    sa.Column("stamp", sa.Float, nullable=False),  # Unix time of the bucket's last update
 )

@@ -15,9 +15,11 @@ is ever delivered. Delivered payloads are built from a whitelist that never
 contains the answer or the explanation.
 
 Writes are serialised by a process-wide lock per database (SQLite allows one
-writer; the lock also keeps the check-then-update of the quota atomic), and run
-inside transactions, so concurrent examinees (the exam server) cannot lose or
-duplicate answers.
+writer) and run inside transactions. What must hold across processes (the exam server's
+``--workers``, runs sharing a PostgreSQL bank) is kept by the database itself: an answer is
+stored by one conditional update of a pending slot (a second one finds it completed), the
+sampling of a model's sessions is serialised by a PostgreSQL advisory lock per model (no
+question twice in a cycle), and the request-rate buckets are rows updated under a row lock.
 """
 
 from __future__ import annotations
@@ -27,19 +29,23 @@ import json
 import random
 import re
 import threading
+import time
 import unicodedata
 import uuid as uuidlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from dyneval.stores.bank_calibration import CalibrationStore
 from dyneval.stores.bank_places import RANKS_KEY, Pool, Ranked, at_places, ranked, ranked_sizes
-from dyneval.stores.bank_schema import adaptive, examinees, items, meta, metadata, questions, ranks, sessions
+from dyneval.stores.bank_schema import (adaptive, examinees, items, meta, metadata, questions, ranks, rates,
+                                        sessions)
 
 STATUSES = ("allocated", "pending", "completed")
 #: Fields an examinee may ever see (whitelist: no answer, no explanation, no source).
@@ -83,6 +89,11 @@ def content_hash(question: str, options: Iterable[str] = ()) -> str:
     """SHA-256 of the normalised question (and options): equal for exact duplicates."""
     key = normalize_text(question) + "\x1f" + "\x1f".join(normalize_text(o) for o in options)
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def advisory_key(name: str) -> int:
+    """The 64-bit PostgreSQL advisory lock key of ``name``."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
 def bank_url(location: str | Path) -> str:
@@ -152,6 +163,40 @@ class QuestionBank(CalibrationStore):
 
     def close(self) -> None:
         self.engine.dispose()
+
+    # -- locks across processes ----------------------------------------------------------------
+    @staticmethod
+    def _serialised(conn: Any, name: str) -> None:
+        """Until ``conn``'s transaction ends, no other transaction holding ``name`` runs (a PostgreSQL advisory
+        lock, whichever process or machine opened the bank); SQLite serves one process, whose writes
+        :attr:`_lock` already serialises."""
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_key(name)})
+
+    @contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """Run the block as the only holder of ``name`` in every process using this bank: one thread per process
+        waits (a process lock), then holds a transaction with the advisory lock (PostgreSQL) for the block."""
+        with _locks_guard:
+            lock = _locks.setdefault(f"{self.url}#{name}", threading.RLock())
+        with lock, self.engine.begin() as conn:
+            self._serialised(conn, name)
+            yield
+
+    def take_token(self, key: str, rate: float, burst: int) -> float:
+        """Draw one request from ``key``'s token bucket (``rate`` per second, bursts up to ``burst``), kept in
+        the database so that every server process draws on the same bucket (the row is locked while it is
+        read and updated): 0 when the request may go ahead, else the seconds until a token is free."""
+        stamp = time.time()
+        with self._lock, self.engine.begin() as conn:
+            insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(rates)
+            conn.execute(insert.values(key=key, tokens=float(burst), stamp=stamp).on_conflict_do_nothing())
+            row = conn.execute(sa.select(rates.c.tokens, rates.c.stamp).where(rates.c.key == key)
+                               .with_for_update()).one()
+            tokens = min(float(burst), row.tokens + max(0.0, stamp - row.stamp) * rate)
+            allowed = tokens >= 1
+            conn.execute(rates.update().where(rates.c.key == key).values(tokens=tokens - allowed, stamp=stamp))
+        return 0.0 if allowed else (1 - tokens) / rate
 
     # -- questions ---------------------------------------------------------------------------
     def add_questions(self, qs: Iterable[Question], *, deactivate: Iterable[str] = (),
@@ -319,6 +364,7 @@ class QuestionBank(CalibrationStore):
         if n < 1:
             raise ValueError("a session needs at least one question")
         with self._lock, self.engine.begin() as conn:
+            self._serialised(conn, f"model:{model}")  # the model's sessions sample one after another
             existing = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).first()
             if existing is not None:
                 return self.session(session_id) or {}
@@ -357,6 +403,7 @@ class QuestionBank(CalibrationStore):
         """A replay of ``source_id``'s exact questions, order and few-shot examples for a reference model
         (equation 2 compares with the reference model "on the same question set"); idempotent."""
         with self._lock, self.engine.begin() as conn:
+            self._serialised(conn, f"model:{model}")
             if conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first():
                 return self.session(session_id) or {}
             src = conn.execute(sa.select(sessions).where(sessions.c.session_id == source_id)).first()
@@ -381,8 +428,12 @@ class QuestionBank(CalibrationStore):
     def quota(self, session_id: str) -> dict[str, int]:
         """Allocated / pending / completed counts of a session (``allocated`` = the whole allocation)."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(items.c.status, sa.func.count()).where(items.c.session_id == session_id)
-                                .group_by(items.c.status)).all()
+            return self._quota(conn, session_id)
+
+    @staticmethod
+    def _quota(conn: Any, session_id: str) -> dict[str, int]:
+        rows = conn.execute(sa.select(items.c.status, sa.func.count()).where(items.c.session_id == session_id)
+                            .group_by(items.c.status)).all()
         counts = {s: 0 for s in STATUSES}
         counts.update({s: int(c) for s, c in rows})
         return {"allocated": sum(counts.values()), "undelivered": counts["allocated"],
@@ -405,14 +456,22 @@ class QuestionBank(CalibrationStore):
                 raise QuotaError("exhausted", f"session {session_id}: every allocated question is answered")
             if row.status == "allocated":
                 conn.execute(items.update().where(items.c.session_id == session_id,
-                                                  items.c.position == row.position)
+                                                  items.c.position == row.position, items.c.status == "allocated")
                              .values(status="pending", delivered_at=now()))
             q = conn.execute(sa.select(questions).where(questions.c.uuid == row.question_uuid)).one()
         return stripped_payload(session_id, row.position, q)
 
     def submit(self, session_id: str, position: int, response: str) -> dict[str, int]:
-        """Record the answer of the pending slot ``position``; no resubmission, no skipping ahead."""
+        """Record the answer of the pending slot ``position``; no resubmission, no skipping ahead.
+
+        One conditional update of the slot while it is pending: of concurrent submissions, in any processes, the
+        first to commit completes it and the others (their update finds it completed) are refused."""
         with self._lock, self.engine.begin() as conn:
+            done = conn.execute(items.update().where(items.c.session_id == session_id, items.c.position == position,
+                                                     items.c.status == "pending")
+                                .values(status="completed", response=response, answered_at=now()))
+            if done.rowcount == 1:
+                return self._quota(conn, session_id)
             row = conn.execute(sa.select(items.c.status).where(items.c.session_id == session_id,
                                                                items.c.position == position)).first()
             if row is None:
@@ -422,12 +481,8 @@ class QuestionBank(CalibrationStore):
                 raise QuotaError("exhausted", f"session {session_id}: position {position} is beyond the quota")
             if row.status == "completed":
                 raise QuotaError("resubmission", f"session {session_id}: position {position} is already answered")
-            if row.status != "pending":
-                raise QuotaError("out_of_order", f"session {session_id}: position {position} was not delivered "
-                                                 "yet; answer the questions in the order they are given")
-            conn.execute(items.update().where(items.c.session_id == session_id, items.c.position == position)
-                         .values(status="completed", response=response, answered_at=now()))
-        return self.quota(session_id)
+            raise QuotaError("out_of_order", f"session {session_id}: position {position} was not delivered "
+                                             "yet; answer the questions in the order they are given")
 
     # -- judging -----------------------------------------------------------------------------
     def judged_items(self, session_id: str) -> list[dict[str, Any]]:
@@ -516,6 +571,7 @@ class QuestionBank(CalibrationStore):
                                 owner: str | None = None) -> dict[str, Any]:
         """An adaptive session: no slot allocated up front, at most ``max_items``; idempotent per id."""
         with self._lock, self.engine.begin() as conn:
+            self._serialised(conn, f"model:{model}")
             if conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first():
                 return self.session(session_id) or {}
             conn.execute(sessions.insert().values(
@@ -556,6 +612,7 @@ class QuestionBank(CalibrationStore):
             if row is None:
                 raise QuotaError("unknown", f"no session {session_id}")
             n = row.n
+            self._serialised(conn, f"model:{row.model}")
             if question_uuid in self._seen(conn, row.model, row.cycle):  # another session of the model took it
                 raise QuotaError("repeat", f"session {session_id}: {question_uuid} was met by {row.model}")
             rows = conn.execute(sa.select(items.c.status).where(items.c.session_id == session_id)).all()

@@ -12,7 +12,8 @@ Section 2.2 "Secure Anti-Cheating Architecture" and appendix F (Algorithm 1):
   accepted once for the pending slot (resubmission or skipping ahead -> 409),
   nothing beyond the allocation (-> 429). Payloads are built from a whitelist:
   answers and explanations never leave the server.
-* Rate limiting: a token bucket per user; over the limit -> 429 with Retry-After.
+* Rate limiting: a token bucket per user, kept in the bank (every server process draws on it);
+  over the limit -> 429 with Retry-After.
 
 Users: the single ``admin`` (the operator; never an examinee name) and one
 examinee per session. Examinees live in the bank's database (``llmeval_examinees``); the
@@ -25,6 +26,11 @@ token and ``POST /admin/sessions/{id}/token`` an examinee's, since tokens expire
 Limits (:class:`RequestLimits`, before any parsing or authentication): a body beyond
 ``--max-request-body`` bytes -> 413, a request line and headers beyond ``--max-request-headers``
 bytes -> 431. SIGTERM or Ctrl-C stops the server gracefully (:func:`serve_until_stopped`).
+
+Several processes (``--workers N``, :mod:`protocols.llmeval.workers`) need no more than this: what they must
+share lives in the bank (sessions, examinees, answers with their one-answer-per-slot rule, rate buckets), the
+signing secret comes from the same variable or file, and tokens are self-contained; every response names the
+process that answered it (``X-Exam-Worker``, its pid).
 
 Sessions are created with the ``open_session`` node and scored by running the
 exam graph (judge + score nodes) on the session once it is complete. An adaptive
@@ -44,14 +50,16 @@ import threading
 from collections import deque
 import time
 import uuid
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator, Callable
 
 import h11
 import jwt
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -75,6 +83,10 @@ ADMIN = "admin"
 SECRET_ENVS = ("DYNEVAL_EXAM_SECRET", "DYNEVAL_LLMEVAL_JWT_SECRET")
 #: Seconds a connection refused for its headers keeps reading (and dropping) before it closes.
 LINGER_S = 5.0
+#: The ``Authorization: Bearer TOKEN`` scheme (also what ``/docs`` offers under "Authorize").
+BEARER = HTTPBearer(auto_error=False, description="an admin or examinee token (JWT)")
+#: Response header naming the server process (pid) that answered.
+WORKER_HEADER = "X-Exam-Worker"
 PERMISSIONS = {"admin": ["sessions:create", "sessions:read", "sessions:score", "leaderboard:read"],
                "examinee": ["questions:read", "answers:write"]}
 
@@ -100,27 +112,6 @@ class NewSession(BaseModel):
 class Answer(BaseModel):
     position: int = Field(ge=0)
     answer: str = Field(max_length=100000)
-
-
-class TokenBucket:
-    """``rate`` requests per second per key with bursts up to ``burst``."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self._state: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, key: str) -> float:
-        """0 when allowed, else seconds to wait."""
-        with self._lock:
-            now = time.monotonic()
-            tokens, last = self._state.get(key, (float(self.burst), now))
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
-            if tokens >= 1:
-                self._state[key] = (tokens - 1, now)
-                return 0.0
-            self._state[key] = (tokens, now)
-            return (1 - tokens) / self.rate
 
 
 def write_private(path: Path, text: str) -> None:
@@ -169,7 +160,8 @@ def signing_secret(bank: QuestionBank, path: Path) -> str:
 
 
 class ExamServer:
-    """State of one server process: signing secret, rate limiter, bank and graph (users live in the bank)."""
+    """One server process: signing secret, limits, bank and graph (users, answers and rate buckets live in the
+    bank, so several processes over one PostgreSQL bank act as one server)."""
 
     def __init__(self, ctx: LLMEvalContext, *, secret: str | None = None, token_ttl_s: int = 3600,
                  rate: float = 20.0, burst: int = 40, max_body: int = LLMEvalBatch.max_request_body,
@@ -178,9 +170,8 @@ class ExamServer:
         self.bank = bank_of(ctx)
         self.secret = secret or signing_secret(self.bank, secret_file(ctx, services_of(ctx)))
         self.ttl = token_ttl_s
-        self.limiter = TokenBucket(rate, burst)
+        self.rate, self.burst = rate, burst
         self.max_body, self.max_headers = max_body, max_headers
-        self._create_lock = threading.Lock()  # examinee-name check, allocation and registration in one step
         self.log: deque[dict[str, Any]] = deque(maxlen=10000)  # access log (Algorithm 1, line 29)
 
     # -- tokens (Algorithm 1, lines 1-6) -----------------------------------------------------
@@ -203,23 +194,23 @@ class ExamServer:
         return own
 
     # -- verification (Algorithm 1, lines 12-29) ----------------------------------------------
-    def claims(self, request: Request) -> dict[str, Any]:
-        header = request.headers.get("authorization", "")
-        if not header.lower().startswith("bearer "):
+    def claims(self, request: Request,
+               bearer: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> dict[str, Any]:
+        if bearer is None:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         try:
-            claims = jwt.decode(header[7:].strip(), self.secret, algorithms=[ALGORITHM],
+            claims = jwt.decode(bearer.credentials, self.secret, algorithms=[ALGORITHM],
                                 options={"require": ["exp", "iat", "sub", "role"]})
         except jwt.ExpiredSignatureError:
             raise HTTPException(401, "token expired", headers={"WWW-Authenticate": "Bearer"}) from None
         except jwt.InvalidTokenError as exc:
             raise HTTPException(401, f"invalid token: {exc}", headers={"WWW-Authenticate": "Bearer"}) from None
         self.own_session(str(claims["sub"]), str(claims["role"]))
-        wait = self.limiter.take(str(claims["sub"]))
+        wait = self.bank.take_token(str(claims["sub"]), self.rate, self.burst)
         if wait:
             raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": f"{max(1, round(wait))}"})
         self.log.append({"sub": claims["sub"], "ts": time.time(), "session_id": claims.get("session_id"),
-                         "path": request.url.path})
+                         "path": request.url.path, "pid": os.getpid()})
         return claims
 
     def require(self, claims: dict[str, Any], permission: str, session_id: str | None = None) -> None:
@@ -243,7 +234,7 @@ class ExamServer:
         if body.adaptive and load_params(self.bank, self.ctx.irt_model) is None:
             raise HTTPException(409, f"no calibrated question ({self.ctx.irt_model}) for an adaptive session; "
                                      "calibrate the bank first (--calibrate)")
-        with self._create_lock:
+        with self.bank.exclusive("examinees"):  # name check, allocation and registration: one at a time
             if self.bank.examinee_session(examinee) is not None:
                 raise HTTPException(409, f"examinee {examinee!r} is already registered")
             try:
@@ -310,10 +301,10 @@ class ExamServer:
                              context=dataclasses.replace(self.ctx, reference_model=""))
         return {"session_id": session_id, "scores": final.get("scores")}
 
-    def shut_down(self, folder: Path) -> int:
-        """After the last request: the access log into ``folder/access_log.jsonl`` and the bank closed (SQLite
-        folds its write-ahead log into the database file). Returns the access log's length."""
-        with (folder / "access_log.jsonl").open("w", encoding="utf-8") as out:
+    def shut_down(self, path: Path) -> int:
+        """After the last request: the access log into ``path`` (JSONL) and the bank closed (SQLite folds its
+        write-ahead log into the database file). Returns the access log's length."""
+        with path.open("w", encoding="utf-8") as out:
             out.writelines(json.dumps(entry) + "\n" for entry in self.log)
         self.bank.close()
         return len(self.log)
@@ -324,10 +315,19 @@ def _quota_http(exc: QuotaError) -> HTTPException:
     return HTTPException(code, {"error": exc.kind, "message": str(exc)})
 
 
-def create_app(server: ExamServer) -> FastAPI:
-    """The FastAPI application of an :class:`ExamServer`."""
-    app = FastAPI(title="dyneval llmeval exam server", version="1")
+def create_app(server: ExamServer, on_stop: Callable[[], Any] | None = None) -> FastAPI:
+    """The FastAPI application of an :class:`ExamServer`; ``on_stop`` runs once its server has finished the
+    requests in flight (the ASGI lifespan's shutdown)."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if on_stop is not None:
+            on_stop()
+
+    app = FastAPI(title="dyneval llmeval exam server", version="1", lifespan=lifespan)
     app.add_middleware(RequestLimits, max_body=server.max_body, max_headers=server.max_headers)
+    app.add_middleware(WorkerHeader)
     app.state.exam = server
     claims = server.claims
 
@@ -382,6 +382,24 @@ def create_app(server: ExamServer) -> FastAPI:
     return app
 
 
+class WorkerHeader:
+    """ASGI middleware adding :data:`WORKER_HEADER` (this process's pid) to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app, self.header = app, (WORKER_HEADER.lower().encode(), str(os.getpid()).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def named(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, named)
+
+
 class RequestLimits:
     """ASGI middleware refusing a request line and headers beyond ``max_headers`` bytes (431) and a body beyond
     ``max_body`` bytes (413) before the application parses or authenticates anything: a declared Content-Length
@@ -420,7 +438,7 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detai
     await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
 
 
-class _H11Limited(H11Protocol):
+class H11Limited(H11Protocol):
     """uvicorn's h11 protocol answering 431, not 400, once the request line and headers outgrow
     ``h11_max_incomplete_event_size`` before they end (h11 then refuses to buffer more). It reads and drops what
     the client still sends for up to :data:`LINGER_S` before closing, as closing on unread bytes would reset the
@@ -449,7 +467,7 @@ class _H11Limited(H11Protocol):
 def http_server(server: ExamServer, port: int, **options: Any) -> uvicorn.Server:
     """The uvicorn server of ``server`` on 127.0.0.1:``port``, with its header limit (h11: the header bytes it
     buffers are bounded, unlike httptools')."""
-    config = uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning", http=_H11Limited,
+    config = uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning", http=H11Limited,
                             h11_max_incomplete_event_size=server.max_headers, **options)
     return uvicorn.Server(config)
 
