@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dyneval.protocols.atad.benchmark import item_record, write_benchmark
-from dyneval.protocols.atad.metrics import generation_stats, mean
+from dyneval.protocols.atad.metrics import generation_intervals, generation_stats, mean
+from dyneval.runtime.headline import report_blocks as headline_blocks
 from dyneval.runtime.protocol import Protocol, Run, Unit
 from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
@@ -164,7 +165,8 @@ class AtadProtocol(Protocol):
         stats["ungraded"] = {r["unit_id"]: r["item"].get("ungraded") for r in records if r["status"] == "ungraded"}
         # cost first and the long per-task breakdown last, so the console summary shows what matters
         per_task = stats.pop("per_task")
-        stats = {"per_finalized": stats.pop("per_finalized"), **stats, "per_task": per_task}
+        stats = {"per_finalized": stats.pop("per_finalized"), **stats, "per_task": per_task,
+                 **generation_intervals(items)}
         run.console.print(f"benchmark: [bold]{path}[/] ({n_fin} finalized, {stats['discarded']} discarded)")
         return stats
 
@@ -176,7 +178,8 @@ class AtadProtocol(Protocol):
                          "No problem was finalized, so there is no cost per finalized problem.")
         blocks: list[Block] = [Text(
             f"Benchmark file: {m['benchmark_file']} ({m['finalized']} finalized, {m['discarded']} discarded; "
-            f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). {per_finalized}")]
+            f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). {per_finalized}"),
+            *headline_blocks(self.name, m)]
         if m.get("ungraded"):
             blocks.append(Table(["unit", "why it stopped"], [[u, why] for u, why in sorted(m["ungraded"].items())],
                                 caption="Units stopped unjudged (the orchestrator gave no usable verdict after "

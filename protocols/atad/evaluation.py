@@ -30,8 +30,9 @@ from rich.table import Table as RichTable
 from dyneval.prompts import load_prompt
 from dyneval.protocols.atad.benchmark import load_benchmark
 from dyneval.samples import sample, shown
-from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, per_task_accuracy,
-                                            review_summary)
+from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, evaluation_intervals,
+                                            per_task_accuracy, review_summary)
+from dyneval.runtime.headline import report_blocks as headline_blocks
 from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
 from dyneval.runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
 from dyneval.state.atad import TASK_IDS, EvalContext
@@ -156,11 +157,13 @@ def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     table2: dict[str, dict[str, Any]] = {}
     curves: dict[str, dict[str, Any]] = {}
     table1: dict[str, Any] = {}
+    answered: dict[str, list[tuple[str, str, bool]]] = {}  # (benchmark file, task, correct) of the final problems
     for model in models:
         tables = []
         for bi, label, _ in benches:
             fin = final.get((model, bi), {})
             rows = [(r["meta"]["task"], bool(r["correct"])) for r in fin.values()]
+            answered.setdefault(model, []).extend((label, task, correct) for task, correct in rows)
             table = per_task_accuracy(rows)
             per_file.setdefault(label, {})[model] = table
             tables.append(table)
@@ -202,6 +205,7 @@ def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
         "reviews": len(reviews),
         "reviews_ungraded": sum(1 for r in reviews if r.get("review") is None),
         "excluded_infra_errors": sum(1 for r in records if r["status"] not in RESULT_STATUSES),
+        **evaluation_intervals(answered),
     }
 
 
@@ -221,7 +225,8 @@ def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
              "answer keys (no LLM judge is involved, so the embedded model is measured honestly here). Generating "
              "a benchmark of your own needs a teacher and an orchestrator much stronger than the embedded 135M "
              "model: dyneval --protocol atad --teacher MODEL@URL --orchestrator MODEL@URL --per-task 2, then "
-             "dyneval --protocol atad --evaluate local MODEL@URL --benchmark runs/RUN_ID/benchmark.jsonl")]
+             "dyneval --protocol atad --evaluate local MODEL@URL --benchmark runs/RUN_ID/benchmark.jsonl"),
+        *headline_blocks("atad", m)]
     if m["models"]:
         blocks.append(Table(headers, _task_rows(m["table1"]),
                             caption="Table 1: accuracy per task on the final problems (mean over benchmark files)"))

@@ -7,6 +7,10 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
+from dyneval.runtime.stats import Estimate, bootstrap, proportion, summary_entries
+from dyneval.runtime.stats import mean as mean_estimate
 from dyneval.state.atad import TASK_IDS
 
 
@@ -117,3 +121,48 @@ def generation_stats(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "mean_level": mean(i["level"] for i in finalized),
         "mean_teacher_attempts": mean(i["teacher_attempts"] for i in items),
     }
+
+
+# -- intervals (runtime.stats) -------------------------------------------------------------------
+
+def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """95 % intervals and separable differences of the generation headline metrics. Each unit generates its own
+    problem, so the finalized and discarded counts are binomial: the exact interval of the share, shown on the
+    count scale (n x share), with the separable difference on the share; the mean level is bootstrapped over the
+    finalized problems."""
+    n = len(items)
+    finalized = sum(1 for i in items if i.get("item_status") == "finalized")
+    share = proportion(finalized, n, "problems")
+    other = proportion(n - finalized, n, "problems")
+    levels = [float(i["level"]) for i in items if i.get("item_status") == "finalized"]
+    return summary_entries({"finalized": share and share.scaled(n, scale="share of problems"),
+                            "discarded": other and other.scaled(n, scale="share of problems"),
+                            "mean_level": mean_estimate(levels, "finalized problems")})
+
+
+def table1_estimate(answers: Sequence[tuple[str, str, bool]]) -> Estimate | None:
+    """Table 1's average accuracy (%) of one model from its answers ``(benchmark file, task, correct)``, with the
+    interval from resampling the answers: each resample is scored as Table 1 is (per task the mean over files of
+    the file's task accuracy, then the mean over the tasks present)."""
+    strata = sorted({(f, t) for f, t, _ in answers})
+    tasks = sorted({t for _, t in strata})
+    code = np.array([strata.index((f, t)) for f, t, _ in answers], dtype=float)
+    correct = np.array([float(c) for _, _, c in answers])
+
+    def avg(codes: np.ndarray, right: np.ndarray, axis: int = -1) -> np.ndarray:
+        means = []
+        for s in range(len(strata)):
+            hit = codes == s
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means.append((right * hit).sum(axis=axis) / hit.sum(axis=axis))  # nan: absent from the resample
+        stacked = np.stack(means)
+        per_task = [np.nanmean(stacked[[i for i, (_, t) in enumerate(strata) if t == task]], axis=0)
+                    for task in tasks]
+        return 100.0 * np.nanmean(np.stack(per_task), axis=0)
+
+    return bootstrap([code, correct], avg, n=len(answers), unit="answers", method="bootstrap-units")
+
+
+def evaluation_intervals(answers: dict[str, list[tuple[str, str, bool]]]) -> dict[str, dict[str, Any]]:
+    """:func:`table1_estimate` of each evaluated model, keyed ``table1.<model>.avg``."""
+    return summary_entries({f"table1.{model}.avg": table1_estimate(rows) for model, rows in answers.items()})

@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 from dyneval.runtime.protocol import with_results
+from dyneval.runtime.stats import Estimate, clustered, summary_entries
 from dyneval.state.interview import ERROR_TYPES
 from dyneval.state.verdicts import is_ungraded, rate
 
@@ -43,6 +44,11 @@ def seed_score_at(seed_scores: list[float | None], n: int) -> float | None:
     return None if value is None else float(value)
 
 
+def _graded_throughout(records: list[dict[str, Any]], n_max: int) -> list[dict[str, Any]]:
+    """The sessions whose seed answer is graded at every interaction up to ``n_max`` (Score@n's sessions)."""
+    return [r for r in records if all(seed_score_at(r["seed_scores"], n) is not None for n in range(1, n_max + 1))]
+
+
 def score_at_n_rates(records: list[dict[str, Any]], n_max: int) -> list[dict[str, Any]]:
     """Score@1..Score@n_max, each with ``n`` and ``ungraded``, over one set of sessions: those graded at every
     interaction up to ``n_max``.
@@ -54,7 +60,7 @@ def score_at_n_rates(records: list[dict[str, Any]], n_max: int) -> list[dict[str
     seed answer up to ``n_max`` therefore leaves every Score@n and is counted as ``ungraded`` in each.
     """
     recs = ok_records(records)
-    complete = [r for r in recs if all(seed_score_at(r["seed_scores"], n) is not None for n in range(1, n_max + 1))]
+    complete = _graded_throughout(recs, n_max)
     left_out = len(recs) - len(complete)
     rates = [rate(seed_score_at(r["seed_scores"], n) for r in complete) for n in range(1, n_max + 1)]
     return [{**r, "ungraded": r["ungraded"] + left_out} for r in rates]
@@ -261,3 +267,35 @@ def by_level(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         if r.get("level") not in (None, ""):
             groups[str(r["level"])].append(r)
     return dict(sorted(groups.items()))
+
+
+# -- intervals (runtime.stats) -------------------------------------------------------------------
+
+def _by_seed(records: list[dict[str, Any]], values: Any, unit: str) -> Estimate | None:
+    """``sum / count`` of the values ``values(record)`` yields, clustered by seed question: the sessions of one
+    seed question (``--repeats``) and a session's follow-ups share it and are resampled together; where every
+    seed question gave one value they are independent units (a share of 0/1 values then gets the exact
+    interval)."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for r in records:
+        for v in values(r):
+            sums[r["seed_id"]] += float(v)
+            counts[r["seed_id"]] += 1
+    return clustered(list(sums.values()), [counts[k] for k in sums], unit, "seed questions")
+
+
+def intervals(records: list[dict[str, Any]], n_max: int) -> dict[str, dict[str, Any]]:
+    """95 % intervals and separable differences of Score@1..n_max (over the sessions of
+    :func:`score_at_n_rates`), the single-turn judge score and follow-up accuracy (section 3.2)."""
+    recs = ok_records(records)
+    complete = _graded_throughout(recs, n_max)
+    estimates: dict[str, Estimate | None] = {
+        f"score@{n}": _by_seed(complete, lambda r, n=n: [seed_score_at(r["seed_scores"], n)], "sessions")
+        for n in range(1, n_max + 1)}
+    estimates["judge"] = _by_seed(recs, lambda r: [st["score"] for st in _judged([r]) if not is_ungraded(st)],
+                                  "sessions")
+    estimates["followup_accuracy.overall"] = _by_seed(
+        recs, lambda r: [float(bool(i["correct"])) for i in r.get("followup_results", []) if not is_ungraded(i)],
+        "follow-up answers")
+    return summary_entries(estimates)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dyneval.protocols.interview import metrics
+from dyneval.runtime.headline import report_blocks as headline_blocks
 from dyneval.runtime.protocol import Run
 from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
 
@@ -39,7 +40,7 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
     if not ok:
         return [Text("No interview finished, so there is no Interview Report.")]
     n_max = m["n_max"]
-    blocks: list[Block] = [Heading("1. Performance scores")]
+    blocks: list[Block] = [*headline_blocks("interview", m), Heading("1. Performance scores")]
     heads = ["task", "sessions", "Judge", *[f"@{n}" for n in range(1, n_max + 1)], "Δ (@last - @1)"]
     rows = []
     for task, t in m["by_task"].items():

@@ -7,6 +7,7 @@
   round ``@K`` (Algorithm 1 running ``sc_B / RND_total``, pooled over batches like line 35).
 * :func:`difficulty_distribution` - Table 3: share of generated questions per difficulty.
 * :func:`overall_score` - Algorithm 1, line 35: ``sum sc_B / sum RND_total``.
+* :func:`intervals` - the 95 % interval and separable difference of each headline metric.
 
 Three verdicts (:mod:`state.verdicts`): an ungraded answer (the evaluator failed after retries and one
 repair) is in no numerator and no denominator; every rate carries its denominator ``n`` and ``ungraded``.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from dyneval.runtime.stats import Estimate, clustered, proportion, summary_entries
 from dyneval.state.judgeagent import DIFFICULTIES
 from dyneval.state.verdicts import is_ungraded, rate
 
@@ -132,3 +134,32 @@ def accuracy(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def ungraded_answers(records: Iterable[dict[str, Any]]) -> int:
     """Ungraded answers of base questions and extension rounds (not validation re-answers)."""
     return sum(1 for r in records for x in [*r["base"], *r.get("rounds", [])] if is_ungraded(x))
+
+
+def intervals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """95 % intervals and separable differences of the headline metrics (:mod:`runtime.stats`).
+
+    The JudgeAgent score and the validation rates after the suggestions (ACC2, CR, CtE) are clustered by batch:
+    the extension rounds grow from the batch's own questions and one feedback serves the whole batch (Algorithms
+    1 and 2), so batches are resampled whole. Base accuracy and ACC1 are shares of base questions, each answered
+    on its own: exact (Clopper-Pearson) intervals.
+    """
+    records = list(records)
+    base = [None if is_ungraded(b) else bool(b["correct"]) for r in records for b in r["base"]]
+    graded = [b for b in base if b is not None]
+    per_batch = [[v for v in r.get("validation", []) if _graded_row(v)] for r in records]
+    rows = [v for batch in per_batch for v in batch]
+
+    def by_batch(test: Any) -> Estimate | None:
+        return clustered([sum(1 for v in batch if test(v)) for batch in per_batch], [len(b) for b in per_batch],
+                         "validated questions", "batches")
+
+    return summary_entries({
+        "score": clustered([r["score"] for r in records], [r["answered"] for r in records], "answers", "batches"),
+        "base_accuracy.value": proportion(sum(graded), len(graded), "base questions"),
+        "validation.overall.acc1": proportion(sum(1 for v in rows if v["correct1"]), len(rows),
+                                              "validated questions"),
+        "validation.overall.acc2": by_batch(lambda v: v["correct2"]),
+        "validation.overall.cr": by_batch(lambda v: v["correct2"] and not v["correct1"]),
+        "validation.overall.cte": by_batch(lambda v: v["correct1"] and not v["correct2"]),
+    })

@@ -7,6 +7,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
+from dyneval.runtime.headline import report_blocks
 from dyneval.runtime.protocol import Run, with_results
 from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
 from dyneval.state.judgeagent import DIFFICULTIES
@@ -39,7 +40,7 @@ FORMATS = {"phrase": "phrase answers (a word or a phrase, judged as the same fac
 
 def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
     ok = with_results(records)
-    blocks: list[Block] = [Heading("JudgeAgent evaluation", 2)]
+    blocks: list[Block] = [Heading("JudgeAgent evaluation", 2), *report_blocks("judgeagent", m)]
     settings = m.get("settings", {})
     ablations = [name for name in ("no_context_graph", "no_difficulty_adaptation", "no_extension")
                  if settings.get(name)]

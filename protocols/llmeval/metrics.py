@@ -12,6 +12,7 @@ which the scoring node uses too.
 * :func:`elo` / :func:`pairwise_outcomes` - the Elo baseline of Finding 8.
 * :func:`stability` - resampling at several sizes (appendix D.1, Table 9, Figure 5).
 * :func:`replay_match` / :func:`recalled` - the contamination replay test (Finding 6).
+* :func:`intervals` - the 95 % intervals and separable differences of S and R.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from dyneval.runtime.stats import mean as mean_estimate
+from dyneval.runtime.stats import summary_entries
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -195,3 +198,11 @@ def replay_match(completion: str, tail: str, threshold: float = 0.8) -> bool:
 def recalled(matches: Sequence[bool], needed: int = 2) -> bool:
     """A question counts as recalled when at least ``needed`` of its attempts (three in the paper) match."""
     return sum(bool(m) for m in matches) >= needed
+
+
+def intervals(sessions: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """95 % intervals and separable differences of S (equation 1) and R (equation 2), each a mean over the
+    scored sessions, bootstrapped over sessions: a session draws its questions from the bank at random and never
+    repeats one the model met (section 3), so the run's sessions are independent units."""
+    return summary_entries({"S": mean_estimate([r["S"] for r in sessions if r.get("S") is not None], "sessions"),
+                            "R": mean_estimate([r["R"] for r in sessions if r.get("R") is not None], "sessions")})

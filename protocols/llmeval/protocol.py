@@ -4,7 +4,7 @@ Batch run (one unit = one exam session of the target, per paradigm and repeat):
 ``dyneval --protocol llmeval [--bank FILE] [--questions N] [--paradigm zero-shot|few-shot|cot|all]
 [--sessions K] [--reference-model REF] [--stratified]``.
 
-Other modes (``custom_run``): ``--serve`` (exam server on 127.0.0.1), ``--leaderboard``,
+Other modes (``custom_run``): ``--serve [--workers N]`` (exam server on 127.0.0.1), ``--leaderboard``,
 ``--stability``, ``--kappa LABELS``, ``--contamination PUBLIC``, ``--export FILE``, ``--import-only``.
 """
 
@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 from dyneval.nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
                                   index_name, load_file)
 from dyneval.nodes.llmeval.common import bank_location, bank_of, chroma_folder
-from dyneval.protocols.llmeval.metrics import mean, population_variance
+from dyneval.protocols.llmeval.metrics import intervals, mean, population_variance
+from dyneval.runtime.headline import report_blocks as headline_blocks
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.runtime.report import (Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap,
                                     write_report)
@@ -31,6 +32,7 @@ from dyneval.samples import sample, shown
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
+    from dyneval.protocols.llmeval.server import ExamServer
     from rich.console import Console
 
 SAMPLE_BANK = sample("llmeval", "bank.jsonl")  # same file as nodes.llmeval.common.SAMPLE_BANK
@@ -89,6 +91,8 @@ class LLMEvalBatch:
     sessions: int = described(1, "sessions per paradigm", minimum=1, maximum=1000, metavar="K")
     serve: bool = described(False, "start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
     port: int = described(8765, "exam server port", minimum=1, maximum=65535)
+    workers: int = described(1, "exam server processes sharing the port (--serve); more than 1 needs a PostgreSQL "
+                                "bank, which holds everything they share", minimum=1, maximum=64, metavar="N")
     admin_token: bool = described(False, "print a fresh exam-server admin token for the bank (tokens expire after "
                                          "an hour) and exit")
     rate_limit: float = described(20.0, "exam server requests per second per user", check=_positive)
@@ -109,6 +113,19 @@ class LLMEvalBatch:
     compare: str | None = described(None, "paired comparison of two models by IRT ability: the difference with its "
                                            "95 percent interval, or that they cannot be distinguished",
                                      check=_pair, metavar="MODEL_A,MODEL_B")
+
+
+def check_workers(p: dict[str, Any], location: Callable[[], str]) -> None:
+    """``--workers N`` > 1 only for ``--serve`` over a PostgreSQL bank (``location()``): SQLite takes one writer
+    at a time and its locks do not order the processes' checks and updates, so one process serves it."""
+    workers = p.get("workers") or 1
+    if workers == 1:
+        return
+    if not p.get("serve"):
+        raise InputError("--workers is the number of exam server processes: it needs --serve", field="--workers")
+    if not location().startswith(("postgresql://", "postgres://")):
+        raise InputError(f"{workers} server processes need a PostgreSQL bank (--bank-db postgresql://... or "
+                         "--postgres-dsn); a SQLite bank is served by one process", field="--workers")
 
 
 def check_files(p: dict[str, Any]) -> None:
@@ -345,6 +362,7 @@ class LLMEvalProtocol(Protocol):
             "disciplines": {d: mean(v) for d, v in sorted(disciplines.items())},
             "leaderboard": [{k: r[k] for k in ("model", "S", "R", "sessions")}
                             for r in analyses.leaderboard(bank_of(self._ctx(run)))],
+            **intervals(ok),
         }
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
@@ -356,7 +374,7 @@ class LLMEvalProtocol(Protocol):
         note = run.run_dir / BANK_NOTE  # where the questions came from (the shipped sample is named as such)
         if note.exists():
             blocks.append(Text(f"Questions: {note.read_text(encoding='utf-8').strip()}."))
-        blocks += [Table(
+        blocks += [*headline_blocks(self.name, metrics), Table(
             ["session", "model", "paradigm", "N (scored)", "ungraded", "unscored", "S", "S_ref", "R"],
             [[r["unit_id"], r.get("model"), r.get("paradigm"), r.get("N"), r.get("ungraded", 0), r.get("unscored"),
               "n/a" if r.get("S") is None else r["S"], r.get("S_ref"), r.get("R")] for r in ok],
@@ -392,6 +410,7 @@ class LLMEvalProtocol(Protocol):
 
         p, options = run.params, self.batch(run)
         check_files(p)
+        check_workers(p, lambda: bank_location(self._ctx(run), run.services))
         modes = [m for m in ("serve", "admin_token", "import_only", "export", "leaderboard", "stability", "kappa",
                              "contamination", "calibrate", "compare") if p.get(m)]
         if not modes:
@@ -474,21 +493,34 @@ class LLMEvalProtocol(Protocol):
         ref = run.params.get("reference_model")
         return run.services.model_label("reference", ref) if ref else None
 
+    def exam_server(self, run: Run) -> ExamServer:
+        """The exam server of this run's bank and options (one per serving process)."""
+        from dyneval.protocols.llmeval.server import ExamServer
+
+        options = self.batch(run)
+        return ExamServer(self._ctx(run), rate=options.rate_limit, max_body=options.max_request_body,
+                          max_headers=options.max_request_headers)
+
     def serve(self, run: Run, port: int) -> int:
-        """The exam server until SIGTERM or Ctrl-C, then its access log persisted and the bank closed; returns the
-        number of authenticated requests it answered."""
-        from dyneval.protocols.llmeval.server import ExamServer, http_server, serve_until_stopped, write_private
+        """The exam server (``--workers`` processes) until SIGTERM or Ctrl-C, then its access log persisted and the
+        bank closed; returns the number of authenticated requests it answered."""
+        from dyneval.protocols.llmeval.server import http_server, serve_until_stopped, write_private
 
         self.calibrate(run)  # adaptive sessions choose among the calibrated questions (refit only if new answers)
-        options = self.batch(run)
-        server = ExamServer(self._ctx(run), rate=options.rate_limit, max_body=options.max_request_body,
-                            max_headers=options.max_request_headers)
+        workers = self.batch(run).workers
+        server = self.exam_server(run)
         token_file = run.run_dir / "admin_token"
         write_private(token_file, server.admin_token() + "\n")
-        run.console.print(f"exam server on http://127.0.0.1:{port}  (admin token in {token_file}; "
-                          "a fresh one: --admin-token)", highlight=False)
-        serve_until_stopped(http_server(server, port))
-        requests = server.shut_down(run.run_dir)
+        run.console.print(f"exam server on http://127.0.0.1:{port}, {workers} process(es)  (admin token in "
+                          f"{token_file}; a fresh one: --admin-token)", highlight=False)
+        if workers > 1:
+            from dyneval.protocols.llmeval.workers import serve_workers
+
+            server.bank.close()  # the workers open their own connections
+            requests = serve_workers(run, port, workers, server.max_headers)
+        else:
+            serve_until_stopped(http_server(server, port))
+            requests = server.shut_down(run.run_dir / "access_log.jsonl")
         run.console.print(f"exam server stopped after {requests} authenticated requests (access log in "
                           f"{run.run_dir / 'access_log.jsonl'})", highlight=False)
         return requests

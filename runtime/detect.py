@@ -1,0 +1,73 @@
+"""``dyneval --detect D --pilot RUN``: how many units per target a run needs to separate two targets whose headline
+metric differs by ``D``, from the pilot run's own variance (its ``summary["metrics"]["separable"]``, written by
+:mod:`runtime.stats`): ``n = ceil(2 * ((z_0.975 + z_0.8) * sd / D) ** 2)`` (95 % confidence, 80 % power).
+
+``D`` is in each metric's own units (a share: 0.05 = five points; ATAD's accuracy and LLMEval's S and R are in
+percent: 5 = five points); a count (ATAD's finalized problems) is sized on its share, as its label says.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from dyneval.runtime.headline import headlines, number
+from dyneval.runtime.rundir import finished_run
+from dyneval.runtime.stats import ALPHA, POWER, units_needed
+from dyneval.state.errors import InputError
+
+
+def parse_difference(text: str | None) -> float:
+    """``--detect``'s value: a positive number."""
+    try:
+        value = float(text) if text is not None else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"--detect needs a positive difference in the metric's units (e.g. 0.05), not {text!r}",
+                         setting="--detect")
+    return value
+
+
+def needed(summary: dict, difference: float) -> list[list[str]]:
+    """Per headline metric of the pilot: label, pilot value, sd over units, smallest separable difference at the
+    pilot's size, units per target for ``difference``."""
+    metrics = summary.get("metrics") or {}
+    if not metrics.get("separable"):
+        raise InputError("the pilot run's summary.json has no separable differences (a run from before they were "
+                         "written, or one with nothing graded): run the pilot again", setting="--pilot")
+    rows = []
+    for h in headlines(summary.get("protocol", ""), metrics):
+        sep = h.separable or {}
+        if sep.get("sd"):
+            units = f"{units_needed(sep['sd'], difference)} {sep.get('unit', 'units')}"
+        else:
+            units = f"n/a: {sep.get('note') or 'no variance in the pilot'}" if sep else "n/a: no pilot variance"
+        smallest = number(sep["difference"]) if sep.get("difference") is not None else "n/a"
+        label = h.label + (f" (as a {sep['scale']})" if sep.get("scale") else "")
+        rows.append([label, number(h.value), number(sep.get("sd")) if sep.get("sd") is not None else "n/a",
+                     f"{sep.get('n', '-')}", smallest, units])
+    return rows
+
+
+def print_units_needed(detect: str | None, pilot: str | None, out: str, console: Console) -> None:
+    """Check both flags, read the pilot and print the table (``InputError`` before anything else)."""
+    difference = parse_difference(detect)
+    if not pilot:
+        raise InputError("--detect needs --pilot RUN (a finished run whose variance sizes the new one)",
+                         setting="--pilot")
+    run = finished_run(pilot, out, "--pilot")
+    rows = needed(run.summary(), difference)
+    table = Table(title=f"Units per target to separate a difference of {difference:g} (two-sided, "
+                        f"{1 - ALPHA:.0%} confidence, {POWER:.0%} power; pilot {run.name})", title_justify="left")
+    for header in ("metric", "pilot value", "sd per unit", "pilot units", "separable at pilot size",
+                   f"units for {difference:g}"):
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print("The difference is in each metric's own units (shares 0-1; ATAD accuracy, S and R in percent). "
+                  "Units are clusters where the pilot's units share questions (batches, seed questions).",
+                  markup=False, highlight=False)

@@ -1,0 +1,123 @@
+"""A run's headline metrics as a person reads them: ``value [low, high] (n=..., method)`` and the smallest
+difference a run of this size separates. The console summary and every protocol's report show them this way.
+
+Values come from ``summary["metrics"]`` as the protocol's :class:`runtime.view.adapters.Adapter` names them, their
+intervals and separable differences from ``metrics["intervals"]`` / ``metrics["separable"]``
+(:mod:`runtime.stats`); a metric whose record holds its own ``low``/``high`` (judgecheck's measures) shows those.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any
+
+from dyneval.runtime.report import Block, Table, Text
+from dyneval.runtime.view.adapters import adapter, dig, interval_of
+from dyneval.runtime.view.data import headline_metrics
+
+SEPARABILITY = ("Smallest separable difference: how far apart two targets must be for two runs of this size to "
+                "tell them apart (two-sided test at 95 % confidence with 80 % power), from this run's own "
+                "variance: (z_0.975 + z_0.8) x sqrt(2) x sd / sqrt(n), n = the independent units (clusters where "
+                "units share questions). For the units a difference you name needs: dyneval --detect D --pilot "
+                "RUN_DIR (docs/statistics.md).")
+
+
+@dataclass(frozen=True)
+class Headline:
+    label: str
+    path: str
+    value: Any
+    definition: str
+    denominator: str
+    interval: dict[str, Any] | None
+    separable: dict[str, Any] | None
+
+
+def number(x: Any) -> str:
+    """Three significant digits for floats (``0.917``, ``14.3``, ``50``); anything else as it is."""
+    if isinstance(x, bool) or not isinstance(x, float):
+        return str(x)
+    return f"{x:.3g}"
+
+
+def _own_interval(metrics: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """A measure that carries ``low``/``high`` beside its ``value`` (judgecheck's bootstrap over items)."""
+    if not path.endswith(".value"):
+        return None
+    found = dig(metrics, path[: -len(".value")])
+    if isinstance(found, dict) and found.get("low") is not None and found.get("high") is not None:
+        return {"estimate": found.get("value"), "low": found["low"], "high": found["high"], "n": found.get("n"),
+                "level": 0.95, "method": "bootstrap-units (percentile)"}
+    return None
+
+
+def _label(protocol: str, metrics: dict[str, Any], path: str, name: str) -> str:
+    """The metric's name, with a ``*`` key that stands for a rater (``m0``) replaced by the rater's model."""
+    for spec in adapter(protocol).metrics:
+        if "*" in spec.path and fnmatch.fnmatchcase(path, spec.path):
+            head, _, tail = spec.path.partition("*")
+            key = path[len(head): len(path) - len(tail)]
+            entry = (dig(metrics, head.rstrip(".")) or {}).get(key)
+            if isinstance(entry, dict) and isinstance(entry.get("model"), str):
+                return name.replace(key, entry["model"])
+    return name
+
+
+def headlines(protocol: str, metrics: dict[str, Any]) -> list[Headline]:
+    """The protocol's headline metrics present in ``metrics``, each with its interval and separable difference."""
+    out = []
+    for m in headline_metrics(adapter(protocol), metrics):
+        out.append(Headline(_label(protocol, metrics, m["path"], m["name"]), m["path"], m["value"],
+                            m["definition"], m["denominator"],
+                            interval_of(metrics, m["path"]) or _own_interval(metrics, m["path"]),
+                            (metrics.get("separable") or {}).get(m["path"])))
+    return out
+
+
+def interval_text(interval: dict[str, Any] | None) -> str:
+    """``[low, high]``, or why there is none."""
+    if not interval:
+        return "(no interval)"
+    if interval.get("low") is None or interval.get("high") is None:
+        return f"(no interval: {interval.get('note') or 'too few units'})"
+    return f"[{number(interval['low'])}, {number(interval['high'])}]"
+
+
+def method_text(interval: dict[str, Any] | None) -> str:
+    """``n=6, bootstrap-clustered over 1 batches``: the denominator and how the interval was computed."""
+    if not interval:
+        return ""
+    text = f"n={interval.get('n')}, {interval.get('method')}"
+    if interval.get("units") is not None:
+        text += f" over {interval['units']} {interval.get('unit', 'clusters')}"
+    return text
+
+
+def value_text(h: Headline) -> str:
+    """``0.917 [0.75, 1] (n=6, bootstrap-clustered over 2 batches)``."""
+    method = method_text(h.interval)
+    return f"{number(h.value)} {interval_text(h.interval)}" + (f" ({method})" if method else "")
+
+
+def separable_text(separable: dict[str, Any] | None) -> str:
+    """``0.31 (sd 0.42, 30 sessions)``, or why the run cannot tell."""
+    if not separable:
+        return "n/a"
+    if separable.get("difference") is None:
+        return f"n/a: {separable.get('note', 'no variance')}"
+    scale = f", as a {separable['scale']}" if separable.get("scale") else ""
+    return (f"{number(separable['difference'])} (sd {number(separable['sd'])}, {separable['n']} "
+            f"{separable.get('unit', 'units')}{scale})")
+
+
+def report_blocks(protocol: str, metrics: dict[str, Any]) -> list[Block]:
+    """The headline table of a protocol's report: value with its 95 % interval, n and method, the smallest
+    separable difference and the definition, then how the separable difference is computed."""
+    rows = [[h.label, value_text(h), h.denominator, separable_text(h.separable), h.definition]
+            for h in headlines(protocol, metrics)]
+    if not rows:
+        return [Text("No headline metric has a value in this run (nothing graded).")]
+    return [Table(["metric", "value [95 % interval] (n, method)", "denominator", "smallest separable difference",
+                   "definition"], rows, caption="Headline metrics with their 95 % intervals"),
+            Text(SEPARABILITY)]

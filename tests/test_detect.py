@@ -1,0 +1,79 @@
+"""``dyneval --detect D --pilot RUN``: the units per target that separate a difference D, from a real pilot run's
+variance, equal the hand computation n = ceil(2 * ((z_0.975 + z_0.8) * sd / D) ** 2), and the printed smallest
+separable difference at the pilot's size equals (z_0.975 + z_0.8) * sqrt(2) * sd / sqrt(n). Bad input exits 2 with
+one message naming the flag."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+
+from dyneval.cli import main
+from tests.standin_runs import records, run
+
+Z = 1.959964 + 0.841621  # z_0.975 + z_0.8, from a table
+
+
+@pytest.fixture(scope="module")
+def pilot(tmp_path_factory):
+    return run("llmeval", tmp_path_factory.mktemp("detect"))
+
+
+def rows(output: str) -> dict[str, list[str]]:
+    """The printed table's rows by metric label (cells split on the box's bars)."""
+    out = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│┃").split("│")]
+        if len(cells) == 6 and cells[0]:
+            out[cells[0]] = cells
+    return out
+
+
+def test_units_needed_and_smallest_separable_difference_equal_the_hand_computation(pilot, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["--detect", "5", "--pilot", str(pilot)]) == 0
+    table = rows(capsys.readouterr().out)
+    sd = statistics.stdev(r["S"] for r in records(pilot))
+    n = len(records(pilot))
+    label, value, sd_cell, units, smallest, needed = table["Absolute score S"]
+    assert sd_cell == f"{sd:.3g}" and units == str(n)
+    assert smallest == f"{Z * math.sqrt(2) * sd / math.sqrt(n):.3g}"
+    assert needed == f"{math.ceil(2 * (Z * sd / 5) ** 2)} sessions"
+    assert table["Relative score R"][-1].startswith("n/a: no variance")  # R is 100 in every pilot session
+
+
+def test_a_pilot_named_by_run_id_under_out_is_found(pilot, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["--detect", "10", "--pilot", pilot.name, "--out", str(pilot.parent)]) == 0
+    sd = statistics.stdev(r["S"] for r in records(pilot))
+    assert rows(capsys.readouterr().out)["Absolute score S"][-1] == f"{math.ceil(2 * (Z * sd / 10) ** 2)} sessions"
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--detect", "0"], "--detect"),
+    (["--detect", "-0.05"], "--detect"),
+    (["--detect", "abc"], "--detect"),
+    (["--detect", "nan"], "--detect"),
+    (["--detect", "0.05"], "--pilot"),
+    (["--pilot", "PILOT"], "--detect"),
+    (["--detect", "0.05", "--pilot", "no-such-run"], "--pilot"),
+    (["--detect", "0.05", "--pilot", "PILOT", "--format", "csv"], "--detect"),
+])
+def test_bad_input_exits_2_with_one_message_naming_the_flag(pilot, capsys, argv, flag):
+    argv = [str(pilot) if a == "PILOT" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and flag in err
+
+
+def test_a_pilot_without_separable_differences_is_refused(pilot, tmp_path, capsys):
+    summary = json.loads((pilot / "summary.json").read_text())
+    del summary["metrics"]["separable"]
+    old = tmp_path / "old-run"
+    old.mkdir()
+    (old / "summary.json").write_text(json.dumps(summary))
+    assert main(["--detect", "5", "--pilot", str(old)]) == 2
+    assert "no separable differences" in capsys.readouterr().err

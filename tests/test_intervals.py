@@ -1,0 +1,180 @@
+"""Every protocol's summary.json holds a 95 % interval (and a smallest separable difference) for each headline
+metric, and each equals a hand computation from the run's own records: the exact binomial interval from the Beta
+quantiles, the bootstrap over the units (or clusters) the metric is defined over, and the separability formula
+(z_0.975 + z_0.8) * sqrt(2) * sd / sqrt(n)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from scipy.stats import beta, bootstrap, norm
+
+from dyneval.runtime import stats
+from dyneval.runtime.view.adapters import adapter, interval_of
+from dyneval.runtime.view.data import headline_metrics
+from tests.standin_runs import records, run, summary
+
+Z = norm.ppf(0.975) + norm.ppf(0.8)
+
+
+def clopper_pearson(k: int, n: int) -> tuple[float, float]:
+    """The exact interval from its Beta-quantile definition (not through binomtest)."""
+    low = 0.0 if k == 0 else beta.ppf(0.025, k, n - k + 1)
+    high = 1.0 if k == n else beta.ppf(0.975, k + 1, n - k)
+    return low, high
+
+
+def scipy_interval(data, statistic, vectorized=True):
+    res = bootstrap(data, statistic, paired=True, vectorized=vectorized, n_resamples=9999, method="BCa",
+                    rng=np.random.default_rng(0))
+    return res.confidence_interval.low, res.confidence_interval.high
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("intervals")
+    return {name: run(name, base) for name in ("judgeagent", "atad_generate", "atad_evaluate", "interview",
+                                               "llmeval")}
+
+
+@pytest.mark.parametrize("name", ["judgeagent", "atad_generate", "atad_evaluate", "interview", "llmeval"])
+def test_every_headline_metric_of_a_run_has_an_interval_with_n_and_method(runs, name):
+    s = summary(runs[name])
+    heads = headline_metrics(adapter(s["protocol"]), s["metrics"])
+    assert heads
+    for h in heads:
+        found = interval_of(s["metrics"], h["path"])
+        assert found is not None, h["path"]
+        assert found["level"] == 0.95 and found["n"] >= 1 and found["method"]
+        assert found["estimate"] == pytest.approx(h["value"])
+        if found["low"] is not None:
+            assert found["low"] <= found["estimate"] <= found["high"]
+        assert h["path"] in s["metrics"]["separable"]
+
+
+def test_judgeagent_base_accuracy_is_clopper_pearson_and_its_score_is_resampled_by_batch(runs):
+    s, recs = summary(runs["judgeagent"]), records(runs["judgeagent"])
+    base = [b for r in recs for b in r["base"] if b["verdict"] != "ungraded"]
+    k, n = sum(1 for b in base if b["correct"]), len(base)
+    got = s["metrics"]["intervals"]["base_accuracy.value"]
+    assert (got["method"], got["n"]) == ("clopper-pearson", n)
+    assert (got["low"], got["high"]) == pytest.approx(clopper_pearson(k, n))
+    sep = s["metrics"]["separable"]["base_accuracy.value"]
+    p = k / n
+    assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * math.sqrt(p * (1 - p)) / math.sqrt(n))
+
+    score = s["metrics"]["intervals"]["score"]
+    sums = np.array([float(r["score"]) for r in recs])
+    answered = np.array([float(r["answered"]) for r in recs])
+    assert len(recs) == 2 and (score["method"], score["units"], score["n"]) == ("bootstrap-clustered", 2,
+                                                                                answered.sum())
+    low, high = scipy_interval((sums, answered), lambda a, b, axis: a.sum(axis) / b.sum(axis))
+    assert (score["low"], score["high"]) == pytest.approx((low, high))
+    per_batch = sorted(sums / answered)  # two clusters: every resample's ratio lies between the batches' ratios
+    assert per_batch[0] - 1e-12 <= score["low"] <= score["high"] <= per_batch[1] + 1e-12
+
+
+def test_atad_counts_are_n_times_the_exact_interval_of_their_share_and_the_level_is_bootstrapped(runs):
+    s = summary(runs["atad_generate"])
+    bench = [json.loads(line) for line in (runs["atad_generate"] / "benchmark.jsonl").read_text().splitlines()
+             if line.strip()]
+    n, fin = s["metrics"]["items"], s["metrics"]["finalized"]
+    low, high = clopper_pearson(fin, n)
+    got = s["metrics"]["intervals"]["finalized"]
+    assert (got["estimate"], got["n"], got["method"]) == (fin, n, "clopper-pearson")
+    assert (got["low"], got["high"]) == pytest.approx((n * low, n * high))
+    share = s["metrics"]["separable"]["finalized"]  # a count's spread grows with n: separability on the share
+    p = fin / n
+    assert share["scale"] == "share of problems"
+    assert share["difference"] == pytest.approx(Z * math.sqrt(2) * math.sqrt(p * (1 - p)) / math.sqrt(n))
+    levels = [float(i["level"]) for i in bench if i["item_status"] == "finalized"]
+    assert len(levels) == fin
+    lv = s["metrics"]["intervals"]["mean_level"]
+    assert (lv["low"], lv["high"]) == pytest.approx(scipy_interval((np.array(levels),),
+                                                                   lambda a, axis: a.mean(axis)))
+    sep = s["metrics"]["separable"]["mean_level"]
+    assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * statistics.stdev(levels) / math.sqrt(len(levels)))
+
+
+def table1_avg(tasks, correct):
+    """Table 1's average written plainly: accuracy per task (one benchmark file), mean over the tasks present."""
+    by_task = defaultdict(list)
+    for t, c in zip(tasks, correct):
+        by_task[t].append(c)
+    return 100.0 * sum(sum(v) / len(v) for v in by_task.values()) / len(by_task)
+
+
+def test_atad_evaluation_accuracy_interval_resamples_answers_and_scores_each_resample_as_table_1(runs):
+    s, recs = summary(runs["atad_evaluate"]), records(runs["atad_evaluate"])
+    for model in s["metrics"]["models"]:
+        answers = [r for r in recs if r["meta"]["kind"] == "answer" and r["meta"]["model"] == model
+                   and r["meta"]["version"] == "final"]
+        tasks = np.array([int(r["meta"]["task"][1:]) for r in answers], dtype=float)
+        correct = np.array([float(bool(r["correct"])) for r in answers])
+        got = s["metrics"]["intervals"][f"table1.{model}.avg"]
+        assert got["estimate"] == pytest.approx(table1_avg(tasks, correct)) == pytest.approx(
+            s["metrics"]["table1"][model]["avg"])
+        low, high = scipy_interval((tasks, correct), lambda t, c: table1_avg(t, c), vectorized=False)
+        assert (got["n"], got["low"], got["high"]) == (len(answers), pytest.approx(low), pytest.approx(high))
+
+
+def test_interview_score_at_n_interval_is_exact_for_0_1_scores_and_bootstrapped_otherwise(runs):
+    s, recs = summary(runs["interview"]), records(runs["interview"])
+    assert len({r["seed_id"] for r in recs}) == len(recs)  # one session per seed question: independent units
+    for n in range(1, s["metrics"]["n_max"] + 1):
+        values = [r["seed_scores"][min(n, len(r["seed_scores"])) - 1] for r in recs]
+        got = s["metrics"]["intervals"][f"score@{n}"]
+        if set(values) <= {0, 1}:
+            assert got["method"] == "clopper-pearson"
+            assert (got["low"], got["high"]) == pytest.approx(clopper_pearson(int(sum(values)), len(values)))
+        else:
+            assert got["method"] == "bootstrap-units"
+            assert (got["low"], got["high"]) == pytest.approx(
+                scipy_interval((np.array(values, dtype=float),), lambda a, axis: a.mean(axis)))
+            sep = s["metrics"]["separable"][f"score@{n}"]
+            assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * statistics.stdev(values) / math.sqrt(4))
+    assert any(s["metrics"]["intervals"][f"score@{n}"]["method"] == "bootstrap-units" for n in (1, 2, 3))
+
+
+def test_llmeval_s_interval_is_a_bootstrap_over_sessions_and_its_separable_difference_the_formula(runs):
+    s, recs = summary(runs["llmeval"]), records(runs["llmeval"])
+    values = [r["S"] for r in recs]
+    got = s["metrics"]["intervals"]["S"]
+    assert (got["method"], got["n"]) == ("bootstrap-units", len(values))
+    assert (got["low"], got["high"]) == pytest.approx(
+        scipy_interval((np.array(values, dtype=float),), lambda a, axis: a.mean(axis)))
+    sep = s["metrics"]["separable"]["S"]
+    hand = (1.959964 + 0.841621) * math.sqrt(2) * statistics.stdev(values) / math.sqrt(len(values))
+    assert sep["difference"] == pytest.approx(hand, rel=1e-5)
+    assert s["metrics"]["separable"]["R"]["difference"] is None  # R is 100 in every session: nothing to separate
+
+
+def test_the_report_shows_each_headline_value_with_its_interval_n_and_method_and_the_separability_formula(runs):
+    report = (runs["llmeval"] / "report.md").read_text()
+    got = summary(runs["llmeval"])["metrics"]["intervals"]["S"]
+    assert f"50 [{got['low']:.3g}, {got['high']:.3g}] (n=3, bootstrap-units)" in report
+    assert "(z_0.975 + z_0.8) x sqrt(2) x sd / sqrt(n)" in report
+
+
+# -- the statistics themselves, on hand-made numbers ---------------------------------------------------------
+
+def test_exact_interval_of_no_success_has_the_closed_form_upper_bound():
+    got = stats.proportion(0, 10, "answers")
+    assert (got.low, got.high) == (0.0, pytest.approx(1 - 0.025 ** (1 / 10)))
+
+
+def test_a_single_cluster_gives_no_interval_and_no_separable_difference():
+    got = stats.clustered([5.5], [6], "answers", "batches")
+    assert (got.low, got.high, got.units, got.n) == (None, None, 1, 6)
+    assert got.separable()["difference"] is None and "two or more batches" in got.separable()["note"]
+
+
+def test_units_needed_and_smallest_difference_match_the_hand_formula():
+    assert stats.z_sum() == pytest.approx(2.801585, abs=1e-6)
+    assert stats.units_needed(0.5, 0.1) == math.ceil(2 * (2.801585 * 0.5 / 0.1) ** 2) == 393
+    assert stats.smallest_difference(0.5, 393) == pytest.approx(2.801585 * math.sqrt(2) * 0.5 / math.sqrt(393))
