@@ -47,9 +47,10 @@ class RunResult:
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:
         """The results in ``run_dir`` (no records for a mode without units)."""
-        from dyneval.runtime.view.data import latest_records, read_json
+        from dyneval.runtime.rundir import RunDir
 
-        return cls(run_dir, read_json(run_dir / "summary.json"), latest_records(run_dir))
+        run = RunDir(run_dir)
+        return cls(run_dir, run.summary(), run.records())
 
 
 def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dyneval.runtime.rundir import finished_run
 from dyneval.runtime.view.adapters import adapter, leaves
-from dyneval.runtime.view.data import latest_records, read_json
 from dyneval.state.errors import InputError
 
 FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet")
@@ -31,17 +31,14 @@ def export_run(ref: str, out: str, fmt: str) -> list[Path]:
     under ``out``) in ``fmt``; return the files written."""
     if fmt not in FORMATS:
         raise InputError(f"{fmt!r} is not one of {', '.join(FORMATS)}", setting="--format")
-    run_dir = Path(ref) if Path(ref).is_dir() else Path(out) / ref
-    summary = read_json(run_dir / "summary.json")
-    if not summary:
-        raise InputError(f"no finished run {ref!r} (no summary.json in {run_dir})", setting="--export")
+    run = finished_run(ref, out, "--export")
     if fmt == "parquet":
         _pyarrow()  # refused before anything is written
-    records = latest_records(run_dir)
-    items_of = adapter(summary.get("protocol", "")).items
+    records = run.records()
+    items_of = adapter(run.summary().get("protocol", "")).items
     tables = {"units": [flatten(r) for r in records],
               "items": [flatten({"unit_id": r.get("unit_id"), **item}) for r in records for item in items_of(r)]}
-    dest = run_dir / "export"
+    dest = run.path / "export"
     dest.mkdir(exist_ok=True)
     written = []
     for name, rows in tables.items():

@@ -13,7 +13,7 @@ import json
 import threading
 from collections import defaultdict, deque
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -24,8 +24,8 @@ from pydantic import ConfigDict
 
 from dyneval.runtime.llm import PING_STEP, current_unit, message_dicts
 from dyneval.runtime.rescore import ReplayMissing
+from dyneval.runtime.rundir import RunDir
 from dyneval.state.config import ROLES
-from dyneval.stores.files import read_records
 
 #: The ``response_metadata`` key a replayed reply carries (RoleLLM logs it as a reply not sent, like a cache hit).
 REPLAYED = "replayed_from"
@@ -38,13 +38,13 @@ def _request_key(unit: str, role: str, structured: bool, messages: list[dict[str
 class ReplayLog:
     """The source run's accepted replies of every role but ``judge_roles``, by unit, role and messages."""
 
-    def __init__(self, events: Path, judge_roles: Sequence[str], run_id: str) -> None:
+    def __init__(self, events: Iterable[dict[str, Any]], judge_roles: Sequence[str], run_id: str) -> None:
         self.run_id = run_id
         self.labels: dict[str, str] = {}
         self.roles: set[str] = set(ROLES) - set(judge_roles)  # and any other role logged, below
         self._replies: dict[tuple[str, str, bool, str], deque[dict[str, Any]]] = defaultdict(deque)
         self._lock = threading.Lock()
-        for event in read_records(events, []):
+        for event in events:
             if event.get("role") in judge_roles:
                 continue
             self.roles.add(str(event.get("role")))
@@ -109,5 +109,6 @@ class ReplayChat(BaseChatModel):
 def replay_models(source: Path, judge_roles: Sequence[str]) -> dict[str, ReplayChat]:
     """A replay chat model for every role but ``judge_roles``, keyed by role (``Services.chat_overrides``): the
     configurable roles and any other role the source run logged (e.g. llmeval's ``reference``)."""
-    log = ReplayLog(source / "events.jsonl", judge_roles, source.name)
+    run = RunDir(source)
+    log = ReplayLog(run.events(), judge_roles, run.name)
     return {role: ReplayChat(log=log, role=role) for role in sorted(log.roles)}

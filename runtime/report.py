@@ -141,10 +141,13 @@ def _rel(path: Path, base: Path) -> str:
 
 
 def write_report(run_dir: Path, title: str, blocks: Sequence[Block]) -> tuple[Path, Path]:
-    """Write ``report.md`` and ``report.html`` into ``run_dir``."""
+    """Write ``report.md`` and ``report.html`` into ``run_dir``; the HTML page (made to be shared) names no
+    absolute path of this machine (:mod:`runtime.view.paths`)."""
+    from dyneval.runtime.view.paths import Relative
+
     md, page = run_dir / "report.md", run_dir / "report.html"
     md.write_text(render_markdown(title, blocks, run_dir), encoding="utf-8")
-    page.write_text(render_html(title, blocks, run_dir), encoding="utf-8")
+    page.write_text(Relative(run_dir).text(render_html(title, blocks, run_dir)), encoding="utf-8")
     return md, page
 
 

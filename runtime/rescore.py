@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dyneval.runtime.rundir import CONFIG, EVENTS, RunDir
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
 
@@ -42,7 +43,7 @@ def source_dir(protocol: type[Protocol], out: str, run_id: str) -> Path:
         raise InputError(f"{protocol.name} has no stored target answers to re-judge (every role judges); start a "
                          "new run instead", field="--rescore")
     path = Path(out) / run_id
-    if not (path / "config.json").is_file() or not (path / "events.jsonl").is_file():
+    if not RunDir(path).has(CONFIG, EVENTS):
         raise InputError(f"no run {run_id!r} with a config.json and events.jsonl under {out}", field="--rescore")
     return path
 

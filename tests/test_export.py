@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from dyneval.cli import main
-from dyneval.runtime.view.data import latest_records
+from dyneval.runtime.rundir import RunDir
 from tests.standin_endpoint import StandIn
 
 
@@ -26,7 +26,7 @@ def interview_run(tmp_path_factory):
 
 def _answers(run_dir) -> list[tuple[str, int, int]]:
     """(unit, question, attempt) of every graded answer, as the records hold them."""
-    return [(r["unit_id"], a["q"], a["attempt"]) for r in latest_records(run_dir)
+    return [(r["unit_id"], a["q"], a["attempt"]) for r in RunDir(run_dir).records()
             for a in [*r["seed_interactions"], *r["followup_results"]]]
 
 
@@ -37,9 +37,9 @@ def test_csv_export_has_a_row_per_unit_and_a_row_per_answer(interview_run):
         units = list(csv.DictReader(f))
     with (run_dir / "export" / "items.csv").open(encoding="utf-8") as f:
         items = list(csv.DictReader(f))
-    assert [u["unit_id"] for u in units] == [r["unit_id"] for r in latest_records(run_dir)]
+    assert [u["unit_id"] for u in units] == [r["unit_id"] for r in RunDir(run_dir).records()]
     assert {"status", "meta.seed_id", "usage.calls"} <= set(units[0])  # nested fields become dotted columns
-    assert json.loads(units[0]["seed_correct"]) == latest_records(run_dir)[0]["seed_correct"]  # lists: JSON text
+    assert json.loads(units[0]["seed_correct"]) == RunDir(run_dir).records()[0]["seed_correct"]  # lists: JSON text
     assert [(i["unit_id"], int(i["q"]), int(i["attempt"])) for i in items] == _answers(run_dir)
     assert {i["step"] for i in items} <= {"seed", "followup"} and all(i["verdict"] for i in items)
 
@@ -55,7 +55,7 @@ def test_jsonl_and_parquet_exports_keep_the_same_rows_with_their_types(interview
     assert [(r["unit_id"], r["q"], r["attempt"]) for r in rows] == _answers(run_dir)
     assert [(r["unit_id"], r["q"], r["attempt"]) for r in table] == _answers(run_dir)  # numbers stay numbers
     units = pq.read_table(run_dir / "export" / "units.parquet").to_pylist()
-    assert [u["usage.calls"] for u in units] == [r["usage"]["calls"] for r in latest_records(run_dir)]
+    assert [u["usage.calls"] for u in units] == [r["usage"]["calls"] for r in RunDir(run_dir).records()]
 
 
 def test_parquet_without_pyarrow_and_an_unknown_run_are_one_line_and_exit_2(interview_run, monkeypatch, capsys):

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.replay import ReplayChat, ReplayLog, replay_models
+from dyneval.runtime.rundir import RunDir
 from dyneval.runtime.rescore import ReplayMissing
 from tests.fakes import ScriptedChat
 
@@ -53,7 +54,7 @@ def test_replayed_replies_come_back_in_logged_order_with_their_structure_and_cos
 def test_a_request_the_source_never_made_raises_replay_missing_past_a_nodes_except_exception(tmp_path):
     _source(tmp_path)
     target = RoleLLM(role="target", model_label="t", events=EventLog(),
-                     chat=ReplayChat(log=ReplayLog(tmp_path / "events.jsonl", ("evaluator",), "src"), role="target"))
+                     chat=ReplayChat(log=ReplayLog(RunDir(tmp_path).events(), ("evaluator",), "src"), role="target"))
     target.text(ASK, step="answer")
     target.text(ASK, step="answer")
     with pytest.raises(ReplayMissing, match="never asked it"):

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from dyneval.nodes import irt
 from dyneval.protocols.judgeagent.data import split_batches
 from dyneval.runtime.protocol import Run, Unit
-from dyneval.runtime.view.data import latest_records, read_jsonl
+from dyneval.runtime.rundir import RESULTS, RunDir, is_run, read_json
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext
@@ -55,7 +55,7 @@ def run_dirs(spec: str, current: Path) -> list[Path]:
         if not part:
             continue
         # a glob keeps the run directories it matches (``runs/*`` also matches ``runs/_cache``)
-        matches = ([m for m in sorted(glob.glob(part)) if (Path(m) / "config.json").is_file()]
+        matches = ([m for m in sorted(glob.glob(part)) if is_run(Path(m))]
                    if glob.has_magic(part) else [part])
         if not matches:
             raise InputError(f"{part!r} matches no run directory", field=FLAG)
@@ -72,7 +72,7 @@ def run_dirs(spec: str, current: Path) -> list[Path]:
 def examinee(run_dir: Path) -> tuple[str, str]:
     """``(key, label)`` of a run's target: its answer identity, and ``model@endpoint`` to show."""
     try:
-        config = RunConfig.model_validate(json.loads((run_dir / "config.json").read_text(encoding="utf-8")))
+        config = RunConfig.model_validate(RunDir(run_dir).config())
     except (OSError, ValueError, ValidationError) as exc:
         raise InputError(f"{run_dir}: no readable config.json of a run ({str(exc).splitlines()[0]})",
                          field=FLAG) from None
@@ -86,7 +86,7 @@ def examinee(run_dir: Path) -> tuple[str, str]:
 def check_same_benchmark(run_dir: Path, questions: dict[str, BaseQuestion]) -> None:
     """Refuse a run whose plan shares no question with this benchmark or asks a shared id differently."""
     shared = 0
-    for unit in read_jsonl(run_dir / "units.jsonl"):
+    for unit in RunDir(run_dir).plan():
         for q in unit.get("input", {}).get("batch") or []:
             ours = questions.get(str(q.get("id")))
             if ours is None:
@@ -107,12 +107,13 @@ def responses(dirs: list[Path], questions: dict[str, BaseQuestion], exclude: str
     used, labels = [], {}
     for d in dirs:
         key, label = examinee(d)
-        if not (d / "results.jsonl").exists():
+        run = RunDir(d)
+        if not run.has(RESULTS):
             raise InputError(f"{d}: no results.jsonl (not a finished run)", field=FLAG)
         check_same_benchmark(d, questions)
         labels[key] = label
         given = 0
-        for record in latest_records(d):
+        for record in run.records():
             for b in record.get("base") or []:
                 if key == exclude or b.get("id") not in questions or is_ungraded(b):
                     continue
@@ -185,7 +186,7 @@ def adaptive_summary(run: Run, ok: list[dict[str, Any]]) -> dict[str, Any]:
     path = run.run_dir / CALIBRATION_FILE
     if not path.exists():
         return {}
-    fit = json.loads(path.read_text(encoding="utf-8"))
+    fit = read_json(path)
     items = fit.pop("items")
     graded = [b for r in ok for b in r["base"] if b["id"] in items and not is_ungraded(b)]
     theta = irt.eap([items[b["id"]]["a"] for b in graded], [items[b["id"]]["b"] for b in graded],

@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterator
 class Metric:
     """A headline metric: ``path`` is dotted into ``summary["metrics"]``; ``n`` (dotted) is its denominator, a
     count or a ``{"n", "ungraded"}`` object. A ``*`` in ``path`` repeats the metric for each key of that mapping
-    (``{key}`` in ``label``; the same key replaces ``*`` in ``n``)."""
+    (``{key}`` in ``label``, or ``{name}``: the entry's ``name`` field, else its key; the same key replaces ``*``
+    in ``n``)."""
 
     path: str
     label: str
@@ -32,10 +33,12 @@ class Adapter:
     metrics: tuple[Metric, ...] = ()
     #: name -> the unit's numeric outcome from its record (None = no value: not graded, not finished)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
-    #: extra unit-table columns: name -> value from the record
+    #: the unit table's outcome columns, shown right after the unit id (name -> value from the record)
     columns: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
-    #: detail sections shown first in a unit's drill-down
-    sections: Callable[[dict[str, Any]], list[Section]] = lambda record: []
+    #: record fields the columns and sections show (under another name): no generic column or table of their own
+    replaces: tuple[str, ...] = ()
+    #: detail sections shown first in a unit's drill-down, from the record and the unit's input (its plan line)
+    sections: Callable[[dict[str, Any], dict[str, Any]], list[Section]] = lambda record, unit_input: []
     #: the per-item results inside a unit's record (one export row each; ``step`` says which part of the unit)
     items: Items = lambda record: []
 
@@ -82,27 +85,49 @@ def _share(items: list[dict[str, Any]] | None, key: str = "correct") -> float | 
 
 # -- JudgeAgent (seed 000) ----------------------------------------------------------------------------------
 
-def _judgeagent_sections(record: dict[str, Any]) -> list[Section]:
+def _question_texts(unit_input: dict[str, Any]) -> dict[str, str]:
+    """Base question id -> its text with its options lettered A, B, ... (the unit's batch in the plan), as the
+    target read it (``nodes.judgeagent.common.question_text``)."""
+    return {str(q.get("id")): "\n".join([str(q.get("question") or ""),
+                                         *(f"{chr(65 + i)}. {o}" for i, o in enumerate(q.get("options") or []))])
+            for q in unit_input.get("batch") or [] if isinstance(q, dict)}
+
+
+def _judgeagent_sections(record: dict[str, Any], unit_input: dict[str, Any]) -> list[Section]:
     out: list[Section] = []
     if record.get("trajectory"):
         out.append({"title": "Difficulty trajectory (running score after each step, next difficulty; Algorithm 1)",
                     "headers": ["after", "running score", "next difficulty", "ungraded"],
                     "rows": [[t.get("after"), t.get("avg"), t.get("next"), t.get("ungraded")]
                              for t in record["trajectory"]]})
-    judged = [["base", b.get("id"), b.get("difficulty"), b.get("verdict"), b.get("how"), b.get("reply")]
-              for b in record.get("base") or []]
-    judged += [["round " + str(r.get("round")), r.get("question"), r.get("difficulty"), r.get("verdict"),
-                r.get("how"), r.get("reply")] for r in record.get("rounds") or []]
-    judged += [["validation", v.get("id"), v.get("difficulty"), f"{v.get('verdict1')} -> {v.get('verdict2')}",
-                v.get("how2"), v.get("reply2")] for v in record.get("validation") or []]
+    text = _question_texts(unit_input)
+    judged = [["base", text.get(str(b.get("id")), b.get("id")), b.get("difficulty"), b.get("verdict"),
+               b.get("gain"), b.get("how"), b.get("reason"), b.get("reply")] for b in record.get("base") or []]
+    judged += [["round " + str(r.get("round", i)), r.get("question"), r.get("difficulty"), r.get("verdict"),
+                r.get("gain"), r.get("how"), r.get("reason"), r.get("reply")]
+               for i, r in enumerate(record.get("rounds") or [], 1)]
+    judged += [["validation", text.get(str(v.get("id")), v.get("id")), v.get("difficulty"),
+                f"{v.get('verdict1')} -> {v.get('verdict2')}", None, v.get("how2"), v.get("reason2"), v.get("reply2")]
+               for v in record.get("validation") or []]
     if judged:
+        headers = ["step", "question", "difficulty", "verdict", "gain", "judged by", "judge's reason", "answer"]
+        if not any(row[6] for row in judged):  # a run made before the judge gave reasons
+            headers.pop(6)
+            judged = [row[:6] + row[7:] for row in judged]
         out.append({"title": "Verdicts (base questions, extension rounds, validation with suggestions)",
-                    "headers": ["step", "question", "difficulty", "verdict", "judged by", "answer"], "rows": judged})
+                    "headers": headers, "rows": judged})
     feedback = record.get("feedback") or {}
     if feedback:
         out.append({"title": "The evaluator's feedback (knowledge and capability flaws, suggestions; Table 13)",
                     "headers": ["field", "text"], "rows": [[k, v] for k, v in feedback.items()]})
     return out
+
+
+def _unit_score(record: dict[str, Any]) -> float | None:
+    """The unit's JudgeAgent score on the headline's scale: its sum of gains over its graded answers (the headline
+    pools the same over all units, Algorithm 1); None when none is graded. The record's ``score`` is the sum."""
+    total, answered = _number(record.get("score")), record.get("answered")
+    return total / answered if total is not None and isinstance(answered, int) and answered > 0 else None
 
 
 def _judgeagent_items(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -115,22 +140,28 @@ def _judgeagent_items(record: dict[str, Any]) -> list[dict[str, Any]]:
 JUDGEAGENT = Adapter(
     metrics=(
         Metric("score", "JudgeAgent score", "sum of the gains of all graded answers (base questions and extension "
-               "rounds) divided by their number (Algorithm 1)", "score_denominator"),
+               "rounds) divided by their number (Algorithm 1); 95 % interval: bootstrap over batches (a batch's "
+               "rounds grow from its own questions)", "score_denominator"),
         Metric("base_accuracy.value", "Base accuracy", "share of base questions answered correctly in Benchmark "
-               "Grading", "base_accuracy"),
+               "Grading; 95 % interval: exact binomial (Clopper-Pearson) over base questions", "base_accuracy"),
         Metric("validation.overall.acc1", "ACC1", "accuracy on the base questions before the suggestions "
-               "(Algorithm 2, Table 1)", "validation.overall"),
+               "(Algorithm 2, Table 1); 95 % interval: exact binomial over the validated questions",
+               "validation.overall"),
         Metric("validation.overall.acc2", "ACC2", "accuracy on the same questions answered with the batch's "
-               "suggestions (Algorithm 2, Table 1)", "validation.overall"),
+               "suggestions (Algorithm 2, Table 1); 95 % interval: bootstrap over batches (one feedback serves a "
+               "batch)", "validation.overall"),
         Metric("validation.overall.cr", "CR", "wrong -> right share over all validated base questions "
-               "(Algorithm 2)", "validation.overall"),
+               "(Algorithm 2); 95 % interval: bootstrap over batches", "validation.overall"),
         Metric("validation.overall.cte", "CtE", "right -> wrong share over all validated base questions "
-               "(Algorithm 2)", "validation.overall"),
+               "(Algorithm 2); 95 % interval: bootstrap over batches", "validation.overall"),
     ),
-    outcomes={"score": lambda r: _number(r.get("score")),
+    outcomes={"JudgeAgent score": _unit_score,
               "base accuracy": lambda r: _share(r.get("base"))},
-    columns={"base accuracy": lambda r: _share(r.get("base")),
+    columns={"JudgeAgent score": _unit_score,
+             "sum of gains": lambda r: _number(r.get("score")),
+             "base accuracy": lambda r: _share(r.get("base")),
              "last difficulty": lambda r: (r.get("trajectory") or [{}])[-1].get("next")},
+    replaces=("score",),
     sections=_judgeagent_sections,
     items=_judgeagent_items,
 )
@@ -179,21 +210,27 @@ def _atad_sections(record: dict[str, Any]) -> list[Section]:
 ATAD = Adapter(
     metrics=(
         Metric("finalized", "Finalized problems", "problems kept in the benchmark: approved by the orchestrator, "
-               "then failed by the student or not escalated further (section 3)", "items"),
-        Metric("discarded", "Discarded problems", "problems that ended without a finalized version", "items"),
-        Metric("mean_level", "Mean difficulty level", "mean escalation level of the finalized problems",
-               "finalized"),
+               "then failed by the student or not escalated further (section 3); 95 % interval: exact binomial "
+               "(Clopper-Pearson) of the finalized share, times the problems", "items"),
+        Metric("discarded", "Discarded problems", "problems that ended without a finalized version; 95 % "
+               "interval: exact binomial of the discarded share, times the problems", "items"),
+        Metric("mean_level", "Mean difficulty level", "mean escalation level of the finalized problems; 95 % "
+               "interval: bootstrap over the finalized problems", "finalized"),
         Metric("table1.*.avg", "Accuracy (%) of {key}", "share of benchmark items the model answered correctly, "
-               "mean over task types (Table 1)", "table1.*.n"),
+               "mean over task types (Table 1); 95 % interval: bootstrap over the answers, each resample scored "
+               "as Table 1", "table1.*.n"),
     ),
     outcomes={"correct": lambda r: _number(r.get("correct")),
               "finalized": lambda r: (None if "item" not in r else
                                       float((r.get("item") or {}).get("status") == "finalized")),
               "level": lambda r: _number((r.get("item") or {}).get("current_level"))},
-    columns={"task": lambda r: (r.get("item") or r.get("meta") or {}).get("task"),
+    columns={"correct": lambda r: r.get("correct"),  # --evaluate: the examinee's answer
              "outcome": lambda r: (r.get("item") or {}).get("acceptance") or (r.get("item") or {}).get("status"),
+             "level": lambda r: (r.get("item") or {}).get("current_level"),
+             "model": lambda r: (r.get("meta") or {}).get("model") if "correct" in r else None,
+             "task": lambda r: (r.get("item") or r.get("meta") or {}).get("task"),
              "rejected": lambda r: len(_rejected(r["item"])) if r.get("item") else None},
-    sections=_atad_sections,
+    sections=lambda record, unit_input: _atad_sections(record),
 )
 
 
@@ -236,18 +273,26 @@ INTERVIEW = Adapter(
         Metric(f"score@{n}", f"Score@{n}", f"mean over sessions of the score of the seed answer given at interaction "
                f"{n} (section 3.2). It is that answer's score, not the best so far, so it can fall when a retry "
                "after feedback scores lower; a session solved earlier keeps its solved score. Every Score@n is over "
-               "the same sessions: one with an ungraded seed answer leaves them all (counted as ungraded)",
-               f"denominators.score@{n}") for n in (1, 2, 3)) + (
-        Metric("judge", "Judge", "single-turn LLM-as-a-judge score on the unmodified question (Table 2)",
-               "denominators.judge"),
+               "the same sessions: one with an ungraded seed answer leaves them all (counted as ungraded). "
+               "95 % interval: bootstrap over seed questions (their repeats resampled together); exact binomial "
+               "when each seed question has one 0/1 score", f"denominators.score@{n}") for n in (1, 2, 3)) + (
+        Metric("judge", "Judge", "single-turn LLM-as-a-judge score on the unmodified question (Table 2); 95 % "
+               "interval as Score@n", "denominators.judge"),
         Metric("followup_accuracy.overall", "Follow-up accuracy", "share of follow-up questions answered "
-               "correctly (section 3.2)", "followup_accuracy"),
+               "correctly (section 3.2); 95 % interval: bootstrap over seed questions (a session's follow-ups "
+               "resampled together)", "followup_accuracy"),
     ),
     outcomes={"score@1": lambda r: _number((r.get("seed_scores") or [None])[0]),
               "final seed score": _final_seed_score,
               "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
               "follow-up accuracy": lambda r: _share(r.get("followup_results"))},
-    sections=_interview_sections,
+    columns={"Score@1": lambda r: _number((r.get("seed_scores") or [None])[0]),
+             "final seed score": _final_seed_score,
+             "solved": lambda r: r.get("seed_solved"),
+             "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
+             "follow-up accuracy": lambda r: _share(r.get("followup_results"))},
+    replaces=("seed_solved",),
+    sections=lambda record, unit_input: _interview_sections(record),
     items=lambda record: [{"step": a.get("kind") or "seed", **a} for a in _interview_answers(record)],
 )
 
@@ -257,12 +302,14 @@ INTERVIEW = Adapter(
 LLMEVAL = Adapter(
     metrics=(
         Metric("S", "Absolute score S", "mean over scored sessions of S = sum of stars / (N answers x 3) x 100 "
-               "(equation 1)", "sessions_scored"),
+               "(equation 1), 0-100; 95 % interval: bootstrap over sessions", "sessions_scored"),
         Metric("R", "Relative score R", "mean over sessions of R = S_model / S_reference x 100 on the same "
-               "questions (equation 2)", "sessions_scored"),
-        Metric("answers_scored", "Answers scored", "answers rated 0-3 stars by the judge", None),
+               "questions (equation 2); 95 % interval: bootstrap over sessions", "sessions_scored"),
     ),
     outcomes={"S": lambda r: _number(r.get("S")), "R": lambda r: _number(r.get("R"))},
+    columns={"S": lambda r: _number(r.get("S")), "R": lambda r: _number(r.get("R")),
+             "stars 0/1/2/3": lambda r: ("/".join(str((r.get("stars") or {}).get(k, 0)) for k in "0123")
+                                         if r.get("stars") else None)},
 )
 
 
@@ -276,14 +323,77 @@ def _first_verdict_agrees(record: dict[str, Any]) -> float | None:
     return float(str(verdicts[0]["value"]) == str(record.get("label")))
 
 
+def _decisive(record: dict[str, Any], order: str) -> dict[str, Any] | None:
+    """The verdict the unit table shows: the jury's when there is one, else the first judge's; first repeat."""
+    if record.get("jury"):
+        found = [j for j in record["jury"] if j.get("order") == order]
+    else:
+        found = [v for v in record.get("verdicts") or [] if v.get("member") == 0 and v.get("order") == order]
+    return min(found, key=lambda v: v.get("repeat") or 0) if found else None
+
+
+def _shown_verdict(record: dict[str, Any], order: str) -> Any:
+    verdict = _decisive(record, order)
+    if verdict is None:
+        return None
+    return "ungraded" if verdict.get("value") is None else verdict["value"]
+
+
+def _agreement(value: Any, label: Any) -> str:
+    """``agree`` / ``disagree`` of a verdict's value with the human label; ``ungraded`` (no value) and a jury's
+    ``split`` say so."""
+    if value is None or value == "split":
+        return "ungraded" if value is None else "split"
+    return "agree" if str(value) == str(label) else "disagree"
+
+
+def _agree(record: dict[str, Any]) -> str | None:
+    """The agreement of the verdict the unit table shows (original order)."""
+    verdict = _decisive(record, "original")
+    return None if verdict is None or "label" not in record else _agreement(verdict.get("value"), record["label"])
+
+
+def _judgecheck_sections(record: dict[str, Any]) -> list[Section]:
+    """Every verdict (each judge, repeat and order) with the judge's reason, then the jury's."""
+    label = record.get("label")
+    rows = [[v.get("model") or f"m{v.get('member')}", v.get("repeat"), v.get("order"), v.get("value"),
+             _agreement(v.get("value"), label), v.get("how"), v.get("reason")] for v in record.get("verdicts") or []]
+    rows += [["jury", j.get("repeat"), j.get("order"), j.get("value"), _agreement(j.get("value"), label),
+              j.get("how"), j.get("reason")] for j in record.get("jury") or []]
+    if not rows:
+        return []
+    return [{"title": f"Verdicts and the judges' reasons (human label: {record.get('label')})",
+             "headers": ["judge", "repeat", "order", "verdict", "agree", "how", "reason"], "rows": rows}]
+
+
 JUDGECHECK = Adapter(
-    metrics=(
-        Metric("raters.*.measures.accuracy.value", "Accuracy of judge {key}", "share of judged items whose verdict "
-               "equals the human label", "raters.*.measures.accuracy"),
-        Metric("raters.*.measures.kappa.value", "Cohen's kappa of judge {key}", "chance-corrected agreement with "
-               "the human labels", "raters.*.measures.kappa"),
+    metrics=(  # {name}: the judge's model (its key m0, m1, ... names the path)
+        Metric("raters.*.measures.accuracy.value", "Accuracy of judge {name}", "share of judged items whose "
+               "verdict equals the human label", "raters.*.measures.accuracy"),
+        Metric("raters.*.measures.kappa.value", "Cohen's kappa of judge {name}", "chance-corrected agreement "
+               "with the human labels", "raters.*.measures.kappa"),
+        Metric("raters.*.measures.accuracy_mean.value", "Accuracy of judge {name} (mean of both orders)",
+               "pairwise: share of verdicts equal to the human label, averaged over the two presentation orders "
+               "(LLMBar)", "raters.*.measures.accuracy_mean"),
+        Metric("raters.*.measures.accuracy_original.value", "Accuracy of judge {name} (original order)",
+               "pairwise: share of verdicts equal to the human label with output_1 shown first",
+               "raters.*.measures.accuracy_original"),
+        Metric("raters.*.measures.kappa_original.value", "Cohen's kappa of judge {name} (original order)",
+               "pairwise: chance-corrected agreement with the human labels (1, 2, tie)",
+               "raters.*.measures.kappa_original"),
+        Metric("raters.*.measures.swap_consistency.value", "Swap consistency of judge {name}", "pairwise: share "
+               "of pairs given the same winner in both orders", "raters.*.measures.swap_consistency"),
+        Metric("raters.*.per_class.original.macro.f1.value", "Macro F1 of judge {name}", "mean over the labels "
+               "of the per-label F1 (as PandaLM reports); a label never chosen counts 0",
+               "raters.*.per_class.original.macro.f1"),
     ),
     outcomes={"agreement (first judge)": _first_verdict_agrees},
+    columns={"verdict": lambda r: _shown_verdict(r, "original"),
+             "verdict (swapped)": lambda r: _shown_verdict(r, "swapped"),
+             "label": lambda r: r.get("label"),
+             "agree": _agree},
+    sections=lambda record, unit_input: _judgecheck_sections(record),
+    replaces=("verdicts",),
 )
 
 

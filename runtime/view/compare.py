@@ -1,46 +1,47 @@
 """``dyneval --compare RUN_A RUN_B ...``: one page for several runs of one protocol.
 
-Metrics side by side (the protocol's headline metrics first), paired differences of the per-unit numeric outcomes
-(:mod:`runtime.view.adapters`) between each run and the first over the units both hold results for, with a seeded
-95 % bootstrap interval of the mean difference (``scipy.stats.bootstrap``, percentile method, units resampled),
-and the units whose status or outcome changed.
+The page opens with the paired differences: for each per-unit numeric outcome (:mod:`runtime.view.adapters`), the
+mean difference between each run and the first over the units both hold results for, with a seeded 95 % bootstrap
+interval of the mean difference (``scipy.stats.bootstrap``, percentile method, units resampled). Runs are named by
+short labels (A, B, ...) with a legend (run id, date, what differs between them); the units whose status or outcome
+changed link to their drill-downs in each run's ``view.html`` (``#unit=ID``); the headline metrics with their
+intervals follow, and every metric of each ``summary.json`` last.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import string
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from dyneval.runtime.protocol import RESULT_STATUSES
+from dyneval.runtime.rundir import RunDir, finished_run
 from dyneval.runtime.view.adapters import adapter
-from dyneval.runtime.view.data import _flat, headline_metrics, latest_records, read_json
-from dyneval.runtime.view.page import write_page
+from dyneval.runtime.view.data import _flat, headline_metrics
+from dyneval.runtime.view.page import VIEW_FILE, write_page
+from dyneval.runtime.view.paths import Relative
 from dyneval.state.errors import InputError
 
 #: Bootstrap resamples and seed of the paired intervals (fixed: the same runs give the same page).
 RESAMPLES, SEED, CONFIDENCE = 9999, 0, 0.95
 
 
-def resolve_runs(refs: list[str], out: str) -> list[Path]:
+def resolve_runs(refs: list[str], out: str) -> list[RunDir]:
     """Each reference is a run folder or a run id under ``out``; every one must hold a ``summary.json``."""
     if len(refs) < 2:
         raise InputError("give at least two runs to compare", setting="--compare")
-    dirs = []
-    for ref in refs:
-        path = Path(ref) if Path(ref).is_dir() else Path(out) / ref
-        if not (path / "summary.json").is_file():
-            raise InputError(f"no finished run {ref!r} (no summary.json in {path})", setting="--compare")
-        dirs.append(path)
-    if len({p.resolve() for p in dirs}) < len(dirs):
+    runs = [finished_run(ref, out, "--compare") for ref in refs]
+    if len({r.path.resolve() for r in runs}) < len(runs):
         raise InputError("a run is named twice", setting="--compare")
-    protocols = {p.name: read_json(p / "summary.json").get("protocol") for p in dirs}
+    protocols = {r.name: r.summary().get("protocol") for r in runs}
     if len(set(protocols.values())) > 1:
         raise InputError("runs of different protocols cannot be compared: "
                          + ", ".join(f"{k} is {v}" for k, v in protocols.items()), setting="--compare")
-    return dirs
+    return runs
 
 
 def mean_difference_ci(diffs: list[float]) -> tuple[float | None, float | None]:
@@ -65,31 +66,62 @@ def _outcomes(protocol: str, records: list[dict[str, Any]]) -> dict[str, dict[st
             if r.get("status") in RESULT_STATUSES}
 
 
-def compare_payload(run_dirs: list[Path]) -> dict[str, Any]:
-    summaries = [read_json(p / "summary.json") for p in run_dirs]
+def labels(count: int) -> list[str]:
+    """Short run labels: A, B, ..., Z, then R27, R28, ..."""
+    return [string.ascii_uppercase[i] if i < 26 else f"R{i + 1}" for i in range(count)]
+
+
+def _differences(summaries: list[dict[str, Any]], configs: list[dict[str, Any]]) -> list[str]:
+    """Per run, what tells it apart from the others: the models and parameters that are not the same in all."""
+    def facts(summary: dict[str, Any], config: dict[str, Any]) -> dict[str, str]:
+        out = {f"{role}: {model}": "" for role, model in (summary.get("models") or {}).items()}
+        out.update({f"{k}={json.dumps(v)}": "" for k, v in (config.get("params") or {}).items()})
+        return out
+
+    every = [facts(s, c) for s, c in zip(summaries, configs)]
+    common = set.intersection(*(set(f) for f in every)) if every else set()
+    return [", ".join(f for f in fs if f not in common) or "(same models and parameters)" for fs in every]
+
+
+def _with_interval(m: dict[str, Any] | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    interval = m.get("interval") or {}
+    return {"value": m["value"], "low": interval.get("low"), "high": interval.get("high"),
+            "n": interval.get("n"), "denominator": m["denominator"]}
+
+
+def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> dict[str, Any]:
+    """The comparison page's data; links to the runs' views are relative to ``page_dir`` (default: the folder
+    holding the first run)."""
+    runs = [r if isinstance(r, RunDir) else RunDir(r) for r in runs]
+    page_dir = Path(page_dir) if page_dir is not None else runs[0].path.parent
+    summaries = [r.summary() for r in runs]
     protocol = summaries[0].get("protocol") or ""
-    ids = [p.name for p in run_dirs]
-    records = [latest_records(p) for p in run_dirs]
+    names = labels(len(runs))
+    records = [r.records() for r in runs]
     outcomes = [_outcomes(protocol, rs) for rs in records]
-    names = list(adapter(protocol).outcomes)
+    outcome_names = [n for n in adapter(protocol).outcomes  # those some run has a value of
+                     if any(values[n] is not None for o in outcomes for values in o.values())]
+    views = [os.path.relpath(r.path / VIEW_FILE, page_dir) for r in runs]
 
     heads = [{m["path"]: m for m in headline_metrics(adapter(protocol), s.get("metrics") or {})} for s in summaries]
-    flats = [dict((k, v) for k, v in _flat(s.get("metrics") or {})) for s in summaries]
     paths = list(dict.fromkeys(p for h in heads for p in h))
-    metrics = [[next(h[p]["name"] for h in heads if p in h), *[flat.get(p) for flat in flats]] for p in paths]
-    metrics += [[k, *[flat.get(k) for flat in flats]] for k in dict.fromkeys(k for f in flats for k in f)
-                if k not in paths]
+    headline = [{"name": next(h[p]["name"] for h in heads if p in h), "values": [_with_interval(h.get(p))
+                                                                                 for h in heads]} for p in paths]
+    flats = [dict(_flat(s.get("metrics") or {})) for s in summaries]
+    raw = [[k, *[flat.get(k) for flat in flats]] for k in dict.fromkeys(k for f in flats for k in f)]
 
     paired = []
-    for i in range(1, len(run_dirs)):
-        for name in names:
+    for i in range(1, len(runs)):
+        for name in outcome_names:
             pairs = [(outcomes[i][u][name], outcomes[0][u][name]) for u in outcomes[i] if u in outcomes[0]
                      and outcomes[i][u][name] is not None and outcomes[0][u][name] is not None]
             if not pairs:
                 continue
             diffs = [a - b for a, b in pairs]
             low, high = mean_difference_ci(diffs)
-            paired.append({"outcome": name, "run": ids[i], "baseline": ids[0], "n": len(pairs),
+            paired.append({"outcome": name, "run": names[i], "baseline": names[0], "n": len(pairs),
                            "mean": sum(a for a, _ in pairs) / len(pairs),
                            "mean_baseline": sum(b for _, b in pairs) / len(pairs),
                            "diff": sum(diffs) / len(diffs), "low": low, "high": high})
@@ -99,35 +131,41 @@ def compare_payload(run_dirs: list[Path]) -> dict[str, Any]:
     unit_diffs = []
     for unit in dict.fromkeys(u for s in statuses for u in s):
         row_status = [s.get(unit) for s in statuses]
-        row_values = [[o.get(unit, {}).get(name) for o in outcomes] for name in names]
+        row_values = [[o.get(unit, {}).get(name) for o in outcomes] for name in outcome_names]
         if len(set(row_status)) > 1 or any(len({json.dumps(v) for v in vals}) > 1 for vals in row_values):
-            unit_diffs.append({"unit": unit, "values": [*row_status, *[v for vals in row_values for v in vals]]})
-    return {
+            unit_diffs.append({"unit": unit, "values": [*row_status, *[v for vals in row_values for v in vals]],
+                               "links": [f"{view}#unit={unit}" if unit in s else None
+                                         for view, s in zip(views, statuses)]})
+    differs = _differences(summaries, [r.config() for r in runs])
+    payload = {
         "kind": "compare",
-        "title": f"{protocol}: {' vs '.join(ids)}",
+        "title": f"{protocol}: {' vs '.join(r.name for r in runs)}",
         "protocol": protocol,
-        "notes": [f"{run}: {s['smoke_test_warning']}" for run, s in zip(ids, summaries) if s.get("smoke_test_warning")]
-        + [f"{run}: INTERRUPTED, a partial run" for run, s in zip(ids, summaries) if s.get("interrupted")],
-        "runs": [{"run_id": run, "units": s.get("units"),
+        "notes": [f"{label}: {s['smoke_test_warning']}" for label, s in zip(names, summaries)
+                  if s.get("smoke_test_warning")]
+        + [f"{label}: INTERRUPTED, a partial run" for label, s in zip(names, summaries) if s.get("interrupted")],
+        "runs": [{"label": label, "run_id": r.name, "started": r.started, "units": s.get("units"),
                   "statuses": ", ".join(f"{k}={v}" for k, v in sorted((s.get("status_counts") or {}).items())),
-                  "models": ", ".join(f"{k}: {v}" for k, v in (s.get("models") or {}).items())}
-                 for run, s in zip(ids, summaries)],
-        "metrics_note": "Each run's summary.json; the protocol's headline metrics first.",
-        "metrics": metrics,
+                  "differs": d, "view": view}
+                 for label, r, s, d, view in zip(names, runs, summaries, differs, views)],
         "paired_note": (f"Per-unit outcomes of units that hold results (status ok or ungraded) in both runs, "
                         f"paired by unit id (the same seed question, batch, problem, item or session slot), "
-                        f"difference = run - vs. Interval: {CONFIDENCE:.0%} percentile bootstrap of the mean "
+                        f"difference = run - {names[0]}. Interval: {CONFIDENCE:.0%} percentile bootstrap of the mean "
                         f"difference over units ({RESAMPLES} resamples, seed {SEED}); none below two units."),
         "paired": paired,
+        "headline": headline,
+        "metrics_note": "Each run's summary.json, every metric.",
+        "metrics": raw,
         "shared_units": len(shared),
-        "unit_headers": [*[f"status: {r}" for r in ids], *[f"{n}: {r}" for n in names for r in ids]],
+        "unit_headers": [*[f"status {n}" for n in names], *[f"{o} {n}" for o in outcome_names for n in names]],
         "unit_diffs": unit_diffs,
     }
+    return Relative(page_dir, out=page_dir)(payload)
 
 
 def write_compare(refs: list[str], out: str, dest: Path | None = None) -> Path:
     """Check the runs, then write the comparison page (default ``<out>/compare-<time>.html``); its path."""
-    dirs = resolve_runs(refs, out)
+    runs = resolve_runs(refs, out)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = dest or Path(out) / f"compare-{stamp}.html"
-    return write_page(path, compare_payload(dirs))
+    return write_page(path, compare_payload(runs, path.parent))

@@ -1,56 +1,43 @@
 """A run directory read into the viewer's payload: metrics, the unit table, and each unit's drill-down.
 
-The unit table's columns come from the records themselves (``results.jsonl``: status, the unit's ``meta`` from
-``units.jsonl``, every short scalar field) plus the protocol's own columns (:mod:`runtime.view.adapters`); a
-unit's drill-down holds the protocol's sections, every list or mapping field of its record as a table, and every
-LLM exchange of the unit in the order of ``events.jsonl``.
+The run is read through :class:`runtime.rundir.RunDir`. The unit table's columns are the unit id, its outcome
+(the protocol's outcome columns from :mod:`runtime.view.adapters`, then record fields named like an outcome), its
+status, every other short scalar field of the records, its usage, and last the unit's ``meta`` keys from the plan
+(hidden until chosen in the page's column chooser). A unit's drill-down holds the protocol's sections, every list
+or mapping field of its record as a table, and every LLM exchange of the unit in the order of ``events.jsonl``.
+No absolute path reaches the page (:mod:`runtime.view.paths`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, leaves, llmeval_answers
-from dyneval.stores.files import parse_record, read_records
+from dyneval.runtime.rundir import EVENTS, NOT_FINISHED, RunDir
+from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, interval_of, leaves, llmeval_answers
+from dyneval.runtime.view.paths import Relative
 
 #: Longest text kept in the page per string (the page stays small; the run's files keep everything).
 MAX_TEXT = 20_000
 #: Record fields shown elsewhere (columns, usage) or not worth a drill-down table.
 _SKIP = {"unit_id", "meta", "status", "usage", "traceback", "wall_s"}
+#: Record fields that are a unit's outcome, shown right after the protocol's own outcome columns.
+OUTCOME_FIELDS = ("verdict", "correct", "score", "stars")
+#: The usage columns, after the record's fields.
+USAGE = ("calls", "tokens", "wall s")
 #: Event fields shown per exchange, in this order (plus ``cached`` / ``cache_hit`` when an event has them).
 EVENT_FIELDS = ("role", "model", "step", "attempt", "prompt_tokens", "completion_tokens", "latency_s", "queue_s",
                 "error")
 
 
-def clip(value: Any) -> Any:
-    """Strings longer than :data:`MAX_TEXT` cut, saying how much of it the run's files still hold."""
-    if isinstance(value, str) and len(value) > MAX_TEXT:
-        return value[:MAX_TEXT] + f"\n[... {len(value) - MAX_TEXT} more characters in the run's files]"
-    if isinstance(value, dict):
-        return {k: clip(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clip(v) for v in value]
-    return value
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return list(read_records(path, [])) if path.exists() else []
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-
-def latest_records(run_dir: Path) -> list[dict[str, Any]]:
-    """The last record of each unit (a resumed run appends a unit's newer record), in plan order."""
-    latest = {r["unit_id"]: r for r in read_jsonl(run_dir / "results.jsonl") if "unit_id" in r}
-    order = [u["id"] for u in read_jsonl(run_dir / "units.jsonl") if "id" in u]
-    return [latest[i] for i in order if i in latest] + [r for i, r in latest.items() if i not in set(order)]
+def clip(text: str) -> str:
+    """A text longer than :data:`MAX_TEXT` cut, saying how much of it the run's files still hold."""
+    if len(text) > MAX_TEXT:
+        return text[:MAX_TEXT] + f"\n[... {len(text) - MAX_TEXT} more characters in the run's files]"
+    return text
 
 
 def _scalar(value: Any) -> bool:
@@ -71,15 +58,23 @@ def _denominator(value: Any) -> str:
 
 
 def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The protocol's headline metrics present in this summary, with definitions and denominators."""
+    """The protocol's headline metrics present in this summary, with definitions, denominators and the 95 %
+    intervals the run wrote."""
     out = []
     for m in spec.metrics:
         for key, value, n in _expanded(metrics, m.path, m.n):
             if value is not None:
-                out.append({"name": m.label.format(key=key), "value": value, "definition": m.definition,
-                            "denominator": _denominator(n),
-                            "path": m.path if key is None else m.path.replace("*", key)})
+                path = m.path if key is None else m.path.replace("*", key)
+                out.append({"name": m.label.format(key=key, name=_entry_name(metrics, m.path, key)), "value": value,
+                            "definition": m.definition, "denominator": _denominator(n), "path": path,
+                            "interval": interval_of(metrics, path)})  # {"low", "high", "n", "method", ...} or None
     return out
+
+
+def _entry_name(metrics: dict[str, Any], path: str, key: str | None) -> str | None:
+    """How a person knows the entry a ``*`` stands for: its ``name`` (judgecheck: a judge's model), else its key."""
+    entry = (dig(metrics, path.partition("*")[0].rstrip(".")) or {}).get(key) if key is not None else None
+    return str(entry.get("name", key)) if isinstance(entry, dict) else key
 
 
 def _expanded(metrics: dict[str, Any], path: str, n: str | None) -> list[tuple[str | None, Any, Any]]:
@@ -97,9 +92,10 @@ def _expanded(metrics: dict[str, Any], path: str, n: str | None) -> list[tuple[s
     return [(key, at(path, key), at(n, key) if n else None) for key in keys]
 
 
-def _columns(records: Iterable[dict[str, Any]], spec: Adapter) -> list[str]:
-    """The unit table's columns, in one pass over the records: unit, status, the meta keys short in some record,
-    the protocol's columns some record has, then the fields short in every record."""
+def _columns(records: Iterable[dict[str, Any]], spec: Adapter) -> tuple[list[str], list[str]]:
+    """The unit table's columns and those hidden until chosen, in one pass over the records: the unit id, the
+    protocol's outcome columns some record has, the record fields named like an outcome, the status, the other
+    fields short in every record, the usage, then the meta keys short in some record (hidden)."""
     meta: dict[str, None] = {}
     present: set[str] = set()
     fields: dict[str, bool] = {}  # a field some record has (not None), in order of appearance -> short in every one
@@ -107,12 +103,14 @@ def _columns(records: Iterable[dict[str, Any]], spec: Adapter) -> list[str]:
         meta.update((k, None) for k, v in (r.get("meta") or {}).items() if _scalar(v))
         present.update(k for k, f in spec.columns.items() if k not in present and f(r) is not None)
         for k, v in r.items():
-            if k not in _SKIP and v is not None:
+            if k not in _SKIP and k not in spec.replaces and v is not None:
                 fields[k] = fields.get(k, True) and _scalar(v)
-    columns = dict.fromkeys(["unit", "status", *meta])
-    columns.update((k, None) for k in spec.columns if k in present)
+    lead = [k for k in spec.columns if k in present] + [k for k in OUTCOME_FIELDS if fields.get(k)]
+    columns = dict.fromkeys(["unit", *lead, "status"])
     columns.update((k, None) for k, short in fields.items() if short)
-    return [*columns, "calls", "tokens", "wall s"]
+    columns.update(dict.fromkeys(USAGE))
+    hidden = [k for k in meta if k not in columns]
+    return [*columns, *hidden], hidden
 
 
 def _row(record: dict[str, Any], columns: list[str], spec: Adapter) -> dict[str, Any]:
@@ -125,21 +123,23 @@ def _row(record: dict[str, Any], columns: list[str], spec: Adapter) -> dict[str,
             continue
         if name in spec.columns:
             values[name] = spec.columns[name](record)
-        elif name in (record.get("meta") or {}):
-            values[name] = record["meta"][name]
+        elif name in record:
+            values[name] = record[name]
         else:
-            values[name] = record.get(name)
+            values[name] = (record.get("meta") or {}).get(name)
     return {c: values.get(c) for c in columns}
 
 
-def _field_sections(record: dict[str, Any]) -> list[Section]:
-    """Every list or mapping field of the record as a table; short scalars in one 'fields' table."""
+def _field_sections(record: dict[str, Any], spec: Adapter) -> list[Section]:
+    """Every list or mapping field of the record as a table; short scalars in one 'fields' table (the fields the
+    protocol's columns and sections show under another name left out)."""
     out: list[Section] = []
-    scalars = [[k, v] for k, v in record.items() if k not in _SKIP and not isinstance(v, (dict, list))]
+    skip = _SKIP | set(spec.replaces)
+    scalars = [[k, v] for k, v in record.items() if k not in skip and not isinstance(v, (dict, list))]
     if scalars:
         out.append({"title": "Record fields", "headers": ["field", "value"], "rows": scalars})
     for key, value in record.items():
-        if key in _SKIP or not value or not isinstance(value, (dict, list)):
+        if key in skip or not value or not isinstance(value, (dict, list)):
             continue
         if isinstance(value, list) and all(isinstance(v, dict) for v in value):
             headers = list(dict.fromkeys(k for v in value for k in v))
@@ -192,92 +192,56 @@ def _exchange(event: dict[str, Any], texts: Texts) -> dict[str, Any]:
     return out
 
 
-class _Jsonl:
-    """A JSONL run file read by byte offsets: :meth:`scan` notes where each record starts, :meth:`read` reads
-    records back when they are needed (lines that are not records are skipped, as :func:`read_jsonl` does)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def scan(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        if not self.path.exists():
-            return
-        offset = 0
-        with self.path.open("rb") as fh:
-            for line in fh:
-                if line.strip() and (record := parse_record(line)) is not None:
-                    yield offset, record
-                offset += len(line)
-
-    def read(self, offsets: Iterable[int | None]) -> Iterator[dict[str, Any]]:
-        """The records at ``offsets`` (``{}`` for ``None``)."""
-        with (self.path.open("rb") if self.path.exists() else contextlib.nullcontext()) as fh:
-            for offset in offsets:
-                if offset is None:
-                    yield {}
-                    continue
-                fh.seek(offset)
-                yield json.loads(fh.readline())
-
-
-class _Units:
-    """The view's units, only their places in the run files in memory: the last record of each unit (plan order,
-    then units not in the plan), then the planned units without a record ("not finished")."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.results, self.plan = _Jsonl(run_dir / "results.jsonl"), _Jsonl(run_dir / "units.jsonl")
-        self.latest = {r["unit_id"]: offset for offset, r in self.results.scan() if "unit_id" in r}
-        self.planned = {u["id"]: offset for offset, u in self.plan.scan() if "id" in u}
-        self.done = [i for i in self.planned if i in self.latest] + [i for i in self.latest if i not in self.planned]
-        self.left = [i for i in self.planned if i not in self.latest]
-
-    def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-        """``(record, plan line)`` pairs; a record written before its unit's meta was kept gets the plan's meta."""
-        plan = self.plan.read(self.planned.get(i) for i in self.done)
-        for record, unit in zip(self.results.read(self.latest[i] for i in self.done), plan):
-            record.setdefault("meta", unit.get("meta") or {})
-            yield record, unit
-        for i, unit in zip(self.left, self.plan.read(self.planned[i] for i in self.left)):
-            yield {"unit_id": i, "status": "not finished", "meta": unit.get("meta") or {}}, unit
-
-
 def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:
     """Everything ``view.html`` shows of one run, as JSON-ready data; the units and the long texts are iterators
     that read the run's files a unit at a time, so :func:`runtime.view.page.write_page` writes a page of any size
     in bounded memory (an exchange's place in ``events.jsonl`` is kept per unit, not the exchange)."""
-    run_dir = Path(run_dir)
-    summary = read_json(run_dir / "summary.json")
-    config = read_json(run_dir / "config.json")
+    run = RunDir(run_dir)
+    summary, config = run.summary(), run.config()
     protocol = summary.get("protocol") or config.get("protocol") or ""
     spec = adapter(protocol)
     if extra_sections is None and protocol == "llmeval":
-        extra_sections = llmeval_answers(run_dir, config, latest_records(run_dir))
-    units = _Units(run_dir)
-    log, texts = _Jsonl(run_dir / "events.jsonl"), Texts()
+        extra_sections = llmeval_answers(run.path, config, run.records())
+    units = run.units()
+    relative = Relative(run.path)
+
+    def shown(value: Any) -> Any:
+        return relative(value, clip)
+
+    def pairs() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """``(record, plan line)``; a record written before its unit's meta was kept gets the plan's meta; a
+        planned unit without a record is "not finished"."""
+        for record, unit in units.done():
+            record.setdefault("meta", unit.get("meta") or {})
+            yield record, unit
+        for unit in units.unfinished():
+            yield {"unit_id": unit["id"], "status": NOT_FINISHED, "meta": unit.get("meta") or {}}, unit
+
+    log, texts = run.file(EVENTS), Texts()
     places: dict[str, list[int]] = {}
     for offset, e in log.scan():  # texts numbered in the log's order
         places.setdefault(str(e.get("unit")), []).append(offset)
         for m in e.get("messages") or []:
             texts(m.get("content"))
-    columns = _columns((r for r, _ in units), spec)
+    columns, hidden = _columns((r for r, _ in pairs()), spec)
 
     def exchanges(unit: str) -> list[dict[str, Any]]:
         return [_exchange(e, texts) for e in log.read(places.get(unit, []))]
 
     def unit_rows() -> Iterator[dict[str, Any]]:
-        for r, unit in units:
-            yield clip({"id": r["unit_id"], "row": _row(r, columns, spec), "input": unit.get("input"),
-                        "error": r.get("error"),
-                        "sections": [*spec.sections(r), *(extra_sections or {}).get(r["unit_id"], []),
-                                     *_field_sections(r)],
-                        "events": exchanges(r["unit_id"])})
+        for r, unit in pairs():
+            yield shown({"id": r["unit_id"], "row": _row(r, columns, spec), "input": unit.get("input"),
+                         "error": r.get("error"),
+                         "sections": [*spec.sections(r, unit.get("input") or {}),
+                                      *(extra_sections or {}).get(r["unit_id"], []), *_field_sections(r, spec)],
+                         "events": exchanges(r["unit_id"])})
 
     metrics = summary.get("metrics") or {}
-    return {**clip({
+    return {**shown({
         "kind": "run",
-        "title": f"{protocol} run {run_dir.name}",
+        "title": f"{protocol} run {run.name}",
         "protocol": protocol,
-        "run_id": run_dir.name,
+        "run_id": run.name,
         "notes": [n for n in [summary.get("smoke_test_warning"),
                               _interrupted_note(summary.get("interrupted"))] if n],
         "overview": [["units", summary.get("units")],
@@ -288,8 +252,9 @@ def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = N
                      *[[f"LLM {k}", v] for k, v in (summary.get("usage") or {}).items()]],
         "headline": headline_metrics(spec, metrics),
         "metrics": _flat(metrics),
-        "columns": columns}),
-        "units": unit_rows(), "outside": clip(exchanges("-")), "texts": map(clip, texts.items())}
+        "columns": columns,
+        "hidden": hidden}),
+        "units": unit_rows(), "outside": shown(exchanges("-")), "texts": map(shown, texts.items())}
 
 
 def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:

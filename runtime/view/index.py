@@ -1,0 +1,96 @@
+"""``<out>/index.html``: every run under a folder on one page, opened from disk (no server, no network).
+
+One row per run (a folder holding a ``config.json``, read through :class:`runtime.rundir.RunDir`), newest first:
+its start time (from the run id), protocol, models, status (finished, interrupted, or no summary yet: running or
+stopped before its end), the headline metrics with their 95 % intervals and n, the LLM calls and cost, and links
+to its ``view.html`` and report. Ticking two or more runs of one protocol shows the ``dyneval --compare`` command
+that writes their comparison page; the comparison pages already in the folder are listed with links. The runner
+rewrites the page when a run ends; ``dyneval --index DIR`` rewrites it by hand.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+from typing import Any
+
+from dyneval.runtime.events import usd
+from dyneval.runtime.rundir import RESULTS, RunDir, runs_under
+from dyneval.runtime.view.adapters import adapter
+from dyneval.runtime.view.data import headline_metrics
+from dyneval.runtime.view.page import VIEW_FILE, write_page
+from dyneval.runtime.view.paths import Relative
+from dyneval.state.errors import InputError
+
+INDEX_FILE = "index.html"
+_TITLE = re.compile(rb"<title>(.*?)</title>", re.S)
+
+
+def _status(run: RunDir, summary: dict[str, Any]) -> str:
+    if not summary:
+        plan = sum(1 for _ in run.plan())
+        done = len({r.get("unit_id") for r in run.file(RESULTS)})
+        return f"no summary: running, or stopped before its end ({done} of {plan} units have a record)"
+    counts = ", ".join(f"{k}={v}" for k, v in sorted((summary.get("status_counts") or {}).items()))
+    if summary.get("interrupted"):
+        return f"interrupted (partial): {counts}"
+    return f"finished: {counts}" if counts else "finished"
+
+
+def _cost(usage: dict[str, Any]) -> str:
+    """USD (or unknown, for models without a price), calls and tokens."""
+    if not usage:
+        return ""
+    cost = "unknown USD (no price)" if usage.get("cost_usd") is None else usd(usage)
+    tokens = (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)
+    return f"{cost}; {usage.get('calls', 0)} calls, {tokens} tokens"
+
+
+def _row(run: RunDir) -> dict[str, Any]:
+    try:
+        summary, config = run.summary(), run.config()
+    except (OSError, ValueError) as exc:  # an unreadable file or one that is not JSON: say so on its row
+        return {"run_id": run.name, "started": run.started, "protocol": "", "models": [],
+                "status": f"unreadable: {exc}", "headline": [], "cost": "", "view": None, "report": None}
+    protocol = summary.get("protocol") or config.get("protocol") or ""
+    models = summary.get("models") or config.get("roles") or {}
+    usage = summary.get("usage") or {}
+    head = headline_metrics(adapter(protocol), summary.get("metrics") or {})
+    return {
+        "run_id": run.name, "started": run.started, "protocol": protocol,
+        "models": [f"{role}: {model}" for role, model in models.items()],
+        "status": _status(run, summary),
+        "headline": [{"name": m["name"], "value": m["value"], "denominator": m["denominator"],
+                      **{k: (m.get("interval") or {}).get(k) for k in ("low", "high", "n")}} for m in head],
+        "cost": _cost(usage),
+        "view": f"{run.name}/{VIEW_FILE}" if (run.path / VIEW_FILE).is_file() else None,
+        "report": f"{run.name}/report.html" if (run.path / "report.html").is_file() else None,
+    }
+
+
+def _comparisons(folder: Path) -> list[dict[str, str]]:
+    """The comparison pages in ``folder`` (``compare-*.html``), newest first, each with its title."""
+    out = []
+    for page in sorted(folder.glob("compare-*.html"), reverse=True):
+        with page.open("rb") as fh:
+            found = _TITLE.search(fh.read(4096))
+        title = html.unescape(found.group(1).decode("utf-8", "replace")) if found else page.name
+        out.append({"href": page.name, "title": title})
+    return out
+
+
+def index_payload(out_dir: Path) -> dict[str, Any]:
+    folder = Path(out_dir)
+    runs = [_row(r) for r in reversed(runs_under(folder))]
+    payload = {"kind": "index", "title": f"Runs in {folder.name or folder}", "notes": [],
+               "runs": runs, "comparisons": _comparisons(folder)}
+    return Relative(folder, out=folder)(payload)
+
+
+def write_index(out_dir: Path) -> Path:
+    """Write ``<out_dir>/index.html`` listing every run under ``out_dir``; its path."""
+    folder = Path(out_dir)
+    if not folder.is_dir():
+        raise InputError(f"{folder} is not a folder of runs", setting="--index")
+    return write_page(folder / INDEX_FILE, index_payload(folder))
