@@ -7,8 +7,8 @@ request).
 * ``before``: the protocol's ``prepare()`` waits for the build before it returns, as it did before the build moved
   to a background thread (the shipped code, with ``prepare`` wrapped to wait for the build's future);
 * ``slots held``: overlapped, but a batch keeps its ``--concurrency`` slot while it waits for the graph (the
-  runner's scheduling before waiting units gave their slots back: ``runtime.runner._UnitSlot.idle`` made a no-op),
-  so with more batches than ``--concurrency`` the others start only as the first ones end;
+  runner's scheduling before waiting units gave their slots back: ``runtime.executors.threads._UnitSlot.idle``
+  made a no-op), so with more batches than ``--concurrency`` the others start only as the first ones end;
 * ``overlapped``: the shipped code: batches grade their base questions and label their question entities while the
   graph builds, and wait for it at their first knowledge path, giving their slot to the next batch meanwhile.
 
@@ -86,14 +86,14 @@ def graph_first() -> Iterator[None]:
 @contextlib.contextmanager
 def slots_held() -> Iterator[None]:
     """A batch waiting for the graph keeps its worker slot."""
-    import dyneval.runtime.runner as runner
+    import dyneval.runtime.executors.threads as threads
 
-    original = runner._UnitSlot.idle
-    runner._UnitSlot.idle = lambda self: contextlib.nullcontext()  # type: ignore[method-assign]
+    original = threads._UnitSlot.idle
+    threads._UnitSlot.idle = lambda self: contextlib.nullcontext()  # type: ignore[method-assign]
     try:
         yield
     finally:
-        runner._UnitSlot.idle = original  # type: ignore[method-assign]
+        threads._UnitSlot.idle = original  # type: ignore[method-assign]
 
 
 MODES = {"before": graph_first, "slots held": slots_held, "overlapped": contextlib.nullcontext}

@@ -62,7 +62,9 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
                     "Without --protocol, 'dyneval --compare RUN_A RUN_B ... [--out DIR]' writes one page comparing "
                     "finished runs of one protocol, and 'dyneval --export RUN [--format csv|jsonl|parquet] "
                     "[--out DIR]' writes a run's units (and items) as tables in RUN/export/ (run ids under --out, or "
-                    "run folders).",
+                    "run folders), 'dyneval --detect D --pilot RUN' prints the units per target that separate a "
+                    "difference D in each headline metric, from the pilot run's variance, and 'dyneval --index DIR' "
+                    "writes DIR/index.html listing every run in DIR.",
         formatter_class=_HelpFormatter, **kwargs,
     )
     parser.add_argument("--protocol", required=True, help=f"one of: {', '.join(REGISTRY)}")
@@ -95,6 +97,11 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
                      help=f"exit {EXIT_BELOW_THRESHOLD} when a headline metric (its name in summary.json's metrics, "
                           "e.g. score@1, S, table1.*.avg) is below VALUE or has no value; repeatable")
     run.add_argument("--skip-preflight", action="store_true", help="do not ping each endpoint before the run")
+    run.add_argument("--executor", choices=("threads", "ray"), default="threads",
+                     help="where units run: threads of this process (default), or Ray tasks on a cluster (needs "
+                          "--postgres-dsn and the [ray] extra; see docs/scale-out.md)")
+    run.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster of --executor ray (HOST:PORT or auto; "
+                                                           "default: a cluster started on this machine)")
     stores = parser.add_argument_group("stores")
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
     stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")
@@ -150,10 +157,29 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
     pre = _Parser(add_help=False)
     pre.add_argument("--compare", nargs="+")
     pre.add_argument("--export")
-    pre.add_argument("--format", default="csv")
+    pre.add_argument("--format")
+    pre.add_argument("--detect")
+    pre.add_argument("--pilot")
+    pre.add_argument("--index")
     pre.add_argument("--protocol")
     pre.add_argument("--out", default=RunConfig.model_fields["out"].default)
     args, rest = pre.parse_known_args(argv)
+    if args.protocol is None and (args.detect is not None or args.pilot is not None):
+        if rest or args.compare is not None or args.export is not None or args.format is not None:
+            extra = " ".join(rest) or ("--format" if args.format is not None else "--compare/--export")
+            raise InputError(f"--detect takes --pilot RUN and --out only, not {extra}", setting="--detect")
+        from dyneval.runtime.detect import print_units_needed
+
+        print_units_needed(args.detect, args.pilot, args.out, console)
+        return True
+    if args.protocol is None and args.index is not None:
+        if rest or args.compare is not None or args.export is not None:
+            extra = " ".join(rest) or "--compare/--export"
+            raise InputError(f"--index takes a folder of runs only, not {extra}", setting="--index")
+        from dyneval.runtime.view.index import write_index
+
+        console.print(f"run index: {write_index(Path(args.index))}", markup=False, highlight=False, soft_wrap=True)
+        return True
     if args.protocol is not None or (args.compare is None and args.export is None):
         return False
     flag = "--compare" if args.compare is not None else "--export"
@@ -163,13 +189,16 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
                          f"not {extra}", setting=flag)
     if args.compare is not None:
         from dyneval.runtime.view import write_compare  # loaded only when a comparison is asked for
+        from dyneval.runtime.view.index import INDEX_FILE, write_index
 
         console.print(f"comparison: {write_compare(args.compare, args.out)}", markup=False, highlight=False,
                       soft_wrap=True)
+        if (Path(args.out) / INDEX_FILE).is_file():  # the folder's run index lists the new comparison page
+            write_index(Path(args.out))
     else:
         from dyneval.runtime.export import export_run
 
-        for path in export_run(args.export, args.out, args.format):
+        for path in export_run(args.export, args.out, args.format or "csv"):
             console.print(f"exported: {path}", markup=False, highlight=False, soft_wrap=True)
     return True
 
@@ -251,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         thresholds = parse_thresholds(args.fail_under, args.protocol)
         protocol, config, run = start(args, dests, console)
+        from dyneval.runtime.executors import ExecutorChoice
         from dyneval.runtime.runner import execute, resume_command
 
-        summary = execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
+        summary = execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight,
+                          executor=ExecutorChoice(args.executor, args.ray_address))
         if args.dry_run:
             return EXIT_OK
         return _verdict(summary, thresholds, protocol.name, resume_command(protocol, run), console)

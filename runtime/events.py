@@ -157,6 +157,10 @@ class EventLog:
             "cached": cached,
             "cost_usd": self._cost(model, prompt_tokens, completion_tokens),
         }
+        self.log(event)
+
+    def log(self, event: dict[str, Any]) -> None:
+        """Append one exchange as :meth:`record` made it (here, or in another process: a Ray worker's)."""
         with self._lock:
             self._count(event)
             if self.keep_in_memory or self.path is None:

@@ -138,3 +138,15 @@ def test_the_readme_table_lists_every_exit_code():
     codes = {v for k, v in vars(gate).items() if k.startswith("EXIT_")}
     table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     assert {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)} == codes
+
+
+@pytest.mark.parametrize("extra, named", [(["--executor", "ray"], "--postgres-dsn"),
+                                          (["--ray-address", "127.0.0.1:6379"], "--executor ray")])
+def test_an_executor_that_cannot_run_is_refused_in_one_line_with_exit_2_before_anything_is_created(
+        tmp_path, capsys, extra, named):
+    out = tmp_path / "runs"
+    code = main(_interview(out, "t@http://127.0.0.1:9/v1", "j@http://127.0.0.1:9/v1", *extra))
+    assert code == gate.EXIT_BAD_INPUT == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and named in lines[0], lines
+    assert not out.exists()  # no run directory, no --out folder

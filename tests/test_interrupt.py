@@ -65,7 +65,7 @@ def test_a_stop_signal_sends_no_request_after_2s_writes_a_partial_report_and_pri
         assert "Traceback" not in stdout + stderr
         late = [r for r in _requests(log) if r["ts"] > signalled + 2.0]
         assert late == [], f"{len(late)} requests reached the endpoint more than 2 s after Ctrl-C"
-        run_dir = next(out.iterdir())
+        run_dir = next(p for p in out.iterdir() if p.is_dir())
         assert "RUN_ID" not in stdout
         # the run id and the resume command come first, and again at the end
         resume_lines = [line for line in stdout.splitlines() if "resume with:" in line]
@@ -91,7 +91,7 @@ def test_a_stop_signal_sends_no_request_after_2s_writes_a_partial_report_and_pri
                                    "--evaluator", f"e@{url}", "--concurrency", "3", "--out", str(whole)], cwd=REPO,
                                   capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-            assert _records(run_dir) == _records(next(whole.iterdir()))
+            assert _records(run_dir) == _records(next(p for p in whole.iterdir() if p.is_dir()))
     finally:
         standin.terminate()
         standin.wait(timeout=10)

@@ -41,7 +41,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[Path, list[dict], dict]:
                            str(out), "--skip-preflight", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=1700)  # hang guard only: a loaded machine makes SmolLM2 very slow
     assert proc.returncode in (0, 4), proc.stderr[-3000:] + proc.stdout[-2000:]
-    run_dir = next(out.iterdir())
+    run_dir = next(p for p in out.iterdir() if p.is_dir())
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     # exit 4 = the run ended with units ungraded (the embedded judge often gives no usable verdict), else 0
     assert proc.returncode == (0 if all(r["status"] == "ok" for r in records) else 4), proc.stdout[-2000:]

@@ -20,6 +20,8 @@ from typing import Any, Callable
 import pytest
 from rich.console import Console
 
+import dyneval.runtime.display as display
+import dyneval.runtime.executors.threads as threads
 import dyneval.runtime.runner as runner
 from dyneval.protocols.judgeagent import JudgeAgentProtocol
 from dyneval.runtime.llm import current_unit
@@ -119,7 +121,7 @@ class Run:
 
 
 def test_batches_grade_during_the_build_and_wait_for_the_graph_with_the_same_results(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 0.0)
+    monkeypatch.setattr(display, "PLAIN_EVERY_S", 0.0)
     out = io.StringIO()
     held: list[bool] = []
     box: dict[str, Run] = {}
@@ -152,7 +154,7 @@ class Working:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = self.peak = 0
         self.lock = threading.Lock()
-        run_unit, result = runner.run_unit, Background.result
+        run_unit, result = threads.run_unit, Background.result
 
         def counted_unit(*args: Any) -> dict[str, Any]:
             self.change(+1)
@@ -171,7 +173,7 @@ class Working:
                 if waits:
                     self.change(+1)
 
-        monkeypatch.setattr(runner, "run_unit", counted_unit)
+        monkeypatch.setattr(threads, "run_unit", counted_unit)
         monkeypatch.setattr(Background, "result", counted_result)
 
     def change(self, by: int) -> None:
@@ -210,7 +212,8 @@ def _units(n: int) -> list[Unit]:
 
 def _run_all(run: Run, units: list[Unit], tmp_path: Path) -> ResultStore:
     results = ResultStore(tmp_path / "results.jsonl")
-    runner._run_all(JudgeAgentProtocol(), run.run, None, units, None, results, already=0)
+    protocol = JudgeAgentProtocol()
+    runner._run_all(protocol, run.run, threads.ThreadExecutor(protocol, run.run, None, None, results), units, already=0)
     return results
 
 
@@ -242,7 +245,7 @@ def test_units_waiting_for_a_build_hand_their_slots_to_threads_made_on_demand(tm
         time.sleep(0.01)  # some work after the wait: units resuming all at once would overlap here
         return _record(unit)
 
-    monkeypatch.setattr(runner, "run_unit", unit_waiting_for_the_build)
+    monkeypatch.setattr(threads, "run_unit", unit_waiting_for_the_build)
     working = Working(monkeypatch)
     at_release: list[int] = []
 
@@ -269,7 +272,7 @@ def test_units_that_never_wait_run_on_concurrency_threads(tmp_path, monkeypatch)
         alive.append(_alive_unit_threads())
         return _record(unit)
 
-    monkeypatch.setattr(runner, "run_unit", unit)
+    monkeypatch.setattr(threads, "run_unit", unit)
     assert len(list(_run_all(run, _units(200), tmp_path))) == 200
     assert max(alive) == 4
 
@@ -295,7 +298,7 @@ def test_stop_ends_units_waiting_for_a_slot_after_the_build(tmp_path, monkeypatc
         _until(lambda: len(resumed) == 1 and job.waiting == 4)  # four units wait for the one slot
         stop.request_stop()
 
-    monkeypatch.setattr(runner, "run_unit", unit)
+    monkeypatch.setattr(threads, "run_unit", unit)
     stopper = threading.Thread(target=ctrl_c)
     stopper.start()
     try:
@@ -323,7 +326,7 @@ def test_no_unit_starts_after_a_stop_while_units_wait_for_the_build(tmp_path, mo
             return _record(unit, "interrupted")
         return _record(unit)
 
-    monkeypatch.setattr(runner, "run_unit", unit)
+    monkeypatch.setattr(threads, "run_unit", unit)
     try:
         with pytest.raises(stop.StopRequested):
             _run_all(run, _units(10), tmp_path)
@@ -337,7 +340,7 @@ def test_no_unit_starts_after_a_stop_while_units_wait_for_the_build(tmp_path, mo
 
 def test_build_progress_shows_n_of_total_per_stage_plain_lines_off_a_terminal_and_a_cache_hit(tmp_path, monkeypatch,
                                                                                              hash_embedding):
-    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 0.0)
+    monkeypatch.setattr(display, "PLAIN_EVERY_S", 0.0)
     out = io.StringIO()
     console = Console(file=out, width=200)  # not a terminal: no live display
 

@@ -23,10 +23,10 @@ BATCH_ONLY = {
                    "irt_model", "irt_min_responses"},
     "interview": {"data", "fields", "task", "repeats", "bootstrap_resamples"},
     "llmeval": {"bank", "fields", "skip_invalid", "augment", "rewrite", "near_dup_threshold", "import_only",
-                "sessions", "serve", "port", "admin_token", "rate_limit", "leaderboard", "stability", "sizes",
-                "trials", "kappa", "contamination", "export", "export_layout", "calibrate",
+                "sessions", "serve", "port", "workers", "admin_token", "rate_limit", "leaderboard", "stability",
+                "sizes", "trials", "kappa", "contamination", "export", "export_layout", "calibrate",
                 "compare", "max_request_body", "max_request_headers"},
-    "judgecheck": {"labels", "fields", "bootstrap_resamples"},
+    "judgecheck": {"labels", "fields", "label_map", "skip_invalid", "bootstrap_resamples"},
 }
 #: Context fields Studio shows but the command line does not offer.
 STUDIO_ONLY = {"llmeval": {"sample_if_empty"}}

@@ -10,7 +10,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 import pytest
 from rich.console import Console
 
-import dyneval.runtime.runner as runner
+import dyneval.runtime.executors.threads as threads
 from dyneval.runtime import stop
 from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import RunConfig
@@ -46,7 +46,7 @@ def test_unit_killed_after_its_node_wrote_but_before_the_next_checkpoint_is_not_
     """LangGraph leaves a task whose writes are saved out of ``snapshot.next``; the unit is still unfinished."""
     reference = _chats()
     execute(ToyProtocol(), _open(tmp_path / "ref", reference), skip_preflight=True)
-    expected = _outcome(_records(next((tmp_path / "ref").iterdir())))
+    expected = _outcome(_records(next(p for p in (tmp_path / "ref").iterdir() if p.is_dir())))
 
     class KillAfterAsk(SqliteSaver):
         """Dies when q1's checkpoint after ``ask`` is stored: ask's writes are saved, judge never started."""
@@ -56,7 +56,7 @@ def test_unit_killed_after_its_node_wrote_but_before_the_next_checkpoint_is_not_
                 raise Killed()
             return super().put(config, checkpoint, metadata, new_versions)
 
-    real_open = runner.open_checkpointer
+    real_open = threads.open_checkpointer
 
     @contextmanager
     def killing_checkpointer(run_dir, dsn=None):
@@ -65,10 +65,10 @@ def test_unit_killed_after_its_node_wrote_but_before_the_next_checkpoint_is_not_
 
     chats = _chats()
     run = _open(tmp_path / "out", chats)
-    monkeypatch.setattr(runner, "open_checkpointer", killing_checkpointer)
+    monkeypatch.setattr(threads, "open_checkpointer", killing_checkpointer)
     with pytest.raises(Killed):
         execute(ToyProtocol(), run, skip_preflight=True)
-    monkeypatch.setattr(runner, "open_checkpointer", real_open)
+    monkeypatch.setattr(threads, "open_checkpointer", real_open)
     assert not stop.stopped()  # only Ctrl-C leaves the stop flag up
     assert "q1" not in [r["unit_id"] for r in _records(run.run_dir)]
     assert "question 1" in [last_text(m) for m, _ in chats["target"].calls]

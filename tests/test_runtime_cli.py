@@ -107,7 +107,7 @@ def test_full_run_on_embedded_model_warns_smoke_test_and_writes_run_dir(tmp_path
                    timeout=300)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "smoke test" in proc.stdout
-    run_dir = next(tmp_path.iterdir())
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["units"] == 3 and summary["usage"]["calls"] >= 7  # 1 ping + 2 per unit (+ repairs)
     assert summary["smoke_test_warning"]

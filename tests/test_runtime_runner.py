@@ -174,3 +174,36 @@ def test_every_run_prints_its_id_and_resume_command_first(tmp_path):
     first = console.export_text().splitlines()[0]
     assert run.run_dir.name in first
     assert f"dyneval --protocol toy --resume {run.run_dir.name} --out {tmp_path}" in first  # in-process: the API
+
+
+def _console_run(tmp_path: Path, units: int) -> tuple[list[str], dict]:
+    """A run on a console that is not a terminal (as under CI or a pipe): its printed lines and its summary."""
+    console = Console(record=True, width=200, force_terminal=False)
+    config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": units}, concurrency=2)
+    run = open_run(ToyProtocol(), config, run_id=None, console=console,
+                   chat_overrides={"target": ScriptedChat(lambda m, t: "a"),
+                                   "evaluator": ScriptedChat(lambda m, t: {"correct": True})})
+    summary = execute(ToyProtocol(), run, skip_preflight=True)
+    return console.export_text().splitlines(), summary
+
+
+def test_last_progress_line_shows_the_final_count_of_units_calls_and_requests_in_flight(tmp_path):
+    # a run shorter than the status line's half-second refresh: before, its last line kept the counts of its start
+    lines, summary = _console_run(tmp_path, units=5)
+    progress = [line for line in lines if line.startswith("toy ") and not line.startswith("toy run ")]
+    assert progress, lines
+    last = progress[-1]
+    assert "5/5" in last
+    calls = summary["usage"]["calls"]
+    assert calls == 10
+    assert f"in flight 0, calls {calls}, failed 0, cached 0" in last, last
+
+
+def test_writing_the_summary_and_report_is_a_step_announced_before_and_ended_after(tmp_path):
+    lines, _ = _console_run(tmp_path, units=2)
+    started = lines.index("writing summary and report…")
+    ended = next(i for i, line in enumerate(lines) if line.startswith("writing summary and report: done in "))
+    table = next(i for i, line in enumerate(lines) if line.startswith("toy run "))  # the summary's title
+    last_progress = max(i for i, line in enumerate(lines)
+                        if line.startswith("toy ") and not line.startswith("toy run "))
+    assert last_progress < started < ended < table

@@ -1,0 +1,78 @@
+"""Executors: where a run's units work. The runner (``runtime.runner``) plans the units, hands the unfinished
+ones to an executor, shows the records it hands back as units end, and asks it to stop on Ctrl-C, SIGTERM or a
+spent budget; the run directory, summary and report stay the runner's.
+
+``threads`` (:mod:`.threads`) runs the units on threads of this process, at most ``--concurrency`` at once;
+``ray`` (:mod:`.ray`) runs each unit as a Ray task on any node of a cluster (``--executor ray``).
+Whatever the executor, a unit is one graph thread run by :func:`runtime.unit.run_unit`, and its record is in
+``results.jsonl`` before the executor hands it back.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Protocol
+
+from dyneval.runtime.protocol import Protocol as EvalProtocol, Run, Unit
+from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
+from dyneval.stores.results import ResultStore
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
+
+
+class Executor(Protocol):
+    """Runs submitted units and hands their records back as they end."""
+
+    def submit(self, units: list[Unit]) -> None:
+        """Start the units, at most ``run.config.concurrency`` working at once, in the order given."""
+
+    def ended(self) -> Iterator[dict[str, Any]]:
+        """The record of every submitted unit as it ends (status ``interrupted`` for a unit the stop cut short:
+        not saved, resume continues it); raises what ended the run instead (a failed background build, an
+        exception no unit record holds, ``StopRequested`` once no unit is left working after the stop)."""
+
+    def stop(self, grace_s: float) -> Iterator[dict[str, Any]]:
+        """Start no unit any more; the records of the units that end within ``grace_s`` seconds (the stop flag,
+        already up, refuses their next request)."""
+
+    def working(self) -> bool:
+        """Whether a unit still works (after :meth:`stop`, one whose request is still blocked)."""
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """Where the units of this session run (``--executor``, ``--ray-address``): a choice of the session, not a
+    setting of the run, so a run started on threads may be resumed on Ray and the other way round."""
+
+    name: Literal["threads", "ray"] = "threads"
+    ray_address: str | None = None
+
+    def check(self, config: RunConfig) -> None:
+        """Refuse a choice that cannot run, before anything is created."""
+        if self.ray_address and self.name != "ray":
+            raise InputError("--ray-address names the Ray cluster of --executor ray", field="--ray-address")
+        if self.name != "ray":
+            return
+        if not config.stores.postgres_dsn:
+            raise InputError("--executor ray needs --postgres-dsn: any worker continues any unit from its "
+                             "checkpoints, and final records are claimed in the database", field="--executor")
+        if find_spec("ray") is None:
+            raise InputError("--executor ray needs Ray: pip install 'dyneval[ray]'", field="--executor")
+
+
+def open_executor(choice: ExecutorChoice, protocol: EvalProtocol, run: Run, builder: StateGraph, context: Any,
+                  results: ResultStore) -> AbstractContextManager[Executor]:
+    """The executor ``choice`` names for ``run``, open until the units are done; it appends each unit's record to
+    ``results``. Threads compile ``builder`` with the run's checkpointer and run the units with ``context``; Ray
+    workers build both themselves."""
+    if choice.name == "ray":
+        from dyneval.runtime.executors.ray import open_ray  # Ray is loaded for --executor ray only
+
+        return open_ray(protocol, run, results, choice.ray_address)
+    from dyneval.runtime.executors.threads import open_threads
+
+    return open_threads(protocol, run, builder, context, results)
