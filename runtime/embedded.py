@@ -18,12 +18,20 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 import httpx
 
 from dyneval.state.errors import InfraError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+#: What the console shows while the embedded server starts (seconds on a small CPU).
+STARTING = "starting the embedded model SmolLM2-135M (llama.cpp server on 127.0.0.1)"
 
 
 def embedded_gguf_path() -> Path:
@@ -97,8 +105,30 @@ _lock = threading.Lock()
 _server: EmbeddedServer | None = None
 
 
-def shared_server() -> EmbeddedServer:
-    """The process-wide embedded server (started once, stopped at interpreter exit).
+@contextmanager
+def shown_as_step(console: Console | None, what: str) -> Iterator[None]:
+    """``what`` on ``console`` while the block runs: a spinner on a terminal (a row of the run's live display when
+    one is active), a plain line elsewhere; then the line ``what: done in S s``. Nothing without a console."""
+    started = time.perf_counter()
+    if console is None:
+        yield
+        return
+    if console.is_terminal:
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        with Live(Spinner("dots", f"{what}..."), console=console, transient=True, refresh_per_second=12.5):
+            yield  # drawn at once, not at the first refresh
+    else:
+        console.print(f"{what}...", markup=False, highlight=False, soft_wrap=True)
+        yield
+    console.print(f"{what}: done in {time.perf_counter() - started:.1f} s", markup=False, highlight=False,
+                  soft_wrap=True)
+
+
+def shared_server(console: Console | None = None) -> EmbeddedServer:
+    """The process-wide embedded server (started once, stopped at interpreter exit); its start is shown on
+    ``console`` as a step (:func:`shown_as_step`).
 
     ``DYNEVAL_EMBEDDED_URL`` points at an already running server instead (CI and
     tests start one for the whole session).
@@ -106,10 +136,12 @@ def shared_server() -> EmbeddedServer:
     global _server
     with _lock:
         if _server is None or _server.process.poll() is not None:
-            _server = start_server()
+            with shown_as_step(console, STARTING):
+                _server = start_server()
             atexit.register(_server.stop)
         return _server
 
 
-def embedded_base_url() -> str:
-    return os.environ.get("DYNEVAL_EMBEDDED_URL") or shared_server().base_url
+def embedded_base_url(console: Console | None = None) -> str:
+    """The embedded model's URL: ``DYNEVAL_EMBEDDED_URL``, else the shared server's, started here on first use."""
+    return os.environ.get("DYNEVAL_EMBEDDED_URL") or shared_server(console).base_url

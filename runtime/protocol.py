@@ -60,6 +60,10 @@ class Run:
     console: Console
     resumed: bool = False
 
+    def __post_init__(self) -> None:
+        if self.services.console is None:
+            self.services.console = self.console  # the services' slow steps (the embedded model's start) show here
+
     @property
     def params(self) -> dict[str, Any]:
         return self.config.params

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 from dyneval.runtime import stop
 from dyneval.runtime.budget import Budget
 from dyneval.runtime.config_loader import load_config, read_config_file
+from dyneval.runtime.embedded import embedded_base_url
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.models import Endpoint, model_label, open_endpoint
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from dyneval.runtime.cache import ResponseCache
     from langchain_core.language_models import BaseChatModel
+    from rich.console import Console
 
 
 class Background:
@@ -93,7 +95,11 @@ class Services:
     """Role models, event log and stores for one run.
 
     ``chat_overrides`` replaces the chat model of a role or a model reference (tests use LangChain fake chat
-    models here); everything else still goes through :class:`RoleLLM`.
+    models here); everything else still goes through :class:`RoleLLM`. ``console`` (the run's, set by
+    :class:`runtime.protocol.Run`) shows the slow steps of opening a model, such as the embedded model's start.
+
+    Models are resolved lazily: a role's endpoint is opened (and the embedded server started) at the role's first
+    call, so a role a run never calls (an interview's target when a person answers) costs nothing.
     """
 
     config: RunConfig
@@ -101,6 +107,7 @@ class Services:
     events: EventLog
     chat_overrides: dict[str, BaseChatModel] = field(default_factory=dict)
     retry_sleep: Any = None
+    console: Console | None = None
     _llms: dict[tuple[str, str], RoleLLM] = field(default_factory=dict, repr=False)
     _endpoints: dict[str, Endpoint] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -163,6 +170,8 @@ class Services:
         spec = parse_model_ref(ref, self.config.models)
         key = spec.model_dump_json()
         if key not in self._endpoints:
+            if spec.provider == "embedded":
+                embedded_base_url(self.console)  # its start (seconds) shown on the run's console as a step
             self._endpoints[key] = open_endpoint(spec)
         return self._endpoints[key]
 

@@ -64,3 +64,47 @@ def test_planning_a_run_without_vectors_loads_no_embedding_model_nor_plotting(pr
     loaded = loaded_after("--protocol", protocol, "--dry-run", "--out", str(tmp_path), printed="units:")
     assert not any(tmp_path.iterdir())  # the plan was really made (printed), and left no run folder behind
     assert not loaded & set(HEAVY)
+
+
+_FIRST_LINE_PROBE = """
+import importlib.abc, json, runpy, sys
+
+class FirstLibrary(importlib.abc.MetaPathFinder):
+    '''Prints a marker line when the first module outside the standard library and dyneval is imported.'''
+    def find_spec(self, name, path=None, target=None):
+        top = name.split('.')[0]
+        ours = top in ('dyneval', '_distutils_hack') or top.startswith('__')
+        if top not in sys.stdlib_module_names and not ours:
+            sys.meta_path.remove(self)
+            print('FIRST-LIBRARY ' + top, flush=True)
+        return None
+
+sys.meta_path.insert(0, FirstLibrary())
+sys.argv = ["run.py", *json.loads(sys.argv[1])]
+try:
+    runpy.run_path("run.py", run_name="__main__")
+except SystemExit:
+    pass
+"""
+
+
+def _output_of(*argv: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", _FIRST_LINE_PROBE, json.dumps(list(argv))], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")})
+    return [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+
+
+def test_a_run_says_what_it_does_before_it_imports_any_library(tmp_path):
+    """The first line a run prints names the protocol and what is happening, and comes before the first library
+    (rich, pydantic, LangChain ...) is imported: a person sees it within the interpreter's own start-up."""
+    lines = _output_of("--protocol", "interview", "--dry-run", "--out", str(tmp_path))
+    marker = next(i for i, line in enumerate(lines) if line.startswith("FIRST-LIBRARY "))
+    assert marker == 1, lines[:5]
+    assert "interview" in lines[0] and "loading" in lines[0]
+    assert any(line.startswith("units:") for line in lines)  # the run went on to its plan
+
+
+def test_help_prints_no_status_line_first():
+    lines = [line for line in _output_of("--protocol", "atad", "--help") if not line.startswith("FIRST-LIBRARY ")]
+    assert lines[0].startswith("usage:"), lines[:3]

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 from dyneval.protocols.interview import metrics
 from dyneval.protocols.interview.data import CANONICAL, SAMPLE, load_seeds
 from dyneval.protocols.interview.report import report_blocks
+from dyneval.protocols.interview.terminal import ask
 from dyneval.runtime.protocol import Protocol, Run, Unit
 from dyneval.runtime.report import Block, Text
 from dyneval.state.context import described
 from dyneval.state.errors import InfraError, ModelError
-from dyneval.state.interview import TASK_TYPES, InterviewContext, TaskType
+from dyneval.state.interview import InterviewContext, TaskType
 from dyneval.state.judgecheck import check_jury
 from dyneval.state.verdicts import is_ungraded
 
@@ -88,16 +89,23 @@ class InterviewProtocol(Protocol):
         high = 2 + 1 + (r + 1) * 2 + r * 2 + (q - 1) * 3 + 1
         return f"{low}-{high} (single-turn 2, modify 1, 2 per answer, 1-2 per feedback, 3 per follow-up, summary 1)"
 
+    def custom_run(self, run: Run) -> bool:
+        """No other mode; this only settles the roles before the pre-flight ping, the plan and the smoke-test
+        warning (a resumed run does not plan again): when a person answers (``--interviewee human``) the target
+        role is never called, so no model is opened, pinged or started for it."""
+        human = self.context(run).interviewee == "human"
+        self.roles = tuple(r for r in type(self).roles if r != "target") if human else type(self).roles
+        return False
+
     def on_interrupt(self, run: Run, unit: Unit, value: Any) -> Any:
-        """Ask the human interviewee on the terminal; the reply resumes the graph from its checkpoint."""
+        """Ask the human interviewee on the terminal, the run's live display paused meanwhile; the reply resumes
+        the graph from its checkpoint."""
         question = value.get("question", value) if isinstance(value, dict) else value
         with _input_lock:
             head = f"[{unit.id}] " + (f"question {value.get('q')} try {value.get('attempt')}"
                                       if isinstance(value, dict) else "")
-            run.console.rule(head)
-            run.console.print(str(question), markup=False, highlight=False)
             try:
-                return input("your answer> ")
+                return ask(run.console, head, str(question))
             except EOFError:
                 raise InfraError("no answer from the human interviewee (input closed); the session is kept at "
                                  "its checkpoint: continue with --resume RUN_ID") from None
@@ -165,6 +173,7 @@ class InterviewProtocol(Protocol):
             "graded_by": metrics.graded_by(ok),
             "modification": dict(sorted(_count(r["modification"].get("status", "?") for r in ok).items())),
             "n_max": n_max,
+            **metrics.intervals(ok, n_max),
         }
         out["comprehensive_summary"], out["summary_source"] = self._overall_summary(run, ok, out)
         return out

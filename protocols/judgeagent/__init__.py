@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from dyneval.protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
 from dyneval.protocols.judgeagent.report import build_report
 from dyneval.nodes.judgeagent.judging import answer_format
-from dyneval.protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, overall_score,
-                                          ungraded_answers, unvalidated, validation_by_label)
+from dyneval.protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, intervals,
+                                                  overall_score, ungraded_answers, unvalidated, validation_by_label)
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.runtime.report import Block, Text
 from dyneval.state.context import described
@@ -62,7 +62,8 @@ class JudgeAgentBatch:
                                          "e.g. question=QUESTION,answer=final_decision,references=CONTEXTS "
                                          "(options=A+B+C+D and references=P1+P2 join columns)")
     choices: str | None = described(None, "the same options for every question, e.g. yes,no,maybe")
-    hf_dataset: str | None = described(None, "Hugging Face dataset id[:config] (needs network)")
+    hf_dataset: str | None = described(None, "Hugging Face dataset id[:config], read from the local Hugging Face cache "
+                                          "(HF_HUB_OFFLINE=0 lets it download)")
     hf_split: str = described("test", "split of --hf-dataset")
     batch_size: int = described(3, "N_B questions per batch", minimum=1, maximum=100)
     build_kb_only: bool = described(False, "build (or load) the context graph, print its statistics and stop")
@@ -300,6 +301,7 @@ class JudgeAgentProtocol(Protocol):
             "inputs": self._run_inputs(run),
             "settings": {**settings, "answer_format": fmt},
             **(irt_plan().adaptive_summary(run, ok) if run.params.get("irt_runs") else {}),
+            **intervals(ok),
         }
 
     def _run_inputs(self, run: Run) -> dict[str, Any]:
