@@ -188,16 +188,22 @@ def _clean_environment() -> Iterator[None]:
         os.environ.update(saved)
 
 
+def run_cli(name: str, args: list[str], standin: StandIn, out: Path) -> None:
+    """``dyneval ARGS`` in-process with every role on ``standin`` and ``--out OUT`` (``{URL}`` and ``{REPO}`` in
+    ``args`` filled in), its console captured; a RuntimeError with that console when it does not exit 0."""
+    argv = [a.replace("{URL}", standin.url).replace("{REPO}", str(REPO)) for a in args]
+    argv += [x for role in ROLES for x in (f"--{role}", standin.spec(role))] + ["--out", str(out)]
+    with contextlib.redirect_stdout(io.StringIO()) as console, contextlib.redirect_stderr(io.StringIO()) as err:
+        code = cli.main(argv)
+    if code != 0:
+        raise RuntimeError(f"{name}: run.py exited {code}\n{console.getvalue()}\n{err.getvalue()}")
+
+
 def run_case(name: str, workdir: Path) -> dict[str, Any]:
     """Run one case in-process against a fresh stand-in; its normalized outputs."""
     out = workdir / name
     with StandIn(respond=respond) as standin, _clean_environment():
-        argv = [a.replace("{URL}", standin.url).replace("{REPO}", str(REPO)) for a in CASES[name]]
-        argv += [x for role in ROLES for x in (f"--{role}", standin.spec(role))] + ["--out", str(out)]
-        with contextlib.redirect_stdout(io.StringIO()) as console, contextlib.redirect_stderr(io.StringIO()) as err:
-            code = cli.main(argv)
-        if code != 0:
-            raise RuntimeError(f"{name}: run.py exited {code}\n{console.getvalue()}\n{err.getvalue()}")
+        run_cli(name, CASES[name], standin, out)
         endpoint = [(r.model, r.key) for r in standin.ok_requests()]
         runs = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
         if len(runs) != 1:

@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
 
-from dyneval import cli
-from tests.golden_runs import CASES, REPO, ROLES, _clean_environment, respond
+from tests.golden_runs import CASES, _clean_environment, respond, run_cli
 from tests.standin_endpoint import StandIn
 
 #: The golden cases, JudgeAgent with two batches (one batch has no spread between batches), and judgecheck with a
@@ -29,12 +26,7 @@ def run(name: str, workdir: Path) -> Path:
     """Run ``RUNS[name]`` against a fresh stand-in; the run's directory."""
     out = workdir / name
     with StandIn(respond=respond) as standin, _clean_environment():
-        argv = [a.replace("{URL}", standin.url).replace("{REPO}", str(REPO)) for a in RUNS[name]]
-        argv += [x for role in ROLES for x in (f"--{role}", standin.spec(role))] + ["--out", str(out)]
-        with contextlib.redirect_stdout(io.StringIO()) as console, contextlib.redirect_stderr(io.StringIO()) as err:
-            code = cli.main(argv)
-    if code != 0:
-        raise RuntimeError(f"{name}: exit {code}\n{console.getvalue()}\n{err.getvalue()}")
+        run_cli(name, RUNS[name], standin, out)
     return next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_"))
 
 

@@ -30,6 +30,7 @@ from dyneval.state.llmeval import LLMEvalContext
 from dyneval.stores.question_bank import LEGACY_SECRET_KEY, QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
+from tests.listeners import listener_closed
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
@@ -543,15 +544,8 @@ def test_sigterm_closes_the_listener_finishes_the_request_in_flight_and_persists
                          + body[:10])
             time.sleep(0.5)
             proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:  # the listener closes while the request is in flight
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    time.sleep(0.1)
-                except OSError:
-                    break
-            else:
-                pytest.fail("the listener stayed open after SIGTERM")
+            # the listener closes while the request is in flight
+            assert listener_closed(port, within_s=20), "the listener stayed open after SIGTERM"
             conn.sendall(body[10:])
             reply = b""
             while chunk := conn.recv(65536):

@@ -27,6 +27,7 @@ from dyneval.nodes.llmeval.bankio import import_file
 from dyneval.protocols.llmeval.server import WORKER_HEADER
 from dyneval.runtime.embedded import free_port
 from dyneval.stores.question_bank import QuestionBank
+from tests.listeners import listener_closed
 from tests.standin_endpoint import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -301,15 +302,8 @@ def test_sigterm_to_the_parent_finishes_a_workers_request_in_flight_exits_0_and_
                          + body[:10])
             time.sleep(0.5)
             server.proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # every worker closes the listener while the request is in flight
-                try:
-                    socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
-                    time.sleep(0.1)
-                except OSError:
-                    break
-            else:
-                pytest.fail("the listener stayed open after SIGTERM")
+            # every worker closes the listener while the request is in flight
+            assert listener_closed(server.port, within_s=60), "the listener stayed open after SIGTERM"
             conn.sendall(body[10:])
             reply = b""
             while chunk := conn.recv(65536):
