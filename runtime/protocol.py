@@ -77,13 +77,18 @@ class Protocol(ABC):
     context_cls: ClassVar[type[BaseContext]] = BaseContext
     #: A dataclass of the batch-only options (``described`` fields), or ``None``.
     batch_cls: ClassVar[type | None] = None
-    #: Roles whose endpoints pre-flight pings before any tokens are spent.
+    #: Roles whose endpoints pre-flight pings before any tokens are spent (a run's own: :meth:`roles_in`).
     roles: ClassVar[tuple[str, ...]] = ("target", "evaluator")
     #: Roles whose output is a verdict on another role's output: what ``--rescore`` asks again (every other role
     #: is replayed from the source run). Empty = the protocol cannot be re-scored.
     judge_roles: ClassVar[tuple[str, ...]] = ()
     #: For a re-score's report: which metrics are re-scored as-is and which depend on the verdicts' path.
     rescore_note: ClassVar[str] = ""
+
+    def roles_in(self, run: Run) -> tuple[str, ...]:
+        """The roles ``run`` calls: the class's ``roles`` unless one of the run's settings leaves a role unused
+        (what a cost budget is checked for, before anything is created)."""
+        return type(self).roles
 
     # -- parameters ----------------------------------------------------------------------------
     @classmethod

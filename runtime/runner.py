@@ -93,11 +93,12 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
                           **(chat_overrides or {})}
     services = Services(config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {},
                         retry_sleep=retry_sleep)
-    called = protocol.judge_roles if config.rescored_from else protocol.roles  # a re-score's others are replayed
+    run = Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
+    called = protocol.judge_roles if config.rescored_from else protocol.roles_in(run)  # a re-score replays others
     cost_flag = "--max-cost" if config.max_cost is not None else "--max-cost-per-role" if config.max_cost_per_role \
         else None
     check_priced(cost_flag, pricing, {role: services.model_label(role) for role in called})
-    return Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
+    return run
 
 
 def resume_command(protocol: Protocol, run: Run) -> str:

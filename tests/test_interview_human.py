@@ -126,7 +126,8 @@ def test_runner_asks_on_the_terminal_and_resumes_after_a_crash(tmp_path, monkeyp
 
 def test_a_human_interview_starts_no_model_for_the_unused_target_role(tmp_path, monkeypatch, capsys):
     """The target role is left at its default, the embedded model: a person answers instead, so the run neither
-    pings nor starts it (the starter fails the run if it is called) and every request goes to the evaluator."""
+    pings nor starts it (the starter fails the run if it is called) and every request goes to the evaluator; a cost
+    budget asks a price of the evaluator only (the unused, unpriced target would refuse the run)."""
     from dyneval.cli import main
     from dyneval.runtime import embedded
     from tests.standin_endpoint import StandIn
@@ -144,8 +145,11 @@ def test_a_human_interview_starts_no_model_for_the_unused_target_role(tmp_path, 
     typed = iter(["Final answer: 15", "no idea", "no", "no"])
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(typed))
     with StandIn() as standin:
+        prices = tmp_path / "prices.yaml"
+        prices.write_text("models:\n  ev: {input: 1.0, output: 2.0}\n", encoding="utf-8")
         code = main(["--protocol", "interview", "--interviewee", "human", "--evaluator", standin.spec("ev"),
-                     "--limit", "1", "--max-questions", "1", "--out", str(tmp_path / "runs")])
+                     "--limit", "1", "--max-questions", "1", "--out", str(tmp_path / "runs"),
+                     "--max-cost", "5", "--pricing", str(prices)])
         asked = {r.model for r in standin.requests}
     out = capsys.readouterr().out
     assert code == 0, out[-2000:]

@@ -89,12 +89,16 @@ class InterviewProtocol(Protocol):
         high = 2 + 1 + (r + 1) * 2 + r * 2 + (q - 1) * 3 + 1
         return f"{low}-{high} (single-turn 2, modify 1, 2 per answer, 1-2 per feedback, 3 per follow-up, summary 1)"
 
+    def roles_in(self, run: Run) -> tuple[str, ...]:
+        """When a person answers (``--interviewee human``) the target role is never called."""
+        human = self.context(run).interviewee == "human"
+        return tuple(r for r in type(self).roles if r != "target") if human else type(self).roles
+
     def custom_run(self, run: Run) -> bool:
         """No other mode; this only settles the roles before the pre-flight ping, the plan and the smoke-test
-        warning (a resumed run does not plan again): when a person answers (``--interviewee human``) the target
-        role is never called, so no model is opened, pinged or started for it."""
-        human = self.context(run).interviewee == "human"
-        self.roles = tuple(r for r in type(self).roles if r != "target") if human else type(self).roles
+        warning (a resumed run does not plan again), so no model is opened, pinged or started for an unused
+        role (:meth:`roles_in`)."""
+        self.roles = self.roles_in(run)
         return False
 
     def on_interrupt(self, run: Run, unit: Unit, value: Any) -> Any:

@@ -87,10 +87,14 @@ class JudgeCheckProtocol(Protocol):
         return [Unit(id=i.id, input={"item": i.model_dump()}, meta={"category": i.category, "label": i.label})
                 for i in items]
 
+    def roles_in(self, run: Run) -> tuple[str, ...]:
+        """A jury judges instead of the evaluator, which is then left out."""
+        return () if self.context(run).jury else ("evaluator",)
+
     def custom_run(self, run: Run) -> bool:
-        """No other mode; this only settles the roles before the pre-flight ping and the smoke-test warning (a
-        resumed run does not plan again): a jury judges instead of the evaluator, which is then left out."""
-        self.roles = () if self.context(run).jury else ("evaluator",)
+        """No other mode; this only settles the roles (:meth:`roles_in`) before the pre-flight ping and the
+        smoke-test warning (a resumed run does not plan again)."""
+        self.roles = self.roles_in(run)
         return False
 
     def inputs(self, run: Run) -> str:
