@@ -28,7 +28,7 @@ def test_evaluate_returns_the_summary_and_records_the_command_line_run_writes(tm
         assert main(["--protocol", "interview", "--target", standin.spec("target"), "--evaluator",
                      standin.spec("judge"), "--out", str(tmp_path / "cli"), "--limit", "2", "--max-questions", "1",
                      "--skip-preflight"]) == 0
-    (cli,) = (tmp_path / "cli").iterdir()
+    (cli,) = [p for p in (tmp_path / "cli").iterdir() if p.is_dir()]
     assert result.run_dir.parent == tmp_path / "api" and result.run_id == result.run_dir.name
     assert result.summary == json.loads((result.run_dir / "summary.json").read_text())
     assert result.metrics == result.summary["metrics"] and result.stopped is None

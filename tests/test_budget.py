@@ -25,7 +25,7 @@ def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path]:
     code = run.main(["--protocol", "interview", "--limit", "3", "--out", str(out), "--skip-preflight",
                      "--concurrency", str(CONCURRENCY), "--target", standin.spec("target"),
                      "--evaluator", standin.spec("evaluator"), *extra])
-    (run_dir,) = [p for p in set(out.iterdir()) - before if not p.name.startswith("_")] or [None]
+    (run_dir,) = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")] or [None]
     return code, run_dir
 
 

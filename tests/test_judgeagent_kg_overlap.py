@@ -352,7 +352,7 @@ def test_build_progress_shows_n_of_total_per_stage_plain_lines_off_a_terminal_an
     text = out.getvalue()
     assert "context graph: 16 chunks, 16 to label" in text
     assert re.search(r"^context graph: extraction 0/16$", text, re.MULTILINE)  # a plain line while it built
-    stats = json.loads((tmp_path / next(p.name for p in tmp_path.iterdir() if not p.name.startswith("_"))
+    stats = json.loads((tmp_path / next(p.name for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_"))
                         / "kb_stats.json").read_text())
     for stage, total in (("extraction", 16), ("embedding chunks", 16), ("embedding entities", stats["entities"])):
         assert re.search(rf"^  {stage} .*\b{total}/{total}\b", text, re.MULTILINE), stage  # the final display

@@ -35,7 +35,7 @@ def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path | No
     code = run.main(["--protocol", "interview", "--limit", "3", "--out", str(out), "--skip-preflight",
                      "--concurrency", str(CONCURRENCY), "--target", standin.spec("target"),
                      "--evaluator", standin.spec("evaluator"), *extra])
-    made = [p for p in set(out.iterdir()) - before if not p.name.startswith("_")] if out.exists() else []
+    made = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")] if out.exists() else []
     return code, (made[0] if made else None)
 
 

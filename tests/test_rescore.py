@@ -40,7 +40,7 @@ def _run(out: Path, argv: list[str]) -> Path:
 
     before = set(out.iterdir()) if out.exists() else set()
     assert run.main(["--out", str(out), "--skip-preflight", *argv]) == 0
-    (run_dir,) = [p for p in set(out.iterdir()) - before if not p.name.startswith("_")]
+    (run_dir,) = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")]
     return run_dir
 
 

@@ -20,7 +20,7 @@ def _interview(out: Path, standin: StandIn, *extra: str) -> Path:
     argv = ["--protocol", "interview", "--limit", "2", "--out", str(out), "--skip-preflight",
             "--target", standin.spec("target"), "--evaluator", standin.spec("evaluator"), *extra]
     assert run.main(argv) == 0
-    (run_dir,) = [p for p in set(out.iterdir()) - before if not p.name.startswith("_")]
+    (run_dir,) = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")]
     return run_dir
 
 

@@ -28,7 +28,7 @@ def finished_run(tmp_path, monkeypatch, standin):
     monkeypatch.setenv("DYNEVAL_EVALUATOR", standin.spec("evaluator"))
     out = tmp_path / "runs"
     assert run.main(["--protocol", "interview", "--limit", "1", "--out", str(out), "--skip-preflight"]) == 0
-    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith("_")]
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
     return out, run_dir
 
 
