@@ -1,0 +1,220 @@
+"""Threads against ``--executor ray`` with 1 and 2 worker nodes on this machine: calls/s and CPU per unit as
+ratios, all measured in this one run.
+
+    python -m bench.ray_scaling [--units 200] [--concurrency 16] [--latencies 0,0.2]
+
+The same interview batch (``--units`` seed questions, each its own unit) runs on the thread pool and on a Ray
+cluster of a head and 1, then 2, worker nodes, each its own ``ray start`` process on 127.0.0.1
+(``tests/ray_cluster.py``), against the stand-in endpoint (``tests/standin_endpoint.py`` with the golden runs'
+replies, in its own process, ``--latencies`` seconds per request). Every run, threads included, checkpoints in
+a fresh database of one throw-away PostgreSQL server (Ray requires it; the thread pool uses the same store so
+only the executor differs). Per run: wall seconds of ``execute``, LLM calls (the run's usage), calls/s, and the
+CPU seconds of each party over the run, read from ``/proc`` (user + system, children reaped included): the
+driver (this process), the Ray head's and the worker nodes' process trees, PostgreSQL, and the stand-in. CPU
+per unit is everything but the stand-in (which a real endpoint would not charge to this machine). Before the
+measured runs, each executor (each new cluster) runs ``2 x --concurrency`` units unmeasured, so Ray's worker
+processes have started and imported ``dyneval`` (a cold start is a one-off cost, not a per-unit one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rich.console import Console  # noqa: E402
+
+from dyneval.protocols.interview import InterviewProtocol  # noqa: E402
+from dyneval.runtime.embedded import free_port  # noqa: E402
+from dyneval.runtime.executors import ExecutorChoice  # noqa: E402
+from dyneval.runtime.runner import execute, open_run  # noqa: E402
+from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
+from tests.ray_cluster import RayCluster, _tree, ray_cluster  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+#: PostgreSQL's default of 100 runs out: each Ray worker process keeps its own connections to every run's database
+#: it worked for (measured: 112 of 120 units ``too many clients`` on a cluster's third run with 2 nodes).
+MAX_CONNECTIONS = 500
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` and of their children they reaped (``/proc/PID/stat``)."""
+    total = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / TICK
+
+
+@contextlib.contextmanager
+def postgres() -> Iterator[tuple[str, Path]]:
+    """A throw-away PostgreSQL server on 127.0.0.1 (as ``tests/conftest.py``'s fixture starts one): its DSN and
+    data directory; stopped and removed on exit."""
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
+    initdb, pg_ctl = (shutil.which(name) or next((str(d / name) for d in debian if (d / name).exists()), None)
+                      for name in ("initdb", "pg_ctl"))
+    if not (initdb and pg_ctl):
+        sys.exit("bench.ray_scaling: PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    folder = Path(tempfile.mkdtemp(prefix="dyneval-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        as_user = ["runuser", "-u", "postgres" if shutil.which("runuser") else "nobody", "--"]
+        shutil.chown(folder, user=as_user[2])
+    port, data = free_port(), folder / "data"
+    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"], check=True,
+                   capture_output=True)
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections={MAX_CONNECTIONS}"
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-w", "-l", str(folder / "log"), "-o", options, "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", data
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fresh_db(dsn: str, name: str) -> str:
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(dsn.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
+@contextlib.contextmanager
+def standin(latency: float) -> Iterator[tuple[str, int]]:
+    """The stand-in with the golden runs' replies in its own process (``bench.speed --serve``): URL and pid."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench.speed", "--serve", str(latency), ""], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip(), proc.pid  # type: ignore[union-attr]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def seeds(path: Path, units: int) -> str:
+    """``units`` interview seeds: the sample's, repeated with ids and numbered questions of their own."""
+    sample = [json.loads(line) for line in (REPO / "samples/interview/seeds.jsonl").read_text().splitlines()]
+    with path.open("w") as fh:
+        for i in range(units):
+            seed = dict(sample[i % len(sample)])
+            seed["id"], seed["question"] = f"{seed['id']}-{i}", f"({i}) {seed['question']}"
+            fh.write(json.dumps(seed) + "\n")
+    return str(path)
+
+
+def one_run(label: str, data: str, url: str, dsn: str, out: Path, concurrency: int, choice: ExecutorChoice,
+            parties: dict[str, list[int]]) -> dict[str, Any]:
+    """One interview batch on ``choice``; wall, calls and each party's CPU seconds over ``execute``."""
+    models = {role: ModelSpec(model=role, base_url=url, concurrency=256) for role in ("target", "evaluator")}
+    config = RunConfig(protocol="interview", out=str(out), models=models, roles={r: r for r in models},
+                       concurrency=concurrency, stores=StoreConfig(postgres_dsn=dsn), params={"data": data})
+    protocol = InterviewProtocol()
+    run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
+    trees = {name: _tree(pid) if name != "driver" else [] for name, pid in parties.items()}
+    before = {name: cpu_s(pids) for name, pids in trees.items()}
+    driver, started = time.process_time(), time.perf_counter()
+    summary = execute(protocol, run, skip_preflight=True, executor=choice)
+    wall = time.perf_counter() - started
+    trees = {name: _tree(pid) if name != "driver" else [] for name, pid in parties.items()}
+    cpu = {name: cpu_s(pids) - before.get(name, 0.0) for name, pids in trees.items()}
+    cpu["driver"] = time.process_time() - driver
+    counts = summary["status_counts"]
+    if counts.get("ok", 0) != sum(counts.values()):
+        records = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()]
+        failed = next(r for r in records if r["status"] != "ok")
+        print(f"{label}: {counts}; first not ok: {failed['unit_id']} {failed.get('error')}", file=sys.stderr)
+    return {"label": label, "wall": wall, "calls": summary["usage"]["calls"], "units": sum(counts.values()),
+            "ok": counts.get("ok", 0), "cpu": cpu}
+
+
+def cluster_parties(cluster: RayCluster) -> dict[str, int]:
+    return {("ray head" if name == "head" else f"ray {name}"): node.process.pid
+            for name, node in cluster.nodes.items()}
+
+
+def report(rows: list[dict[str, Any]], latency: float) -> None:
+    base = next(r for r in rows if r["label"] == "threads")
+    print(f"\nstand-in latency {latency:g} s")
+    print(f"{'executor':<16} {'ok/units':>9} {'calls':>6} {'wall s':>7} {'calls/s':>8} {'x threads':>9} "
+          f"{'CPU ms/unit':>11} {'x threads':>9}  CPU seconds by process (tree)")
+    for r in rows:
+        rate = r["calls"] / r["wall"]
+        own = sum(v for k, v in r["cpu"].items() if k != "stand-in")
+        per_unit = own / max(r["units"], 1) * 1000
+        base_rate = base["calls"] / base["wall"]
+        base_unit = sum(v for k, v in base["cpu"].items() if k != "stand-in") / max(base["units"], 1) * 1000
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items())
+        total = sum(r["cpu"].values())
+        print(f"{r['label']:<16} {r['ok']:>4}/{r['units']:<4} {r['calls']:>6} {r['wall']:>7.1f} {rate:>8.1f} "
+              f"{rate / base_rate:>9.2f} {per_unit:>11.1f} {per_unit / base_unit:>9.2f}  {parts}; "
+              f"all {total:.1f} = {total / r['wall']:.2f} of 2 cores' {2 * r['wall']:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--units", type=int, default=200, help="interview units per run (default 200)")
+    parser.add_argument("--concurrency", type=int, default=16, help="units in flight (default 16)")
+    parser.add_argument("--latencies", default="0,0.2", help="stand-in seconds per request, comma-separated")
+    args = parser.parse_args()
+    latencies = [float(x) for x in args.latencies.split(",")]
+    load = os.getloadavg()[0]
+    rows: dict[float, list[dict[str, Any]]] = {lat: [] for lat in latencies}
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ray-scaling-")))
+        data = seeds(work / "seeds.jsonl", args.units)
+        dsn, pg_data = stack.enter_context(postgres())
+        pg_pid = int((pg_data / "postmaster.pid").read_text().split()[0])
+        standins = {lat: stack.enter_context(standin(lat)) for lat in latencies}
+        n = 0
+
+        def db() -> str:
+            nonlocal n
+            n += 1
+            return fresh_db(dsn, f"bench_{n}")
+
+        warm = seeds(work / "warm.jsonl", 2 * args.concurrency)
+        first_url = next(iter(standins.values()))[0]
+        one_run("warm-up", warm, first_url, db(), work / "warm", args.concurrency, ExecutorChoice(), {"driver": 0})
+        for lat, (url, pid) in standins.items():
+            parties = {"driver": 0, "postgres": pg_pid, "stand-in": pid}
+            rows[lat].append(one_run("threads", data, url, db(), work / f"t{n}", args.concurrency,
+                                     ExecutorChoice(), parties))
+        for workers in (1, 2):
+            with ray_cluster(workers=workers, cpus_per_worker=1) as cluster:
+                # not measured: the worker processes start and import dyneval on their first units
+                one_run("warm-up", warm, first_url, db(), work / f"warm{n}", args.concurrency,
+                        ExecutorChoice("ray", cluster.address), {"driver": 0})
+                for lat, (url, pid) in standins.items():
+                    parties = {"driver": 0, **cluster_parties(cluster), "postgres": pg_pid, "stand-in": pid}
+                    rows[lat].append(one_run(f"ray, {workers} worker{'s' * (workers > 1)}", data, url, db(),
+                                             work / f"r{n}", args.concurrency,
+                                             ExecutorChoice("ray", cluster.address), parties))
+    print(f"interview, {args.units} units, --concurrency {args.concurrency}, {os.cpu_count()} cores; "
+          f"1-min load average at the start: {load:.2f}")
+    for lat in latencies:
+        report(rows[lat], lat)
+
+
+if __name__ == "__main__":
+    main()
