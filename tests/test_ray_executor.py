@@ -253,11 +253,11 @@ def test_sigterm_to_the_driver_stops_every_worker_and_leaves_a_run_resume_finish
     env = cluster.env  # the nodes' environment: this checkout on the path, Ray's settings
     driver = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT)
-    _until(lambda: any(out.glob("*/results.jsonl")) and len(_records(next(out.glob("*")))) >= 5)
+    _until(lambda: any(out.glob("*/results.jsonl")) and len(_records(next(out.glob("*/results.jsonl")).parent)) >= 5)
     driver.send_signal(signal.SIGTERM)
     output = driver.communicate()[0].decode()
     assert driver.returncode == 143, output
-    run_dir = next(out.glob("*"))
+    run_dir = next(out.glob("*/summary.json")).parent  # index.html sits beside the run
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"]["signal"] == "SIGTERM" and summary["interrupted"]["unfinished_units"] > 0
     served = standin.served
@@ -298,3 +298,33 @@ def test_a_budget_holds_for_the_whole_cluster_and_stops_the_run_as_on_threads(
     assert limit <= summary["usage"]["calls"] == standin.served <= limit + concurrency
     assert summary["interrupted"]["budget"] and f"--max-calls {limit}" in summary["interrupted"]["budget"]
     assert summary["interrupted"]["unfinished_units"] > 0
+
+
+def test_a_worker_process_closes_the_sessions_of_runs_with_no_unit_running_here(monkeypatch):
+    """A long-lived worker serving run after run kept every run's PostgreSQL connections (the third run on one
+    cluster failed with 'too many clients'): a new session closes the idle ones, never one with a unit running."""
+    from types import SimpleNamespace
+
+    import dyneval.runtime.executors.ray as executor
+
+    closed: list[str] = []
+
+    class Share:
+        def __init__(self, job: Any) -> None:
+            self.session, self.active = job.session, 0
+
+        def close(self) -> None:
+            closed.append(self.session)
+
+    monkeypatch.setattr(executor, "_Worker", Share)
+    monkeypatch.setattr(executor, "_WORKERS", {})
+    a, b, c = (SimpleNamespace(session=name) for name in "abc")
+    with executor._worker(a):
+        pass
+    with executor._worker(b) as running:  # a has no unit running here: closed
+        assert closed == ["a"]
+        with executor._worker(c):  # b has a unit running: kept
+            assert closed == ["a"] and running.active == 1
+    with executor._worker(b) as again:  # still open (c was opened after b's unit started), reused
+        assert again is running and closed == ["a"]
+    assert set(executor._WORKERS) == {"b", "c"}

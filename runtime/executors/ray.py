@@ -135,6 +135,7 @@ class _Worker:
         self.graph = job.protocol.builder().compile(checkpointer=saver, name=job.protocol.name)
         self.context = job.protocol.context(self.run)
         self.name = f"{self.limits.node[:12]}-{os.getpid()}"
+        self.active = 0  # units of this session running in this process (guarded by _WORKERS_LOCK)
 
     def close(self) -> None:
         self.stack.close()
@@ -154,22 +155,35 @@ _WORKERS: dict[str, _Worker] = {}
 _WORKERS_LOCK = threading.Lock()
 
 
-def _worker(job: _Job) -> _Worker:
+@contextmanager
+def _worker(job: _Job) -> Iterator[_Worker]:
+    """This process's share of ``job``'s session while one of its units runs here. A new session closes every
+    other session with no unit running in this process (its PostgreSQL connections with it): a long-lived worker
+    serving run after run keeps no connections of finished runs; a run still going reopens its share."""
     with _WORKERS_LOCK:
-        key = job.session
-        if key not in _WORKERS:
+        if job.session not in _WORKERS:
             stop.clear()  # a new session in this process: an earlier one's stop is not this one's
-            for session, earlier in list(_WORKERS.items()):
-                if earlier.run.run_dir == Path(job.run_dir):  # an earlier session of this run: done
-                    _WORKERS.pop(session).close()
-            _WORKERS[key] = _Worker(job)
-        return _WORKERS[key]
+            for session, idle in [(k, w) for k, w in _WORKERS.items() if not w.active]:
+                _WORKERS.pop(session)
+                idle.close()
+            _WORKERS[job.session] = _Worker(job)
+        worker = _WORKERS[job.session]
+        worker.active += 1
+    try:
+        yield worker
+    finally:
+        with _WORKERS_LOCK:
+            worker.active -= 1
 
 
 def _unit_task(job: _Job, unit: Unit) -> dict[str, Any] | None:
     """The Ray task of one unit: claim it, run it to its record, write a final record once. Returns the record
     (the final one already written, if another attempt wrote it)."""
-    worker = _worker(job)
+    with _worker(job) as worker:
+        return _run_claimed(job, worker, unit)
+
+
+def _run_claimed(job: _Job, worker: _Worker, unit: Unit) -> dict[str, Any] | None:
     run_id = worker.run.run_dir.name
     claim = _claim(worker, run_id, unit.id)
     if claim.status == "final":
