@@ -31,8 +31,10 @@ def _cell(x: Any) -> str:
 
 
 def _run_table(summary: dict[str, Any]) -> Table:
-    table = _table(f"{summary['protocol']} run {summary.get('run_id', '')}", "", "")
+    table = _table(f"{summary['protocol']} run", "", "")  # the id as a row: a title folds where the table ends
     table.show_header = False
+    if summary.get("run_id"):
+        table.add_row("run", str(summary["run_id"]))
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary["status_counts"].items()))
     table.add_row("units", f"{summary['units']} ({statuses})")
     if summary.get("ungraded_verdicts"):

@@ -135,8 +135,9 @@ def bootstrap(data: Sequence[Sequence[float]], statistic: Callable[..., Any], *,
     estimate = float(statistic(*arrays, axis=-1))
     if units < 2:
         return Estimate(estimate, None, None, n, method, None, units, unit, note=f"needs two or more {unit}")
-    if all(np.ptp(a) == 0 for a in arrays):  # every unit alike: every resample gives the estimate
-        return Estimate(estimate, estimate, estimate, n, method, 0.0, units, unit)
+    if all(np.ptp(a) == 0 for a in arrays):  # every unit alike: every resample gives the estimate, which
+        return Estimate(estimate, None, None, n, method, 0.0, units, unit,  # is no evidence of certainty
+                        note=f"all {units} {unit} alike: resampling gives no interval")
     from scipy.stats import bootstrap as scipy_bootstrap
 
     def run(how: str) -> Any:
@@ -186,5 +187,9 @@ def clustered(nums: Sequence[float], dens: Sequence[int], unit: str, cluster: st
             return proportion(int(sum(values)), len(values), unit)
         return mean(values, unit)
     n = sum(b for _, b in pairs)
+    ratios = {a / b for a, b in pairs}
+    if len(ratios) == 1 and len(pairs) >= 2:  # every cluster alike: every resample gives the estimate, which is
+        return Estimate(ratios.pop(), None, None, n, "bootstrap-clustered", 0.0, len(pairs), cluster,  # no
+                        note=f"all {len(pairs)} {cluster} alike: resampling gives no interval")  # certainty
     return bootstrap([[a for a, _ in pairs], [b for _, b in pairs]], _ratio, n=n, unit=cluster,
                      method="bootstrap-clustered")

@@ -178,3 +178,18 @@ def test_units_needed_and_smallest_difference_match_the_hand_formula():
     assert stats.z_sum() == pytest.approx(2.801585, abs=1e-6)
     assert stats.units_needed(0.5, 0.1) == math.ceil(2 * (2.801585 * 0.5 / 0.1) ** 2) == 393
     assert stats.smallest_difference(0.5, 393) == pytest.approx(2.801585 * math.sqrt(2) * 0.5 / math.sqrt(393))
+
+
+def test_units_all_alike_give_no_interval_rather_than_a_zero_width_one():
+    # every resample of identical units repeats the estimate: [x, x] would claim a certainty the run lacks
+    for got in (stats.mean([70.0, 70.0, 70.0], "sessions"), stats.clustered([1.0, 2.0], [2, 4], "answers", "batches")):
+        assert got.low is None and got.high is None and "alike" in got.note
+    assert stats.clustered([1.0, 2.0], [2, 4], "answers", "batches").estimate == 0.5
+
+
+def test_atad_table1_with_every_answer_wrong_gets_the_exact_binomial_bound_in_percent():
+    from dyneval.protocols.atad.metrics import table1_estimate
+
+    got = table1_estimate([("b.jsonl", f"T{i}", False) for i in range(1, 8)])  # `make run`: 0 of 7
+    assert (got.estimate, got.low, got.method) == (0.0, 0.0, "clopper-pearson")
+    assert got.high == pytest.approx(100 * (1 - 0.025 ** (1 / 7)))  # 40.96 %: seven wrong answers say little

@@ -190,7 +190,7 @@ def _console_run(tmp_path: Path, units: int) -> tuple[list[str], dict]:
 def test_last_progress_line_shows_the_final_count_of_units_calls_and_requests_in_flight(tmp_path):
     # a run shorter than the status line's half-second refresh: before, its last line kept the counts of its start
     lines, summary = _console_run(tmp_path, units=5)
-    progress = [line for line in lines if line.startswith("toy ") and not line.startswith("toy run ")]
+    progress = [line for line in lines if line.startswith("toy ") and not line.startswith("toy run")]
     assert progress, lines
     last = progress[-1]
     assert "5/5" in last
@@ -203,7 +203,7 @@ def test_writing_the_summary_and_report_is_a_step_announced_before_and_ended_aft
     lines, _ = _console_run(tmp_path, units=2)
     started = lines.index("writing summary and report…")
     ended = next(i for i, line in enumerate(lines) if line.startswith("writing summary and report: done in "))
-    table = next(i for i, line in enumerate(lines) if line.startswith("toy run "))  # the summary's title
+    table = next(i for i, line in enumerate(lines) if line.startswith("toy run"))  # the summary's title
     last_progress = max(i for i, line in enumerate(lines)
-                        if line.startswith("toy ") and not line.startswith("toy run "))
+                        if line.startswith("toy ") and not line.startswith("toy run"))
     assert last_progress < started < ended < table

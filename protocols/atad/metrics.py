@@ -143,7 +143,13 @@ def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str,
 def table1_estimate(answers: Sequence[tuple[str, str, bool]]) -> Estimate | None:
     """Table 1's average accuracy (%) of one model from its answers ``(benchmark file, task, correct)``, with the
     interval from resampling the answers: each resample is scored as Table 1 is (per task the mean over files of
-    the file's task accuracy, then the mean over the tasks present)."""
+    the file's task accuracy, then the mean over the tasks present). When every answer is alike (all right or all
+    wrong) no resample differs, and Table 1's average is the share of right answers: its exact binomial interval
+    (in %) instead."""
+    if len({bool(c) for _, _, c in answers}) == 1:
+        right = sum(bool(c) for _, _, c in answers)
+        share = proportion(right, len(answers), "answers")
+        return share.scaled(100.0) if share else None
     strata = sorted({(f, t) for f, t, _ in answers})
     tasks = sorted({t for _, t in strata})
     code = np.array([strata.index((f, t)) for f, t, _ in answers], dtype=float)
