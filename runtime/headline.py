@@ -8,12 +8,11 @@ intervals and separable differences from ``metrics["intervals"]`` / ``metrics["s
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
 from dyneval.runtime.report import Block, Table, Text
-from dyneval.runtime.view.adapters import adapter, dig, interval_of
+from dyneval.runtime.view.adapters import adapter, dig
 from dyneval.runtime.view.data import headline_metrics
 
 SEPARABILITY = ("Smallest separable difference: how far apart two targets must be for two runs of this size to "
@@ -52,25 +51,12 @@ def _own_interval(metrics: dict[str, Any], path: str) -> dict[str, Any] | None:
     return None
 
 
-def _label(protocol: str, metrics: dict[str, Any], path: str, name: str) -> str:
-    """The metric's name, with a ``*`` key that stands for a rater (``m0``) replaced by the rater's model."""
-    for spec in adapter(protocol).metrics:
-        if "*" in spec.path and fnmatch.fnmatchcase(path, spec.path):
-            head, _, tail = spec.path.partition("*")
-            key = path[len(head): len(path) - len(tail)]
-            entry = (dig(metrics, head.rstrip(".")) or {}).get(key)
-            if isinstance(entry, dict) and isinstance(entry.get("model"), str):
-                return name.replace(key, entry["model"])
-    return name
-
-
 def headlines(protocol: str, metrics: dict[str, Any]) -> list[Headline]:
     """The protocol's headline metrics present in ``metrics``, each with its interval and separable difference."""
     out = []
     for m in headline_metrics(adapter(protocol), metrics):
-        out.append(Headline(_label(protocol, metrics, m["path"], m["name"]), m["path"], m["value"],
-                            m["definition"], m["denominator"],
-                            interval_of(metrics, m["path"]) or _own_interval(metrics, m["path"]),
+        out.append(Headline(m["name"], m["path"], m["value"], m["definition"], m["denominator"],
+                            m["interval"] or _own_interval(metrics, m["path"]),
                             (metrics.get("separable") or {}).get(m["path"])))
     return out
 
