@@ -103,6 +103,12 @@ class RunDir:
         except ValueError:
             return None
 
+    def written_from(self) -> int:
+        """When the run's first file still present was written (ns since the epoch): ``units.jsonl`` is written
+        once when it starts, ``config.json`` again on each resume."""
+        times = [(self.path / n).stat().st_mtime_ns for n in (PLAN, CONFIG) if (self.path / n).is_file()]
+        return min(times, default=0)
+
     def file(self, name: str) -> Jsonl:
         return Jsonl(self.path / name)
 
@@ -144,11 +150,14 @@ def is_run(path: Path) -> bool:
 
 
 def runs_under(folder: Path) -> list[RunDir]:
-    """Every run right under ``folder`` (e.g. ``--out``), by run id (which begins with its start time)."""
+    """Every run right under ``folder`` (e.g. ``--out``), oldest first: by the start time its id begins with (to the
+    second), then, for runs started in the same second, by when its first file was written (the id's random tail
+    says nothing of order)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return [RunDir(p) for p in sorted(folder.iterdir(), key=lambda p: p.name) if p.is_dir() and is_run(p)]
+    runs = [RunDir(p) for p in folder.iterdir() if p.is_dir() and is_run(p)]
+    return sorted(runs, key=lambda r: (r.name[:15], r.written_from(), r.name))
 
 
 def finished_run(ref: str, out: str, flag: str) -> RunDir:

@@ -9,6 +9,7 @@ The tests share one cluster (starting one takes ~30 s on 2 cores); the one that 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import urllib.request
@@ -251,7 +252,10 @@ def test_the_run_budget_holds_across_both_workers(ray_nodes: RayCluster, counter
     assert sum(r["refused"] for r in results) == 40 - sent
     stats = ray.get(ray.get_actor(cluster_mod.coordinator_name(run_id), namespace=cluster_mod.NAMESPACE)
                     .stats.remote())
-    assert stats["budget_reached"].startswith("10 calls of --max-calls 10") and stats["stopped"]
+    # the budget is seen spent at the first acquire after the 10th call was counted; by then the other process's
+    # one request past the budget may have been counted too: what it says was spent is between 10 and what was sent
+    noticed = re.fullmatch(r"(\d+) calls of --max-calls 10, .*", stats["budget_reached"])
+    assert noticed and 10 <= int(noticed.group(1)) <= sent and stats["stopped"]
 
 
 @ray.remote(num_cpus=1, max_retries=2)
