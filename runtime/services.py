@@ -23,6 +23,7 @@ from dyneval.runtime.embedded import embedded_base_url
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.models import Endpoint, model_label, open_endpoint
+from dyneval.runtime.spread import LocalSpread, Spread
 from dyneval.state.config import ModelSpec, RunConfig, parse_model_ref
 from dyneval.state.errors import RetryPolicy
 from dyneval.stores.vectors import chroma_client, embedding_function
@@ -117,8 +118,11 @@ class Services:
     #: The run's budget (``--max-calls`` / ``--max-tokens`` / ``--max-cost``), checked by the call layer;
     #: ``None`` = unlimited.
     budget: Budget | None = field(default=None, init=False)
+    #: Where the run's preparation maps its heavy work (:mod:`runtime.spread`): here, or the Ray workers'.
+    spread: Spread = field(init=False)
 
     def __post_init__(self) -> None:
+        self.spread = LocalSpread(self)
         limits = {"max_calls": self.config.max_calls, "max_tokens": self.config.max_tokens,
                   "max_cost": self.config.max_cost, "max_tokens_per_role": self.config.max_tokens_per_role,
                   "max_cost_per_role": self.config.max_cost_per_role}
