@@ -43,7 +43,7 @@ from dyneval.runtime.concurrency import parallel_map
 from dyneval.runtime.display import WRITING, await_background, live_status, print_plan, print_summary, \
     progress_bar, step
 from dyneval.runtime.events import EventLog
-from dyneval.runtime.executors import Executor, ExecutorChoice, open_executor
+from dyneval.runtime.executors import Executor, ExecutorChoice, open_session
 from dyneval.runtime.llm import PING_STEP
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
@@ -257,7 +257,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     results = ResultStore(run.run_dir / "results.jsonl")
     wall_started = time.perf_counter()
     try:
-        with stop_on_signals():
+        with stop_on_signals(), open_session(executor, protocol, run) as session:
             # the graph's modules load before prepare() starts its background work, not beside it: JudgeAgent's
             # graph import on this thread beside its context graph's torch import took 1.3 s instead of 0.2 s
             builder = protocol.builder()
@@ -266,7 +266,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             todo = [u for u in units if u.id not in finished]
             if executor.name != "threads":
                 await_background(run)  # other processes cannot wait for this one's build: it ends first
-            with open_executor(executor, protocol, run, builder, protocol.context(run), results) as units_on:
+            with session.units(builder, protocol.context(run), results) as units_on:
                 _run_all(protocol, run, units_on, todo, already=len(units) - len(todo))
             await_background(run)  # what prepare() started and no unit needed (its statistics, its errors)
     except (KeyboardInterrupt, stop.StopRequested) as exc:  # Ctrl-C, SIGTERM, or the budget is spent (runtime.budget)

@@ -16,7 +16,7 @@ compute, not append.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from dyneval.runtime import stop
@@ -51,3 +51,15 @@ class LocalSpread:
         for i, item in enumerate(items):
             stop.raise_if_stopped()
             yield i, fn(self.services, item)
+
+
+def in_order(results: Iterable[tuple[int, Any]]) -> Iterator[Any]:
+    """The results of a spread map (``(index, result)``, in any order) in index order, each as soon as every
+    result before it has come."""
+    waiting: dict[int, Any] = {}
+    following = 0
+    for i, result in results:
+        waiting[i] = result
+        while following in waiting:
+            yield waiting.pop(following)
+            following += 1

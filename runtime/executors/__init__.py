@@ -3,14 +3,15 @@ ones to an executor, shows the records it hands back as units end, and asks it t
 spent budget; the run directory, summary and report stay the runner's.
 
 ``threads`` (:mod:`.threads`) runs the units on threads of this process, at most ``--concurrency`` at once;
-``ray`` (:mod:`.ray`) runs each unit as a Ray task on any node of a cluster (``--executor ray``).
+``ray`` (:mod:`.ray`) runs them on unit runners (Ray actors) on the nodes of a cluster (``--executor ray``), which
+also take the protocol's heavy preparation (:mod:`runtime.spread`).
 Whatever the executor, a unit is one graph thread run by :func:`runtime.unit.run_unit`, and its record is in
 ``results.jsonl`` before the executor hands it back.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Protocol
@@ -64,15 +65,34 @@ class ExecutorChoice:
             raise InputError("--executor ray needs Ray: pip install 'dyneval[ray]'", field="--executor")
 
 
-def open_executor(choice: ExecutorChoice, protocol: EvalProtocol, run: Run, builder: StateGraph, context: Any,
-                  results: ResultStore) -> AbstractContextManager[Executor]:
-    """The executor ``choice`` names for ``run``, open until the units are done; it appends each unit's record to
-    ``results``. Threads compile ``builder`` with the run's checkpointer and run the units with ``context``; Ray
-    workers build both themselves."""
+class Session(Protocol):
+    """Where a session's work runs, open from before the protocol's preparation until the units are done."""
+
+    def units(self, builder: StateGraph, context: Any, results: ResultStore) -> AbstractContextManager[Executor]:
+        """The executor of the units, open while they run; it appends each unit's record to ``results``."""
+
+
+class _ThreadSession:
+    """Threads of this process: preparation runs here (the run's own ``services.spread``)."""
+
+    def __init__(self, protocol: EvalProtocol, run: Run) -> None:
+        self.protocol, self.run = protocol, run
+
+    def units(self, builder: StateGraph, context: Any, results: ResultStore) -> AbstractContextManager[Executor]:
+        from dyneval.runtime.executors.threads import open_threads
+
+        return open_threads(self.protocol, self.run, builder, context, results)
+
+
+@contextmanager
+def open_session(choice: ExecutorChoice, protocol: EvalProtocol, run: Run) -> Iterator[Session]:
+    """The session ``choice`` names for ``run``. Threads compile the graph with the run's checkpointer and run the
+    units with the context the runner made; on Ray, the run's workers map the preparation's heavy work
+    (``run.services.spread`` is theirs meanwhile) and build graph and context themselves."""
     if choice.name == "ray":
         from dyneval.runtime.executors.ray import open_ray  # Ray is loaded for --executor ray only
 
-        return open_ray(protocol, run, results, choice.ray_address)
-    from dyneval.runtime.executors.threads import open_threads
-
-    return open_threads(protocol, run, builder, context, results)
+        with open_ray(protocol, run, choice.ray_address) as session:
+            yield session
+        return
+    yield _ThreadSession(protocol, run)

@@ -1,23 +1,27 @@
-"""The Ray executor (``--executor ray [--ray-address ADDR]``): each unit a Ray task on any node of a cluster.
+"""The Ray executor (``--executor ray [--ray-address ADDR]``): a run's units on the worker processes of a cluster.
+
+A session starts one unit runner (a threaded Ray actor, its own process) per CPU of every live node that has
+CPUs, before the protocol's preparation: the preparation maps its heavy work over them (:mod:`runtime.spread`),
+then the driver keeps at most ``--concurrency`` units running, each sent to the least busy runner, which runs it
+on a thread as the thread executor does (one process per CPU, threads inside: a task per unit made a process per
+unit in flight, with its own interpreter, pools and connections).
 
 A unit is still one LangGraph thread, checkpointed in PostgreSQL (``--postgres-dsn``, required), so whichever
-worker runs it continues it from its last checkpoint. Ray retries a task whose worker or node died (at least
-once); the unit's final record is written exactly once through an atomic claim with a lease in the same database
-(:class:`stores.unit_claims.UnitClaims`): a worker claims the unit before running it, renews the lease while it
-runs, and writes the final record only while it holds the lease; a retried task waits for the dead worker's lease
-to run out, takes the unit over and continues it from its checkpoint, or hands back the final record that was
-already written.
+runner runs it continues it from its last checkpoint. The unit's final record is written exactly once through an
+atomic claim with a lease in the same database (:class:`stores.unit_claims.UnitClaims`): a runner claims the
+unit before running it, renews the lease while it runs, and writes the final record only while it holds the
+lease. A runner whose process or node died is replaced on a live node and its units are sent again: the new
+attempt waits for the dead runner's lease to run out, takes the unit over and continues it from its checkpoint,
+or hands back the final record that was already written.
 
 Endpoint limits (requests in flight, requests per second) and the run's budgets hold for the whole cluster
 through the run's coordinator actor (:mod:`runtime.cluster`): a worker's call layer asks it before every
 request. Every exchange a worker logs goes to the driver at once (an event sink actor on the driver's node), so
-the driver's ``events.jsonl`` holds every call, those of a worker that died mid-unit included; the records come
-back to the driver, which writes ``results.jsonl``, the summary and the report as with threads. Ctrl-C or
-SIGTERM at the driver stops the coordinator (no worker sends another request), gives the units in flight the
-runner's grace period, then cancels what still runs; the run resumes like any other.
-
-The driver keeps at most ``--concurrency`` units submitted; each task reserves :data:`TASK_CPUS` of a CPU (units
-wait on endpoints, not on CPUs) and tasks are spread over the nodes.
+the driver's ``events.jsonl`` holds every call (with the ``worker`` that made it), those of a worker that died
+mid-unit included; the records come back to the driver, which writes ``results.jsonl``, the summary and the
+report as with threads. Ctrl-C or SIGTERM at the driver stops the coordinator (no worker sends another request),
+gives the units in flight the runner's grace period, then kills the runners; the run resumes like any other. The
+runners end with the session, so a long-lived cluster keeps nothing of a finished run.
 """
 
 from __future__ import annotations
@@ -26,8 +30,7 @@ import os
 import signal
 import threading
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,6 +39,7 @@ from typing import Any
 from rich.console import Console
 
 from dyneval.runtime import stop
+from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.models import Endpoint
@@ -43,6 +47,7 @@ from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from dyneval.runtime.services import Services
 from dyneval.runtime.signals import STOPPING, raised_as_received
+from dyneval.runtime.spread import LocalSpread
 from dyneval.runtime.unit import run_unit
 from dyneval.state.config import RunConfig
 from dyneval.stores.checkpoints import open_checkpointer
@@ -52,9 +57,7 @@ from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 #: Seconds a worker's claim on a unit lasts without a heartbeat: a unit whose worker died is taken over this long
 #: after its last heartbeat (``Heartbeat`` renews it every third of it).
 LEASE_S = 10.0
-#: The CPU share a unit's task reserves: units wait on endpoints, so many share a core.
-TASK_CPUS = 0.01
-#: How often Ray runs a task again whose worker process or node died.
+#: How often a unit (or a preparation item) whose worker process or node died is sent again.
 TASK_RETRIES = 5
 
 
@@ -66,7 +69,6 @@ class _Job:
     config: RunConfig
     run_dir: str
     sink: Any  # the driver's event sink actor
-    session: str  # one per driver session: a resumed run's workers start afresh
 
 
 class _EventSink:
@@ -87,13 +89,14 @@ class _ForwardedLog(EventLog):
     """A worker's event log: every exchange goes to the driver's sink before the call returns (so a worker that
     dies mid-unit leaves no call uncounted), and counts here for the unit's record and the budget's tally."""
 
-    def __init__(self, sink: Any, pricing: Pricing) -> None:
+    def __init__(self, sink: Any, pricing: Pricing, worker: str) -> None:
         super().__init__(path=None, pricing=pricing)
-        self.sink = sink
+        self.sink, self.worker = sink, worker
 
     def log(self, event: dict[str, Any]) -> None:
         import ray
 
+        event = {**event, "worker": self.worker}
         with self._lock:
             self._count(event)
         ray.get(self.sink.put.remote([event]))
@@ -116,30 +119,41 @@ class _ClusterServices(Services):
 
 
 class _Worker:
-    """One worker process's share of a run: its services, compiled graph (PostgreSQL checkpointer held open),
-    context, claims store and coordinator client; made at the process's first unit of the run."""
+    """One worker process's share of a run session: its services, claims store and coordinator client, and (at
+    its first unit, after the driver's preparation) the compiled graph with its PostgreSQL checkpointer and the
+    protocol's context."""
 
     def __init__(self, job: _Job) -> None:
         config, run_id = job.config, Path(job.run_dir).name
+        self.job = job
         self.stack = ExitStack()
         self.claims = UnitClaims(config.stores.postgres_dsn)
-        events = _ForwardedLog(job.sink, Pricing.for_run(config))
+        self.limits = ClusterLimits(run_id)
+        self.name = f"{self.limits.node[:12]}-{os.getpid()}"
+        events = _ForwardedLog(job.sink, Pricing.for_run(config), self.name)
+        self.limits.usage = events.by_role
         services = _ClusterServices(config=config, run_dir=Path(job.run_dir), events=events,
                                     chat_overrides=_replayed(job.protocol, config))
         services.budget = None  # the coordinator's budget counts every worker's calls
-        services.limits = ClusterLimits(run_id, usage=events.by_role)
-        self.limits = services.limits
+        services.limits = self.limits
         self.run = Run(config=config, run_dir=Path(job.run_dir), services=services,
                        console=Console(quiet=True), resumed=True)
-        saver = self.stack.enter_context(open_checkpointer(self.run.run_dir, config.stores.postgres_dsn))
-        self.graph = job.protocol.builder().compile(checkpointer=saver, name=job.protocol.name)
-        self.context = job.protocol.context(self.run)
-        self.name = f"{self.limits.node[:12]}-{os.getpid()}"
-        self.active = 0  # units of this session running in this process (guarded by _WORKERS_LOCK)
+        self._graph: tuple[Any, Any] | None = None
+        self._graph_lock = threading.Lock()
 
-    def close(self) -> None:
-        self.stack.close()
-        self.claims.close()
+    def graph(self) -> tuple[Any, Any]:
+        """The compiled graph and the protocol's context, made at the first unit; from then on the cyclic collector
+        leaves alone what is loaded (:func:`.threads.long_lived_heap`). The checkpointer and the heap stay so
+        until the process ends: the session kills its runners when it ends."""
+        with self._graph_lock:
+            if self._graph is None:
+                saver = self.stack.enter_context(open_checkpointer(self.run.run_dir,
+                                                                   self.job.config.stores.postgres_dsn))
+                protocol = self.job.protocol
+                self._graph = (protocol.builder().compile(checkpointer=saver, name=protocol.name),
+                               protocol.context(self.run))
+                self.stack.enter_context(long_lived_heap())
+            return self._graph
 
 
 def _replayed(protocol: Protocol, config: RunConfig) -> dict[str, Any]:
@@ -151,39 +165,32 @@ def _replayed(protocol: Protocol, config: RunConfig) -> dict[str, Any]:
     return replay_models(Path(config.out) / config.rescored_from, protocol.judge_roles)
 
 
-_WORKERS: dict[str, _Worker] = {}
-_WORKERS_LOCK = threading.Lock()
+class _UnitRunner:
+    """The Ray actor of one worker process in a run session: it runs units (and preparation items) on its
+    threads, as the thread executor does in one process. One per worker CPU; killed when the session ends, so a
+    long-lived cluster keeps no process, connection or pool of a finished run."""
+
+    def __init__(self, job: _Job) -> None:
+        stop.clear()
+        self.worker = _Worker(job)
+
+    def name(self) -> str:
+        return self.worker.name
+
+    def run_unit(self, unit: Unit) -> dict[str, Any]:
+        """Claim ``unit``, run it to its record, write a final record once. Returns the record (the final one
+        already written, if another attempt wrote it)."""
+        return _run_claimed(self.worker, unit)
+
+    def call(self, fn: Callable[[Services, Any], Any], item: Any) -> Any:
+        """One preparation item (:mod:`runtime.spread`) with this worker's services."""
+        try:
+            return fn(self.worker.run.services, item)
+        finally:
+            self.worker.limits.flush()
 
 
-@contextmanager
-def _worker(job: _Job) -> Iterator[_Worker]:
-    """This process's share of ``job``'s session while one of its units runs here. A new session closes every
-    other session with no unit running in this process (its PostgreSQL connections with it): a long-lived worker
-    serving run after run keeps no connections of finished runs; a run still going reopens its share."""
-    with _WORKERS_LOCK:
-        if job.session not in _WORKERS:
-            stop.clear()  # a new session in this process: an earlier one's stop is not this one's
-            for session, idle in [(k, w) for k, w in _WORKERS.items() if not w.active]:
-                _WORKERS.pop(session)
-                idle.close()
-            _WORKERS[job.session] = _Worker(job)
-        worker = _WORKERS[job.session]
-        worker.active += 1
-    try:
-        yield worker
-    finally:
-        with _WORKERS_LOCK:
-            worker.active -= 1
-
-
-def _unit_task(job: _Job, unit: Unit) -> dict[str, Any] | None:
-    """The Ray task of one unit: claim it, run it to its record, write a final record once. Returns the record
-    (the final one already written, if another attempt wrote it)."""
-    with _worker(job) as worker:
-        return _run_claimed(job, worker, unit)
-
-
-def _run_claimed(job: _Job, worker: _Worker, unit: Unit) -> dict[str, Any] | None:
+def _run_claimed(worker: _Worker, unit: Unit) -> dict[str, Any]:
     run_id = worker.run.run_dir.name
     claim = _claim(worker, run_id, unit.id)
     if claim.status == "final":
@@ -191,9 +198,10 @@ def _run_claimed(job: _Job, worker: _Worker, unit: Unit) -> dict[str, Any] | Non
     if claim.lease is None:  # the run stopped while another worker's lease ran out
         return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted"}
     lease = claim.lease
+    graph, context = worker.graph()
     try:
         with Heartbeat(worker.claims, lease):
-            record = run_unit(job.protocol, worker.run, worker.graph, unit, worker.context)
+            record = run_unit(worker.job.protocol, worker.run, graph, unit, context)
     finally:
         worker.limits.flush()
     worker.run.services.events.release(unit.id)
@@ -216,20 +224,144 @@ def _claim(worker: _Worker, run_id: str, unit_id: str) -> Claim:
         time.sleep(LEASE_S / 5)
 
 
-class RayExecutor:
-    """The :class:`runtime.executors.Executor` of Ray tasks (see the module's docstring)."""
+class _Gone(Exception):
+    """The worker process holding a call died (its node, or the process); the call may run again elsewhere."""
 
-    def __init__(self, protocol: Protocol, run: Run, results: ResultStore, sink: Any) -> None:
+
+class _Runners:
+    """The session's unit runners: one per CPU of every live node that has CPUs (so none on a head started with
+    ``--num-cpus 0``), at most ``--concurrency``; each call goes to the least busy runner. A runner whose process
+    or node died is replaced on a live node, and its calls are handed back to be sent again."""
+
+    def __init__(self, job: _Job, limit: int) -> None:
+        self.job, self.limit = job, max(1, limit)
+        self.busy: dict[Any, int] = {}  # runner -> calls in flight
+        self.node: dict[Any, str] = {}  # runner -> its node's id
+        self.lost: set[str] = set()  # nodes a runner died on: none is placed there again in this session
+        self.calls: dict[Any, Any] = {}  # call ref -> runner
+        self._spawn()
+
+    def _spawn(self) -> None:
+        """Start runners until every live CPU has one (or ``limit`` are running). A node a runner died on gets no
+        new one while another node has room (Ray declares a killed node dead only some seconds later); on a
+        single node, or once every node lost one, they may."""
         import ray
 
-        self.protocol, self.run, self.results, self.sink = protocol, run, results, sink
-        self.job = _Job(protocol, run.config, str(run.run_dir), sink, uuid.uuid4().hex)
-        self.task = ray.remote(_unit_task).options(num_cpus=TASK_CPUS, max_retries=TASK_RETRIES,
-                                                   scheduling_strategy="SPREAD")
-        self.limits = ClusterLimits(run.run_dir.name)  # the driver's: stop and budget
+        live = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1]
+        for nodes in ([n for n in live if n["NodeID"] not in self.lost], live):
+            for node in nodes:
+                self._fill(node["NodeID"], int(node["Resources"]["CPU"]))
+            if self.busy:
+                return
+        raise RuntimeError("the Ray cluster has no live node with a CPU to run units on")
+
+    def _fill(self, node_id: str, cpus: int) -> None:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        while list(self.node.values()).count(node_id) < cpus and len(self.busy) < self.limit:
+            runner = ray.remote(_UnitRunner).options(num_cpus=0, max_concurrency=self.limit, max_restarts=0,
+                                                     scheduling_strategy=here).remote(self.job)
+            self.node[runner] = node_id
+            self.busy[runner] = 0
+
+    def send(self, method: str, *args: Any) -> Any:
+        """Call ``method`` on the least busy runner; the call's ref."""
+        runner = min(self.busy, key=self.busy.__getitem__)
+        ref = getattr(runner, method).remote(*args)
+        self.busy[runner] += 1
+        self.calls[ref] = runner
+        return ref
+
+    def result(self, ref: Any) -> Any:
+        """What the call returned (what it raised, as raised); :class:`_Gone` when its runner died."""
+        import ray
+
+        runner = self.calls.pop(ref)
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            if runner in self.busy:
+                del self.busy[runner]
+                self.lost.add(self.node.pop(runner))
+                if not stop.stopped():
+                    self._spawn()  # on a live node; Ray tells a killed node's death some seconds late
+            raise _Gone(str(exc)) from None
+        except ray.exceptions.RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None
+        finally:
+            if runner in self.busy:
+                self.busy[runner] -= 1
+
+    def kill(self) -> None:
+        import ray
+
+        for runner in list(self.busy):
+            ray.kill(runner)
+        self.busy.clear()
+        self.node.clear()
+
+
+def _ended(refs: list[Any], timeout: float) -> list[Any]:
+    """The calls of ``refs`` that ended, as soon as one did (within ``timeout``): waiting for all of them, or for
+    the timeout, left the ended ones' slots idle (at zero latency most of a unit runner's threads sat idle)."""
+    import ray
+
+    done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+    if done and len(refs) > 1:
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return done
+
+
+class RaySpread:
+    """The :class:`runtime.spread.Spread` of a Ray session: each item a call on the session's runners, at most
+    ``--concurrency`` at once; an item whose runner died is sent again (up to :data:`TASK_RETRIES` times)."""
+
+    remote = True
+
+    def __init__(self, runners: _Runners, concurrency: int, drain: Callable[[], None]) -> None:
+        self.runners, self.concurrency, self.drain = runners, max(1, concurrency), drain
+
+    def map(self, fn: Callable[[Services, Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        import ray
+
+        queued = list(range(len(items)))[::-1]
+        pending: dict[Any, int] = {}
+        tries: dict[int, int] = {}
+        try:
+            while queued or pending:
+                while queued and len(pending) < self.concurrency:
+                    stop.raise_if_stopped()
+                    i = queued.pop()
+                    pending[self.runners.send("call", fn, items[i])] = i
+                done = _ended(list(pending), timeout=0.25)
+                self.drain()
+                for ref in done:
+                    i = pending.pop(ref)
+                    try:
+                        result = self.runners.result(ref)
+                    except _Gone as exc:
+                        tries[i] = tries.get(i, 0) + 1
+                        if tries[i] > TASK_RETRIES:
+                            raise RuntimeError(f"a preparation item's worker died {tries[i]} times: {exc}") from None
+                        queued.append(i)
+                        continue
+                    yield i, result
+        finally:
+            for ref in pending:
+                ray.cancel(ref)
+
+
+class RayExecutor:
+    """The :class:`runtime.executors.Executor` of the session's runners (see the module's docstring)."""
+
+    def __init__(self, session: RaySession, results: ResultStore) -> None:
+        self.session, self.run, self.results = session, session.run, results
         self.ready: list[dict[str, Any]] = []
         self.queued: list[Unit] = []
         self.pending: dict[Any, Unit] = {}
+        self.tries: dict[str, int] = {}
         self.stopping = False
 
     def submit(self, units: list[Unit]) -> None:
@@ -244,7 +376,7 @@ class RayExecutor:
         while self.queued and len(self.pending) < self.run.config.concurrency and not self.stopping \
                 and not stop.stopped():
             unit = self.queued.pop()
-            self.pending[self.task.remote(self.job, unit)] = unit
+            self.pending[self.session.runners.send("run_unit", unit)] = unit
 
     def ended(self) -> Iterator[dict[str, Any]]:
         for record in self.ready:
@@ -252,27 +384,32 @@ class RayExecutor:
         while self.pending:
             with raised_as_received():
                 yield from self._collect(timeout=0.25)
-            self._top_up()
         if self.queued:  # the stop came: nothing more is started
             raise stop.StopRequested("no unit is started after the stop")
 
     def _collect(self, timeout: float) -> Iterator[dict[str, Any]]:
-        import ray
-
-        done, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
-        self._drain()
-        for ref in done:
-            unit = self.pending.pop(ref)
-            try:
-                record = ray.get(ref)
-            except (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError) as exc:
-                record = {"unit_id": unit.id, "meta": unit.meta,
-                          "status": "interrupted" if self.stopping else "infra_error", "error": str(exc)}
-            except ray.exceptions.RayError as exc:
-                record = {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
-                          "error": f"{type(exc).__name__}: {exc}"[:2000]}
-            self._drain()
+        """The records of the units that ended (within ``timeout``); their slots go to the next units first."""
+        done = _ended(list(self.pending), timeout)
+        self.session.drain()  # a worker logs each exchange before its call returns: the ended units' are here
+        records = [r for r in (self._record(ref, self.pending.pop(ref)) for ref in done) if r is not None]
+        self._top_up()
+        for record in records:
             yield self._keep(record)
+
+    def _record(self, ref: Any, unit: Unit) -> dict[str, Any] | None:
+        """The record ``ref`` returned, or the failure it is; ``None`` for a unit sent again (its runner died)."""
+        try:
+            return self.session.runners.result(ref)
+        except _Gone as exc:
+            self.tries[unit.id] = self.tries.get(unit.id, 0) + 1
+            if not self.stopping and self.tries[unit.id] <= TASK_RETRIES:
+                self.queued.append(unit)  # continued from its checkpoint once the dead worker's lease ran out
+                return None
+            return {"unit_id": unit.id, "meta": unit.meta,
+                    "status": "interrupted" if self.stopping else "infra_error", "error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a unit's failure is its record, as with threads
+            return {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
+                    "error": f"{type(exc).__name__}: {exc}"[:2000]}
 
     def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
         """A record back at the driver: its usage as the driver's log counts it (every attempt's exchanges),
@@ -281,14 +418,41 @@ class RayExecutor:
         record["usage"] = events.usage(record["unit_id"]).as_dict()
         if record["status"] != "interrupted":
             self.results.append(record)
-        elif not self.stopping and (reached := self.limits.stats()["budget_reached"]):
+        elif not self.stopping and (reached := self.session.limits.stats()["budget_reached"]):
             stop.request_stop()  # the budget is spent: the runner stops as when it is spent in this process
             if self.run.services.budget is not None:
                 self.run.services.budget.reached = reached
         events.release(record["unit_id"])
         return record
 
-    def _drain(self) -> None:
+    def stop(self, grace_s: float) -> Iterator[dict[str, Any]]:
+        self.stopping = True
+        self.session.limits.request_stop()
+        deadline = time.monotonic() + grace_s
+        while self.pending and time.monotonic() < deadline:
+            yield from self._collect(timeout=min(0.25, max(0.0, deadline - time.monotonic())))
+        if self.pending:
+            self.session.runners.kill()  # what still runs after the grace: its process goes, its lease runs out
+            yield from self._collect(timeout=grace_s)
+        self.session.drain()
+
+    def working(self) -> bool:
+        return bool(self.pending)
+
+
+class RaySession:
+    """A run's session on a Ray cluster: the connection, the run's coordinator, the event sink and the unit
+    runners, from before the protocol's preparation (which maps its heavy work over the runners through
+    :attr:`spread`) until the units are done."""
+
+    def __init__(self, protocol: Protocol, run: Run, sink: Any) -> None:
+        self.protocol, self.run, self.sink = protocol, run, sink
+        self.limits = ClusterLimits(run.run_dir.name)  # the driver's: stop and budget
+        job = _Job(protocol, run.config, str(run.run_dir), sink)
+        self.runners = _Runners(job, run.config.concurrency)
+        self.spread = RaySpread(self.runners, run.config.concurrency, self.drain)
+
+    def drain(self) -> None:
         """Log at the driver the exchanges workers sent since the last drain."""
         import ray
 
@@ -296,27 +460,16 @@ class RayExecutor:
         for event in ray.get(self.sink.take.remote()):
             events.log(event)
 
-    def stop(self, grace_s: float) -> Iterator[dict[str, Any]]:
-        import ray
-
-        self.stopping = True
-        self.limits.request_stop()
-        deadline = time.monotonic() + grace_s
-        while self.pending and time.monotonic() < deadline:
-            yield from self._collect(timeout=min(0.25, max(0.0, deadline - time.monotonic())))
-        for ref in self.pending:
-            ray.cancel(ref, force=True, recursive=True)
-        yield from self._collect(timeout=grace_s)
-        self._drain()
-
-    def working(self) -> bool:
-        return bool(self.pending)
+    @contextmanager
+    def units(self, builder: Any, context: Any, results: ResultStore) -> Iterator[RayExecutor]:
+        """The executor of the units (the runners compile the graph and make the context themselves)."""
+        yield RayExecutor(self, results)
 
 
 @contextmanager
-def open_ray(protocol: Protocol, run: Run, results: ResultStore, address: str | None) -> Iterator[RayExecutor]:
+def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RaySession]:
     """Connect to the Ray cluster at ``address`` (``None``: start one on this machine), start the run's
-    coordinator and event sink on the driver's node, and remove both when the units are done."""
+    coordinator and event sink on the driver's node and the unit runners, and remove them all at the end."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -331,9 +484,15 @@ def open_ray(protocol: Protocol, run: Run, results: ResultStore, address: str | 
     stop_coordinator(run_id)  # a coordinator an earlier session left (its stop flag up)
     start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
     sink = ray.remote(_EventSink).options(num_cpus=0, scheduling_strategy=here).remote()
+    session = None
     try:
-        yield RayExecutor(protocol, run, results, sink)
+        session = RaySession(protocol, run, sink)
+        run.services.spread = session.spread
+        yield session
     finally:
+        run.services.spread = LocalSpread(run.services)
+        if session is not None:
+            session.runners.kill()
         stop_coordinator(run_id)
         ray.kill(sink)
         if connected:

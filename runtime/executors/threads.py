@@ -191,12 +191,12 @@ def open_threads(protocol: Protocol, run: Run, builder: Any, context: Any,
                  results: ResultStore) -> Iterator[ThreadExecutor]:
     """The thread executor, with the run's checkpointer (SQLite in the run directory, or PostgreSQL) open and the
     graph compiled with it, while the units run."""
-    with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver, _long_lived_heap():
+    with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver, long_lived_heap():
         yield ThreadExecutor(protocol, run, builder.compile(checkpointer=saver, name=protocol.name), context, results)
 
 
 @contextmanager
-def _long_lived_heap() -> Iterator[None]:
+def long_lived_heap() -> Iterator[None]:
     """While the units run, the cyclic collector leaves alone what is loaded by then (modules, classes, clients,
     the graph), which lives until the process ends (``gc.freeze``): six full collections over it took 0.5 s of a
     6-second, 1150-call ATAD run at zero latency. With the command's collection threshold, ATAD at zero latency 175 ->
