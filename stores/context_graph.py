@@ -24,6 +24,10 @@ incidence store beside the Chroma collections.
   Entity labels are also cached per chunk content hash
   (``<cache>/judgeagent/entities-<model>.jsonl``), so a changed corpus only sends
   its new chunks to the model.
+* **Spread builds**: given a ``spread`` (:data:`BuildMap`, the run's workers on a Ray cluster), the extraction
+  calls and the embedding batches of a build go out as items and come back in any order; the labels and vectors
+  are kept in the caches here, by the caller, as each item comes back, so the graph, the caches and the vector rows
+  are those of a build in this process.
 * **Path sampling** (Algorithm 4) with a caller-supplied seeded ``random.Random``: each hop ranks the unvisited
   neighbours (or the entity's chunks) with one matrix product over their vector rows.
 """
@@ -38,6 +42,7 @@ import shutil
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -46,7 +51,7 @@ import numpy as np
 
 from pydantic import BaseModel
 
-from dyneval.stores.embedding_cache import EmbeddingCache, embedder_label
+from dyneval.stores.embedding_cache import EmbeddingCache, EmbedMap, embedder_label
 from dyneval.stores.files import append_line, drop_torn_tail, read_records as log_records
 from dyneval.stores.incidence import Incidence, document_hash, entity_key
 from dyneval.stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
@@ -64,6 +69,10 @@ Extractor = Callable[[list[str]], list[tuple[list[str], str]]]
 #: ``progress(stage, advance, total)``: ``advance`` more items of ``stage`` done, of ``total``. It may raise to
 #: stop the build between two steps (the run's stop flag).
 Progress = Callable[[str, int, int], None]
+#: ``spread(items) -> (index, result)`` for every item, in any order, as the caller's workers end them:
+#: ``("label", texts)`` gives ``[(entities, source), ...]`` (one extraction call over ``texts``, as ``extract``),
+#: ``("embed", texts)`` one vector per text (the build's embedding model). Nothing is written where it runs.
+BuildMap = Callable[[list[tuple[str, list[str]]]], Iterator[tuple[int, Any]]]
 
 
 def _quiet(stage: str, advance: int, total: int) -> None:
@@ -324,6 +333,7 @@ class ContextGraph:
         self.chunks = ChunkTable(store, self._doc_names)
         self.mentions = store.read()
         self._embed: Any = None
+        self._embed_map: EmbedMap | None = None
         self._vectors_cache: EmbeddingCache | None = None
         self._chroma: Callable[[], Any] | None = None
         self._client: Any = None
@@ -401,11 +411,13 @@ class ContextGraph:
         return g
 
     # -- vectors (rows for hops, Chroma for lookups) ----------------------------------------------
-    def attach(self, chroma: Callable[[], Any], embed: Any, vectors: EmbeddingCache | None = None) -> None:
+    def attach(self, chroma: Callable[[], Any], embed: Any, vectors: EmbeddingCache | None = None,
+               spread: BuildMap | None = None) -> None:
         """Bind the Chroma client (``chroma()`` makes it, on first use: a graph whose vectors are all stored
         samples paths without opening Chroma), the embedding function and the content-keyed vector cache (vectors
-        filled by :meth:`index`)."""
+        filled by :meth:`index`; with ``spread``, :meth:`index` has the texts the cache lacks embedded there)."""
         self._chroma, self._embed, self._vectors_cache = chroma, embed, vectors
+        self._embed_map = None if spread is None else (lambda parts: spread([("embed", p) for p in parts]))
         self._client, self._collections = None, {}
         model = hashlib.sha256(embedder_label(embed).encode("utf-8")).hexdigest()[:8]
         self._model = model
@@ -471,16 +483,23 @@ class ContextGraph:
                     collection.upsert(ids=[ids[n] for n in part], embeddings=[vecs[n] for n in part],
                                       documents=[texts[n] for n in part], metadatas=[metas[n] for n in part])
                     progress(f"embedding {kind}", len(part), missing)
-            for start in range(stored, total, batch):
-                stop = min(start + batch, total)
-                texts = self.store.texts(kind, start, stop)
-                vecs = (self._vectors_cache.embed(texts, self._embed) if self._vectors_cache is not None
-                        else [np.asarray(v, dtype=np.float32) for v in self._embed(texts)])
-                collection.upsert(ids=self._ids(kind, start, stop), embeddings=vecs, documents=texts,
-                                  metadatas=self._metadatas(kind, start, stop))
-                rows.append(vecs)
-                progress(f"embedding {kind}", stop - start, missing)
+            starts = range(stored, total, batch)
+            with closing(self._embedded(kind, [(start, min(start + batch, total)) for start in starts])) as vectors:
+                for start, (texts, vecs) in zip(starts, vectors):
+                    stop = min(start + batch, total)
+                    collection.upsert(ids=self._ids(kind, start, stop), embeddings=vecs, documents=texts,
+                                      metadatas=self._metadatas(kind, start, stop))
+                    rows.append(vecs)
+                    progress(f"embedding {kind}", stop - start, missing)
             self.store.set_meta(marker, str(total))
+
+    def _embedded(self, kind: str, spans: list[tuple[int, int]]) -> Iterator[tuple[list[str], list[np.ndarray]]]:
+        """``(texts, vectors)`` of rows ``start:stop`` of ``kind`` for each span in turn, each batch's texts read when
+        it is embedded (through the vector cache when there is one, on the spread's workers when attached so)."""
+        texts = (self.store.texts(kind, start, stop) for start, stop in spans)
+        if self._vectors_cache is None:
+            return ((t, [np.asarray(v, dtype=np.float32) for v in self._embed(t)]) for t in texts)
+        return self._vectors_cache.embed_batches(texts, self._embed, self._embed_map)
 
     def _matrix(self, kind: str) -> np.ndarray:
         matrix = self._rows[kind].matrix() if self._rows else None
@@ -679,7 +698,8 @@ def _grow_from_base(root: Path, folder: Path, docs: Sequence[Document], extracto
 
 def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_label: str, extract: Extractor,
                        chroma: Callable[[Path], Any], embed: Any, log: Callable[[str], None] = lambda s: None,
-                       progress: Progress | None = None, label_slice: int = LABEL_SLICE) -> ContextGraph:
+                       progress: Progress | None = None, label_slice: int = LABEL_SLICE,
+                       spread: BuildMap | None = None) -> ContextGraph:
     """Load the graph of ``docs`` from the cache, or build it (Algorithm 3), persist and index it.
 
     Only chunks whose content hash is not in the entity cache reach ``extract``, ``label_slice`` texts per call
@@ -688,6 +708,11 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
     order; a killed build resumes after the last whole document. ``progress`` hears the stages of a build:
     ``extraction`` (chunks labelled, which ``extract`` reports as it goes), ``embedding chunks`` (while the model
     labels), ``linking documents`` and ``embedding entities``.
+
+    With ``spread``, ``extract`` and ``embed`` are not called for the build: each ``label_slice`` texts to label
+    and each chunk or entity batch to embed is an item of ``spread`` (:data:`BuildMap`), kept in the caches as it
+    comes back (a killed build labels again at most the items out) and counted in ``progress`` then; ``embed``
+    still names the vectors' model.
     """
     progress = progress or _quiet
     key = graph_key(docs, extractor_label)
@@ -709,7 +734,7 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
             stored = store.document_names()
             todo = [d for d in docs if d.id not in stored]
             _link(store, todo, sum(len(d.chunks) for d in docs), cache_dir, extractor_label, extract, embed, vectors,
-                  log, progress, label_slice)
+                  log, progress, label_slice, spread)
             store.set_meta("complete", key)
 
         def indexed(stage: str, advance: int, total: int) -> None:
@@ -717,14 +742,14 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
                 progress(stage, advance, total)
 
         graph = ContextGraph(store, key=key, folder=folder)
-        graph.attach(lambda: chroma(folder / "chroma"), embed, vectors)
+        graph.attach(lambda: chroma(folder / "chroma"), embed, vectors, spread)
         graph.index(indexed)
     return graph
 
 
 def _link(store: Incidence, todo: Sequence[Document], n_chunks: int, cache_dir: Path, extractor_label: str,
           extract: Extractor, embed: Any, vectors: EmbeddingCache, log: Callable[[str], None], progress: Progress,
-          label_slice: int) -> None:
+          label_slice: int, spread: BuildMap | None) -> None:
     """Algorithm 3 for the documents not yet stored: label their chunks (cached per text), embed the chunk texts
     meanwhile (cached per text, in the batches :meth:`ContextGraph.index` uses), then add each document."""
     label_id = hashlib.sha256(extractor_label.encode()).hexdigest()[:8]  # the slug alone may be cut short
@@ -732,14 +757,31 @@ def _link(store: Incidence, todo: Sequence[Document], n_chunks: int, cache_dir: 
     texts = [t for d in todo for t in d.chunks]
     todo_texts = list(dict.fromkeys(t for t in texts if cache.get(t) is None))
     log(f"context graph: {n_chunks} chunks, {len(todo_texts)} to label")
+    if todo_texts:
+        progress("extraction", 0, len(todo_texts))  # first: the chunks are labelled, then embedded
+    if spread is None:
+        _label_and_embed_here(texts, todo_texts, cache, extract, embed, vectors, progress, label_slice)
+    else:
+        _label_and_embed_spread(texts, todo_texts, cache, vectors, progress, label_slice, spread)
+    for doc in todo:
+        labels = []
+        for text in doc.chunks:
+            rec = cache.get(text) or {"entities": [], "source": "none"}
+            labels.append((rec["entities"], rec["source"]))
+        store.add_document(doc.id, doc.title, doc.chunks, labels)
+        progress("linking documents", 1, len(todo))
+
+
+def _label_and_embed_here(texts: list[str], todo_texts: list[str], cache: EntityCache, extract: Extractor,
+                          embed: Any, vectors: EmbeddingCache, progress: Progress, label_slice: int) -> None:
+    """``extract`` over ``todo_texts``, ``label_slice`` texts per call, each call's labels cached before the next;
+    ``texts`` embedded meanwhile on one thread, a batch at a time (a stopped or failed build embeds no further)."""
 
     def embed_chunks(batch: list[str]) -> None:
         progress("embedding chunks", 0, len(texts))  # a stopped build embeds no further batch
         vectors.embed(batch, embed)
         progress("embedding chunks", len(batch), len(texts))
 
-    if todo_texts:
-        progress("extraction", 0, len(todo_texts))  # first: the chunks are labelled, then embedded
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
     try:
         embedded = [pool.submit(embed_chunks, texts[i:i + CHUNK_BATCH]) for i in range(0, len(texts), CHUNK_BATCH)]
@@ -751,10 +793,37 @@ def _link(store: Incidence, todo: Sequence[Document], n_chunks: int, cache_dir: 
             batch.result()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a failed or interrupted build stops embedding
-    for doc in todo:
-        labels = []
-        for text in doc.chunks:
-            rec = cache.get(text) or {"entities": [], "source": "none"}
-            labels.append((rec["entities"], rec["source"]))
-        store.add_document(doc.id, doc.title, doc.chunks, labels)
-        progress("linking documents", 1, len(todo))
+
+
+def _label_and_embed_spread(texts: list[str], todo_texts: list[str], cache: EntityCache, vectors: EmbeddingCache,
+                            progress: Progress, label_slice: int, spread: BuildMap) -> None:
+    """One ``spread`` over every ``label_slice`` texts of ``todo_texts`` (one extraction call each) and every chunk
+    batch's texts the vector cache lacks (the calls :func:`_label_and_embed_here` makes); each item's labels or
+    vectors are cached here as it comes back, in whatever order, then counted."""
+    step = max(1, label_slice)
+    batches = [texts[i:i + CHUNK_BATCH] for i in range(0, len(texts), CHUNK_BATCH)]
+    parts = vectors.to_embed(batches)
+    items = [("label", todo_texts[i:i + step]) for i in range(0, len(todo_texts), step)]
+    counts = [len(part) for _, part in items]  # what each item advances its stage by
+    labelling = len(items)
+    for batch, part in zip(batches, parts):
+        if part:
+            items.append(("embed", part))
+            counts.append(len(batch))
+    if texts:  # the batches whose texts are all cached (or sent in an earlier batch) are done already
+        progress("embedding chunks", len(texts) - sum(counts[labelling:]), len(texts))
+    results = spread(items)
+    try:
+        for i, result in results:
+            kind, part = items[i]
+            if kind == "label":
+                for text, (entities, source) in zip(part, result):
+                    cache.put(text, entities, source)
+                progress("extraction", counts[i], len(todo_texts))
+            else:
+                vectors.keep(part, result)
+                progress("embedding chunks", counts[i], len(texts))
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()  # stopped or failed: the items still out are given up

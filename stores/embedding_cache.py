@@ -3,6 +3,9 @@
 One SQLite file per embedding model (``<cache>/embeddings-<model>.sqlite``): ``sha256(text) -> float32 vector``.
 A knowledge base that gained or changed a few documents gets a new context graph (its key hashes the corpus),
 but only the texts that were never embedded with that model are embedded again.
+
+The cache is the caller's: where the embedding itself runs elsewhere (a context-graph build on a Ray cluster's
+workers, :meth:`EmbeddingCache.embed_batches` with an ``embed_map``), only the vectors travel back and are kept here.
 """
 
 from __future__ import annotations
@@ -14,9 +17,14 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+
+
+#: ``embed_map(parts) -> (index, vectors)`` for every part (a list of texts), in any order: the vectors of each
+#: part's texts, one row per text, computed wherever the caller's workers are.
+EmbedMap = Callable[[list[list[str]]], Iterator[tuple[int, Any]]]
 
 
 def text_key(text: str) -> str:
@@ -75,13 +83,69 @@ class EmbeddingCache:
             self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
             self._db.execute("COMMIT")
 
-    def embed(self, texts: Sequence[str], embed: Callable[[list[str]], Any]) -> list[np.ndarray]:
-        """Vectors of ``texts`` in order: cached ones looked up, the rest embedded in one batch call and kept."""
+    def stored(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` have a vector (their vectors not read)."""
+        found: set[str] = set()
+        with self._lock:
+            for i in range(0, len(keys), 500):
+                part = list(keys[i:i + 500])
+                found.update(k for (k,) in self._db.execute(
+                    f"SELECT key FROM vectors WHERE key IN ({','.join('?' * len(part))})", part))
+        return found
+
+    def to_embed(self, batches: Sequence[Sequence[str]]) -> list[list[str]]:
+        """Per batch, the texts :meth:`embed` would send if the batches were embedded one after the other: those
+        neither cached nor in an earlier batch, each once."""
+        seen = self.stored(list(dict.fromkeys(text_key(t) for batch in batches for t in batch)))
+        parts = []
+        for batch in batches:
+            part = []
+            for text in batch:
+                if (key := text_key(text)) not in seen:
+                    seen.add(key)
+                    part.append(text)
+            parts.append(part)
+        return parts
+
+    def keep(self, texts: Sequence[str], vectors: Any) -> None:
+        """Store the vectors of ``texts`` (one row each, in order)."""
+        self.put_many({text_key(t): np.asarray(v, dtype=np.float32) for t, v in zip(texts, vectors)})
+
+    def _vectors(self, texts: Sequence[str]) -> list[np.ndarray]:
         keys = [text_key(t) for t in texts]
         known = self.get_many(list(dict.fromkeys(keys)))
-        missing = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in known))
-        if missing:
-            fresh = {text_key(t): np.asarray(v, dtype=np.float32) for t, v in zip(missing, embed(missing))}
-            self.put_many(fresh)
-            known.update(fresh)
         return [known[k] for k in keys]
+
+    def embed(self, texts: Sequence[str], embed: Callable[[list[str]], Any]) -> list[np.ndarray]:
+        """Vectors of ``texts`` in order: cached ones looked up, the rest embedded in one batch call and kept."""
+        [missing] = self.to_embed([texts])
+        if missing:
+            self.keep(missing, embed(missing))
+        return self._vectors(texts)
+
+    def embed_batches(self, batches: Iterable[Sequence[str]], embed: Callable[[list[str]], Any],
+                      embed_map: EmbedMap | None = None) -> Iterator[tuple[Sequence[str], list[np.ndarray]]]:
+        """``(texts, vectors)`` of each batch in turn, each embedding call the same as :meth:`embed` on the batches
+        one after the other makes. Without ``embed_map`` a batch is embedded when it is asked for; with it, every
+        batch's texts to embed go out at once (one part per batch), each part's vectors are kept here as it
+        comes back, in whatever order, and a batch is given once all of its vectors are kept."""
+        if embed_map is None:
+            for texts in batches:
+                yield texts, self.embed(texts, embed)
+            return
+        batches = list(batches)
+        parts = self.to_embed(batches)
+        sent = [k for k, part in enumerate(parts) if part]
+        waiting = set(sent)
+        results = embed_map([parts[k] for k in sent])
+        try:
+            for k, texts in enumerate(batches):
+                while waiting and min(waiting) <= k:  # an earlier batch may hold this one's texts
+                    i, vectors = next(results)
+                    self.keep(parts[sent[i]], vectors)
+                    waiting.discard(sent[i])
+                yield texts, self._vectors(texts)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()  # a consumer that stopped early: the parts still out are given up

@@ -8,6 +8,9 @@ entities of that text instead (capitalised phrases, then the most frequent long 
 node records ``source = "keyword"``; so the embedded 135M model, which labels poorly, still yields a
 connected graph, and the report shows how many entities came from each source. When no entity at all came
 from the model, the JudgeAgent protocol warns on the console, in ``kb_stats.json``, the summary and the report.
+
+On a Ray cluster (``services.spread.remote``), the graph build's extraction calls and embedding batches run on the
+run's workers (:func:`build_item` through ``services.spread``); the driver keeps what comes back in its caches.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
@@ -102,6 +106,17 @@ def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str
     return [r for part in parallel_map(one, groups, workers=svc.config.concurrency) for r in part]
 
 
+def build_item(svc: Services, item: tuple[str, list[str]]) -> Any:
+    """One item of a context-graph build (:data:`stores.context_graph.BuildMap`) where ``svc`` runs, a Ray worker
+    on a cluster: ``("label", texts)`` is one Table 11 call over ``texts`` (Algorithm 3's entity extraction), their
+    ``(entities, source)``; ``("embed", texts)`` their vectors from the run's embedding model, one float32 row each.
+    Nothing is written here: the driver keeps both in its caches."""
+    kind, texts = item
+    if kind == "label":
+        return label_entities(svc, texts, len(texts), step="build_graph")
+    return np.asarray(svc.embeddings()(texts), dtype=np.float32)
+
+
 def kb_documents(ctx: JudgeAgentContext) -> list[Document]:
     return load_knowledge_base(ctx.kb or SAMPLE_KB, ctx.kb_fields or None)
 
@@ -123,12 +138,15 @@ def _open_graph(svc: Services, ctx: JudgeAgentContext, log: Any, progress: Progr
     """Load or build the context graph of ``ctx.kb`` (:func:`stores.context_graph.open_context_graph`). The build
     labels ``8 x --concurrency`` extraction calls' worth of chunks at a time: whole calls (the same requests as all
     at once), enough to keep every slot busy, their labels cached before the next slice (a killed build loses at
-    most one slice)."""
+    most one slice). When the run's spread is remote (Ray), each extraction call and each embedding batch is one
+    item of it (:func:`build_item`), its result cached as it comes back (a killed build loses what was out)."""
+    spread = svc.spread
     return open_context_graph(
         kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=extractor_key(svc, ctx),
         extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph", progress=progress),
         chroma=svc.chroma, embed=svc.embeddings(), log=log, progress=progress,
-        label_slice=ctx.extract_batch * max(1, svc.config.concurrency) * 8)
+        label_slice=ctx.extract_batch if spread.remote else ctx.extract_batch * max(1, svc.config.concurrency) * 8,
+        spread=(lambda items: spread.map(build_item, items)) if spread.remote else None)
 
 
 def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: None) -> ContextGraph:
