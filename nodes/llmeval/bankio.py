@@ -38,7 +38,12 @@ from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_re
 from dyneval.stores.question_bank import Question, QuestionBank, content_hash, new_uuid
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
+
+    from dyneval.runtime.services import Services
+    from dyneval.runtime.spread import Spread
 
 FLAG = "--bank"
 CANONICAL = ("uuid", "discipline", "sub_discipline", "qtype", "question", "options", "answer", "explanation",
@@ -224,7 +229,8 @@ def load_file(path: Path, *, fields: str | None = None, skip_invalid: bool = Fal
 
 class NearDuplicateIndex:
     """Sentence embeddings of one bank's questions in a Chroma collection (cosine space): ids and vectors (the
-    question text stays in the bank).
+    question text stays in the bank). ``embed`` makes the vectors of a list of texts (the run's embedding
+    function, or a :class:`SpreadEmbedding` over its workers); the collection is queried and filled with them.
 
     ``name`` must be the bank's own (:func:`index_name`): two banks in one folder share a Chroma folder,
     and a question must only ever be a near duplicate of a question its own bank holds.
@@ -238,9 +244,7 @@ class NearDuplicateIndex:
 
     def vectors(self, texts: list[str]) -> np.ndarray:
         """The embeddings of ``texts`` (one call to the embedding function) as rows of a float64 matrix."""
-        import numpy as np
-
-        return np.asarray(self.embed(texts), dtype=np.float64).reshape(len(texts), -1)
+        return _matrix(self.embed(texts), len(texts))
 
     def nearest(self, vectors: np.ndarray) -> list[tuple[str, float] | None]:
         """For each row: the most similar indexed question and its cosine similarity (one query for all)."""
@@ -255,6 +259,44 @@ class NearDuplicateIndex:
     def add(self, ids: list[str], vectors: np.ndarray) -> None:
         if ids:
             self.collection.upsert(ids=ids, embeddings=vectors.astype("float32"))
+
+
+#: Question texts per item when the embedding leaves this process (``--executor ray``): one embedding call each.
+EMBED_BATCH = 128
+
+
+def _matrix(vectors: Any, n: int) -> np.ndarray:
+    """``n`` embeddings as the rows of a float64 matrix."""
+    import numpy as np
+
+    return np.asarray(vectors, dtype=np.float64).reshape(n, -1)
+
+
+def embed_batch(services: Services, texts: list[str]) -> np.ndarray:
+    """One item of a spread import (:mod:`runtime.spread`) for the near-duplicate check (seed 002, section 2.1
+    "redundancy"): the run's embeddings of ``texts`` (one call) as the rows of a float64 matrix."""
+    return _matrix(services.embeddings()(texts), len(texts))
+
+
+class SpreadEmbedding:
+    """The embedding function of a :class:`NearDuplicateIndex` whose texts are embedded where the run's
+    ``spread`` works (its Ray workers with ``--executor ray``): in items of :data:`EMBED_BATCH` texts when they
+    leave this process, else in one call as the run's own embedding function would be called. Rows are placed by
+    item index, so the matrix (and every near-duplicate decision taken from it) does not depend on the order the
+    items end in; each text is embedded once."""
+
+    def __init__(self, spread: Spread, batch: int = EMBED_BATCH) -> None:
+        self.spread, self.batch = spread, batch
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
+        size = self.batch if self.spread.remote else max(len(texts), 1)
+        items = [list(texts[i:i + size]) for i in range(0, len(texts), size)]
+        parts: list[np.ndarray | None] = [None] * len(items)
+        for i, rows in self.spread.map(embed_batch, items):
+            parts[i] = rows
+        return np.concatenate(parts)
 
 
 def index_name(bank: QuestionBank) -> str:

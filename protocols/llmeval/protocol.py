@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
-from dyneval.nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearDuplicateIndex, export_bank, import_file,
-                                  index_name, load_file)
+from dyneval.nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearDuplicateIndex, SpreadEmbedding,
+                                          export_bank, import_file, index_name, load_file)
 from dyneval.nodes.llmeval.common import bank_location, bank_of, chroma_folder
 from dyneval.protocols.llmeval.metrics import intervals, mean, population_variance
 from dyneval.runtime.headline import report_blocks as headline_blocks
+from dyneval.runtime.spread import in_order
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.runtime.report import (Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap,
                                     write_report)
@@ -179,14 +180,20 @@ class LLMEvalProtocol(Protocol):
     def import_bank(self, run: Run, source: Path | LoadedFile, *, sample: bool = False) -> ImportReport:
         """Import one file into the bank (near duplicates checked against this bank only) in batches, with a
         progress bar, and print its report. The shipped ``sample`` (36 distinct hand-written questions) is imported
-        without the embedding model: its questions join the near-duplicate index at the bank's next import."""
+        without the embedding model: its questions join the near-duplicate index at the bank's next import.
+
+        The texts are embedded where the run's spread works (its Ray workers with ``--executor ray``); which
+        question repeats which, and every bank and index write, are decided here in file order from the vectors
+        placed by record, so the bank is the same whatever order the workers answer in."""
         ctx = self._ctx(run)
         bank = bank_of(ctx)
         threshold = self.batch(run).near_dup_threshold
         index = None
         if threshold > 0 and not sample:
             svc = run.services
-            index = NearDuplicateIndex(svc.chroma(chroma_folder(ctx, svc)), svc.embeddings(), index_name(bank))
+            svc.embeddings()  # a bad --embedding-model stops the import here, before a worker meets it
+            index = NearDuplicateIndex(svc.chroma(chroma_folder(ctx, svc)), SpreadEmbedding(svc.spread),
+                                       index_name(bank))
         loaded = source if isinstance(source, LoadedFile) else load_file(source)
         with import_progress(run.console, f"importing {Path(loaded.file).name}", len(loaded.questions)) as advance:
             report = import_file(bank, loaded, index=index, threshold=threshold,
@@ -204,16 +211,15 @@ class LLMEvalProtocol(Protocol):
         return report
 
     def _rewrite_material(self, run: Run, report: ImportReport) -> None:
+        """The teacher's rewrite of each imported material-analysis question (one call each, spread over the run's
+        workers); the variants are written here in import order, each as soon as those before it are."""
         from dyneval.nodes.llmeval.augment import rewrite_material
 
         bank = bank_of(self._ctx(run))
-        for uid in list(report.imported_ids):
-            q = bank.get(uid)
-            if q is None or q.qtype != "material":
-                continue
-            variants, problem = rewrite_material(run.services, q)
+        material = [q for q in map(bank.get, report.imported_ids) if q is not None and q.qtype == "material"]
+        for q, (variants, problem) in zip(material, in_order(run.services.spread.map(rewrite_material, material))):
             if problem:
-                run.console.print(f"{report.file}: {uid}: {problem}", highlight=False)
+                run.console.print(f"{report.file}: {q.uuid}: {problem}", highlight=False)
                 continue
             held = bank.existing_uuids(v.uuid for v in variants)
             bank.add_questions([v for v in variants if v.uuid not in held])
