@@ -9,11 +9,14 @@ cluster of a head and 1, then 2, worker nodes, each its own ``ray start`` proces
 replies, in its own process, ``--latencies`` seconds per request). Every run, threads included, checkpoints in
 a fresh database of one throw-away PostgreSQL server (Ray requires it; the thread pool uses the same store so
 only the executor differs). Per run: wall seconds of ``execute``, LLM calls (the run's usage), calls/s, and the
-CPU seconds of each party over the run, read from ``/proc`` (user + system, children reaped included): the
-driver (this process), the Ray head's and the worker nodes' process trees, PostgreSQL, and the stand-in. CPU
+CPU seconds of each party over the run, sampled from ``/proc`` every 0.25 s (user + system; a process that ends
+during the run keeps its last sample): the driver (this process, the sampling thread's own CPU left out), the
+Ray head's and the worker nodes' process trees, PostgreSQL, and the stand-in. CPU
 per unit is everything but the stand-in (which a real endpoint would not charge to this machine). Before the
-measured runs, each executor (each new cluster) runs ``2 x --concurrency`` units unmeasured, so Ray's worker
-processes have started and imported ``dyneval`` (a cold start is a one-off cost, not a per-unit one).
+measured runs, each executor (each new cluster) runs ``2 x --concurrency`` units unmeasured, so the nodes' caches
+are warm (files read, Python's bytecode written); each Ray run still starts its own unit runners (one process per
+worker CPU, importing ``dyneval``), which is part of its wall time: a one-off cost per run, so ``--units`` should
+be large enough that it does not dominate.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,25 +45,64 @@ from dyneval.runtime.embedded import free_port  # noqa: E402
 from dyneval.runtime.executors import ExecutorChoice  # noqa: E402
 from dyneval.runtime.runner import execute, open_run  # noqa: E402
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
-from tests.ray_cluster import RayCluster, _tree, ray_cluster  # noqa: E402
+from tests.ray_cluster import RayCluster, ray_cluster, trees  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
-#: PostgreSQL's default of 100 runs out: each Ray worker process keeps its own connections to every run's database
-#: it worked for (measured: 112 of 120 units ``too many clients`` on a cluster's third run with 2 nodes).
+#: Room for the driver's and each unit runner's checkpointer pool and claims connection, beside the warm-up's.
 MAX_CONNECTIONS = 500
 
 
-def cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` and of their children they reaped (``/proc/PID/stat``)."""
-    total = 0
-    for pid in pids:
-        try:
-            text = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / TICK
+def _cpu_ticks(pid: int) -> int | None:
+    """User + system CPU ticks of ``pid`` and of the children it reaped (``/proc/PID/stat``); None once gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return sum(int(f) for f in text[text.rindex(")") + 2:].split()[11:15])  # utime stime cutime cstime
+
+
+class TreeCPU:
+    """CPU seconds each party's process tree spent between :meth:`start` and :meth:`stop`, sampled every 0.25 s
+    (one scan of ``/proc``): a process that ends meanwhile (a run's unit runners are killed as the run ends, and
+    nobody reaps them into a parent's count) keeps what it had spent at its last sample, so it is undercounted by
+    at most 0.25 s of CPU. The sampling thread's own CPU is kept apart (``sampler_s``), not charged to the driver."""
+
+    def __init__(self, roots: dict[str, int]) -> None:
+        self.roots = roots
+        self.first: dict[tuple[str, int], int] = {}
+        self.last: dict[tuple[str, int], int] = {}
+        self.sampler_s = 0.0
+        self._started = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _once(self) -> None:
+        found = trees(list(self.roots.values()))
+        for name, root in self.roots.items():
+            for pid in found[root]:
+                ticks = _cpu_ticks(pid)
+                if ticks is not None:  # a process born after the start spent all its CPU in this run
+                    self.first.setdefault((name, pid), 0 if self._started else ticks)
+                    self.last[(name, pid)] = ticks
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.25):
+            self._once()
+        self.sampler_s = time.thread_time()
+
+    def start(self) -> None:
+        self._once()  # what each process already spent is not this run's
+        self._started = True
+        self._thread.start()
+
+    def stop(self) -> dict[str, float]:
+        self._done.set()
+        self._thread.join()
+        self._once()
+        spent: dict[str, float] = {name: 0.0 for name in self.roots}
+        for (name, pid), ticks in self.last.items():
+            spent[name] += (ticks - self.first[(name, pid)]) / TICK
+        return spent
 
 
 @contextlib.contextmanager
@@ -131,14 +174,13 @@ def one_run(label: str, data: str, url: str, dsn: str, out: Path, concurrency: i
                        concurrency=concurrency, stores=StoreConfig(postgres_dsn=dsn), params={"data": data})
     protocol = InterviewProtocol()
     run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
-    trees = {name: _tree(pid) if name != "driver" else [] for name, pid in parties.items()}
-    before = {name: cpu_s(pids) for name, pids in trees.items()}
+    sampler = TreeCPU({name: pid for name, pid in parties.items() if name != "driver"})
+    sampler.start()
     driver, started = time.process_time(), time.perf_counter()
     summary = execute(protocol, run, skip_preflight=True, executor=choice)
     wall = time.perf_counter() - started
-    trees = {name: _tree(pid) if name != "driver" else [] for name, pid in parties.items()}
-    cpu = {name: cpu_s(pids) - before.get(name, 0.0) for name, pids in trees.items()}
-    cpu["driver"] = time.process_time() - driver
+    cpu = sampler.stop()
+    cpu = {"driver": time.process_time() - driver - sampler.sampler_s, **cpu}
     counts = summary["status_counts"]
     if counts.get("ok", 0) != sum(counts.values()):
         records = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()]

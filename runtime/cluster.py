@@ -351,6 +351,10 @@ class ClusterLimits:
 
         return ray.get(self.actor.stats.remote())
 
+    def in_flight(self) -> int:
+        """The run's requests in flight now, on every worker (granted, not yet released)."""
+        return sum(e["in_flight"] for e in self.stats()["endpoints"].values())
+
 
 class ClusterSlots:
     """One endpoint's slots for the whole cluster, used by the call layer as its ``InFlight``: ``acquire``

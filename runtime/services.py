@@ -120,6 +120,8 @@ class Services:
     budget: Budget | None = field(default=None, init=False)
     #: Where the run's preparation maps its heavy work (:mod:`runtime.spread`): here, or the Ray workers'.
     spread: Spread = field(init=False)
+    #: The count of requests in flight where they are sent from other processes (a Ray session's coordinator).
+    remote_in_flight: Callable[[], int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.spread = LocalSpread(self)
@@ -180,7 +182,10 @@ class Services:
         return self._endpoints[key]
 
     def in_flight(self) -> int:
-        """Requests on their way to any endpoint of this run right now (the live progress line shows it)."""
+        """Requests on their way to any endpoint of this run right now (the live progress line shows it): this
+        process's, or the whole cluster's where the requests leave it (:attr:`remote_in_flight`)."""
+        if self.remote_in_flight is not None:
+            return self.remote_in_flight()
         with self._lock:
             return sum(e.slots.in_flight for e in self._endpoints.values())
 

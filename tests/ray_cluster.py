@@ -82,6 +82,11 @@ class RayCluster:
 def _tree(root: int) -> list[int]:
     """``root`` and every process descending from it (Ray's workers put themselves in their own process groups,
     so a process group does not catch them), found by their parent ids in ``/proc``."""
+    return trees([root])[root]
+
+
+def trees(roots: list[int]) -> dict[int, list[int]]:
+    """:func:`_tree` of each root, from one scan of ``/proc``."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -90,11 +95,14 @@ def _tree(root: int) -> list[int]:
             continue
         fields = text[text.rindex(")") + 2:].split()
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
+    out = {}
+    for root in roots:
+        found, todo = [], [root]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo.extend(children.get(pid, []))
+        out[root] = found
     return out
 
 

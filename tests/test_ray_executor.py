@@ -189,6 +189,7 @@ def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within
     standin.reset()
     config = _config(case, standin, tmp_path / "ray", dsn, params)
     run_box: dict[str, Path] = {}
+    at_gate: dict[str, int] = {}
     killed, ended = threading.Event(), threading.Event()
 
     def kill_one_node_mid_run() -> None:
@@ -201,6 +202,7 @@ def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within
         if ended.is_set():  # the run ended first (the assertions below say why)
             standin.open.set()
             return
+        at_gate["in_flight"] = run.services.in_flight()  # the live line's count: the requests held at the gate
         cluster.kill("worker1")
         killed.set()
         standin.open.set()
@@ -218,6 +220,7 @@ def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within
     statuses = Counter(r["status"] for r in _records(run.run_dir))
     assert statuses == {"ok": units}, [r.get("error") for r in _records(run.run_dir) if r["status"] != "ok"][:3]
     assert killed.is_set() and cluster.alive() == {"head", "worker2"}
+    assert 1 <= at_gate["in_flight"] <= 2 * MODEL_CONCURRENCY  # counted on the workers, shown at the driver
 
     records = _records(run.run_dir)
     assert sorted(r["unit_id"] for r in records) == sorted({r["unit_id"] for r in records})  # one line per unit

@@ -131,7 +131,8 @@ class _Worker:
         self.limits = ClusterLimits(run_id)
         self.name = f"{self.limits.node[:12]}-{os.getpid()}"
         events = _ForwardedLog(job.sink, Pricing.for_run(config), self.name)
-        self.limits.usage = events.by_role
+        if RunLimits.of(config).any():  # only a budget reads the usage workers report with their requests
+            self.limits.usage = events.by_role
         services = _ClusterServices(config=config, run_dir=Path(job.run_dir), events=events,
                                     chat_overrides=_replayed(job.protocol, config))
         services.budget = None  # the coordinator's budget counts every worker's calls
@@ -487,10 +488,10 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
     session = None
     try:
         session = RaySession(protocol, run, sink)
-        run.services.spread = session.spread
+        run.services.spread, run.services.remote_in_flight = session.spread, session.limits.in_flight
         yield session
     finally:
-        run.services.spread = LocalSpread(run.services)
+        run.services.spread, run.services.remote_in_flight = LocalSpread(run.services), None
         if session is not None:
             session.runners.kill()
         stop_coordinator(run_id)
