@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ import pytest
 
 import tests.test_context_graph_spread as spread_tests
 import tests.test_ray_executor as ray_tests
-from tests.fake_embedding import embeddings_reply
+from tests.embedding_endpoint import EmbeddingEndpoint
 from tests.test_context_graph_spread import write_kb
 from tests.test_ray_executor import MODEL_CONCURRENCY, CountingStandIn, _records, _results, _run, _stable
 
@@ -41,25 +39,6 @@ cluster, standin = ray_tests.cluster, ray_tests.standin  # fixtures reused as th
 small_batches = spread_tests.small_batches  # embedding batches of 4 texts: several of each kind
 
 
-def _process_of(client_port: int, server_port: int) -> int | None:
-    """The id of the process holding the loopback TCP socket ``client_port -> server_port`` (from ``/proc``)."""
-    want_local, want_remote = f":{client_port:04X}", f":{server_port:04X}"
-    inode = None
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[1].endswith(want_local) and fields[2].endswith(want_remote):
-            inode = fields[9]
-    if inode is None:
-        return None
-    for fd in Path("/proc").glob("[0-9]*/fd/*"):
-        try:
-            if os.readlink(fd) == f"socket:[{inode}]":
-                return int(fd.parent.parent.name)
-        except OSError:
-            continue
-    return None
-
-
 def seeded_vectors(texts: list[str]) -> list[np.ndarray]:
     """Each text's own random vector (seeded by the text): no two entities are equally near a query, so the runs'
     knowledge paths cannot differ by how Chroma orders ties (a bag-of-words embedding's single words tie)."""
@@ -67,45 +46,9 @@ def seeded_vectors(texts: list[str]) -> list[np.ndarray]:
             .astype(np.float32) for t in texts]
 
 
-class EmbeddingsEndpoint:
-    """``POST /v1/embeddings``: :func:`seeded_vectors` of the inputs (computed here, so the same whichever process
-    asks), each request noted as ``(sending process id, its texts)``."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[int | None, list[str]]] = []
-        self.lock = threading.Lock()
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                sender = _process_of(self.client_address[1], self.server.server_address[1])
-                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                with endpoint.lock:
-                    endpoint.requests.append((sender, texts))
-                data = json.dumps(embeddings_reply(seeded_vectors, body)[1]).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.model = f"hash-embed@http://127.0.0.1:{self.server.server_port}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
 def embeddings_endpoint() -> Any:
-    endpoint = EmbeddingsEndpoint()
+    endpoint = EmbeddingEndpoint(seeded_vectors)
     yield endpoint
     endpoint.close()
 

@@ -1,0 +1,89 @@
+"""An OpenAI-compatible ``POST /v1/embeddings`` on a loopback port that notes which process sent each request:
+for tests that check where a run's embedding work ran (the driver, or a Ray worker process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.fake_embedding import embeddings_reply
+
+
+class EmbeddingEndpoint:
+    """``vectors(texts)`` for each request's inputs (computed here, so the same whichever process asks). Each
+    request is noted as ``(sending process id, its texts)`` in :attr:`requests`, and the sender's ancestors in
+    :attr:`ancestry`, both read while the request is served (a run's worker processes end with the run)."""
+
+    def __init__(self, vectors: Callable[[list[str]], Any]) -> None:
+        self.requests: list[tuple[int | None, list[str]]] = []
+        self.ancestry: dict[int, list[int]] = {}
+        lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                pid = client_pid(self.client_address[1], endpoint.server.server_port)
+                chain = ancestors(pid) if pid is not None else []
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                with lock:
+                    endpoint.requests.append((pid, list(texts)))
+                    if pid is not None:
+                        endpoint.ancestry[pid] = chain
+                status, payload = embeddings_reply(vectors, body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def model(self) -> str:
+        """The ``--embedding-model`` reference of this endpoint."""
+        return f"embed@http://127.0.0.1:{self.server.server_port}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def client_pid(client_port: int, server_port: int) -> int | None:
+    """The process holding the socket 127.0.0.1:``client_port`` connected to 127.0.0.1:``server_port``."""
+    local, remote = f"0100007F:{client_port:04X}", f"0100007F:{server_port:04X}"
+    inode = next((f[9] for f in (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
+                  if f[1] == local and f[2] == remote), None)
+    if inode is None:
+        return None
+    target = f"socket:[{inode}]"
+    for fds in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) == target for fd in fds.iterdir()):
+                return int(fds.parent.name)
+        except OSError:  # another user's process, or one that just ended
+            continue
+    return None
+
+
+def ancestors(pid: int) -> list[int]:
+    """``pid``'s parent, its parent's parent ... (from ``/proc/PID/stat``)."""
+    out = []
+    while pid > 1:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        out.append(pid)
+    return out
