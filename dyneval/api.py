@@ -59,8 +59,9 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     ``options`` are the command-line options by their Python names: the roles (``target=``, ``evaluator=`` ...,
     each ``local``, a config name or ``MODEL@BASE_URL``), ``config=``, ``out=``, ``limit=``, ``concurrency=``,
     ``seed=``, ``max_calls=``, ``max_tokens=``, ``max_cost=``, ``max_tokens_per_role="evaluator=1000"``,
-    ``pricing=``, ``cache=``, ``resume=RUN_ID``, ``rescore=RUN_ID``, ``skip_preflight=`` ..., and the protocol's own
-    parameters (``repeats=2``, ``data="seeds.jsonl"``). Bad input raises ``state.errors.InputError`` before anything
+    ``pricing=``, ``cache=``, ``resume=RUN_ID``, ``rescore=RUN_ID``, ``skip_preflight=``, ``executor="ray"`` with
+    ``postgres_dsn=`` and ``ray_address=`` ..., and the protocol's own parameters (``repeats=2``,
+    ``data="seeds.jsonl"``). Bad input raises ``state.errors.InputError`` before anything
     is spent; a run its budget stopped is returned (``result.stopped``); Ctrl-C raises ``KeyboardInterrupt`` after
     the partial report. ``quiet=False`` prints the progress and summary as the command line does.
     """
@@ -74,10 +75,12 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     options = {k: [v] if k in lists and isinstance(v, str) else v for k, v in options.items()}  # one file: a list
     args = argparse.Namespace(**{**known, **options, "protocol": protocol, "dry_run": False})
     chosen, _, run = start(args, dests, Console(quiet=quiet))
+    from dyneval.runtime.executors import ExecutorChoice
     from dyneval.runtime.runner import execute
 
     try:
-        execute(chosen, run, skip_preflight=args.skip_preflight)
+        execute(chosen, run, skip_preflight=args.skip_preflight,
+                executor=ExecutorChoice(args.executor, args.ray_address))
     except RunInterrupted as exc:
         if not exc.budget:
             raise

@@ -71,6 +71,8 @@ def test_evaluate_rescores_a_run_with_another_judge(tmp_path):
     ({"targett": "x@http://127.0.0.1:9/v1"}, "unknown option(s) targett"),
     ({"max_questions": 0}, "--max-questions"),
     ({"rescore": "no-such-run", "evaluator": "x@http://127.0.0.1:9/v1"}, "no run 'no-such-run'"),
+    # the executor is the command line's: Ray without its database is refused, not run on threads instead
+    ({"executor": "ray", "target": "x@http://127.0.0.1:9/v1"}, "--executor ray needs --postgres-dsn"),
 ])
 def test_bad_options_raise_an_input_error_before_anything_runs(tmp_path, options, says):
     from dyneval import evaluate
