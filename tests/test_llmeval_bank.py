@@ -17,7 +17,7 @@ from dyneval.nodes.llmeval.bankio import (CANONICAL, NearDuplicateIndex, export_
                                           to_question)
 from dyneval.state.errors import InputError
 from dyneval.stores.inputs import FieldMap, Record
-from dyneval.stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError
+from dyneval.stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError, server_dsn
 from dyneval.stores.vectors import chroma_client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -339,3 +339,24 @@ def test_the_bank_works_on_postgresql(fresh_postgres_db, tmp_path):
         bank.submit("pg", item["position"], "again")
     assert bank.quota("pg")["completed"] == 1
     bank.close()
+
+
+def test_a_libpq_key_value_dsn_opens_the_postgresql_bank_not_a_file_of_that_name(fresh_postgres_db, tmp_path,
+                                                                                  monkeypatch):
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = fresh_postgres_db("llmeval_keywords")
+    keywords = " ".join(f"{k}={v}" for k, v in conninfo_to_dict(url).items())  # host=... port=... dbname=...
+    monkeypatch.chdir(tmp_path)
+    bank = QuestionBank(keywords)
+    assert bank.url.startswith("postgresql+psycopg://")
+    assert import_file(bank, SAMPLE).imported == 36
+    bank.close()
+    for same in (QuestionBank(url), QuestionBank(server_dsn(keywords))):
+        assert same.count() == 36  # the questions are in that database
+        same.close()
+    assert server_dsn(keywords).startswith("postgresql://")  # what the protocol's server-or-file checks read
+    assert list(tmp_path.iterdir()) == []  # it used to be a SQLite file named after the DSN in the working folder
+    named = QuestionBank(tmp_path / "bank=1.sqlite")
+    assert named.url.startswith("sqlite")  # a file name with '=' stays one
+    named.close()

@@ -424,11 +424,16 @@ def test_a_secret_an_older_bank_kept_inside_moves_to_the_file_and_is_erased_from
     assert not _bank_holds(bank_path, legacy)  # while the server runs, write-ahead log included
 
 
+@pytest.mark.parametrize("form", ["url", "libpq key=value"])
 def test_a_postgresql_banks_secret_moves_out_of_the_database_into_the_cache_folder(tmp_path, fresh_postgres_db,
-                                                                                  no_secret_env):
-    dsn = fresh_postgres_db("llmeval_secret")
+                                                                                  no_secret_env, form, monkeypatch):
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = fresh_postgres_db("llmeval_secret_" + ("url" if form == "url" else "kv"))
+    dsn = url if form == "url" else " ".join(f"{k}={v}" for k, v in conninfo_to_dict(url).items())
+    monkeypatch.chdir(tmp_path)  # a DSN taken for a file name put the secret (and the bank) here
     legacy = "fedcba9876543210" * 4
-    bank = QuestionBank(dsn)
+    bank = QuestionBank(url)
     with bank.engine.begin() as conn:  # as an older version stored it
         conn.exec_driver_sql("INSERT INTO llmeval_meta (key, value) VALUES (%s, %s)", (LEGACY_SECRET_KEY, legacy))
     svc = make_services(tmp_path, protocol="llmeval")
@@ -438,6 +443,7 @@ def test_a_postgresql_banks_secret_moves_out_of_the_database_into_the_cache_fold
     assert secret_file.stat().st_mode & 0o777 == 0o600
     with bank.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM llmeval_meta WHERE value = %s", (legacy,)).scalar() == 0
+    assert not [p for p in tmp_path.iterdir() if "=" in p.name]
 
 
 def test_the_secret_comes_from_either_environment_variable_and_a_short_or_exposed_one_is_refused(

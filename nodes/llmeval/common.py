@@ -8,16 +8,17 @@ from typing import Any
 
 from dyneval.nodes.llmeval.bankio import import_file
 from dyneval.runtime.services import Services, services_of
-from dyneval.stores.question_bank import QuestionBank
+from dyneval.stores.question_bank import QuestionBank, server_dsn
 from dyneval.samples import sample
 
 
 def bank_location(ctx: Any, svc: Services) -> str:
-    """``ctx.bank_db``, else the configured PostgreSQL DSN, else a SQLite file shared by the runs under ``--out``."""
+    """``ctx.bank_db``, else the configured PostgreSQL DSN, else a SQLite file shared by the runs under ``--out``; a
+    DSN in libpq's ``key=value`` form as its URL, so every check of "a server or a file" reads it as a server."""
     if getattr(ctx, "bank_db", ""):
-        return str(ctx.bank_db)
+        return server_dsn(str(ctx.bank_db))
     if svc.config.stores.postgres_dsn:
-        return svc.config.stores.postgres_dsn
+        return server_dsn(svc.config.stores.postgres_dsn)
     return str(svc.cache_dir / "llmeval_bank.sqlite")
 
 
