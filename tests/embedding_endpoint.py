@@ -70,12 +70,17 @@ def client_pid(client_port: int, server_port: int) -> int | None:
     if inode is None:
         return None
     target = f"socket:[{inode}]"
-    for fds in Path("/proc").glob("[0-9]*/fd"):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if any(os.readlink(fd) == target for fd in fds.iterdir()):
-                return int(fds.parent.name)
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:  # another user's process, or one that just ended
             continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return int(pid)
+            except OSError:  # a descriptor closed meanwhile (a busy process opens and closes many): the next one
+                continue
     return None
 
 

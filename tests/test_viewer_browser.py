@@ -124,6 +124,29 @@ def _open(browser: Any, page: Path, fragment: str = "") -> None:
     browser.get(page.resolve().as_uri() + fragment)
 
 
+def _opened_unit(browser: Any) -> str:
+    """The unit whose exchanges the page shows, once its title and the table's highlighted row agree: a unit
+    opens through the location's hash, whose ``hashchange`` the page handles after the click returns."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def agreed(driver: Any) -> str | None:
+        title = driver.find_element(By.ID, "unit-title").text.removeprefix("Unit ")
+        rows = [r.get_attribute("data-unit") for r in driver.find_elements(By.CSS_SELECTOR, "#units tbody tr.open")]
+        return title if rows == [title] else None
+
+    return WebDriverWait(browser, 60, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+                         ).until(agreed)
+
+
+def _wait_opened(browser: Any, unit: str) -> None:
+    """Wait until the page shows ``unit`` opened (:func:`_opened_unit`); a timeout says it never did."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 60).until(lambda d: _opened_unit(d) == unit, message=f"unit {unit} never opened")
+
+
 def _headers(browser: Any) -> list[str]:
     from selenium.webdriver.common.by import By
 
@@ -177,7 +200,7 @@ def test_view_of_each_protocol_shows_its_outcome_first_filters_units_and_shows_a
     row = browser.find_element(By.CSS_SELECTOR, f'#units tbody tr[data-unit="{unit}"]')
     assert len(browser.find_elements(By.CSS_SELECTOR, "#units tbody tr")) < total or total == 1
     row.click()
-    assert browser.find_element(By.ID, "unit-title").text == f"Unit {unit}"
+    _wait_opened(browser, unit)
     shown = browser.find_elements(By.CSS_SELECTOR, "#unit-detail details.exchange")
     assert [s.get_attribute("data-step") for s in shown] == [e["step"] for e in own]  # every exchange, in order
     last = shown[-1]
@@ -200,22 +223,18 @@ def test_a_unit_permalink_opens_that_unit_and_previous_next_move_through_the_tab
     assert len(ids) >= 3
     _open(browser, run_dir / "view.html", f"#unit={quote(ids[1])}")
 
-    def opened() -> str:
-        title = browser.find_element(By.ID, "unit-title").text
-        highlighted = [r.get_attribute("data-unit") for r in browser.find_elements(By.CSS_SELECTOR,
-                                                                                   "#units tbody tr.open")]
-        assert highlighted == [title.removeprefix("Unit ")]
-        return title.removeprefix("Unit ")
-
-    assert opened() == ids[1]
+    _wait_opened(browser, ids[1])
     browser.find_element(By.ID, "unit-next").click()
-    assert opened() == ids[2] and browser.execute_script("return location.hash") == f"#unit={quote(ids[2])}"
+    _wait_opened(browser, ids[2])
+    assert browser.execute_script("return location.hash") == f"#unit={quote(ids[2])}"
     browser.find_element(By.ID, "unit-prev").click()
+    _wait_opened(browser, ids[1])
     browser.find_element(By.ID, "unit-prev").click()
-    assert opened() == ids[0] and not browser.find_element(By.ID, "unit-prev").is_enabled()
+    _wait_opened(browser, ids[0])
+    assert not browser.find_element(By.ID, "unit-prev").is_enabled()
     assert browser.find_element(By.ID, "unit-permalink").get_attribute("href").endswith(f"#unit={quote(ids[0])}")
     browser.back()  # the browser's history follows the units opened
-    assert opened() == ids[1]
+    _wait_opened(browser, ids[1])
     _no_console_errors(browser)
 
 
@@ -312,6 +331,6 @@ def test_comparison_page_opens_with_the_paired_difference_and_links_changed_unit
     _no_console_errors(browser)
     row = browser.find_element(By.CSS_SELECTOR, "#unit-diffs tbody tr")
     row.find_elements(By.TAG_NAME, "a")[1].click()  # run B's status of the unit: its drill-down there
+    _wait_opened(browser, units[0])
     assert browser.find_element(By.ID, "title").text.endswith(b.name)
-    assert browser.find_element(By.ID, "unit-title").text == f"Unit {units[0]}"
     _no_console_errors(browser)
