@@ -111,7 +111,7 @@ def bank_url(location: str | Path) -> str:
 def server_dsn(location: str) -> str:
     """``location`` as a URL when it is a libpq ``key=value`` connection string (``host=db dbname=evals``, as
     ``--postgres-dsn`` and the checkpointer take it), so that it is never taken for a file name; else unchanged."""
-    keywords = _libpq_keywords(location)
+    keywords = None if "://" in location else _libpq_keywords(location)
     if not keywords:
         return location
     port = keywords.pop("port", None)

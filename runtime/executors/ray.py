@@ -175,9 +175,6 @@ class _UnitRunner:
         stop.clear()
         self.worker = _Worker(job)
 
-    def name(self) -> str:
-        return self.worker.name
-
     def run_unit(self, unit: Unit) -> dict[str, Any]:
         """Claim ``unit``, run it to its record, write a final record once. Returns the record (the final one
         already written, if another attempt wrote it)."""
