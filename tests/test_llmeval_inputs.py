@@ -336,3 +336,21 @@ def test_a_passage_column_joins_its_question_with_a_plus_mapping(tmp_path):
         "The lighthouse keeper kept a log of every ship.\n\nWhat did the keeper record?",
         "The lighthouse keeper kept a log of every ship.\n\nWho kept the log?",
         "What is 7 times 6?"]  # no passage: the question alone, nothing invented
+
+
+def test_options_written_as_a_python_list_literal_are_read_as_written_and_a_broken_list_is_refused(tmp_path):
+    def write(path: Path, choices: str) -> Path:
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows([["discipline", "question", "choices", "answer"],
+                                      ["Logic", "Which pair holds?", choices, "A"]])
+        return path
+
+    # a list column as pandas writes it to CSV: its repr, single quotes, a comma and a quote inside an option
+    path = write(tmp_path / "pandas.csv", repr(["True, True", "False, False", "it's both"]))
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    import_file(bank, path, fields="options=choices")
+    [q] = bank.all_questions()
+    assert q.options == ["True, True", "False, False", "it's both"]
+    broken = write(tmp_path / "broken.csv", "['a', __import__('os')]")  # not a literal: refused, never run
+    with pytest.raises(InputError, match="not a valid JSON list"):
+        import_file(QuestionBank(tmp_path / "other.sqlite"), broken, fields="options=choices")

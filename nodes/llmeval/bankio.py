@@ -22,6 +22,7 @@ rejected. Multiple-choice questions can be expanded into true/false variants (ap
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 from dataclasses import dataclass, field
@@ -102,15 +103,31 @@ class RawQuestion(BaseModel):
     def _options(cls, value: Any) -> Any:
         if isinstance(value, dict):  # {"A": ..., "B": ...}: in letter order
             return [value[k] for k in sorted(value)]
-        if isinstance(value, str):  # CSV: a JSON list or "a||b||c"
+        if isinstance(value, str):  # CSV: a JSON list, a Python list literal (a pandas export), or "a||b||c"
             text = value.strip()
             if text.startswith("["):
                 try:
                     return json.loads(text)
                 except json.JSONDecodeError as exc:
-                    raise PydanticCustomError("options", "not a valid JSON list ({msg})", {"msg": exc.msg}) from None
+                    listed = _python_list(text)
+                    if listed is None:
+                        raise PydanticCustomError("options", "not a valid JSON list ({msg})",
+                                                  {"msg": exc.msg}) from None
+                    return listed
             return [o.strip() for o in text.split("||")]
         return value
+
+
+def _python_list(text: str) -> list[Any] | None:
+    """``text`` read as a Python list of texts and numbers (``['a', 'b']``, as pandas writes a list column to CSV),
+    exactly as written (:func:`ast.literal_eval`, no code run); None for anything else."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
+        return value
+    return None
 
 
 def field_map(spec: str | None, first: Record) -> FieldMap:
