@@ -159,13 +159,15 @@ class EventLog:
         }
         self.log(event)
 
-    def log(self, event: dict[str, Any]) -> None:
-        """Append one exchange as :meth:`record` made it (here, or in another process: a Ray worker's)."""
+    def log(self, event: dict[str, Any], *, written: bool = False) -> None:
+        """Append one exchange as :meth:`record` made it (here, or in another process: a Ray worker's);
+        ``written``: another process already appended it to this log's file (a Ray run's event sink), so it is
+        only counted here."""
         with self._lock:
             self._count(event)
             if self.keep_in_memory or self.path is None:
                 self.records.append(event)
-            if self.path is not None:
+            if self.path is not None and not written:
                 append_line(self.path, event)
 
     def _cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:

@@ -1,6 +1,7 @@
 """Run files a kill can cut: whole files written atomically, JSONL logs whose torn last line is dropped.
 
-A JSONL log is only ever appended to, one ``write`` of ``line + "\\n"`` per record.
+A JSONL log is only ever appended to, one ``write`` of ``line + "\\n"`` per record, under an exclusive ``flock``
+on the file, so processes appending to one log (a Ray run's driver and its event sink) never interleave lines.
 A kill can cut the last write short; :func:`drop_torn_tail` removes such a line
 (and says so) before the next append, so every append starts on a fresh line
 and a torn record never swallows the one written after it.
@@ -12,6 +13,11 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+try:
+    from fcntl import LOCK_EX, flock
+except ImportError:  # Windows: one write per line still, without the lock (no Ray event sink appends there)
+    flock = None
 
 _BLOCK = 1 << 16
 
@@ -74,10 +80,18 @@ def drop_torn_tail(path: Path) -> str | None:
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as one JSON line (callers serialise appends to the same file)."""
-    line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(line)
+    """Append one record as one JSON line, in one ``write`` under an exclusive lock on the file (a buffered text
+    write splits a long line over several writes, which another process's append could come between)."""
+    line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if flock is not None:
+            flock(fd, LOCK_EX)
+        view = memoryview(line)
+        while view:  # a regular file takes the whole line at once; a signal could still cut a write short
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 def read_records(path: Path, problems: list[str] | None = None) -> Iterator[dict[str, Any]]:

@@ -277,6 +277,45 @@ def test_sigterm_to_the_driver_stops_every_worker_and_leaves_a_run_resume_finish
     assert len(finished) == len({r["unit_id"] for r in finished}) == 40
 
 
+def test_sigkill_of_the_driver_loses_no_logged_call_and_resume_counts_every_unit_in_full(
+        cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path) -> None:
+    """The driver killed outright: its unit runners may finish the units they hold before Ray removes them, and
+    each exchange they log is in ``events.jsonl`` (the event sink appends it as it arrives; it used to wait in the
+    sink for the driver's next drain and die with it, so a resumed run found those units' final records with
+    their calls missing: usage undercounted). Once the sink is gone a runner stops; the unit whose call was not
+    logged is continued by the resume, which makes that call again."""
+    seeds = _interview_seeds(tmp_path)
+    standin.reset()
+    threads_dir, _ = _run(InterviewProtocol(), _config("interview", standin, tmp_path / "threads", None,
+                                                       {"data": seeds}), ExecutorChoice())
+    needed = {r["unit_id"]: r["usage"]["calls"] for r in _records(threads_dir)}
+    dsn = fresh_postgres_db("ray_sigkill")
+    out, concurrency = tmp_path / "out", 4
+    args = ["--protocol", "interview", "--data", seeds, "--target", f"target@{standin.url}", "--evaluator",
+            f"evaluator@{standin.url}", "--concurrency", str(concurrency), "--postgres-dsn", dsn, "--out", str(out),
+            "--executor", "ray", "--ray-address", cluster.address, "--skip-preflight"]
+    standin.reset()
+    driver = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=cluster.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _until(lambda: any(out.glob("*/results.jsonl")) and len(_records(next(out.glob("*/results.jsonl")).parent)) >= 5)
+    driver.kill()
+    driver.wait()
+    assert any(_cluster_quiet(standin, standin.served) for _ in range(10))  # Ray removes the driver's runners
+    run_dir = next(out.glob("*/results.jsonl")).parent
+    unlogged = standin.served - _logged(run_dir)  # served, but the sink was gone when its worker logged it
+    assert 0 <= unlogged <= concurrency  # one call at most per unit in flight (the units run one call at a time)
+    resumed = subprocess.run([sys.executable, "run.py", *args, "--resume", run_dir.name], cwd=REPO, env=cluster.env,
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    records = _records(run_dir)
+    assert sorted(r["unit_id"] for r in records) == sorted(needed) and {r["status"] for r in records} == {"ok"}
+    short = {r["unit_id"]: (r["usage"]["calls"], needed[r["unit_id"]]) for r in records
+             if r["usage"]["calls"] < needed[r["unit_id"]]}
+    assert not short, f"units whose record counts fewer calls than the unit makes (counted, made): {short}"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["usage"]["calls"] == _logged(run_dir) == standin.served - unlogged
+
+
 def _cluster_quiet(standin: CountingStandIn, served: int) -> bool:
     """No request of the stopped run reaches the endpoint any more: a worker's request refused by the
     coordinator never leaves it, so after the units the stop interrupted, the count stays."""

@@ -16,12 +16,13 @@ or hands back the final record that was already written.
 
 Endpoint limits (requests in flight, requests per second) and the run's budgets hold for the whole cluster
 through the run's coordinator actor (:mod:`runtime.cluster`): a worker's call layer asks it before every
-request. Every exchange a worker logs goes to the driver at once (an event sink actor on the driver's node), so
-the driver's ``events.jsonl`` holds every call (with the ``worker`` that made it), those of a worker that died
-mid-unit included; the records come back to the driver, which writes ``results.jsonl``, the summary and the
-report as with threads. Ctrl-C or SIGTERM at the driver stops the coordinator (no worker sends another request),
-gives the units in flight the runner's grace period, then kills the runners; the run resumes like any other. The
-runners end with the session, so a long-lived cluster keeps nothing of a finished run.
+request. Every exchange a worker logs goes, before its call returns, to an event sink actor on the driver's node
+that appends it to the run's ``events.jsonl``, so the log holds every call (with the ``worker`` that made it),
+those of a worker that died mid-unit and those made after the driver was killed included; the records come
+back to the driver, which writes ``results.jsonl``, the summary and the report as with threads. Ctrl-C or SIGTERM
+at the driver stops the coordinator (no worker sends another request), gives the units in flight the runner's
+grace period, then kills the runners; the run resumes like any other. The runners end with the session, so a
+long-lived cluster keeps nothing of a finished run.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from dyneval.runtime.spread import LocalSpread
 from dyneval.runtime.unit import run_unit
 from dyneval.state.config import RunConfig
 from dyneval.stores.checkpoints import open_checkpointer
+from dyneval.stores.files import append_line
 from dyneval.stores.results import ResultStore
 from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 
@@ -72,12 +74,17 @@ class _Job:
 
 
 class _EventSink:
-    """The Ray actor (on the driver's node) that collects the exchanges workers log, for the driver's log."""
+    """The Ray actor (on the driver's node) that the exchanges workers log go to: each is appended to the run's
+    ``events.jsonl`` as it arrives (so an exchange a worker logged is kept even if the driver dies before its next
+    drain) and kept until the driver takes it to count it."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
         self.events: list[dict[str, Any]] = []
 
     def put(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            append_line(self.path, event)
         self.events.extend(events)
 
     def take(self) -> list[dict[str, Any]]:
@@ -87,19 +94,25 @@ class _EventSink:
 
 class _ForwardedLog(EventLog):
     """A worker's event log: every exchange goes to the driver's sink before the call returns (so a worker that
-    dies mid-unit leaves no call uncounted), and counts here for the unit's record and the budget's tally."""
+    dies mid-unit leaves no call uncounted), and counts here for the unit's record and the budget's tally. When
+    the sink is gone, so is the driver that owned it: the worker stops, and the unit that made the call is left
+    to be continued by a resume, which makes that call again and logs it."""
 
     def __init__(self, sink: Any, pricing: Pricing, worker: str) -> None:
         super().__init__(path=None, pricing=pricing)
         self.sink, self.worker = sink, worker
 
-    def log(self, event: dict[str, Any]) -> None:
+    def log(self, event: dict[str, Any], *, written: bool = False) -> None:
         import ray
 
         event = {**event, "worker": self.worker}
         with self._lock:
             self._count(event)
-        ray.get(self.sink.put.remote([event]))
+        try:
+            ray.get(self.sink.put.remote([event]))
+        except ray.exceptions.RayActorError:
+            stop.request_stop()
+            raise stop.StopRequested("the run's driver is gone (its event sink died)") from None
 
 
 class _ClusterServices(Services):
@@ -451,12 +464,12 @@ class RaySession:
         self.spread = RaySpread(self.runners, run.config.concurrency, self.drain)
 
     def drain(self) -> None:
-        """Log at the driver the exchanges workers sent since the last drain."""
+        """Count at the driver the exchanges workers sent since the last drain (the sink wrote them already)."""
         import ray
 
         events = self.run.services.events
         for event in ray.get(self.sink.take.remote()):
-            events.log(event)
+            events.log(event, written=True)  # the sink appended it to events.jsonl as it arrived
 
     @contextmanager
     def units(self, builder: Any, context: Any, results: ResultStore) -> Iterator[RayExecutor]:
@@ -481,7 +494,8 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
     run_id = run.run_dir.name
     stop_coordinator(run_id)  # a coordinator an earlier session left (its stop flag up)
     start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
-    sink = ray.remote(_EventSink).options(num_cpus=0, scheduling_strategy=here).remote()
+    sink = ray.remote(_EventSink).options(num_cpus=0, scheduling_strategy=here).remote(
+        str(run.services.events.path or os.devnull))
     session = None
     try:
         session = RaySession(protocol, run, sink)
