@@ -280,6 +280,8 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
                            "signal": "SIGTERM" if terminated else None if budget else "SIGINT"}
             with stop.refused_as_infra_error():
                 _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
+        if budget and not isinstance(exc, KeyboardInterrupt):
+            stop.clear()  # the spent budget still refuses this run's requests; a node called next in this process not
         raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget,
                              terminated=terminated) from None
     with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would

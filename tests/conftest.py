@@ -23,6 +23,16 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def stop_flag_down() -> None:
+    """Every test starts with this process's stop flag down: a run stopped by its budget leaves it up until the
+    next run starts (``runtime.runner.execute`` clears it), and a test that drives a session or a coordinator
+    without ``execute`` would otherwise find its requests refused, depending on which test ran before it."""
+    from dyneval.runtime import stop
+
+    stop.clear()
+
+
 @pytest.fixture(scope="session")
 def embedded_url() -> Any:
     """A real llama.cpp OpenAI-compatible server on 127.0.0.1 with the embedded SmolLM2 model.

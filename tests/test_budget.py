@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dyneval.runtime import stop
 from tests.run_files import unit_records
 from tests.standin_endpoint import StandIn
 
@@ -52,6 +53,7 @@ def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_en
         assert "the budget is spent" in (stopped / "report.md").read_text()
         out = capsys.readouterr().out
         assert "budget is spent" in out and f"{flag} {limit}" in out and "--resume" in out
+        assert not stop.stopped()  # a node called next in this process (an app importing ours) is not refused
 
         code, resumed = _interview(tmp_path / "runs", standin, "--resume", stopped.name, flag, str(10 ** 6))
     assert code == 0 and resumed is None  # the resume continues in the stopped run's own folder

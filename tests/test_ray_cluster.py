@@ -151,9 +151,8 @@ def coordinator_says(coordinator: Any, method: str, *args: Any, **kwargs: Any) -
 
 @pytest.fixture
 def in_process() -> Iterator[Any]:
-    """A coordinator object run in this process (its logic without Ray), with this process's stop flag down
-    before (a run stopped by its budget earlier in the session leaves it up) and after."""
-    stop.clear()
+    """A coordinator object run in this process (its logic without Ray), leaving this process's stop flag down
+    (its budget tests raise it)."""
     yield cluster_mod.Coordinator
     stop.clear()
 
