@@ -16,8 +16,10 @@ from dyneval.nodes.llmeval.augment import check_format, expand_mcq, redundant_va
 from dyneval.nodes.llmeval.bankio import (CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name,
                                           to_question)
 from dyneval.state.errors import InputError
+from dyneval.stores.bank_location import server_dsn
+from dyneval.stores.bank_sessions import DELIVERED_FIELDS, QuotaError
 from dyneval.stores.inputs import FieldMap, Record
-from dyneval.stores.question_bank import DELIVERED_FIELDS, Question, QuestionBank, QuotaError, server_dsn
+from dyneval.stores.question_bank import Question, QuestionBank
 from dyneval.stores.vectors import chroma_client
 
 REPO = Path(__file__).resolve().parents[1]

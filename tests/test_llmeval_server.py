@@ -27,7 +27,8 @@ from dyneval.protocols.llmeval.server import SECRET_ENVS, ExamServer, create_app
 from dyneval.runtime.embedded import free_port
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import LLMEvalContext
-from dyneval.stores.question_bank import LEGACY_SECRET_KEY, QuestionBank
+from dyneval.stores.bank_examinees import LEGACY_SECRET_KEY
+from dyneval.stores.question_bank import QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 from tests.listeners import listener_closed

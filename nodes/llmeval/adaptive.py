@@ -21,7 +21,8 @@ from dyneval.nodes.llmeval.calibration import ItemParams, ability_of, load_param
 from dyneval.nodes.llmeval.common import bank_of
 from dyneval.runtime.services import services_of
 from dyneval.state.llmeval import LLMEvalContext, LLMEvalState
-from dyneval.stores.question_bank import QuestionBank, QuotaError
+from dyneval.stores.bank_sessions import QuotaError
+from dyneval.stores.question_bank import QuestionBank
 
 
 def _rng(seed: str, position: int) -> np.random.Generator:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from dyneval.nodes import irt
-from dyneval.stores.question_bank import QuestionBank, now
+from dyneval.stores.bank_store import now
+from dyneval.stores.question_bank import QuestionBank
 
 
 @dataclass

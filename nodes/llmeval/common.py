@@ -8,7 +8,8 @@ from typing import Any
 
 from dyneval.nodes.llmeval.bankio import import_file
 from dyneval.runtime.services import Services, services_of
-from dyneval.stores.question_bank import QuestionBank, server_dsn
+from dyneval.stores.bank_location import server_dsn
+from dyneval.stores.question_bank import QuestionBank
 from dyneval.samples import sample
 
 

@@ -18,7 +18,8 @@ from dyneval.prompts import load_prompt
 from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.services import services_of
 from dyneval.state.llmeval import LLMEvalContext, LLMEvalState
-from dyneval.stores.question_bank import QuestionBank, QuotaError, question_text
+from dyneval.stores.bank_sessions import QuotaError, question_text
+from dyneval.stores.question_bank import QuestionBank
 
 
 def fewshot_examples(bank: QuestionBank, session: dict[str, Any]) -> str:

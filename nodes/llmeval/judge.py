@@ -27,7 +27,8 @@ from dyneval.runtime.services import services_of
 from dyneval.state.errors import ModelError
 from dyneval.state.judgecheck import SPLIT, majority
 from dyneval.state.llmeval import JudgeRating, LLMEvalContext, LLMEvalState
-from dyneval.stores.question_bank import QuestionBank, question_text
+from dyneval.stores.bank_sessions import question_text
+from dyneval.stores.question_bank import QuestionBank
 
 _TF = re.compile(r"\b(true|false|correct|incorrect|yes|no)\b", re.I)
 #: "answer is C", "Answer: (C)", "option C", or a line starting "C." / "(C)" / "C" alone (not the article "A ...")

@@ -75,7 +75,8 @@ from dyneval.protocols.llmeval.protocol import LLMEvalBatch
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
-from dyneval.stores.question_bank import QuestionBank, QuotaError
+from dyneval.stores.bank_sessions import QuotaError
+from dyneval.stores.question_bank import QuestionBank
 
 ALGORITHM = "HS256"
 ADMIN = "admin"
