@@ -71,7 +71,7 @@ def rss_mb() -> float:
 
 def knowledge_base(n_docs: int, chunks: int, common: int, own: int, seed: int = 0) -> tuple[list[Any], dict]:
     """Documents and the labels of every chunk text (see the module docstring)."""
-    from dyneval.stores.context_graph import Document
+    from dyneval.stores.knowledge_base import Document
 
     rng = random.Random(seed)
     shared = [f"Shared Item {i}" for i in range(900)]
@@ -155,7 +155,7 @@ def _extract(labels: dict) -> Any:
 
 def _open(docs: list[Any], labels: dict, cache: Path, dims: int) -> Any:
     """``open_context_graph`` (imported by :func:`child`, before any clock starts)."""
-    from dyneval.stores.context_graph import open_context_graph
+    from dyneval.stores.context_graph_build import open_context_graph
     from dyneval.stores.vectors import chroma_client
     from tests.fake_embedding import HashEmbedding
 
@@ -289,7 +289,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         what, n_docs, cache = args.child
-        for module in ("dyneval.stores.context_graph", "tests.fake_embedding"):  # chromadb with it: imports are
+        for module in ("dyneval.stores.context_graph_build", "tests.fake_embedding"):  # chromadb with it: imports are
             importlib.import_module(module)  # the process's cost, not the figure's
         print(json.dumps(CHILDREN[what](args, int(n_docs), Path(cache)), default=float))
         return

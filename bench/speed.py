@@ -282,7 +282,8 @@ def part_calls(per_task: int, repeats: int) -> list[list[Any]]:
 
 
 def part_kg(sizes: list[int]) -> list[list[Any]]:
-    from dyneval.stores.context_graph import Document, open_context_graph
+    from dyneval.stores.context_graph_build import open_context_graph
+    from dyneval.stores.knowledge_base import Document
     from dyneval.stores.vectors import chroma_client
     from tests.fake_embedding import HashEmbedding
 

@@ -1,33 +1,16 @@
-"""The JudgeAgent context graph (seed 000, Appendix C, Algorithms 3 and 4): an entity <-> chunk <-> document
-incidence store beside the Chroma collections.
+"""The JudgeAgent context graph once built (seed 000, Appendix C, Algorithms 3 and 4): its nodes, neighbourhoods,
+vectors and knowledge paths, read from an entity <-> chunk <-> document incidence store beside the Chroma collections.
 
-* **Text chunking** (Appendix C): a knowledge base is a ``.txt``/``.md`` file, a
-  JSONL/JSON/CSV/TSV file of documents (``{"id", "title", "text"}``), a folder of
-  such files, or the reference texts of the base questions (one document per question). Paragraphs (blank-line
-  separated) are chunks; very short paragraphs are merged with the next one and
-  very long ones split at sentence ends. Chunks are grouped into documents.
-* **Node construction / linking** (Algorithm 3): entities are extracted per chunk
-  (the caller's ``extract`` function labels many chunks per call, Table 11); node
-  = (entity, chunk ids, document ids); entities sharing a chunk or a document are
-  neighbours (``relation`` = ``chunk`` or ``document``). The graph is stored as its mentions
-  (:mod:`stores.incidence`, SQLite), never as the clique edges of each document: ``E[e]`` is computed from
-  them when a hop asks for it.
-* **Persistence**: ``<cache>/judgeagent/graph-<key>/incidence.sqlite`` (documents, chunk texts, entities,
-  mentions), ``vectors-<model>/`` (entity and chunk vectors, one float32 row per id, memory-mapped:
-  :mod:`stores.vector_rows`) and a Chroma client in ``.../chroma`` with the chunk and entity-name embeddings
-  (for lookups by similarity). ``key`` hashes the corpus and the extraction model, so reopening an unchanged
-  corpus loads the graph and makes no LLM call. A corpus that extends a built one (its documents first, then new
-  ones) starts from a copy of that graph's store and vectors and adds only the new documents' mentions. A build
-  adds one document per transaction, so a killed build resumes with the next document.
-  Vectors are also cached by text content per embedding model
-  (:mod:`stores.embedding_cache`), so a changed corpus embeds only its new texts, in batches.
-  Entity labels are also cached per chunk content hash
-  (``<cache>/judgeagent/entities-<model>.jsonl``), so a changed corpus only sends
-  its new chunks to the model.
-* **Spread builds**: given a ``spread`` (:data:`BuildMap`, the run's workers on a Ray cluster), the extraction
-  calls and the embedding batches of a build go out as items and come back in any order; the labels and vectors
-  are kept in the caches here, by the caller, as each item comes back, so the graph, the caches and the vector rows
-  are those of a build in this process.
+* **Nodes and neighbours** (Algorithm 3): node = (entity, chunk ids, document ids); entities sharing a chunk or a
+  document are neighbours (``relation`` = ``chunk`` or ``document``). The graph is stored as its mentions
+  (:mod:`stores.incidence`, SQLite), never as the clique edges of each document: ``E[e]`` is computed from them
+  when a hop asks for it.
+* **Vectors**: ``<graph folder>/vectors-<model>/`` holds the entity and chunk vectors, one float32 row per id,
+  memory-mapped (:mod:`stores.vector_rows`), and a Chroma client in ``<graph folder>/chroma`` the chunk and
+  entity-name embeddings (for lookups by similarity). :meth:`ContextGraph.index` fills both, through the
+  content-keyed vector cache (:mod:`stores.embedding_cache`) in batches of :data:`CHUNK_BATCH` and
+  :data:`ENTITY_BATCH` texts (a build embeds its chunks in the same batches:
+  :mod:`stores.context_graph_build`, which makes or opens the graph of a knowledge base).
 * **Path sampling** (Algorithm 4) with a caller-supplied seeded ``random.Random``: each hop ranks the unvisited
   neighbours (or the entity's chunks) with one matrix product over their vector rows.
 """
@@ -35,13 +18,9 @@ incidence store beside the Chroma collections.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
-import re
-import shutil
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,23 +28,16 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from pydantic import BaseModel
-
 from dyneval.stores.embedding_cache import EmbeddingCache, EmbedMap, embedder_label
-from dyneval.stores.files import append_line, drop_torn_tail, read_records as log_records
-from dyneval.stores.incidence import Incidence, document_hash, entity_key
-from dyneval.stores.inputs import FORMATS, TEXT_SUFFIXES, FieldMap, Scalar, Texts, input_error, read_records, read_text
+from dyneval.stores.incidence import Incidence, entity_key
+from dyneval.stores.knowledge_base import Document
 from dyneval.stores.vector_rows import VectorRows
 
-GRAPH_FORMAT = 2  # 2: incidence store (1: networkx graph.json)
 STORE_FILE = "incidence.sqlite"
 CHUNK_BATCH = 64  # texts per embedding call
 ENTITY_BATCH = 128
-MIN_CHUNK_CHARS = 200
-MAX_CHUNK_CHARS = 1200
+KINDS = ("chunks", "entities")
 
-#: ``extract(texts) -> [(entities, source), ...]`` one entry per text, in order.
-Extractor = Callable[[list[str]], list[tuple[list[str], str]]]
 #: ``progress(stage, advance, total)``: ``advance`` more items of ``stage`` done, of ``total``. It may raise to
 #: stop the build between two steps (the run's stop flag).
 Progress = Callable[[str, int, int], None]
@@ -75,191 +47,8 @@ Progress = Callable[[str, int, int], None]
 BuildMap = Callable[[list[tuple[str, list[str]]]], Iterator[tuple[int, Any]]]
 
 
-def _quiet(stage: str, advance: int, total: int) -> None:
+def no_progress(stage: str, advance: int, total: int) -> None:
     """No progress display."""
-
-
-# -- corpus ------------------------------------------------------------------------------------
-
-@dataclass
-class Document:
-    id: str
-    title: str
-    chunks: list[str]
-
-
-def split_paragraphs(text: str, min_chars: int = MIN_CHUNK_CHARS, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
-    """Paragraph-level chunks (Appendix C): several sentences or a paragraph, never single sentences."""
-    paras = [re.sub(r"\s+", " ", p).strip() for p in re.split(r"\n\s*\n", text)]
-    paras = [p for p in paras if p and not re.fullmatch(r"#+\s.*", p)]  # drop bare Markdown headings
-    merged: list[str] = []
-    buf = ""
-    for p in paras:
-        buf = f"{buf} {p}".strip() if buf else p
-        if len(buf) >= min_chars:
-            merged.append(buf)
-            buf = ""
-    if buf:
-        if merged and len(merged[-1]) + len(buf) <= max_chars:
-            merged[-1] = f"{merged[-1]} {buf}"
-        else:
-            merged.append(buf)
-    out: list[str] = []
-    for p in merged:
-        while len(p) > max_chars:
-            cut = p.rfind(". ", 0, max_chars)
-            cut = cut + 1 if cut > min_chars else max_chars
-            out.append(p[:cut].strip())
-            p = p[cut:].strip()
-        if p:
-            out.append(p)
-    return out
-
-
-def _title_of(path: Path, text: str) -> str:
-    for line in text.splitlines():
-        if line.strip().startswith("#"):
-            return line.strip().lstrip("#").strip()
-    return path.stem.replace("_", " ")
-
-
-KB_FIELDS = ("id", "title", "text")
-KB_FORMATS = (*TEXT_SUFFIXES, *FORMATS)
-
-
-class _RawDocument(BaseModel):
-    """One knowledge-base record (``--kb-fields`` maps these names; ``text`` may join columns with ``+``)."""
-
-    id: Scalar | None = None
-    title: Scalar = ""
-    text: Texts
-
-
-def load_knowledge_base(path: str | Path, fields: str | None = None) -> list[Document]:
-    """Documents of a knowledge base (``--kb``), read strictly through :mod:`stores.inputs`.
-
-    A ``.txt``/``.md`` file is one document; a JSONL/JSON/CSV/TSV file holds one document per record
-    (``text``, optional ``title`` and ``id``; a list of texts is joined by blank lines; ``fields`` maps other
-    column names); a folder holds such files (hidden files skipped, linked folders followed, any other file
-    refused: :func:`_kb_files`). Binary, non-UTF-8 or empty (even 0-byte) files, records without text and a
-    knowledge base without any text are errors.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise input_error("knowledge base not found", flag="--kb", file=p)
-    fmap = FieldMap.parse(fields, KB_FIELDS, flag="--kb-fields", joinable=("text",))
-    if not p.is_dir():
-        return _file_documents(p, p.name, fmap, prefix="")
-    files = _kb_files(p)
-    docs = [d for f in files for d in _file_documents(f, str(f.relative_to(p)), fmap, prefix=f"{f.relative_to(p)}:")]
-    if not docs:
-        raise input_error(f"knowledge base folder holds no documents ({', '.join(KB_FORMATS)} files)", flag="--kb",
-                          file=p)
-    return docs
-
-
-def _kb_files(folder: Path) -> list[Path]:
-    """The files under a knowledge-base folder, hidden names skipped, linked folders followed; a link leading back
-    to a folder it is in (a loop), a broken link and an unreadable folder are refused."""
-    files: list[Path] = []
-    todo = [(folder, (folder.resolve(),))]
-    while todo:
-        current, above = todo.pop()
-        try:
-            entries = sorted(e for e in current.iterdir() if not e.name.startswith("."))
-        except OSError as exc:
-            raise input_error(f"cannot read folder: {exc.strerror or exc}", flag="--kb", file=current) from None
-        for entry in entries:
-            if entry.is_dir():
-                real = entry.resolve()
-                if real in above:
-                    raise input_error(f"symbolic link loop: leads back to {real}", flag="--kb", file=entry)
-                todo.append((entry, (*above, real)))
-            elif entry.is_file():
-                files.append(entry)
-            else:
-                raise input_error("neither a file nor a folder (a broken or looping symbolic link?)", flag="--kb",
-                                  file=entry)
-    return sorted(files)
-
-
-def _file_documents(f: Path, name: str, fmap: FieldMap, *, prefix: str) -> list[Document]:
-    suffix = f.suffix.lower()
-    if suffix in TEXT_SUFFIXES:
-        text = read_text(f, flag="--kb")
-        chunks = split_paragraphs(text)
-        if not chunks:
-            raise input_error("document holds no text paragraphs (only headings or blank lines)", flag="--kb",
-                              file=f)
-        return [Document(id=name, title=_title_of(f, text), chunks=chunks)]
-    if suffix not in FORMATS:
-        raise input_error(f"unsupported knowledge-base file type {suffix or '(no suffix)'!r}; use "
-                          f"{', '.join(KB_FORMATS)}", flag="--kb", file=f)
-    docs: dict[str, Document] = {}
-    for rec in read_records(f, flag="--kb"):
-        raw = fmap.validate(_RawDocument, rec)
-        chunks = split_paragraphs("\n\n".join(raw.text))
-        if not chunks:
-            raise fmap.missing(rec, "text", "document has no text")
-        doc_id = f"{prefix}{raw.id if raw.id is not None else rec.n}"
-        if doc_id in docs:
-            raise fmap.error(rec, "id", f"duplicate document id {doc_id!r}")
-        docs[doc_id] = Document(id=doc_id, title=raw.title, chunks=chunks)
-    return list(docs.values())
-
-
-def documents_from_references(questions: Sequence[Any]) -> list[Document]:
-    """One document per base question, its reference texts as chunks (Appendix C: same question = same document)."""
-    docs = []
-    for q in questions:
-        chunks = [c for ref in q.references for c in split_paragraphs(ref)]
-        if chunks:
-            docs.append(Document(id=f"q:{q.id}", title=f"references of {q.id}", chunks=chunks))
-    return docs
-
-
-def corpus_hash(docs: Sequence[Document]) -> str:
-    h = hashlib.sha256()
-    for d in docs:
-        h.update(json.dumps([d.id, d.title, d.chunks], ensure_ascii=False).encode())
-    return h.hexdigest()
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:60] or "model"
-
-
-# -- entity label cache ------------------------------------------------------------------------
-
-class EntityCache:
-    """Entity labels per chunk content hash (JSONL, append-only; last line wins)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        drop_torn_tail(path)  # a line a killed build cut would swallow the next label appended after it
-        self.data: dict[str, dict[str, Any]] = {rec["h"]: rec for rec in log_records(path) if "h" in rec}
-
-    def get(self, text: str) -> dict[str, Any] | None:
-        return self.data.get(text_hash(text))
-
-    def put(self, text: str, entities: list[str], source: str) -> None:
-        rec = {"h": text_hash(text), "entities": entities, "source": source}
-        with self._lock:
-            self.data[rec["h"]] = rec
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            append_line(self.path, rec)
-
-
-# -- the graph ---------------------------------------------------------------------------------
-
-KINDS = ("chunks", "entities")
-#: Texts labelled per ``extract`` call of a build when the caller gives no size: labels are cached after each.
-LABEL_SLICE = 400
 
 
 @dataclass
@@ -358,7 +147,8 @@ class ContextGraph:
 
     @classmethod
     def open(cls, folder: Path) -> ContextGraph:
-        """The graph stored in ``folder`` (by :meth:`construct` or :func:`open_context_graph`)."""
+        """The graph stored in ``folder`` (by :meth:`construct` or
+        :func:`stores.context_graph_build.open_context_graph`)."""
         store = Incidence(folder / STORE_FILE)
         return cls(store, key=store.meta("key") or "", folder=folder)
 
@@ -451,7 +241,7 @@ class ContextGraph:
             return [{"doc": self._doc_names[d]} for d in self.chunks.doc_ids[start:stop]]
         return [{"key": k} for k in self.keys[start:stop]]
 
-    def index(self, progress: Progress = _quiet) -> None:
+    def index(self, progress: Progress = no_progress) -> None:
         """Vector rows and Chroma entries of every chunk and entity name (idempotent, resumable).
 
         Rows missing from the vector files are embedded a batch at a time (texts already in the vector cache are
@@ -644,186 +434,3 @@ class ContextGraph:
         return {"documents": len(self.docs), "chunks": len(self.chunks), "entities": len(self.keys),
                 "mentions": int(len(self.mentions.entity_chunks[1])), "entity_sources": sources}
 
-
-# -- build or open -----------------------------------------------------------------------------
-
-_locks_guard = threading.Lock()
-_build_locks: dict[Path, threading.Lock] = {}
-
-
-def _build_lock(folder: Path) -> threading.Lock:
-    """One lock per graph folder: a graph is built once, while other knowledge bases build beside it."""
-    with _locks_guard:
-        return _build_locks.setdefault(folder.resolve(), threading.Lock())
-
-
-def graph_key(docs: Sequence[Document], extractor_label: str) -> str:
-    return hashlib.sha256(f"{GRAPH_FORMAT}|{extractor_label}|{corpus_hash(docs)}".encode()).hexdigest()
-
-
-def _grow_from_base(root: Path, folder: Path, docs: Sequence[Document], extractor_label: str) -> Path | None:
-    """Start ``folder`` from a copy of the largest built graph (same extraction model) whose documents are the
-    first documents of ``docs``, unchanged: its mentions and vector rows are kept, only the new documents are
-    added (the same graph as a build from nothing, ids included). Returns the base's folder, if any."""
-    hashes = [document_hash(d.id, d.title, d.chunks) for d in docs]
-    best: tuple[int, Path] | None = None
-    for candidate in root.glob(f"graph-*/{STORE_FILE}"):
-        if candidate.parent == folder:
-            continue
-        store = Incidence(candidate)
-        try:
-            if store.meta("extractor") != extractor_label or store.meta("complete") != store.meta("key"):
-                continue
-            stored = store.document_hashes()
-        finally:
-            store.close()
-        if 0 < len(stored) < len(hashes) and stored == hashes[:len(stored)] and (best is None or len(stored) > best[0]):
-            best = (len(stored), candidate.parent)
-    if best is None:
-        return None
-    base = best[1]
-    folder.mkdir(parents=True, exist_ok=True)
-    for vectors in base.glob("vectors-*"):  # first: a store without its rows only embeds them again
-        shutil.copytree(vectors, folder / vectors.name, dirs_exist_ok=True)
-    tmp = folder / f".{STORE_FILE}.tmp"
-    tmp.unlink(missing_ok=True)
-    source = Incidence(base / STORE_FILE)
-    try:
-        source.copy_to(tmp).close()
-    finally:
-        source.close()
-    tmp.replace(folder / STORE_FILE)
-    return base
-
-
-def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_label: str, extract: Extractor,
-                       chroma: Callable[[Path], Any], embed: Any, log: Callable[[str], None] = lambda s: None,
-                       progress: Progress | None = None, label_slice: int = LABEL_SLICE,
-                       spread: BuildMap | None = None) -> ContextGraph:
-    """Load the graph of ``docs`` from the cache, or build it (Algorithm 3), persist and index it.
-
-    Only chunks whose content hash is not in the entity cache reach ``extract``, ``label_slice`` texts per call
-    (their labels are cached after each call, so a killed build labels them once); an unchanged corpus makes no
-    call at all (``log`` says it was a cache hit). Documents are added to the store one transaction each, in
-    order; a killed build resumes after the last whole document. ``progress`` hears the stages of a build:
-    ``extraction`` (chunks labelled, which ``extract`` reports as it goes), ``embedding chunks`` (while the model
-    labels), ``linking documents`` and ``embedding entities``.
-
-    With ``spread``, ``extract`` and ``embed`` are not called for the build: each ``label_slice`` texts to label
-    and each chunk or entity batch to embed is an item of ``spread`` (:data:`BuildMap`), kept in the caches as it
-    comes back (a killed build labels again at most the items out) and counted in ``progress`` then; ``embed``
-    still names the vectors' model.
-    """
-    progress = progress or _quiet
-    key = graph_key(docs, extractor_label)
-    root = cache_dir / "judgeagent"
-    folder = root / f"graph-{key[:24]}"
-    vectors = EmbeddingCache(root, embedder_label(embed))
-    with _build_lock(folder):
-        if not (folder / STORE_FILE).exists():
-            base = _grow_from_base(root, folder, docs, extractor_label)
-            if base is not None:
-                log(f"context graph: extending the graph in {base} (its documents come first, unchanged)")
-        store = Incidence(folder / STORE_FILE)
-        built = store.meta("complete") != key
-        if not built:
-            log(f"context graph: cache hit, loaded from {folder} (no extraction call)")
-        else:
-            store.set_meta("key", key)
-            store.set_meta("extractor", extractor_label)
-            stored = store.document_names()
-            todo = [d for d in docs if d.id not in stored]
-            _link(store, todo, sum(len(d.chunks) for d in docs), cache_dir, extractor_label, extract, embed, vectors,
-                  log, progress, label_slice, spread)
-            store.set_meta("complete", key)
-
-        def indexed(stage: str, advance: int, total: int) -> None:
-            if not built or stage != "embedding chunks":  # a build counted them while the model labelled
-                progress(stage, advance, total)
-
-        graph = ContextGraph(store, key=key, folder=folder)
-        graph.attach(lambda: chroma(folder / "chroma"), embed, vectors, spread)
-        graph.index(indexed)
-    return graph
-
-
-def _link(store: Incidence, todo: Sequence[Document], n_chunks: int, cache_dir: Path, extractor_label: str,
-          extract: Extractor, embed: Any, vectors: EmbeddingCache, log: Callable[[str], None], progress: Progress,
-          label_slice: int, spread: BuildMap | None) -> None:
-    """Algorithm 3 for the documents not yet stored: label their chunks (cached per text), embed the chunk texts
-    meanwhile (cached per text, in the batches :meth:`ContextGraph.index` uses), then add each document."""
-    label_id = hashlib.sha256(extractor_label.encode()).hexdigest()[:8]  # the slug alone may be cut short
-    cache = EntityCache(cache_dir / "judgeagent" / f"entities-{_slug(extractor_label)}-{label_id}.jsonl")
-    texts = [t for d in todo for t in d.chunks]
-    todo_texts = list(dict.fromkeys(t for t in texts if cache.get(t) is None))
-    log(f"context graph: {n_chunks} chunks, {len(todo_texts)} to label")
-    if todo_texts:
-        progress("extraction", 0, len(todo_texts))  # first: the chunks are labelled, then embedded
-    if spread is None:
-        _label_and_embed_here(texts, todo_texts, cache, extract, embed, vectors, progress, label_slice)
-    else:
-        _label_and_embed_spread(texts, todo_texts, cache, vectors, progress, label_slice, spread)
-    for doc in todo:
-        labels = []
-        for text in doc.chunks:
-            rec = cache.get(text) or {"entities": [], "source": "none"}
-            labels.append((rec["entities"], rec["source"]))
-        store.add_document(doc.id, doc.title, doc.chunks, labels)
-        progress("linking documents", 1, len(todo))
-
-
-def _label_and_embed_here(texts: list[str], todo_texts: list[str], cache: EntityCache, extract: Extractor,
-                          embed: Any, vectors: EmbeddingCache, progress: Progress, label_slice: int) -> None:
-    """``extract`` over ``todo_texts``, ``label_slice`` texts per call, each call's labels cached before the next;
-    ``texts`` embedded meanwhile on one thread, a batch at a time (a stopped or failed build embeds no further)."""
-
-    def embed_chunks(batch: list[str]) -> None:
-        progress("embedding chunks", 0, len(texts))  # a stopped build embeds no further batch
-        vectors.embed(batch, embed)
-        progress("embedding chunks", len(batch), len(texts))
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
-    try:
-        embedded = [pool.submit(embed_chunks, texts[i:i + CHUNK_BATCH]) for i in range(0, len(texts), CHUNK_BATCH)]
-        for start in range(0, len(todo_texts), max(1, label_slice)):
-            part = todo_texts[start:start + max(1, label_slice)]
-            for text, (entities, source) in zip(part, extract(part)):
-                cache.put(text, entities, source)
-        for batch in embedded:
-            batch.result()
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # a failed or interrupted build stops embedding
-
-
-def _label_and_embed_spread(texts: list[str], todo_texts: list[str], cache: EntityCache, vectors: EmbeddingCache,
-                            progress: Progress, label_slice: int, spread: BuildMap) -> None:
-    """One ``spread`` over every ``label_slice`` texts of ``todo_texts`` (one extraction call each) and every chunk
-    batch's texts the vector cache lacks (the calls :func:`_label_and_embed_here` makes); each item's labels or
-    vectors are cached here as it comes back, in whatever order, then counted."""
-    step = max(1, label_slice)
-    batches = [texts[i:i + CHUNK_BATCH] for i in range(0, len(texts), CHUNK_BATCH)]
-    parts = vectors.to_embed(batches)
-    items = [("label", todo_texts[i:i + step]) for i in range(0, len(todo_texts), step)]
-    counts = [len(part) for _, part in items]  # what each item advances its stage by
-    labelling = len(items)
-    for batch, part in zip(batches, parts):
-        if part:
-            items.append(("embed", part))
-            counts.append(len(batch))
-    if texts:  # the batches whose texts are all cached (or sent in an earlier batch) are done already
-        progress("embedding chunks", len(texts) - sum(counts[labelling:]), len(texts))
-    results = spread(items)
-    try:
-        for i, result in results:
-            kind, part = items[i]
-            if kind == "label":
-                for text, (entities, source) in zip(part, result):
-                    cache.put(text, entities, source)
-                progress("extraction", counts[i], len(todo_texts))
-            else:
-                vectors.keep(part, result)
-                progress("embedding chunks", counts[i], len(texts))
-    finally:
-        close = getattr(results, "close", None)
-        if close is not None:
-            close()  # stopped or failed: the items still out are given up

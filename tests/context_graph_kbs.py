@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from dyneval.stores.context_graph import Document
+from dyneval.stores.knowledge_base import Document
 
 PATHS_FIXTURE = Path(__file__).resolve().parent / "context_graph_paths.json"
 

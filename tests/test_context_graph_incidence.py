@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dyneval.stores.context_graph import STORE_FILE, ContextGraph, Document, entity_key, open_context_graph
-from dyneval.stores.incidence import Incidence
+from dyneval.stores.context_graph import STORE_FILE, ContextGraph
+from dyneval.stores.context_graph_build import open_context_graph
+from dyneval.stores.incidence import Incidence, entity_key
+from dyneval.stores.knowledge_base import Document
 from dyneval.stores.vector_rows import VectorRows
 from dyneval.stores.vectors import chroma_client
 from tests.context_graph_kbs import KBS, PATHS_FIXTURE, extractor, knowledge_base, sample_all
@@ -176,6 +178,7 @@ KILLED_BUILD = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {repo!r})
     import dyneval.stores.context_graph as cg
+    from dyneval.stores.context_graph_build import open_context_graph
     from dyneval.stores.vectors import chroma_client
     from tests.context_graph_kbs import extractor, knowledge_base
     from tests.fake_embedding import HashEmbedding
@@ -195,8 +198,8 @@ KILLED_BUILD = textwrap.dedent("""
         progress("extraction", len(texts), 0)
         return out
 
-    cg.open_context_graph(docs, cache_dir=Path({cache!r}), extractor_label="ref", extract=extract,
-                          chroma=chroma_client, embed=HashEmbedding(), progress=progress, label_slice=5)
+    open_context_graph(docs, cache_dir=Path({cache!r}), extractor_label="ref", extract=extract,
+                       chroma=chroma_client, embed=HashEmbedding(), progress=progress, label_slice=5)
 """)
 
 

@@ -21,8 +21,8 @@ from dyneval.protocols.judgeagent.data import load_questions
 from dyneval.state.errors import InputError
 from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import RunConfig
-from dyneval.stores.context_graph import load_knowledge_base
 from dyneval.stores.inputs import MAX_NESTING, FieldMap, TooDeep, check_nesting, read_records
+from dyneval.stores.knowledge_base import load_knowledge_base
 from tests.fakes import ScriptedChat
 from tests.test_judgeagent_support import FakeEvaluator
 

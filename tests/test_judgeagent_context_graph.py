@@ -7,8 +7,10 @@ import random
 import numpy as np
 import pytest
 
-from dyneval.stores.context_graph import (ContextGraph, Document, entity_key, load_knowledge_base, open_context_graph,
-                                  split_paragraphs)
+from dyneval.stores.context_graph import ContextGraph
+from dyneval.stores.context_graph_build import open_context_graph
+from dyneval.stores.incidence import entity_key
+from dyneval.stores.knowledge_base import Document, load_knowledge_base, split_paragraphs
 from tests.conftest import make_services
 from tests.test_judgeagent_support import write_kb
 
@@ -184,7 +186,7 @@ def test_rebuild_on_unchanged_corpus_makes_no_extraction_call_and_changes_are_in
 
 def test_a_label_appended_after_a_line_a_kill_cut_is_kept(tmp_path):
     """A killed build can leave a torn last line in the entity cache; the next label must not be glued to it."""
-    from dyneval.stores.context_graph import EntityCache
+    from dyneval.stores.entity_cache import EntityCache
 
     path = tmp_path / "entities.jsonl"
     EntityCache(path).put("first chunk", ["Harl"], "llm")

@@ -449,7 +449,9 @@ def test_the_no_context_graph_ablation_never_waits_for_the_build(tmp_path, hash_
 
 
 def test_a_stopped_build_embeds_no_further_chunk_batch(tmp_path):
-    from dyneval.stores.context_graph import CHUNK_BATCH, Document, open_context_graph
+    from dyneval.stores.context_graph import CHUNK_BATCH
+    from dyneval.stores.context_graph_build import open_context_graph
+    from dyneval.stores.knowledge_base import Document
     from dyneval.stores.vectors import chroma_client
 
     class Slow(HashEmbedding):

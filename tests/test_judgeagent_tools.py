@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dyneval.stores.context_graph import load_knowledge_base, open_context_graph
+from dyneval.stores.context_graph_build import open_context_graph
+from dyneval.stores.knowledge_base import load_knowledge_base
 from tests.conftest import make_services
 from tests.test_judgeagent_support import CAPITALISED, write_kb
 from dyneval.tools.knowledge import knowledge_tools

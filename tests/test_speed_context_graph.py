@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dyneval.stores.context_graph import ContextGraph, Document, open_context_graph, top_k
+from dyneval.stores.context_graph import ContextGraph, top_k
+from dyneval.stores.context_graph_build import open_context_graph
+from dyneval.stores.knowledge_base import Document
 from dyneval.stores.vectors import chroma_client
 from tests.fake_embedding import HashEmbedding
 

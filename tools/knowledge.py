@@ -11,7 +11,7 @@
 * ``chunk_search(query, k, entity)`` - chunks most similar to a query, optionally among one entity's chunks
   (Algorithm 4, line 15).
 
-The graph comes from :func:`stores.context_graph.open_context_graph` (or, inside a run,
+The graph comes from :func:`stores.context_graph_build.open_context_graph` (or, inside a run,
 :func:`nodes.judgeagent.knowledge.context_graph`). JudgeAgent's own ``sample_knowledge`` node samples its
 paths through ``sample_knowledge_path``, so the tool a user hands to an agent is the one the protocol runs.
 """

@@ -29,7 +29,9 @@ from dyneval.runtime.concurrency import parallel_map
 from dyneval.runtime.services import Background, Services, services_of
 from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
-from dyneval.stores.context_graph import ContextGraph, Document, Progress, load_knowledge_base, open_context_graph
+from dyneval.stores.context_graph import ContextGraph, Progress
+from dyneval.stores.context_graph_build import open_context_graph
+from dyneval.stores.knowledge_base import Document, load_knowledge_base
 from dyneval.nodes.judgeagent.common import question_text, seed_for
 from dyneval.tools.knowledge import knowledge_tools
 
@@ -135,7 +137,7 @@ def extractor_key(svc: Services, ctx: JudgeAgentContext) -> str:
 
 
 def _open_graph(svc: Services, ctx: JudgeAgentContext, log: Any, progress: Progress | None = None) -> ContextGraph:
-    """Load or build the context graph of ``ctx.kb`` (:func:`stores.context_graph.open_context_graph`). The build
+    """Load or build the context graph of ``ctx.kb`` (:func:`stores.context_graph_build.open_context_graph`). The build
     labels ``8 x --concurrency`` extraction calls' worth of chunks at a time: whole calls (the same requests as all
     at once), enough to keep every slot busy, their labels cached before the next slice (a killed build loses at
     most one slice). When the run's spread is remote (Ray), each extraction call and each embedding batch is one

@@ -8,7 +8,7 @@ chunks per knowledge path), Evaluation Feedback and the Algorithm 2 validation. 
 Inputs are read and validated in ``plan`` (before the run spends anything): the questions (``--data``,
 ``--fields``; :mod:`protocols.judgeagent.data`) and the knowledge base: ``--kb PATH`` (a .txt/.md file, a
 JSONL/JSON/CSV/TSV file of documents mapped with ``--kb-fields``, or a folder of such files;
-:func:`stores.context_graph.load_knowledge_base`); else the reference texts of the planned questions
+:func:`stores.knowledge_base.load_knowledge_base`); else the reference texts of the planned questions
 (``references`` field); else, only when no ``--data`` was given, the shipped sample articles. The console,
 ``summary.json`` (``inputs``) and the report say which. ``prepare`` starts the context-graph build on a background
 thread: the batches grade their base questions and label their question entities meanwhile, and wait for the
@@ -109,7 +109,7 @@ class JudgeAgentProtocol(Protocol):
                 flag = "--" + name.replace("_", "-")
                 raise InputError(f"{flag} sets the adaptive base questions; no --irt-runs was given", field=flag)
         if ctx.kb and not ctx.no_extension:
-            from dyneval.stores.context_graph import load_knowledge_base  # networkx: not with `dyneval --help`
+            from dyneval.stores.knowledge_base import load_knowledge_base  # read when planning: not with --help
 
             load_knowledge_base(ctx.kb, ctx.kb_fields or None)  # validated now; the graph is built in prepare()
         return ctx  # type: ignore[return-value]
