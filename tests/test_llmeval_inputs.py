@@ -97,7 +97,7 @@ def test_json_array_and_llmeval_layout_load_with_typed_values(tmp_path):
     ("nested_question.jsonl", 2, "question", "expected text, got an object"),
     ("number_question.json", 2, "question", "expected text, got a number (1789)"),
     ("list_answer.jsonl", 1, "answer", "got a list"),
-    ("bad_option_letter.csv", 2, "answer", "beyond the 2 given"),
+    ("bad_option_letter.csv", 2, "answer", "not an option letter, 0-based index or option text (A-B or 0-1 for 2"),
 ])
 def test_a_bad_record_is_one_line_naming_file_record_and_field_and_nothing_is_imported(tmp_path, name, record,
                                                                                      field, says):

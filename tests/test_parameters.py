@@ -22,9 +22,9 @@ BATCH_ONLY = {
     "judgeagent": {"data", "fields", "choices", "hf_dataset", "hf_split", "batch_size", "build_kb_only", "irt_runs",
                    "irt_model", "irt_min_responses"},
     "interview": {"data", "fields", "task", "repeats", "bootstrap_resamples"},
-    "llmeval": {"bank", "fields", "skip_invalid", "augment", "rewrite", "near_dup_threshold", "import_only",
-                "sessions", "serve", "port", "workers", "admin_token", "rate_limit", "leaderboard", "stability",
-                "sizes", "trials", "kappa", "contamination", "export", "export_layout", "calibrate",
+    "llmeval": {"bank", "fields", "discipline", "skip_invalid", "augment", "rewrite", "near_dup_threshold",
+                "import_only", "sessions", "serve", "port", "workers", "admin_token", "rate_limit", "leaderboard",
+                "stability", "sizes", "trials", "kappa", "contamination", "export", "export_layout", "calibrate",
                 "compare", "max_request_body", "max_request_headers"},
     "judgecheck": {"labels", "fields", "label_map", "skip_invalid", "bootstrap_resamples"},
 }

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from typing import Any, Iterable, Literal
 
 from dyneval.prompts import load_prompt
@@ -28,21 +27,14 @@ from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import BaseQuestion, Verdict
 from dyneval.state.judgecheck import SPLIT, jury_vote
 from dyneval.state.verdicts import outcome
+from dyneval.stores.inputs import normalize_answer as normalize  # shared with the data layer
 
 from dyneval.nodes.judgeagent.common import LETTERS
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
 
 #: A free-form reference with more words than this, or with two sentences, needs a free-form answer.
 PHRASE_MAX_WORDS = 6
-
-
-def normalize(text: str) -> str:
-    """SQuAD-style answer normalisation: lower case, no punctuation or articles, single spaces."""
-    text = str(text or "").lower()
-    text = "".join(" " if ch in string.punctuation else ch for ch in text)
-    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def is_phrase(reference: str) -> bool:

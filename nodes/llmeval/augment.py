@@ -5,7 +5,9 @@
   the answer is ``true`` exactly for the keyed option(s).
 * :func:`check_format`: format validation of appendix A.2 (consistent option
   counts and answer letters for multiple choice, one answer per blank for
-  fill-in-the-blank); :func:`answer_letters` / :func:`tf_value` read answer keys.
+  fill-in-the-blank); ``answer_letters`` (:func:`stores.inputs.key_letters`) / :func:`tf_value` read answer
+  keys. An imported answer is read against its options by :func:`stores.inputs.option_letters` first (a letter,
+  a 0-based index or an option's text becomes the letter), so a stored key is always option letters.
 * Redundancy checks (duplicates among split questions, unique UUIDs) are done by
   :func:`redundant_variants` and by the importer (:mod:`nodes.llmeval.bankio`).
 * :func:`rewrite_material`: the teacher's LLM rewrite of a material-analysis question
@@ -21,6 +23,7 @@ from dyneval.prompts import load_prompt
 from dyneval.runtime.services import Services
 from dyneval.state.errors import ModelError
 from dyneval.state.llmeval import TFStatements
+from dyneval.stores.inputs import key_letters as answer_letters  # a stored key's letters ("A, C" -> ["A", "C"])
 from dyneval.stores.question_bank import Question, content_hash
 
 #: Markers of an answer slot in a question ("( )", "（ ）", "____").
@@ -31,14 +34,6 @@ _REWRITE_NS = uuidlib.UUID("0b7e1d52-8a61-4c3f-b2f4-5d8e1a9c7e23")
 #: The true/false form of one option (Figure 7); {stem} ends with the answer slot.
 TF_TEMPLATE = ("{stem}\nIs it correct to place the answer \"{option}\" in the blank? "
                "Answer true or false and give your reason.")
-
-
-def answer_letters(answer: str) -> list[str]:
-    """Option letters of a multiple-choice key ("C", "A, C", "AC" -> ["C"], ["A", "C"], ["A", "C"])."""
-    text = answer.strip().upper()
-    if not re.fullmatch(r"[A-Z](?:[\s,;/]*[A-Z])*", text):
-        return []
-    return sorted(set(re.findall(r"[A-Z]", text)))
 
 
 def check_format(q: Question) -> list[tuple[str, str]]:

@@ -9,7 +9,8 @@ number; ``options`` is a list, an object (its values in key order, e.g. ``{"A": 
 ``|``-separated string or several columns; ``references`` is text or a (nested) list of texts.
 ``--choices yes,no,maybe`` gives every question the same options. A multiple-choice gold answer may be a
 letter, a 0-based index (a JSON integer is always an index) or the option text; it is stored as the letter,
-and a text answer that reads differently as an index and as an option text is refused as ambiguous.
+and a text answer that reads differently as an index and as an option text is refused as ambiguous
+(:func:`stores.inputs.option_letters`, shared with llmeval's bank import).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pydantic_core import PydanticCustomError
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion
 from dyneval.nodes.judgeagent.common import LETTERS
-from dyneval.nodes.judgeagent.judging import normalize
-from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
+from dyneval.stores.inputs import (FieldMap, Record, Scalar, Text, Texts, input_error, option_letters, read_records,
+                                   scalar_text)
 from dyneval.samples import sample
 
 SAMPLE_DATA = sample("judgeagent", "questions.jsonl")
@@ -80,39 +81,16 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
     return [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
 
 
-def _letter(answer: str, options: list[str], *, number: bool) -> tuple[set[str], str]:
-    """Option letters ``answer`` can mean (as a letter, a 0-based index, an option text) and how.
-
-    A JSON integer (``number``) is only ever an index, as in MMLU's ``answer: 2``; text is read every way.
-    """
-    readings: dict[str, str] = {}
-    text = answer.strip()
-    if number:
-        return ({LETTERS[int(text)]}, "0-based index") if 0 <= int(text) < len(options) else (set(), "")
-    if len(text) == 1 and text.upper() in LETTERS[: len(options)]:
-        readings.setdefault(text.upper(), "letter")
-    if text.isdigit() and int(text) < len(options):
-        readings.setdefault(LETTERS[int(text)], "0-based index")
-    hits = [LETTERS[i] for i, o in enumerate(options) if normalize(o) == normalize(text)]
-    if len(hits) == 1:
-        readings.setdefault(hits[0], "option text")
-    return set(readings), ", ".join(f"{v} {k}" for k, v in readings.items())
-
-
 def to_question(rec: Record, fields: FieldMap, *, choices: list[str] | None = None) -> BaseQuestion:
     """One record -> a :class:`BaseQuestion`; any problem raises :class:`InputError` naming the record."""
     raw = fields.validate(RawQuestion, rec)
     options = choices or raw.options
     answer = raw.answer
     if options:
-        value = fields.values(rec).get("answer")
-        letters, how = _letter(answer, options, number=isinstance(value, int) and not isinstance(value, bool))
-        if not letters:
-            raise fields.error(rec, "answer", f"answer {answer[:40]!r} is not an option letter, 0-based index "
-                                              "or option text")
-        if len(letters) > 1:
-            raise fields.error(rec, "answer", f"answer {answer[:40]!r} is ambiguous: {how}")
-        answer = letters.pop()
+        try:
+            [answer] = option_letters(fields.values(rec)["answer"], options)
+        except ValueError as exc:
+            raise fields.error(rec, "answer", str(exc)) from None
     difficulty = None
     if raw.difficulty is not None:
         d = DIFFICULTY_ALIASES.get(raw.difficulty.strip().lower(), raw.difficulty.strip().lower())

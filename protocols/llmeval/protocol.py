@@ -64,6 +64,11 @@ def _pair(text: str) -> tuple[str, str]:
     return names[0], names[1]
 
 
+def _named(value: str) -> None:
+    if not str(value).strip():
+        raise ValueError("must not be empty")
+
+
 def _positive(value: float) -> None:
     if value <= 0:
         raise ValueError("must be greater than 0")
@@ -79,6 +84,9 @@ class LLMEvalBatch:
                                          "sub_discipline, qtype, question, options, answer, explanation, source "
                                          "(e.g. question=Question,answer=Answer); question may join columns, "
                                          "e.g. question=passage+question", metavar="MAP")
+    discipline: str | None = described(None, "the discipline of every --bank record that has none (a file without a "
+                                              "discipline column, e.g. MMLU-Redux); a record's own discipline wins",
+                                       check=_named, metavar="NAME")
     skip_invalid: bool = described(False, "import the valid records of --bank and report each invalid one with its "
                                           "reason (default: an invalid record stops the run)")
     augment: bool = described(False, "on import, expand each multiple-choice question into true/false variants "
@@ -164,17 +172,20 @@ class LLMEvalProtocol(Protocol):
         return self.context(run)
 
     def load_bank_file(self, run: Run) -> LoadedFile | None:
-        """``--bank`` read and validated (types, format, ``--fields``) before anything is written; cached."""
+        """``--bank`` read and validated (types, format, ``--fields``, ``--discipline``) before anything is written;
+        cached."""
         p = run.params
         if not p.get("bank"):
-            if p.get("fields") or p.get("skip_invalid"):
-                raise InputError("--fields and --skip-invalid apply to a --bank file; no --bank was given",
-                                 field="--fields" if p.get("fields") else "--skip-invalid")
+            given = next((flag for flag in ("fields", "skip_invalid", "discipline") if p.get(flag)), None)
+            if given:
+                raise InputError("--fields, --skip-invalid and --discipline apply to a --bank file; no --bank was "
+                                 "given", field="--" + given.replace("_", "-"))
             return None
-        key = (str(p["bank"]), p.get("fields"), bool(p.get("skip_invalid")))
+        key = (str(p["bank"]), p.get("fields"), bool(p.get("skip_invalid")), p.get("discipline"))
         if self._loaded is None or self._loaded[0] != key:
             self._loaded = (key, load_file(Path(p["bank"]), fields=p.get("fields"),
-                                           skip_invalid=bool(p.get("skip_invalid"))))
+                                           skip_invalid=bool(p.get("skip_invalid")),
+                                           discipline=p.get("discipline")))
         return self._loaded[1]
 
     def import_bank(self, run: Run, source: Path | LoadedFile, *, sample: bool = False) -> ImportReport:
