@@ -56,7 +56,7 @@ import string
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Callable, Collection, Iterator, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Callable, Collection, Iterator, Literal, Mapping, Sequence, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import PydanticCustomError
@@ -515,16 +515,25 @@ def key_letters(text: str) -> list[str]:
     return sorted(set(re.findall(r"[A-Z]", key))) if _KEY.fullmatch(key) else []
 
 
-def option_letters(value: Any, options: Sequence[str], *, several: bool = False) -> list[str]:
-    """The option letters a multiple-choice answer names (``A`` = the first of ``options``), read every way it can be:
+#: How a multiple-choice answer is read (``--answer-form``): every way (``any``), or only as option letters, a
+#: 0-based index or an option's text.
+AnswerForm = Literal["any", "letter", "index", "text"]
+_FORM_NAMES = {"letter": "an option letter", "index": "a 0-based index", "text": "an option's text"}
 
-    * option letters: one letter (``c``), or with ``several`` a key of several (``A, C``, ``AC``);
-    * a 0-based index: a JSON integer is only ever an index (MMLU's ``answer: 2`` is ``C``); a text of digits is
-      read as an index besides the other ways (a CSV cell is always text);
-    * the text of exactly one option, compared after :func:`normalize_answer`.
+
+def option_letters(value: Any, options: Sequence[str], *, several: bool = False,
+                   form: AnswerForm = "any") -> list[str]:
+    """The option letters a multiple-choice answer names (``A`` = the first of ``options``), read every way it can be
+    (``form="any"``) or only the one way ``form`` names:
+
+    * ``letter``: one letter (``c``), or with ``several`` a key of several (``A, C``, ``AC``);
+    * ``index``: a 0-based index; a JSON integer is only ever an index (MMLU's ``answer: 2`` is ``C``), whatever
+      ``form`` says; a text of digits is read as an index besides the other ways (a CSV cell is always text);
+    * ``text``: the text of exactly one option, compared after :func:`normalize_answer`.
 
     ``ValueError`` with the reason when no reading names an option, or when readings name different options: the
-    text ``1`` among the options ``2, 4, 1, 3`` is index B and option text C, and which was meant is not known.
+    text ``1`` among the options ``2, 4, 1, 3`` is index B and option text C, and which was meant is not known
+    (``form="index"`` says: B).
     """
     n = len(options)
     if n > len(LETTERS):
@@ -535,19 +544,23 @@ def option_letters(value: Any, options: Sequence[str], *, several: bool = False)
         raise ValueError(f"answer {value} is not a 0-based option index (0-{n - 1} for {n} options)")
     text = scalar_text(value).strip()
     readings: dict[tuple[str, ...], str] = {}
-    letters = key_letters(text) if several or len(text) == 1 else []
+    letters = key_letters(text) if form in ("any", "letter") and (several or len(text) == 1) else []
     if letters and all(LETTERS.index(letter) < n for letter in letters):
         readings[tuple(letters)] = "option letters" if len(letters) > 1 else "letter"
-    if text.isascii() and text.isdigit() and int(text) < n:
+    if form in ("any", "index") and text.isascii() and text.isdigit() and int(text) < n:
         readings.setdefault((LETTERS[int(text)],), "0-based index")
-    key = normalize_answer(text)
+    key = normalize_answer(text) if form in ("any", "text") else ""
     hits = [letter for letter, option in zip(LETTERS, options) if key and normalize_answer(option) == key]
     if len(hits) == 1:
         readings.setdefault((hits[0],), "option text")
+    if not readings and form != "any":
+        raise ValueError(f"answer {text[:40]!r} is not {_FORM_NAMES[form]} of the {n} options (--answer-form "
+                         f"{form})")
     if not readings:
         raise ValueError(f"answer {text[:40]!r} is not an option letter, 0-based index or option text "
                          f"(A-{LETTERS[n - 1]} or 0-{n - 1} for {n} options)")
     if len(readings) > 1:
         raise ValueError(f"answer {text[:40]!r} is ambiguous: "
-                         + ", ".join(f"{how} {' and '.join(found)}" for found, how in readings.items()))
+                         + ", ".join(f"{how} {' and '.join(found)}" for found, how in readings.items())
+                         + " (--answer-form letter, index or text says which)")
     return list(next(iter(readings)))

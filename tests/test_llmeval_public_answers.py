@@ -71,18 +71,18 @@ def test_an_integer_index_a_digit_text_and_an_option_text_import_as_the_options_
                              "Q4 lower-case letter?": "D", "Q5 a CSV cell 0?": "A", "Q6 a CSV cell 3?": "D"}
 
 
-def judgeagent_reads(path: Path) -> str:
+def judgeagent_reads(path: Path, form: str = "any") -> str:
     """The stored answer judgeagent's ``--data`` makes of the file's one question, or its refusal."""
     try:
-        return load_questions({"data": str(path)})[0][0].answer
+        return load_questions({"data": str(path), "answer_form": form})[0][0].answer
     except InputError as exc:
         return exc.message.removesuffix(" [--data]")
 
 
-def llmeval_reads(path: Path, bank: QuestionBank) -> str:
+def llmeval_reads(path: Path, bank: QuestionBank, form: str = "any") -> str:
     """The stored answer llmeval's ``--bank`` makes of the file's one question, or its refusal."""
     try:
-        import_file(bank, path)
+        import_file(bank, path, form=form)
     except InputError as exc:
         return exc.message.removesuffix(" [--bank]")
     return answers(bank)["Which one?"]
@@ -91,7 +91,8 @@ def llmeval_reads(path: Path, bank: QuestionBank) -> str:
 @pytest.mark.parametrize("options, answer, expected", [
     (PLANETS, 3, "D"), (PLANETS, "3", "D"), (PLANETS, "jupiter", "D"), (PLANETS, "b", "B"),
     (["2", "4", "1", "3"], 1, "B"),
-    (["2", "4", "1", "3"], "1", "answer '1' is ambiguous: 0-based index B, option text C"),
+    (["2", "4", "1", "3"], "1", "answer '1' is ambiguous: 0-based index B, option text C (--answer-form letter, "
+                                "index or text says which)"),
     (["2", "4", "1", "3"], "9", "answer '9' is not an option letter, 0-based index or option text (A-D or 0-3 for "
                                 "4 options)"),
     (PLANETS, 7, "answer 7 is not a 0-based option index (0-3 for 4 options)"),
@@ -100,6 +101,22 @@ def test_judgeagent_and_llmeval_read_an_answer_alike(tmp_path, options, answer, 
     path = write_jsonl(tmp_path / "q.jsonl", [{"discipline": "Science", "question": "Which one?", "options": options,
                                                "answer": answer}])
     assert judgeagent_reads(path) == llmeval_reads(path, QuestionBank(tmp_path / "bank.sqlite")) == expected
+
+
+@pytest.mark.parametrize("options, answer, form, expected", [
+    (["2", "4", "1", "3"], "1", "index", "B"),
+    (["2", "4", "1", "3"], "1", "text", "C"),
+    (["2", "4", "1", "3"], "1", "letter", "answer '1' is not an option letter of the 4 options (--answer-form letter)"),
+    (PLANETS, "b", "index", "answer 'b' is not a 0-based index of the 4 options (--answer-form index)"),
+    (PLANETS, "1", "text", "answer '1' is not an option's text of the 4 options (--answer-form text)"),
+    (PLANETS, 2, "text", "C"),  # a JSON integer is an index whatever the form
+])
+def test_answer_form_reads_every_answer_the_one_way_it_names_in_both_protocols(tmp_path, options, answer, form,
+                                                                               expected):
+    path = write_jsonl(tmp_path / "q.jsonl", [{"discipline": "Science", "question": "Which one?", "options": options,
+                                               "answer": answer}])
+    assert judgeagent_reads(path, form) == llmeval_reads(path, QuestionBank(tmp_path / "bank.sqlite"), form) \
+        == expected
 
 
 def test_a_key_of_several_letters_still_imports_as_written_and_reads_as_its_letters(tmp_path):
@@ -126,7 +143,8 @@ def test_a_text_answer_that_reads_as_two_different_options_is_refused_naming_fil
     assert import_only(tmp_path, "--bank", str(path), "--fields", "options=choices,answer=gold") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"public.csv, record 2, field 'gold': (as answer) {says} [--bank]" in err
+    assert f"public.csv, record 2, field 'gold': (as answer) {says} (--answer-form letter, index or text says " \
+           "which) [--bank]" in err
     assert not (tmp_path / "bank.sqlite").exists() and not (tmp_path / "runs").exists()  # nothing created
 
 
@@ -172,8 +190,10 @@ def test_without_the_flag_a_record_without_discipline_is_refused_and_the_message
 
 @pytest.mark.parametrize("args, blame", [
     (["--discipline", " "], "--discipline: must not be empty"),
-    (["--discipline", "Law", "--leaderboard"], "'--discipline': --fields, --skip-invalid and --discipline apply to "
-                                              "a --bank file; no --bank was given"),
+    (["--discipline", "Law", "--leaderboard"], "'--discipline': --fields, --skip-invalid, --discipline and "
+                                              "--answer-form apply to a --bank file; no --bank was given"),
+    (["--answer-form", "index", "--leaderboard"], "'--answer-form': --fields, --skip-invalid, --discipline and "
+                                                  "--answer-form apply to a --bank file; no --bank was given"),
 ])
 def test_an_empty_discipline_or_one_without_a_bank_file_is_refused_naming_the_flag(tmp_path, capsys, args, blame):
     bank = [] if "--leaderboard" in args else ["--bank", str(no_discipline_file(tmp_path))]
@@ -230,4 +250,20 @@ def test_mmlu_redux_digit_answers_among_digit_options_are_refused_and_the_rest_k
     kept = [row for n, row in enumerate(rows, 1) if n not in refused | repeats]
     assert len(by_key) == report.imported == len(kept) > 80
     for row in kept:
+        assert by_key[(row["question"], tuple(ast.literal_eval(row["choices"])))] == "ABCD"[int(row["answer"])]
+
+
+def test_mmlu_redux_with_answer_form_index_keeps_every_record_as_its_index(tmp_path, shared_data):
+    """The file's answers are all 0-based indices: said so, the records read every way as two options import too."""
+    path = tmp_path / "mmlu_abstract_algebra.csv"
+    shutil.copy(shared_data / "mmlu_redux" / path.name, path)
+    assert import_only(tmp_path, "--bank", str(path), "--fields", "options=choices", "--discipline", "algebra",
+                       "--answer-form", "index", "--skip-invalid") == 0
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    by_key = {(q.question, tuple(q.options)): q.answer for q in bank.all_questions()}
+    rows = mmlu_rows(path)
+    ambiguous = [row for row in rows if row["answer"] in ast.literal_eval(row["choices"])
+                 and ast.literal_eval(row["choices"]).index(row["answer"]) != int(row["answer"])]
+    assert ambiguous  # the records the default reading refuses
+    for row in ambiguous:
         assert by_key[(row["question"], tuple(ast.literal_eval(row["choices"])))] == "ABCD"[int(row["answer"])]

@@ -19,13 +19,13 @@ from dyneval.state.context import BaseContext, options
 #: The batch-only flags (input files, modes, how units are planned): everything else is a graph option.
 BATCH_ONLY = {
     "atad": {"per_task", "tasks", "problem_style", "challenge_prob", "evaluate", "benchmark", "fields", "review"},
-    "judgeagent": {"data", "fields", "choices", "hf_dataset", "hf_split", "batch_size", "build_kb_only", "irt_runs",
-                   "irt_model", "irt_min_responses"},
+    "judgeagent": {"data", "fields", "choices", "answer_form", "hf_dataset", "hf_split", "batch_size",
+                   "build_kb_only", "irt_runs", "irt_model", "irt_min_responses"},
     "interview": {"data", "fields", "task", "repeats", "bootstrap_resamples"},
-    "llmeval": {"bank", "fields", "discipline", "skip_invalid", "augment", "rewrite", "near_dup_threshold",
-                "import_only", "sessions", "serve", "port", "workers", "admin_token", "rate_limit", "leaderboard",
-                "stability", "sizes", "trials", "kappa", "contamination", "export", "export_layout", "calibrate",
-                "compare", "max_request_body", "max_request_headers"},
+    "llmeval": {"bank", "fields", "discipline", "answer_form", "skip_invalid", "augment", "rewrite",
+                "near_dup_threshold", "import_only", "sessions", "serve", "port", "workers", "admin_token",
+                "rate_limit", "leaderboard", "stability", "sizes", "trials", "kappa", "contamination", "export",
+                "export_layout", "calibrate", "compare", "max_request_body", "max_request_headers"},
     "judgecheck": {"labels", "fields", "label_map", "skip_invalid", "bootstrap_resamples"},
 }
 #: Context fields Studio shows but the command line does not offer.

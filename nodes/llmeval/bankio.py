@@ -9,7 +9,8 @@ fields, renamed with ``--fields question=Q,answer=A,...``:
   (a file with no discipline column, as AGIEval's and MMLU-Redux's);
 * a multiple-choice answer may be option letters (``C``, or a key ``A, C``), a 0-based index or an option's text,
   read as :func:`stores.inputs.option_letters` reads it (a JSON integer is an index; a CSV cell is text, read every
-  way, and refused as ambiguous when two readings name different options); one option is stored as its letter;
+  way, and refused as ambiguous when two readings name different options, unless ``--answer-form`` names the one
+  way); one option is stored as its letter;
 * the LLMEval record layout of appendix A.2 / Figure 8 (``category``, ``sub_category``,
   ``question_uuid``, a ``dialog`` whose user turn holds the question, ``hint`` holding the reference
   answer) is recognised from a file's first record and mapped the same way (:data:`LLMEVAL_LAYOUT`).
@@ -39,7 +40,7 @@ from pydantic_core import PydanticCustomError
 from dyneval.nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, redundant_variants, tf_value
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import QTYPES
-from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, option_letters, read_records
+from dyneval.stores.inputs import AnswerForm, FieldMap, Record, Scalar, Text, Texts, option_letters, read_records
 from dyneval.stores.question_bank import Question, QuestionBank, content_hash, new_uuid
 
 if TYPE_CHECKING:
@@ -151,13 +152,14 @@ def question_type(given: str, options: list[str], answer: str, question: str) ->
             else "fill_blank" if BLANK_RE.search(question) else "short_answer")
 
 
-def to_question(rec: Record, fields: FieldMap, source: str, discipline: str | None = None) -> Question:
+def to_question(rec: Record, fields: FieldMap, source: str, discipline: str | None = None,
+                form: AnswerForm = "any") -> Question:
     """A :class:`Question` from one record, or :class:`InputError` naming file, record and field.
 
     ``discipline`` (``--discipline``) is the discipline of a record without one (none mapped, or blank); a
     record's own wins. A multiple-choice answer is read against the options (:func:`stores.inputs.option_letters`:
-    option letters, a 0-based index or an option's text) and stored as its letter; a key of several letters
-    (``A, C``) is stored as written."""
+    option letters, a 0-based index or an option's text, or only the ``form`` of ``--answer-form``) and stored as
+    its letter; a key of several letters (``A, C``) is stored as written."""
     values = fields.values(rec)
     if "discipline" not in values:
         if discipline is None:
@@ -170,7 +172,7 @@ def to_question(rec: Record, fields: FieldMap, source: str, discipline: str | No
     answer = raw.answer
     if qtype == "mcq" and raw.options:
         try:
-            letters = option_letters(values["answer"], raw.options, several=True)
+            letters = option_letters(values["answer"], raw.options, several=True, form=form)
         except ValueError as exc:
             raise fields.error(rec, "answer", str(exc)) from None
         answer = letters[0] if len(letters) == 1 else raw.answer
@@ -252,16 +254,17 @@ def unmapped_columns(records: list[Record], fmap: FieldMap) -> dict[str, int]:
 
 
 def load_file(path: Path, *, fields: str | None = None, skip_invalid: bool = False,
-              discipline: str | None = None) -> LoadedFile:
+              discipline: str | None = None, form: AnswerForm = "any") -> LoadedFile:
     """Read and validate every record of ``path`` (no bank access): file-level faults always stop. ``discipline``:
-    that of every record without one (:func:`to_question`)."""
+    that of every record without one; ``form``: how multiple-choice answers are read (:func:`to_question`)."""
     records = read_records(path, flag=FLAG)
     fmap = field_map(fields, records[0])
     loaded = LoadedFile(file=str(path), read=len(records), questions=[], rejected=[], skip_invalid=skip_invalid,
                         unused=unmapped_columns(records, fmap))
     for rec in records:
         try:
-            loaded.questions.append((rec, to_question(rec, fmap, source=Path(path).name, discipline=discipline)))
+            loaded.questions.append((rec, to_question(rec, fmap, source=Path(path).name, discipline=discipline,
+                                                      form=form)))
         except InputError as exc:
             loaded.reject(rec, exc)
     return loaded
@@ -424,9 +427,10 @@ BATCH = 1000
 
 
 def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | None = None,
-                skip_invalid: bool = False, discipline: str | None = None, index: NearDuplicateIndex | None = None,
-                threshold: float = 0.95, augment: bool = False, batch: int = BATCH,
-                progress: Callable[[int], None] | None = None, defer_index: bool = False) -> ImportReport:
+                skip_invalid: bool = False, discipline: str | None = None, form: AnswerForm = "any",
+                index: NearDuplicateIndex | None = None, threshold: float = 0.95, augment: bool = False,
+                batch: int = BATCH, progress: Callable[[int], None] | None = None,
+                defer_index: bool = False) -> ImportReport:
     """Validate one file (or take an already :func:`load_file`-ed one) and import it into ``bank``.
 
     Batches of ``batch`` records in file order; each is checked against the bank, the file's earlier batches and
@@ -438,7 +442,7 @@ def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | No
     index, so a file known to hold no near duplicates (the shipped sample) imports without the embedding model.
     """
     loaded = (path if isinstance(path, LoadedFile)
-              else load_file(path, fields=fields, skip_invalid=skip_invalid, discipline=discipline))
+              else load_file(path, fields=fields, skip_invalid=skip_invalid, discipline=discipline, form=form))
     report = ImportReport(file=loaded.file, read=loaded.read, unused=loaded.unused)
     stray = bank.index_pending() if index is not None else []
     if stray:

@@ -44,6 +44,7 @@ from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, DifficultyConfigEr
 from dyneval.state.judgecheck import check_jury
 from dyneval.state.llmeval import IrtModel
 from dyneval.state.verdicts import is_ungraded
+from dyneval.stores.inputs import AnswerForm
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
@@ -62,6 +63,9 @@ class JudgeAgentBatch:
                                          "e.g. question=QUESTION,answer=final_decision,references=CONTEXTS "
                                          "(options=A+B+C+D and references=P1+P2 join columns)")
     choices: str | None = described(None, "the same options for every question, e.g. yes,no,maybe")
+    answer_form: AnswerForm = described("any", "how a multiple-choice answer is read: any (an option letter, a "
+                                               "0-based index or an option's text; refused when two name different "
+                                               "options), or only as letter, index or text")
     hf_dataset: str | None = described(None, "Hugging Face dataset id[:config], read from the local Hugging Face cache "
                                           "(HF_HUB_OFFLINE=0 lets it download)")
     hf_split: str = described("test", "split of --hf-dataset")

@@ -9,8 +9,9 @@ number; ``options`` is a list, an object (its values in key order, e.g. ``{"A": 
 ``|``-separated string or several columns; ``references`` is text or a (nested) list of texts.
 ``--choices yes,no,maybe`` gives every question the same options. A multiple-choice gold answer may be a
 letter, a 0-based index (a JSON integer is always an index) or the option text; it is stored as the letter,
-and a text answer that reads differently as an index and as an option text is refused as ambiguous
-(:func:`stores.inputs.option_letters`, shared with llmeval's bank import).
+and a text answer that reads differently as an index and as an option text is refused as ambiguous, unless
+``--answer-form letter|index|text`` names the one way to read every answer (:func:`stores.inputs.option_letters`,
+shared with llmeval's bank import).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from pydantic_core import PydanticCustomError
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion
 from dyneval.nodes.judgeagent.common import LETTERS
-from dyneval.stores.inputs import (FieldMap, Record, Scalar, Text, Texts, input_error, option_letters, read_records,
-                                   scalar_text)
+from dyneval.stores.inputs import (AnswerForm, FieldMap, Record, Scalar, Text, Texts, input_error, option_letters,
+                                   read_records, scalar_text)
 from dyneval.samples import sample
 
 SAMPLE_DATA = sample("judgeagent", "questions.jsonl")
@@ -81,14 +82,16 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
     return [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
 
 
-def to_question(rec: Record, fields: FieldMap, *, choices: list[str] | None = None) -> BaseQuestion:
-    """One record -> a :class:`BaseQuestion`; any problem raises :class:`InputError` naming the record."""
+def to_question(rec: Record, fields: FieldMap, *, choices: list[str] | None = None,
+                form: AnswerForm = "any") -> BaseQuestion:
+    """One record -> a :class:`BaseQuestion` (a multiple-choice answer read as ``form``, ``--answer-form``, says);
+    any problem raises :class:`InputError` naming the record."""
     raw = fields.validate(RawQuestion, rec)
     options = choices or raw.options
     answer = raw.answer
     if options:
         try:
-            [answer] = option_letters(fields.values(rec)["answer"], options)
+            [answer] = option_letters(fields.values(rec)["answer"], options, form=form)
         except ValueError as exc:
             raise fields.error(rec, "answer", str(exc)) from None
     difficulty = None
@@ -121,7 +124,8 @@ def load_questions(params: dict[str, Any]) -> tuple[list[BaseQuestion], str]:
         path = Path(params.get("data") or SAMPLE_DATA)
         records = read_records(path, flag="--data")
         source = str(path)
-    questions = [to_question(r, fields, choices=choices) for r in records]
+    form = params.get("answer_form") or "any"
+    questions = [to_question(r, fields, choices=choices, form=form) for r in records]
     seen: set[str] = set()
     for rec, q in zip(records, questions):
         if q.id in seen:

@@ -29,6 +29,7 @@ from dyneval.runtime.report import (Block, Code, Figure, Heading, Table, Text, b
 from dyneval.state.context import described
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
+from dyneval.stores.inputs import AnswerForm
 from dyneval.samples import sample, shown
 
 if TYPE_CHECKING:
@@ -87,6 +88,9 @@ class LLMEvalBatch:
     discipline: str | None = described(None, "the discipline of every --bank record that has none (a file without a "
                                               "discipline column, e.g. MMLU-Redux); a record's own discipline wins",
                                        check=_named, metavar="NAME")
+    answer_form: AnswerForm = described("any", "how a multiple-choice answer of --bank is read: any (an option "
+                                               "letter, a 0-based index or an option's text; refused when two name "
+                                               "different options), or only as letter, index or text")
     skip_invalid: bool = described(False, "import the valid records of --bank and report each invalid one with its "
                                           "reason (default: an invalid record stops the run)")
     augment: bool = described(False, "on import, expand each multiple-choice question into true/false variants "
@@ -177,15 +181,17 @@ class LLMEvalProtocol(Protocol):
         p = run.params
         if not p.get("bank"):
             given = next((flag for flag in ("fields", "skip_invalid", "discipline") if p.get(flag)), None)
+            given = given or ("answer_form" if p.get("answer_form", "any") != "any" else None)
             if given:
-                raise InputError("--fields, --skip-invalid and --discipline apply to a --bank file; no --bank was "
-                                 "given", field="--" + given.replace("_", "-"))
+                raise InputError("--fields, --skip-invalid, --discipline and --answer-form apply to a --bank file; no "
+                                 "--bank was given", field="--" + given.replace("_", "-"))
             return None
-        key = (str(p["bank"]), p.get("fields"), bool(p.get("skip_invalid")), p.get("discipline"))
+        key = (str(p["bank"]), p.get("fields"), bool(p.get("skip_invalid")), p.get("discipline"),
+               p.get("answer_form", "any"))
         if self._loaded is None or self._loaded[0] != key:
             self._loaded = (key, load_file(Path(p["bank"]), fields=p.get("fields"),
                                            skip_invalid=bool(p.get("skip_invalid")),
-                                           discipline=p.get("discipline")))
+                                           discipline=p.get("discipline"), form=p.get("answer_form", "any")))
         return self._loaded[1]
 
     def import_bank(self, run: Run, source: Path | LoadedFile, *, sample: bool = False) -> ImportReport:
