@@ -1,6 +1,6 @@
 """Public multiple-choice sets in the llmeval bank: an answer given as a 0-based index (MMLU's ``answer: 2``, a
 CSV cell ``2``) or as an option's text is stored as its option letter, read by the one function judgeagent reads
-its answers with (``stores.inputs.option_letters``); an answer that reads as two different options is refused
+its answers with (``stores.choices.option_letters``); an answer that reads as two different options is refused
 naming file, record and field; ``--discipline`` gives a file without a discipline column one (a record's own
 wins). The real-data checks import MMLU-Redux CSV files from ../shared/data."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dyneval.nodes.llmeval.augment import answer_letters
+from dyneval.stores.choices import key_letters
 from dyneval.nodes.llmeval.bankio import import_file
 from dyneval.protocols.judgeagent.data import load_questions
 from dyneval.state.errors import InputError
@@ -127,7 +127,7 @@ def test_a_key_of_several_letters_still_imports_as_written_and_reads_as_its_lett
     assert import_file(bank, path).imported == 2
     stored = answers(bank)
     assert stored == {"Which are inner planets?": "A, B, C", "Which are rocky?": "ABC"}
-    assert all(answer_letters(a) == ["A", "B", "C"] for a in stored.values())
+    assert all(key_letters(a) == ["A", "B", "C"] for a in stored.values())
 
 
 @pytest.mark.parametrize("options, answer, says", [

@@ -6,8 +6,7 @@ from typing import Any
 
 from dyneval.runtime.llm import current_unit
 from dyneval.state.judgeagent import BaseQuestion
-
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+from dyneval.stores.choices import LETTERS
 
 
 def seed_for(seed: int, *parts: Any) -> str:

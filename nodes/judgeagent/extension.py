@@ -25,9 +25,10 @@ from dyneval.prompts import load_prompt
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import ExtendedQuestion, JudgeAgentContext, JudgeAgentState
+from dyneval.stores.choices import normalize_answer
 from dyneval.nodes.judgeagent.common import clip
 from dyneval.nodes.judgeagent.grading import next_difficulty
-from dyneval.nodes.judgeagent.judging import judge_free, normalize
+from dyneval.nodes.judgeagent.judging import judge_free
 from dyneval.nodes.judgeagent.knowledge import keyword_entities
 
 MAX_ANSWER_CHARS = 160
@@ -56,8 +57,8 @@ def generate_question(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext
         return {"generated": {"status": "generation_failed", "reason": "empty question or answer"}}
     if len(answer) > MAX_ANSWER_CHARS:
         return {"generated": {"status": "generation_failed", "reason": "answer is not concise"}}
-    instructions = normalize(" ".join(str(m.content) for m in messages).replace(context, " "))
-    if normalize(question) in instructions:  # a small model echoing the prompt's examples or wording
+    instructions = normalize_answer(" ".join(str(m.content) for m in messages).replace(context, " "))
+    if normalize_answer(question) in instructions:  # a small model echoing the prompt's examples or wording
         return {"generated": {"status": "generation_failed", "reason": "question copied from the prompt"}}
     return {"generated": {"status": "ok", "question": question, "answer": answer}}
 

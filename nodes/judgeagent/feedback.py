@@ -20,7 +20,7 @@ from dyneval.runtime.services import services_of
 from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import BaseQuestion, Feedback, JudgeAgentContext, JudgeAgentState
 from dyneval.nodes.judgeagent.common import clip, question_text
-from dyneval.nodes.judgeagent.judging import normalize
+from dyneval.stores.choices import normalize_answer
 
 REPLY_CHARS = 200
 QUESTION_CHARS = 500
@@ -59,10 +59,10 @@ def feedback_history(state: JudgeAgentState) -> str:
 def leaked_answers(state: JudgeAgentState, text: str) -> list[str]:
     """Base questions whose free-form gold answer the feedback quotes although their question does not."""
     found = []
-    norm = normalize(text)
+    norm = normalize_answer(text)
     for q in (BaseQuestion(**x) for x in state["batch"]):
-        gold = normalize(q.answer)
-        if q.options or len(gold) < 3 or gold in normalize(q.question):
+        gold = normalize_answer(q.answer)
+        if q.options or len(gold) < 3 or gold in normalize_answer(q.question):
             continue
         if re.search(rf"\b{re.escape(gold)}\b", norm):
             found.append(q.id)

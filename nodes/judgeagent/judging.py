@@ -27,9 +27,7 @@ from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import BaseQuestion, Verdict
 from dyneval.state.judgecheck import SPLIT, jury_vote
 from dyneval.state.verdicts import outcome
-from dyneval.stores.inputs import normalize_answer as normalize  # shared with the data layer
-
-from dyneval.nodes.judgeagent.common import LETTERS
+from dyneval.stores.choices import LETTERS, normalize_answer
 
 _SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
 
@@ -80,8 +78,8 @@ def choice_letter(reply: str, options: list[str]) -> str | None:
 
 def is_exact(reply: str, reference: str) -> bool:
     """The reply IS the reference after normalisation (the only free-form case code may accept)."""
-    ref = normalize(reference)
-    return bool(ref) and normalize(reply) == ref
+    ref = normalize_answer(reference)
+    return bool(ref) and normalize_answer(reply) == ref
 
 
 def unwrap_json_answer(reply: str) -> str:

@@ -5,8 +5,8 @@
   the answer is ``true`` exactly for the keyed option(s).
 * :func:`check_format`: format validation of appendix A.2 (consistent option
   counts and answer letters for multiple choice, one answer per blank for
-  fill-in-the-blank); ``answer_letters`` (:func:`stores.inputs.key_letters`) / :func:`tf_value` read answer
-  keys. An imported answer is read against its options by :func:`stores.inputs.option_letters` first (a letter,
+  fill-in-the-blank); :func:`stores.choices.key_letters` / :func:`tf_value` read answer keys.
+  An imported answer is read against its options by :func:`stores.choices.option_letters` first (a letter,
   a 0-based index or an option's text becomes the letter), so a stored key is always option letters.
 * Redundancy checks (duplicates among split questions, unique UUIDs) are done by
   :func:`redundant_variants` and by the importer (:mod:`nodes.llmeval.bankio`).
@@ -23,7 +23,7 @@ from dyneval.prompts import load_prompt
 from dyneval.runtime.services import Services
 from dyneval.state.errors import ModelError
 from dyneval.state.llmeval import TFStatements
-from dyneval.stores.inputs import key_letters as answer_letters  # a stored key's letters ("A, C" -> ["A", "C"])
+from dyneval.stores.choices import key_letters
 from dyneval.stores.question_bank import Question, content_hash
 
 #: Markers of an answer slot in a question ("( )", "（ ）", "____").
@@ -48,7 +48,7 @@ def check_format(q: Question) -> list[tuple[str, str]]:
             problems.append(("options", "empty option"))
         if len({str(o).strip().casefold() for o in options}) != len(options):
             problems.append(("options", "two options are identical"))
-        letters = answer_letters(q.answer)
+        letters = key_letters(q.answer)
         if not letters:
             problems.append(("answer", f"a multiple-choice answer must be option letters, got {q.answer!r}"))
         elif any(ord(ch) - 65 >= len(options) for ch in letters):
@@ -86,7 +86,7 @@ def _stem(question: str) -> str:
 
 def expand_mcq(q: Question) -> list[Question]:
     """Figure 7: one true/false variant per option; UUIDs derived from the parent (re-import is idempotent)."""
-    letters = set(answer_letters(q.answer))
+    letters = set(key_letters(q.answer))
     stem = _stem(q.question)
     keyed = ", ".join(str(q.options[ord(ch) - 65]) for ch in sorted(letters))
     out = []

@@ -8,7 +8,7 @@ fields, renamed with ``--fields question=Q,answer=A,...``:
   ``uuid``, ``explanation``, ``source``; ``--discipline NAME`` gives a record without a discipline that one
   (a file with no discipline column, as AGIEval's and MMLU-Redux's);
 * a multiple-choice answer may be option letters (``C``, or a key ``A, C``), a 0-based index or an option's text,
-  read as :func:`stores.inputs.option_letters` reads it (a JSON integer is an index; a CSV cell is text, read every
+  read as :func:`stores.choices.option_letters` reads it (a JSON integer is an index; a CSV cell is text, read every
   way, and refused as ambiguous when two readings name different options, unless ``--answer-form`` names the one
   way); one option is stored as its letter;
 * the LLMEval record layout of appendix A.2 / Figure 8 (``category``, ``sub_category``,
@@ -40,7 +40,8 @@ from pydantic_core import PydanticCustomError
 from dyneval.nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, redundant_variants, tf_value
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import QTYPES
-from dyneval.stores.inputs import AnswerForm, FieldMap, Record, Scalar, Text, Texts, option_letters, read_records
+from dyneval.stores.choices import AnswerForm, option_letters
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
 from dyneval.stores.question_bank import Question, QuestionBank, content_hash, new_uuid
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def to_question(rec: Record, fields: FieldMap, source: str, discipline: str | No
     """A :class:`Question` from one record, or :class:`InputError` naming file, record and field.
 
     ``discipline`` (``--discipline``) is the discipline of a record without one (none mapped, or blank); a
-    record's own wins. A multiple-choice answer is read against the options (:func:`stores.inputs.option_letters`:
+    record's own wins. A multiple-choice answer is read against the options (:func:`stores.choices.option_letters`:
     option letters, a 0-based index or an option's text, or only the ``form`` of ``--answer-form``) and stored as
     its letter; a key of several letters (``A, C``) is stored as written."""
     values = fields.values(rec)

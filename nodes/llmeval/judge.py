@@ -18,7 +18,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from dyneval.nodes.llmeval.augment import answer_letters, tf_value
+from dyneval.nodes.llmeval.augment import tf_value
 from dyneval.nodes.llmeval.common import bank_of
 from dyneval.prompts import load_prompt
 from dyneval.runtime.concurrency import parallel_map
@@ -28,6 +28,7 @@ from dyneval.state.errors import ModelError
 from dyneval.state.judgecheck import SPLIT, majority
 from dyneval.state.llmeval import JudgeRating, LLMEvalContext, LLMEvalState
 from dyneval.stores.bank_sessions import question_text
+from dyneval.stores.choices import key_letters
 from dyneval.stores.question_bank import QuestionBank
 
 _TF = re.compile(r"\b(true|false|correct|incorrect|yes|no)\b", re.I)
@@ -58,7 +59,7 @@ def code_verdict(item: dict[str, Any]) -> bool | None:
         return None if key is None or said is None else key == said
     if item["qtype"] == "mcq":
         said = response_letters(response)
-        return None if said is None else [said] == answer_letters(item["answer"])
+        return None if said is None else [said] == key_letters(item["answer"])
     return None
 
 

@@ -44,7 +44,7 @@ from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, DifficultyConfigEr
 from dyneval.state.judgecheck import check_jury
 from dyneval.state.llmeval import IrtModel
 from dyneval.state.verdicts import is_ungraded
-from dyneval.stores.inputs import AnswerForm
+from dyneval.stores.choices import AnswerForm
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph

@@ -10,7 +10,7 @@ number; ``options`` is a list, an object (its values in key order, e.g. ``{"A": 
 ``--choices yes,no,maybe`` gives every question the same options. A multiple-choice gold answer may be a
 letter, a 0-based index (a JSON integer is always an index) or the option text; it is stored as the letter,
 and a text answer that reads differently as an index and as an option text is refused as ambiguous, unless
-``--answer-form letter|index|text`` names the one way to read every answer (:func:`stores.inputs.option_letters`,
+``--answer-form letter|index|text`` names the one way to read every answer (:func:`stores.choices.option_letters`,
 shared with llmeval's bank import).
 """
 
@@ -24,9 +24,8 @@ from pydantic_core import PydanticCustomError
 
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion
-from dyneval.nodes.judgeagent.common import LETTERS
-from dyneval.stores.inputs import (AnswerForm, FieldMap, Record, Scalar, Text, Texts, input_error, option_letters,
-                                   read_records, scalar_text)
+from dyneval.stores.choices import LETTERS, AnswerForm, option_letters
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
 from dyneval.samples import sample
 
 SAMPLE_DATA = sample("judgeagent", "questions.jsonl")

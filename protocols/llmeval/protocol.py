@@ -29,7 +29,7 @@ from dyneval.runtime.report import (Block, Code, Figure, Heading, Table, Text, b
 from dyneval.state.context import described
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
-from dyneval.stores.inputs import AnswerForm
+from dyneval.stores.choices import AnswerForm
 from dyneval.samples import sample, shown
 
 if TYPE_CHECKING:
