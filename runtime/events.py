@@ -159,16 +159,22 @@ class EventLog:
         }
         self.log(event)
 
-    def log(self, event: dict[str, Any], *, written: bool = False) -> None:
-        """Append one exchange as :meth:`record` made it (here, or in another process: a Ray worker's);
-        ``written``: another process already appended it to this log's file (a Ray run's event sink), so it is
-        only counted here."""
+    def log(self, event: dict[str, Any]) -> None:
+        """Append one exchange as :meth:`record` made it (here, or in another process: a Ray worker's)."""
         with self._lock:
-            self._count(event)
-            if self.keep_in_memory or self.path is None:
-                self.records.append(event)
-            if self.path is not None and not written:
+            self._keep(event)
+            if self.path is not None:
                 append_line(self.path, event)
+
+    def tally(self, event: dict[str, Any]) -> None:
+        """Count one exchange that is already in this log's file (a Ray run's event sink appended it)."""
+        with self._lock:
+            self._keep(event)
+
+    def _keep(self, event: dict[str, Any]) -> None:
+        self._count(event)
+        if self.keep_in_memory or self.path is None:
+            self.records.append(event)
 
     def _cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         return None if self.pricing is None else self.pricing.cost(model, prompt_tokens, completion_tokens)

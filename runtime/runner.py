@@ -281,7 +281,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             with stop.refused_as_infra_error():
                 _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
         if budget and not isinstance(exc, KeyboardInterrupt):
-            stop.clear()  # the spent budget still refuses this run's requests; a node called next in this process not
+            stop.clear()  # the spent budget refuses this run's requests still; an app's next call goes out
         raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget,
                              terminated=terminated) from None
     with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would

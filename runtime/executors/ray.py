@@ -102,7 +102,7 @@ class _ForwardedLog(EventLog):
         super().__init__(path=None, pricing=pricing)
         self.sink, self.worker = sink, worker
 
-    def log(self, event: dict[str, Any], *, written: bool = False) -> None:
+    def log(self, event: dict[str, Any]) -> None:
         import ray
 
         event = {**event, "worker": self.worker}
@@ -469,7 +469,7 @@ class RaySession:
 
         events = self.run.services.events
         for event in ray.get(self.sink.take.remote()):
-            events.log(event, written=True)  # the sink appended it to events.jsonl as it arrived
+            events.tally(event)
 
     @contextmanager
     def units(self, builder: Any, context: Any, results: ResultStore) -> Iterator[RayExecutor]:
