@@ -7,11 +7,11 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from tests.fake_embedding import embeddings_reply
+from tests.fake_endpoint import Quiet, loopback, send_json, stop
 
 
 class EmbeddingEndpoint:
@@ -25,7 +25,7 @@ class EmbeddingEndpoint:
         lock = threading.Lock()
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:  # noqa: N802
@@ -37,20 +37,9 @@ class EmbeddingEndpoint:
                     endpoint.requests.append((pid, list(texts)))
                     if pid is not None:
                         endpoint.ancestry[pid] = chain
-                status, payload = embeddings_reply(vectors, body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, *embeddings_reply(vectors, body))
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = loopback(Handler)
 
     @property
     def model(self) -> str:
@@ -58,8 +47,7 @@ class EmbeddingEndpoint:
         return f"embed@http://127.0.0.1:{self.server.server_port}/v1"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop(self.server)
 
 
 def client_pid(client_port: int, server_port: int) -> int | None:

@@ -32,8 +32,9 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
+
+from tests.fake_endpoint import Quiet, loopback, send_json
 
 REPAIR_PREFIX = "Your previous reply could not be used"
 
@@ -189,7 +190,7 @@ class StandIn:
         self._lock = threading.Lock()
         standin = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             protocol_version = "HTTP/1.1"  # keep-alive, as real OpenAI-compatible servers answer
             # headers and body leave in two writes: with Nagle's algorithm the body would wait for the client's
             # delayed ACK of the headers (40 ms on Linux) on a kept-alive connection
@@ -198,22 +199,12 @@ class StandIn:
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 status, payload = standin.handle(body)
-                data = json.dumps(payload).encode()
                 try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    send_json(self, status, payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = loopback(Handler)
 
     @property
     def url(self) -> str:

@@ -5,14 +5,13 @@ client's error classes."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from dyneval.state.config import ModelSpec
+from tests.fake_endpoint import Quiet, loopback, send_json
 
 TOOL_REPLY = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
               "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -40,24 +39,14 @@ class _Server:
         self.reply: tuple[int, dict[str, str], dict[str, Any]] = (200, {}, TEXT_REPLY)
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 outer.seen.append((self.path, dict(self.headers), body))
                 status, headers, payload = outer.reply
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                for k, v in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload, headers)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd = loopback(Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
 

@@ -8,10 +8,9 @@ import gzip
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.fake_endpoint import Quiet, loopback, send_json
 from tests.standin_endpoint import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,25 +23,17 @@ class Sink:
         self.bodies: list[tuple[str, str, bytes]] = []
         sink = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             def _answer(self) -> None:
                 data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.headers.get("Content-Encoding") == "gzip":
                     data = gzip.decompress(data)
                 sink.bodies.append((self.command, self.path, data))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
+                send_json(self, 200, {})
 
             do_GET = do_POST = do_PATCH = _answer  # noqa: N815
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = loopback(Handler)
 
     @property
     def url(self) -> str:
