@@ -46,12 +46,13 @@ def oracle(messages, tool):
     return f"{asked['answer']}. Because of the definition."
 
 
-def run_protocol(tmp_path: Path, params: dict, chats: dict | None = None) -> tuple[dict, Path, Console]:
+def run_protocol(tmp_path: Path, params: dict, chats: dict | None = None, *, resume: str | None = None
+                 ) -> tuple[dict, Path, Console]:
     config = load_config("llmeval", config_file=None, environ={},
                          flags={"out": str(tmp_path / "runs"), "params": {"near_dup_threshold": 0, **params}})
     console = Console(record=True, width=200)
     protocol = LLMEvalProtocol()
-    run = open_run(protocol, config, run_id=None, console=console, chat_overrides=chats or {},
+    run = open_run(protocol, config, run_id=resume, console=console, chat_overrides=chats or {},
                    retry_sleep=lambda s: None)
     summary = execute(protocol, run, skip_preflight=True)
     return summary, run.run_dir, console
@@ -223,6 +224,25 @@ def test_dry_run_lists_one_session_per_paradigm_and_bad_flags_exit_2(tmp_path):
     bad = subprocess.run([*base, "--kappa", str(tmp_path / "none.jsonl"), "--near-dup-threshold", "0"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and all(x in bad.stderr for x in ("none.jsonl", "--kappa", "file not found"))
+
+
+def test_a_resume_neither_reprints_nor_rewrites_the_import_of_its_bank_file(tmp_path):
+    """The resume imports the file again (every record now an exact duplicate): the console says so in one line,
+    not one line per record, and import_report.txt keeps what the run's own import did."""
+    bank_file = tmp_path / "bank.jsonl"
+    bank_file.write_text("".join(json.dumps({"discipline": "Science", "question": f"Is {n} an even number?",
+                                             "qtype": "true_false", "answer": str(n % 2 == 0).lower()}) + "\n"
+                                 for n in range(6)))
+    params = {"bank": str(bank_file), "sessions": 1, "questions": 3}
+    _, run_dir, _ = run_protocol(tmp_path, params, fake_chats())
+    first = (run_dir / "import_report.txt").read_text()
+    assert "6 imported" in first
+    _, resumed_dir, console = run_protocol(tmp_path, params, fake_chats(), resume=run_dir.name)
+    text = console.export_text()
+    assert resumed_dir == run_dir and (run_dir / "import_report.txt").read_text() == first
+    assert "exact duplicate" not in text
+    assert "bank.jsonl: 6 records: 0 imported, 6 duplicates skipped, 0 rejected; 0 true/false variants added " \
+           "(imported when this run started: import_report.txt)" in text
 
 
 def test_import_with_augmentation_and_rewrite_through_the_protocol(tmp_path):

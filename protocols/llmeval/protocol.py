@@ -218,10 +218,13 @@ class LLMEvalProtocol(Protocol):
                                  defer_index=sample and threshold > 0)
         if run.params.get("rewrite"):
             self._rewrite_material(run, report)
-        for line in report.lines():
-            run.console.print(line, highlight=False, soft_wrap=True, markup=False)
         saved = run.run_dir / "import_report.txt"
-        if not (run.resumed and saved.exists()):  # a resume re-imports (all duplicates): keep the first report
+        if run.resumed and saved.exists():  # a resume re-imports (all duplicates): the first import's report stands
+            run.console.print(f"{report.summary()} (imported when this run started: {saved.name})",
+                              highlight=False, soft_wrap=True, markup=False)
+        else:
+            for line in report.lines():
+                run.console.print(line, highlight=False, soft_wrap=True, markup=False)
             saved.write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
         if report.imported == 0 and not report.duplicates:
             raise InputError("no valid record to import", file=report.file, field="--bank")
