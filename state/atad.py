@@ -224,7 +224,6 @@ class AtadState(TypedDict, total=False):
     ungraded: str | None  # why the unit stopped unjudged (the orchestrator gave no usable verdict); resume redoes it
     status: Literal["finalized", "discarded"]
     acceptance: str | None
-    end_reason: str | None
     discard_reason: str | None
 
 

@@ -12,9 +12,8 @@ only carries ids and counts, so nothing the target could read holds an answer.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field
@@ -53,7 +52,6 @@ class LLMEvalState(TypedDict, total=False):
     stopped: str              # why an adaptive session ended: target_se / max_items / bank
     theta: float              # its running ability estimate (EAP) and standard error
     se: float
-    notes: Annotated[list[str], operator.add]
 
 
 class JudgeRating(BaseModel):
