@@ -329,12 +329,18 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
     """Write summary.json and the report from the records so far (a partial one after Ctrl-C), shown as a step."""
     latest = results.latest()
     records = [latest[u.id] for u in units if u.id in latest]  # plan order, whatever order units ended in
+    # the plan against the records, whatever the executor: a run that ended (not stopped) with a planned unit
+    # that has no record lost it somewhere; it is counted and named, never left out of the denominator quietly
+    missing = [] if interrupted else [u.id for u in units if u.id not in latest]
+    if missing:
+        notes.append(f"{len(missing)} of {len(units)} planned units have no record ({_listed(missing)}): the "
+                     "executor lost them; resume runs them")
     notes = list(dict.fromkeys([*notes, *results.notes, *run.services.events.notes]))
     for note in notes:
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     with step(run, WRITING):
         summary = build_summary(protocol, run, records, wall_s=time.perf_counter() - wall_started,
-                                warning=warning, interrupted=interrupted, notes=notes)
+                                warning=warning, interrupted=interrupted, notes=notes, missing=missing)
         write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
         blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
         del latest, records  # not needed to render: the report and the view reuse their memory (bench/atad_memory.py)
@@ -343,3 +349,9 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
         write_index(run.run_dir.parent)
     print_summary(run, summary)
     return summary
+
+
+def _listed(ids: list[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``ids``, and how many more."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
