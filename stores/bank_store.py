@@ -10,8 +10,10 @@ and the request-rate buckets are rows updated under a row lock.
 On PostgreSQL every public method of the bank's parts (this class's subclasses) is one operation tried again when
 its connection broke, as the checkpointer's and the unit claims' are (:func:`stores.postgres.retried`: a server
 restart is ridden out); a broken connection is replaced as it is taken from the engine's pool (``pool_pre_ping``).
-A method called inside another is tried again with it. Each method is one transaction or a read, so trying it
-again repeats nothing that was rolled back.
+A method called inside another is tried again with it. A method is one transaction or a read (or steps each safe
+to repeat: ``move_secret``, ``bank_id``), so an attempt that broke was rolled back and is repeated whole; only a
+commit whose answer the restart cut is met again, which ``create_session`` (idempotent per id) absorbs and
+``submit`` or ``append_item`` refuse as any repeat (``QuotaError``).
 """
 
 from __future__ import annotations

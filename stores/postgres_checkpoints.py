@@ -30,7 +30,7 @@ SETUP_WAIT_S = 120.0
 
 
 class PooledSaver(PostgresSaver):
-    """``PostgresSaver`` on a pool of ``dsn`` (open it with :meth:`connect`, close its ``conn``)."""
+    """``PostgresSaver`` on a connection pool (:meth:`connect` makes one; closing ``conn``, the pool, closes it)."""
 
     def __init__(self, pool: ConnectionPool, server: str) -> None:
         super().__init__(pool)
