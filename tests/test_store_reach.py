@@ -63,8 +63,8 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
 ], ids=["checkpoints", "checkpoints-dry-run", "checkpoints-ray", "llmeval-bank"])
 def test_a_store_that_refuses_connections_fails_in_one_line_with_exit_6_before_anything_is_made(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], protocol: str, flag: str, extra: list[str]) -> None:
-    """Refused at once: the 3 attempts take their waits only (1.5-3 s); Ray is not started, and a dry run needs its
-    stores as a run does."""
+    """Refused at once: the 3 attempts take their waits only; Ray is not started, and a dry run needs its stores as
+    a run does."""
     import ray
 
     closed = free_port()
@@ -74,7 +74,7 @@ def test_a_store_that_refuses_connections_fails_in_one_line_with_exit_6_before_a
     line = _one_line(capsys)
     assert line.startswith("error: ") and f"({flag}) does not answer after 3 attempts" in line, line
     assert not out.exists()
-    assert took < 3 + 2  # the waits, and the command's own work
+    assert took < BOUND_S  # in fact the waits, 1.5-3 s, and the command's own work
     assert not ray.is_initialized()
 
 
@@ -91,7 +91,7 @@ def test_a_store_that_never_answers_fails_with_exit_6_within_the_stated_bound(
     assert code == gate.EXIT_INFRA
     assert f"({flag}) does not answer after 3 attempts" in _one_line(capsys)
     assert not out.exists()
-    assert 3 * CONNECT_TIMEOUT_S <= took <= BOUND_S + 2
+    assert 3 * CONNECT_TIMEOUT_S <= took <= BOUND_S + 5  # + the command's own work on a loaded machine
 
 
 @pytest.mark.parametrize("protocol, flag, value, says", [
@@ -108,7 +108,7 @@ def test_a_malformed_store_address_is_bad_input_in_one_line_before_anything_is_m
     line = _one_line(capsys)
     assert flag in line and says in line and "secret" not in line, line
     assert not out.exists()
-    assert took < 2
+    assert took < 5  # no attempt to connect
 
 
 def test_a_chroma_server_is_reached_by_the_protocols_that_keep_vectors_and_by_no_other(
@@ -122,4 +122,4 @@ def test_a_chroma_server_is_reached_by_the_protocols_that_keep_vectors_and_by_no
     code, took = _run(out, "judgeagent", "--chroma-url", chroma)
     assert code == gate.EXIT_INFRA
     assert _one_line(capsys).startswith(f"error: Chroma server {chroma} (--chroma-url) does not answer after 3 ")
-    assert not out.exists() and took < 3 + 2
+    assert not out.exists() and took < BOUND_S
