@@ -1,6 +1,7 @@
 """A run's lifecycle: open, plan, pre-flight, execute, finish.
 
-Order of a run: the caller has checked config and flags; :func:`execute` runs the
+Order of a run: the caller has checked config and flags; :func:`execute` reaches
+every store the run needs (``runtime.reach``), runs the
 protocol's ``plan()`` (every input file, the KB), sends the pre-flight request and
 keeps the run directory only once the inputs are accepted and every endpoint
 answered (a refused start leaves nothing behind, ``--out`` included); then it
@@ -47,6 +48,7 @@ from dyneval.runtime.executors import Executor, ExecutorChoice, open_session
 from dyneval.runtime.llm import PING_STEP
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
+from dyneval.runtime.reach import reach_stores
 from dyneval.runtime.report import preload_plotting, write_report
 from dyneval.runtime.services import Services
 from dyneval.runtime.signals import signals_ignored, stop_on_signals
@@ -227,6 +229,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     """Validate the inputs, then run every unfinished unit concurrently (on ``executor``: threads of this process
     by default) and write summary.json and the report."""
     executor.check(run.config)
+    reach_stores(protocol, run)  # before the run folder: a store out of reach leaves nothing behind
     stop.clear()
     notes: list[str] = list(run.services.events.notes)
     with _kept_only_if_accepted(run) as made:

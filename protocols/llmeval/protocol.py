@@ -160,11 +160,15 @@ class LLMEvalProtocol(Protocol):
                     "absolute, relative and per-discipline scores are re-scored as-is. An adaptive session "
                     "(--adaptive) picks its next question from the scores, so one whose scores changed diverged.")
     _loaded: tuple[tuple[Any, ...], LoadedFile] | None = None  # the validated --bank file of this run
+    uses_chroma = True  # the bank's near-duplicate index
 
     def builder(self) -> StateGraph:
         from dyneval.graphs.llmeval import builder
 
         return builder
+
+    def databases(self, run: Run) -> dict[str, str]:
+        return {"--bank-db": str(run.params["bank_db"])} if run.params.get("bank_db") else {}
 
     # -- bank ------------------------------------------------------------------------------------
     def context(self, run: Run) -> LLMEvalContext:
