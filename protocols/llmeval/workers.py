@@ -9,10 +9,11 @@ and the rate buckets live in the bank (:mod:`stores.question_bank`), so any work
 token signing secret comes from the same variable or file in every worker, and a token carries all it needs.
 
 SIGTERM or Ctrl-C to the parent: it closes its copy of the listening socket (the workers close theirs, so new
-connections are refused, not queued) and sends SIGTERM to every worker; each finishes its requests in flight, writes
-its part of the access log (``access_log.worker-PID.jsonl``) and of the event log and closes the bank; the parent
-waits for all of them, then merges the parts into ``access_log.jsonl`` and ``events.jsonl`` (:func:`merge_parts`).
-uvicorn replaces a worker that dies.
+connections are refused, not queued) and sends SIGTERM to every worker; each finishes its requests in flight (within
+the bounds of :class:`protocols.llmeval.server.H11Limited` and ``SHUTDOWN_TIMEOUT_S``, so a slow client cannot hold
+it), writes its part of the access log (``access_log.worker-PID.jsonl``) and of the event log and closes the bank;
+the parent waits for all of them, then merges the parts into ``access_log.jsonl`` and ``events.jsonl``
+(:func:`merge_parts`). uvicorn replaces a worker that dies.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,21 +67,23 @@ def app_from_env() -> FastAPI:
     return create_app(server, on_stop=lambda: server.shut_down(run_dir / PART.format(name="access_log", pid=pid)))
 
 
-def serve_workers(run: Run, port: int, workers: int, max_headers: int) -> int:
-    """Serve with ``workers`` processes until SIGTERM or Ctrl-C reached every one and all have stopped; then the
-    logs merged. Returns the number of authenticated requests answered."""
+def serve_workers(run: Run, listener: socket.socket, workers: int, max_headers: int) -> int:
+    """Serve on ``listener`` with ``workers`` processes until SIGTERM or Ctrl-C reached every one and all have
+    stopped; then the logs merged. Returns the number of authenticated requests answered."""
     import uvicorn
     from uvicorn.supervisors.multiprocess import SIGNALS
+
+    from dyneval.protocols.llmeval.server import SHUTDOWN_TIMEOUT_S
 
     previous = {sig: signal.getsignal(sig) for sig in SIGNALS}  # the supervisor installs its own handlers
     before = os.environ.get(SETTINGS_ENV)
     os.environ[SETTINGS_ENV] = json.dumps({"config": run.config.model_dump(mode="json"),
                                            "run_dir": str(run.run_dir)})
-    config = uvicorn.Config(APP, factory=True, host="127.0.0.1", port=port, workers=workers, log_level="warning",
-                            http=HTTP, h11_max_incomplete_event_size=max_headers,
-                            timeout_worker_healthcheck=HEALTHCHECK_S)
+    config = uvicorn.Config(APP, factory=True, host="127.0.0.1", port=listener.getsockname()[1], workers=workers,
+                            log_level="warning", http=HTTP, h11_max_incomplete_event_size=max_headers,
+                            timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S, timeout_worker_healthcheck=HEALTHCHECK_S)
     try:
-        supervisor(config, [config.bind_socket()]).run()
+        supervisor(config, [listener]).run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
