@@ -9,16 +9,19 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from dyneval.stores.private_files import private_file
+
 
 def bank_url(location: str | Path) -> str:
     """A SQLAlchemy URL: a PostgreSQL DSN (``postgresql://`` or libpq's ``key=value`` form, :func:`server_dsn`)
-    takes the psycopg 3 driver; another URL is kept; anything else is a SQLite file."""
+    takes the psycopg 3 driver; another URL is kept; anything else is a SQLite file, made owner-only (0600, in
+    folders made 0700) before SQLite creates it."""
     text = server_dsn(str(location))
     if text.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + text.split("://", 1)[1]
     if "://" in text:
         return text
-    Path(text).parent.mkdir(parents=True, exist_ok=True)
+    private_file(Path(text))  # the reference answers: SQLite gives its journal files the database file's mode
     return f"sqlite:///{text}"
 
 

@@ -348,6 +348,46 @@ def test_sigterm_with_20_clients_sending_a_byte_every_2_s_stops_every_worker_wit
     assert paths == ["/admin/leaderboard"]
 
 
+@pytest.fixture
+def no_umask():
+    """A umask of 0 meanwhile (in this process and the servers it starts): a file gets every permission its maker
+    asks for, 0644 or 0666 for one made without a mode."""
+    before = os.umask(0)
+    yield
+    os.umask(before)
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_bank_and_the_judge_logs_quoting_its_reference_answers_are_their_owners_only_whatever_the_umask(
+        tmp_path, fresh_postgres_db, judge, no_umask, workers):
+    """A new SQLite bank (its folder, journal files and secret), the serving run's folder, the workers' parts of
+    the judge log and the merged event log: 0600 files in 0700 folders, so no other local user reads the
+    references (a bank was 0644 in a 0755 folder, the judge log 0644)."""
+    banks = tmp_path / "banks"
+    server = Serving(tmp_path, str(banks / "bank.sqlite") if workers == 1 else fresh_postgres_db("llmeval_private"),
+                     workers, judge, "--rate-limit", "10000")
+    try:
+        full_exam(server)  # scored: the judge's prompts quote the reference answers
+        serving = [*server.run_dir.glob("events*.jsonl"), *(banks.iterdir() if workers == 1 else [])]
+        while_serving = {p.name: _mode(p) for p in serving}
+        assert server.stop() == 0
+    finally:
+        server.close()
+    assert len(serving) >= (4 if workers == 1 else 2)  # bank, -wal, -shm and secret; or each worker's part
+    assert while_serving == {name: 0o600 for name in while_serving}
+    kept = [server.run_dir / name for name in ("events.jsonl", "access_log.jsonl", "admin_token")]
+    assert {p.name: _mode(p) for p in kept} == {p.name: 0o600 for p in kept}
+    assert _mode(server.run_dir) == 0o700 and (workers > 1 or _mode(banks) == 0o700)
+    references = [json.loads(line)["explanation"] for line in SAMPLE.read_text().splitlines()]
+    judged = [json.dumps(e["messages"]) for e in map(json.loads, kept[0].read_text().splitlines())
+              if e["role"] == "evaluator"]
+    assert any(ref in prompt for prompt in judged for ref in references)  # what the modes protect
+
+
 def test_more_than_one_worker_over_a_sqlite_bank_or_without_serve_is_one_line_and_exit_2(tmp_path, capsys):
     from dyneval.cli import main
 

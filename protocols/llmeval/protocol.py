@@ -32,6 +32,7 @@ from dyneval.state.context import described
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
 from dyneval.stores.choices import AnswerForm
+from dyneval.stores.private_files import FOLDER_MODE, private_file, write_private
 from dyneval.samples import sample, shown
 
 if TYPE_CHECKING:
@@ -453,6 +454,10 @@ class LLMEvalProtocol(Protocol):
                              "contamination", "calibrate", "compare") if p.get(m)]
         if not modes:
             return False
+        if listener is not None:  # its logs will hold the judge prompts, which quote the reference answers
+            run.run_dir.chmod(FOLDER_MODE)
+            if run.services.events.path is not None:
+                private_file(run.services.events.path)
         if p.get("admin_token"):
             self.print_admin_token(run)
             return True
@@ -542,7 +547,7 @@ class LLMEvalProtocol(Protocol):
     def serve(self, run: Run, listener: socket.socket) -> int:
         """The exam server (``--workers`` processes) on ``listener`` until SIGTERM or Ctrl-C, then its access log
         persisted and the bank closed; returns the number of authenticated requests it answered."""
-        from dyneval.protocols.llmeval.server import http_server, serve_until_stopped, write_private
+        from dyneval.protocols.llmeval.server import http_server, serve_until_stopped
 
         self.calibrate(run)  # adaptive sessions choose among the calibrated questions (refit only if new answers)
         workers = self.batch(run).workers

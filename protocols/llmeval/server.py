@@ -82,6 +82,7 @@ from dyneval.runtime.services import services_of
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
 from dyneval.stores.bank_sessions import QuotaError
+from dyneval.stores.private_files import private_file, private_folder, write_private
 from dyneval.stores.question_bank import QuestionBank
 
 ALGORITHM = "HS256"
@@ -129,17 +130,9 @@ class Answer(BaseModel):
     answer: str = Field(max_length=100000)
 
 
-def write_private(path: Path, text: str) -> None:
-    """``text`` into ``path``, readable and writable by its owner only (0600 from the first byte on)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT (emptied, not yet rewritten)
-        out.write(text)
-
-
 def _create_secret(path: Path, value: str) -> None:
     """``value`` as the secret file ``path`` unless it exists (the first of concurrent starts wins, whole)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     draft = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     write_private(draft, value + "\n")
     try:
@@ -321,7 +314,7 @@ class ExamServer:
         from this process (one still being answered stops at its next call), the access log into ``path`` (JSONL)
         and the bank closed (SQLite folds its write-ahead log into the database file)."""
         stop.request_stop()
-        with path.open("w", encoding="utf-8") as out:
+        with private_file(path).open("w", encoding="utf-8") as out:  # who asked for which session: owner-only
             out.writelines(json.dumps(entry) + "\n" for entry in self.log)
         self.bank.close()
 

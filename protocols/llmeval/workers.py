@@ -13,7 +13,8 @@ connections are refused, not queued) and sends SIGTERM to every worker; each fin
 the bounds of :class:`protocols.llmeval.server.H11Limited` and ``SHUTDOWN_TIMEOUT_S``, so a slow client cannot hold
 it), writes its part of the access log (``access_log.worker-PID.jsonl``) and of the event log and closes the bank;
 the parent waits for all of them, then merges the parts into ``access_log.jsonl`` and ``events.jsonl``
-(:func:`merge_parts`). uvicorn replaces a worker that dies.
+(:func:`merge_parts`). The parts and the merged logs are their owner's only (the judge prompts quote the reference
+answers). uvicorn replaces a worker that dies.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dyneval.runtime.protocol import Run
 from dyneval.runtime.services import Services
 from dyneval.state.config import RunConfig
 from dyneval.stores.files import read_records
+from dyneval.stores.private_files import private_file
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -60,7 +62,7 @@ def app_from_env() -> FastAPI:
     settings = json.loads(os.environ[SETTINGS_ENV])
     config = RunConfig.model_validate(settings["config"])
     run_dir, pid = Path(settings["run_dir"]), os.getpid()
-    events = EventLog(run_dir / PART.format(name="events", pid=pid), pricing=Pricing.for_run(config))
+    events = EventLog(private_file(run_dir / PART.format(name="events", pid=pid)), pricing=Pricing.for_run(config))
     run = Run(config=config, run_dir=run_dir, services=Services(config=config, run_dir=run_dir, events=events),
               console=Console(stderr=True), resumed=True)
     server = LLMEvalProtocol().exam_server(run)
@@ -115,7 +117,7 @@ def merge_parts(run_dir: Path) -> int:
         parts = sorted(run_dir.glob(PART.format(name=name, pid="*")))
         records: list[dict[str, Any]] = [r for part in parts for r in read_records(part)]
         records.sort(key=lambda r: r.get("ts", 0))
-        with (run_dir / f"{name}.jsonl").open(mode, encoding="utf-8") as out:
+        with private_file(run_dir / f"{name}.jsonl").open(mode, encoding="utf-8") as out:
             out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         for part in parts:
             part.unlink()
