@@ -30,6 +30,7 @@ from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, 
                                            read_config_file)
 from dyneval.runtime import stop  # noqa: E402
 from dyneval.runtime.rescore import check_rescore, source_dir  # noqa: E402
+from dyneval.runtime.signals import stopped_line  # noqa: E402
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run  # noqa: E402
 from dyneval.runtime.stop import RunInterrupted  # noqa: E402
 from dyneval.state.config import ROLES, RunConfig  # noqa: E402
@@ -307,12 +308,9 @@ def main(argv: list[str] | None = None) -> int:
             stop.exit_now(code)  # a request still in flight must not hold the exit up
         return code
     except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, stop.Terminated)
-        resume = _resume(protocol, run)
-        console.print(("terminated (SIGTERM)" if terminated else "interrupted")
-                      + (f"; resume with: {resume}" if resume else " before the run started"),
-                      style="yellow", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        console.print(stopped_line(exc, _resume(protocol, run)), style="yellow", markup=False, highlight=False,
+                      soft_wrap=True)
+        return EXIT_TERMINATED if isinstance(exc, stop.Terminated) else EXIT_INTERRUPTED
 
 
 def _resume(protocol: Protocol | None, run: Run | None) -> str | None:

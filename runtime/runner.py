@@ -117,7 +117,8 @@ def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
     pre-flight refuses the start (:class:`PreflightRefused`: its pings are all that was sent).
 
     Every folder this call creates goes (``--out`` too, if it did not exist), so a
-    refused start leaves nothing behind. The directory exists before ``plan()``
+    refused start leaves nothing behind; so does Ctrl-C or SIGTERM while the folder is
+    made (from its ``config.json`` on, a resume continues it). The directory exists before ``plan()``
     only because the protocols' other modes (``custom_run``) write into it, and
     before the pre-flight because the event log records its pings. Yields the
     folders it made, outermost last.
@@ -130,6 +131,9 @@ def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
         except OSError as exc:
             raise InputError(f"cannot create the run directory {run.run_dir}: {exc.strerror or exc}",
                              field="--out") from None
+        except KeyboardInterrupt:  # a folder without its config.json could not be resumed: none is left
+            _remove_made(made)
+            raise
         yield made
     except InputError as exc:
         if isinstance(exc, PreflightRefused) or run.services.events.total().calls == 0:

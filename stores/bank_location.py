@@ -10,18 +10,20 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from dyneval.state.errors import InputError
+from dyneval.stores.private_files import private_file
 
 
 def bank_url(location: str | Path) -> str:
     """A SQLAlchemy URL: a PostgreSQL server (:func:`bank_server`) takes the psycopg 3 driver, a ``sqlite://`` URL
-    is kept, anything else is a SQLite file (its folder made)."""
+    is kept, anything else is a SQLite file, made owner-only (0600, in folders made 0700) before SQLite creates
+    it."""
     server = bank_server(str(location))
     if server:
         return "postgresql+psycopg://" + server.split("://", 1)[1]
     text = str(location)
     if "://" in text:
         return text
-    Path(text).parent.mkdir(parents=True, exist_ok=True)
+    private_file(Path(text))  # the reference answers: SQLite gives its journal files the database file's mode
     return f"sqlite:///{text}"
 
 
