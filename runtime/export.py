@@ -28,16 +28,16 @@ def flatten(record: dict[str, Any]) -> dict[str, Any]:
 
 def export_run(ref: str, out: str, fmt: str) -> list[Path]:
     """Write ``units`` (and ``items`` where the protocol has them) of the run ``ref`` (a run folder, or a run id
-    under ``out``) in ``fmt``; return the files written."""
+    under ``out``) in ``fmt``; return the files written (a damaged run: :class:`runtime.rundir.DamagedRun`)."""
     if fmt not in FORMATS:
         raise InputError(f"{fmt!r} is not one of {', '.join(FORMATS)}", setting="--format")
     run = finished_run(ref, out, "--export")
     if fmt == "parquet":
         _pyarrow()  # refused before anything is written
     records = run.records()
-    items_of = adapter(run.summary().get("protocol", "")).items
+    items_of = adapter(run.protocol).items
     tables = {"units": [flatten(r) for r in records],
-              "items": [flatten({"unit_id": r.get("unit_id"), **item}) for r in records for item in items_of(r)]}
+              "items": [flatten({"unit_id": r["unit_id"], **item}) for r in records for item in items_of(r)]}
     dest = run.path / "export"
     dest.mkdir(exist_ok=True)
     written = []
