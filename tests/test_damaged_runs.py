@@ -10,8 +10,11 @@ line naming the file, and the line and field that are wrong (exit code 2).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -185,6 +188,29 @@ def test_rescore_of_a_damaged_source_exits_2_with_one_line_and_makes_no_run(temp
     err = one_line(capsys)
     assert str(source / file) in err and f"field '{field}" in err and "(from --rescore)" in err, err
     assert sorted((tmp_path / "runs").iterdir()) == before
+
+
+@pytest.mark.parametrize("flag", ["--export", "--compare", "--index"])
+def test_a_folder_the_command_cannot_write_exits_2_naming_it_and_writes_nothing(template, tmp_path, flag):
+    out = tmp_path / "runs"
+    out.mkdir()
+    run, other = shutil.copytree(template, out / template.name), shutil.copytree(template, out / "other")
+    argv, folder, locked = {"--export": (["--export", str(run)], run / "export", run),
+                            "--compare": (["--compare", str(run), str(other), "--out", str(out)], out, out),
+                            "--index": (["--index", str(out)], out, out)}[flag]
+    before = sorted(out.rglob("*"))
+    locked.chmod(0o555)
+    # root writes anywhere unless it runs without the capability to override file permissions
+    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
+    try:
+        done = subprocess.run([*drop, sys.executable, "-m", "dyneval", *argv], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+    finally:
+        locked.chmod(0o755)
+    err = done.stderr.strip()
+    assert done.returncode == 2 and err.startswith("error: ") and "\n" not in err, done.stderr
+    assert f"{flag}: cannot write in {folder} (Permission denied)" in err, err
+    assert sorted(out.rglob("*")) == before
 
 
 def test_irt_calibration_from_a_damaged_run_is_refused_naming_its_file(tmp_path):

@@ -26,6 +26,7 @@ from dyneval.runtime.view.data import _flat, headline_metrics
 from dyneval.runtime.view.page import VIEW_FILE, write_page
 from dyneval.runtime.view.paths import Relative
 from dyneval.state.errors import InputError
+from dyneval.stores.files import writable
 
 #: Bootstrap resamples and seed of the paired intervals (fixed: the same runs give the same page).
 RESAMPLES, SEED, CONFIDENCE = 9999, 0, 0.95
@@ -168,4 +169,6 @@ def write_compare(refs: list[str], out: str, dest: Path | None = None) -> Path:
     runs = resolve_runs(refs, out)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = dest or Path(out) / f"compare-{stamp}.html"
-    return write_page(path, compare_payload(runs, path.parent))
+    payload = compare_payload(runs, path.parent)
+    with writable(path.parent, "--compare"):
+        return write_page(path, payload)
