@@ -190,6 +190,14 @@ def test_rescore_of_a_damaged_source_exits_2_with_one_line_and_makes_no_run(temp
     assert sorted((tmp_path / "runs").iterdir()) == before
 
 
+def bound_by_permissions(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``dyneval ARGV`` in a process that file permissions bind: root reads and writes anywhere unless it runs
+    without the capabilities that override them."""
+    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
+    return subprocess.run([*drop, sys.executable, "-m", "dyneval", *argv], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
 @pytest.mark.parametrize("flag", ["--export", "--compare", "--index"])
 def test_a_folder_the_command_cannot_write_exits_2_naming_it_and_writes_nothing(template, tmp_path, flag):
     out = tmp_path / "runs"
@@ -200,17 +208,30 @@ def test_a_folder_the_command_cannot_write_exits_2_naming_it_and_writes_nothing(
                             "--index": (["--index", str(out)], out, out)}[flag]
     before = sorted(out.rglob("*"))
     locked.chmod(0o555)
-    # root writes anywhere unless it runs without the capability to override file permissions
-    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
     try:
-        done = subprocess.run([*drop, sys.executable, "-m", "dyneval", *argv], capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        done = bound_by_permissions(argv, tmp_path)
     finally:
         locked.chmod(0o755)
     err = done.stderr.strip()
     assert done.returncode == 2 and err.startswith("error: ") and "\n" not in err, done.stderr
     assert f"{flag}: cannot write in {folder} (Permission denied)" in err, err
     assert sorted(out.rglob("*")) == before
+
+
+def test_index_lists_a_folder_it_cannot_look_into_saying_so(template, tmp_path):
+    out = tmp_path / "runs"
+    run, closed = shutil.copytree(template, out / template.name), out / "20260101-000000-interview-closed"
+    shutil.copytree(template, closed)
+    closed.chmod(0)
+    try:
+        done = bound_by_permissions(["--index", str(out)], tmp_path)
+    finally:
+        closed.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    rows = index_rows(out)
+    assert rows[closed.name]["status"] == (f"not readable as a run: ./{closed.name}/config.json: cannot be read "
+                                           "(Permission denied)")
+    assert rows[run.name]["status"] == "finished: ok=2"
 
 
 def test_irt_calibration_from_a_damaged_run_is_refused_naming_its_file(tmp_path):
