@@ -41,7 +41,6 @@ def shaped(model: type[Read]) -> AfterValidator:
 class Interval(Read):
     """A headline metric's 95 % interval (``metrics.intervals[path]``, :mod:`runtime.stats`)."""
 
-    estimate: Number | None = None
     low: Number | None = None
     high: Number | None = None
     n: int | None = None
