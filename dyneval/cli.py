@@ -178,8 +178,11 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
             extra = " ".join(rest) or "--compare/--export"
             raise InputError(f"--index takes a folder of runs only, not {extra}", setting="--index")
         from dyneval.runtime.view.index import write_index
+        from dyneval.stores.files import writable
 
-        console.print(f"run index: {write_index(Path(args.index))}", markup=False, highlight=False, soft_wrap=True)
+        with writable(Path(args.index), "--index"):
+            page = write_index(Path(args.index))
+        console.print(f"run index: {page}", markup=False, highlight=False, soft_wrap=True)
         return True
     if args.protocol is not None or (args.compare is None and args.export is None):
         return False
