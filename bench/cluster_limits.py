@@ -50,6 +50,9 @@ def main() -> None:
     # a local ray.init() turns token authentication on and leaves a token in ~/.ray, which other clusters of
     # this machine then trip over
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from dyneval.runtime.executors.ray_address import keep_on_loopback
+
+    keep_on_loopback(None)  # the local Ray listens on 127.0.0.1 only
     import ray
 
     from dyneval.runtime.cluster import ClusterLimits, start_coordinator, stop_coordinator

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,6 +23,7 @@ from dyneval.runtime import stop
 from dyneval.runtime.budget import BudgetSpent
 from dyneval.runtime.events import Usage
 from dyneval.state.config import ModelSpec
+from tests.fake_endpoint import loopback
 from tests.ray_cluster import RayCluster, cluster_or_skip
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
@@ -56,9 +57,7 @@ class Counter:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("0.0.0.0", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = loopback(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def by_node(self) -> dict[str, int]:
@@ -209,6 +208,13 @@ def test_the_cluster_has_a_head_and_two_workers_and_runs_a_task_on_each_worker(r
     assert len({n.node_id for n in ray_nodes.nodes.values()}) == 3
     for name in ray_nodes.workers:
         assert ray.get(where.options(resources={name: 1}).remote()) == ray_nodes.nodes[name].node_id
+
+
+def test_every_process_of_the_cluster_and_its_driver_listens_on_loopback_only(ray_nodes: RayCluster) -> None:
+    for name in ray_nodes.workers:  # each worker node has started a worker process
+        ray.get(where.options(resources={name: 1}).remote())
+    assert ray_nodes.beyond_loopback() == []
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
 
 
 def test_the_in_flight_limit_holds_across_tasks_on_both_workers(ray_nodes: RayCluster, counter: Counter,

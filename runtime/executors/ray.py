@@ -27,6 +27,7 @@ long-lived cluster keeps nothing of a finished run.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -42,6 +43,7 @@ from rich.console import Console
 from dyneval.runtime import stop
 from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
+from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.models import Endpoint
 from dyneval.runtime.pricing import Pricing
@@ -51,6 +53,7 @@ from dyneval.runtime.signals import STOPPING, raised_as_received
 from dyneval.runtime.spread import LocalSpread
 from dyneval.runtime.unit import run_unit
 from dyneval.state.config import RunConfig
+from dyneval.state.errors import InfraError
 from dyneval.stores.checkpoints import open_checkpointer
 from dyneval.stores.files import append_line
 from dyneval.stores.results import ResultStore
@@ -61,6 +64,8 @@ from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 LEASE_S = 10.0
 #: How often a unit (or a preparation item) whose worker process or node died is sent again.
 TASK_RETRIES = 5
+#: Seconds the driver waits for ``ray.init`` to join an existing cluster whose port answered.
+CONNECT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -479,15 +484,13 @@ class RaySession:
 
 @contextmanager
 def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RaySession]:
-    """Connect to the Ray cluster at ``address`` (``None``: start one on this machine), start the run's
-    coordinator and event sink on the driver's node and the unit runners, and remove them all at the end."""
+    """Connect to the Ray cluster at ``address`` (``None``: start one on this machine, on 127.0.0.1), start the
+    run's coordinator and event sink on the driver's node and the unit runners, and remove them all at the end."""
+    keep_on_loopback(effective_address(address)[0])
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    connected = not ray.is_initialized()
-    if connected:
-        with _signal_handlers_kept():  # Ray's own SIGTERM handler would exit without the partial report
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    connection = None if ray.is_initialized() else _connect(address)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn):
         pass  # the checkpoint tables made here, once: workers making them at once collide on their migrations
@@ -507,19 +510,67 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
             session.runners.kill()
         stop_coordinator(run_id)
         ray.kill(sink)
-        if connected:
+        if connection is not None:
             ray.shutdown()
+            connection.set()
 
 
-@contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
-    """The process's Ctrl-C and SIGTERM handlers as they were before, whatever the block installs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    kept = {sig: signal.getsignal(sig) for sig in STOPPING}
+def _connect(address: str | None) -> threading.Event:
+    """``ray.init`` on a thread of its own, waited for here; set the event it returns once ``ray.shutdown`` ran.
+
+    Not on this thread: Ray retries a cluster that does not let it in for minutes, with the thread blocked up to
+    30 s at a time, and on the main thread it installs a SIGTERM handler that exits without the partial report,
+    so Ctrl-C and SIGTERM would wait for it and SIGTERM would not exit 143. The thread lives until the event is
+    set: the processes of a Ray that ``init`` starts on this machine are bound to the thread that started them
+    (``PR_SET_PDEATHSIG``). An existing cluster (``address``, or ``RAY_ADDRESS``) must let the driver in within
+    :data:`CONNECT_S` seconds (its port answered already, :func:`.ray_address.reach`): else ``InfraError``.
+
+    Ray's core worker also installs a crash handler for SIGTERM as it starts (it aborts the process, exit -6):
+    this process's own handlers are put back at every wait and once ``init`` returned."""
+    import ray
+
+    outcome: list[BaseException | None] = []
+    release = threading.Event()
+
+    def hold() -> None:
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the waiting thread
+            outcome.append(exc)
+            return
+        outcome.append(None)
+        release.wait()
+
+    existing = address is not None or effective_address(address)[0] is not None
+    handlers = {sig: handler for sig in STOPPING if (handler := signal.getsignal(sig)) is not None} \
+        if threading.current_thread() is threading.main_thread() else {}
+    quiet = _Unsaid("SIGTERM handler is not set")  # what Ray says off the main thread: ours stays, as wanted
+    logging.getLogger("ray._private.worker").addFilter(quiet)
     try:
-        yield
+        threading.Thread(target=hold, name="ray-init", daemon=True).start()
+        deadline = time.monotonic() + CONNECT_S if existing else float("inf")
+        while not outcome and time.monotonic() < deadline:
+            time.sleep(0.1)  # short waits: a signal's handler runs between them
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     finally:
-        for sig, handler in kept.items():
+        logging.getLogger("ray._private.worker").removeFilter(quiet)
+        for sig, handler in handlers.items():
             signal.signal(sig, handler)
+    if not outcome:
+        raise InfraError(f"the Ray cluster at {address or effective_address(address)[0]} accepts connections but did "
+                         f"not let this driver in within {CONNECT_S:g} s (is it the GCS address of a Ray head?)")
+    if outcome[0] is not None:
+        raise outcome[0]
+    return release
+
+
+class _Unsaid(logging.Filter):
+    """Drops the log records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
