@@ -22,7 +22,8 @@ those of a worker that died mid-unit and those made after the driver was killed 
 back to the driver, which writes ``results.jsonl``, the summary and the report as with threads. Ctrl-C or SIGTERM
 at the driver stops the coordinator (no worker sends another request), gives the units in flight the runner's
 grace period, then kills the runners; the run resumes like any other. The runners end with the session, so a
-long-lived cluster keeps nothing of a finished run.
+long-lived cluster keeps nothing of a finished run; the driver owns them, the coordinator and the event sink, so
+Ray ends them all when the driver dies, even killed outright.
 """
 
 from __future__ import annotations
@@ -485,7 +486,8 @@ class RaySession:
 @contextmanager
 def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RaySession]:
     """Connect to the Ray cluster at ``address`` (``None``: start one on this machine, on 127.0.0.1), start the
-    run's coordinator and event sink on the driver's node and the unit runners, and remove them all at the end."""
+    run's coordinator and event sink on the driver's node and the unit runners, and remove them all at the end.
+    All of them are owned by this process: if it is killed, Ray ends them too."""
     keep_on_loopback(effective_address(address)[0])
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -495,8 +497,8 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
     with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn):
         pass  # the checkpoint tables made here, once: workers making them at once collide on their migrations
     run_id = run.run_dir.name
-    stop_coordinator(run_id)  # a coordinator an earlier session left (its stop flag up)
-    start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
+    stop_coordinator(run_id)  # a coordinator an earlier session in this process left (its stop flag up)
+    coordinator = start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
     sink = ray.remote(_EventSink).options(num_cpus=0, scheduling_strategy=here).remote(
         str(run.services.events.path or os.devnull))
     session = None
@@ -508,7 +510,7 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
         run.services.spread, run.services.remote_in_flight = LocalSpread(run.services), None
         if session is not None:
             session.runners.kill()
-        stop_coordinator(run_id)
+        ray.kill(coordinator)
         ray.kill(sink)
         if connection is not None:
             ray.shutdown()
