@@ -315,13 +315,18 @@ class ClusterLimits:
     def slots(self, key: str, spec: ModelSpec) -> ClusterSlots:
         """The cluster-wide slots of endpoint ``key`` (the same key on every worker, e.g. the spec's JSON) under
         ``spec``'s ``concurrency`` and ``requests_per_second``."""
+        return ClusterSlots(self, self.register(key, spec))
+
+    def register(self, key: str, spec: ModelSpec) -> str:
+        """Declare endpoint ``key`` with ``spec``'s limits to the coordinator (refused if another worker declared
+        it with other limits); ``key``."""
         import ray
 
         problem = ray.get(self.actor.register.remote(key, spec.concurrency, spec.requests_per_second,
                                                      spec.timeout_s))
         if problem:
             raise RuntimeError(problem)
-        return ClusterSlots(self, key)
+        return key
 
     def changed_usage(self) -> dict[str, Usage] | None:
         """This process's usage per role if it changed since last sent (then counted as sent), else ``None``."""

@@ -9,10 +9,13 @@ unit in flight, with its own interpreter, pools and connections).
 A unit is still one LangGraph thread, checkpointed in PostgreSQL (``--postgres-dsn``, required), so whichever
 runner runs it continues it from its last checkpoint. The unit's final record is written exactly once through an
 atomic claim with a lease in the same database (:class:`stores.unit_claims.UnitClaims`): a runner claims the
-unit before running it, renews the lease while it runs, and writes the final record only while it holds the
-lease. A runner whose process or node died is replaced on a live node and its units are sent again: the new
-attempt waits for the dead runner's lease to run out, takes the unit over and continues it from its checkpoint,
-or hands back the final record that was already written.
+unit once it can start it (its graph compiled, its checkpointer open), renews the lease from that moment while
+the unit runs, and writes the final record only while it holds the lease. A runner that loses a lease stops
+the unit at its next request and hands it back; a runner whose process or node died is replaced on a live node.
+Either way the driver sends the unit again (up to :data:`TASK_RETRIES` times, then records it ``infra_error``
+with the reason): the new attempt waits for the old lease to run out, takes the unit over and continues it
+from its checkpoint, or hands back the final record that was already written. No unit the driver sent is left
+without a record unless the run stops.
 
 Endpoint limits (requests in flight, requests per second) and the run's budgets hold for the whole cluster
 through the run's coordinator actor (:mod:`runtime.cluster`): a worker's call layer asks it before every
@@ -35,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -63,7 +67,7 @@ from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 #: Seconds a worker's claim on a unit lasts without a heartbeat: a unit whose worker died is taken over this long
 #: after its last heartbeat (``Heartbeat`` renews it every third of it).
 LEASE_S = 10.0
-#: How often a unit (or a preparation item) whose worker process or node died is sent again.
+#: How often a unit (or a preparation item) is sent again after its runner died or (a unit) gave it back.
 TASK_RETRIES = 5
 #: Seconds the driver waits for ``ray.init`` to join an existing cluster whose port answered.
 CONNECT_S = 60.0
@@ -132,9 +136,38 @@ class _ClusterServices(Services):
         if isinstance(endpoint.slots, ClusterSlots):
             return endpoint
         key = next(k for k, opened in self._endpoints.items() if opened is endpoint)  # opened just now
-        slots = self.limits.slots(endpoint.spec.model_dump_json(), endpoint.spec)
+        slots = _LeasedSlots(self.limits, self.limits.register(endpoint.spec.model_dump_json(), endpoint.spec))
         self._endpoints[key] = replace(endpoint, slots=slots, limiter=None)
         return self._endpoints[key]
+
+
+#: The lease of the unit this thread (or a node's thread, which copies its context) works for: set once its
+#: renewal failed.
+_LEASE_LOST: ContextVar[threading.Event | None] = ContextVar("lease_lost", default=None)
+#: Why a runner gave a unit back (the driver sends it again).
+LEASE_LOST = f"the runner lost the unit's lease (not renewed within {LEASE_S:g} s, or taken over) and stopped it"
+
+
+class _LeasedSlots(ClusterSlots):
+    """An endpoint's cluster slots that also refuse the request of a unit whose lease was lost, before the slot
+    and once it is granted (right before the request): the unit stops at its next call as after Ctrl-C, its
+    checkpoints kept, and the rest of the run goes on."""
+
+    def acquire(self, blocking: bool = True) -> int:
+        _refuse_if_lease_lost()
+        grant = super().acquire(blocking)
+        try:
+            _refuse_if_lease_lost()
+        except stop.StopRequested:
+            self.release(grant)
+            raise
+        return grant
+
+
+def _refuse_if_lease_lost() -> None:
+    lost = _LEASE_LOST.get()
+    if lost is not None and lost.is_set():
+        raise stop.StopRequested(LEASE_LOST)
 
 
 class _Worker:
@@ -208,24 +241,32 @@ class _UnitRunner:
 
 
 def _run_claimed(worker: _Worker, unit: Unit) -> dict[str, Any]:
+    """The unit claimed only once its graph and checkpointer are ready (a fresh runner on a loaded node took
+    longer than a lease to make them), its lease renewed from the moment it is taken; a lease lost meanwhile
+    stops the unit at its next request, and the record comes back ``interrupted`` with the reason."""
     run_id = worker.run.run_dir.name
+    graph, context = worker.graph()
     claim = _claim(worker, run_id, unit.id)
     if claim.status == "final":
         return worker.claims.final_records(run_id)[unit.id].record
-    if claim.lease is None:  # the run stopped while another worker's lease ran out
-        return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted"}
+    if claim.lease is None:
+        return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted",
+                "error": "the runner was stopped while another attempt's lease ran out"}
     lease = claim.lease
-    graph, context = worker.graph()
-    try:
-        with Heartbeat(worker.claims, lease):
+    with Heartbeat(worker.claims, lease) as beat:
+        held = _LEASE_LOST.set(beat.lost)
+        try:
             record = run_unit(worker.job.protocol, worker.run, graph, unit, context)
-    finally:
-        worker.limits.flush()
+        finally:
+            _LEASE_LOST.reset(held)
+            worker.limits.flush()
     worker.run.services.events.release(unit.id)
+    if record["status"] == "interrupted" and beat.lost.is_set():
+        record["error"] = LEASE_LOST
     if record["status"] in FINAL_STATUSES:
         if not worker.claims.finish(lease, record, record["usage"]):
             final = worker.claims.final_records(run_id).get(unit.id)
-            return final.record if final is not None else {**record, "status": "interrupted"}
+            return final.record if final is not None else {**record, "status": "interrupted", "error": LEASE_LOST}
     else:
         worker.claims.release(lease)
     return record
@@ -414,31 +455,46 @@ class RayExecutor:
             yield self._keep(record)
 
     def _record(self, ref: Any, unit: Unit) -> dict[str, Any] | None:
-        """The record ``ref`` returned, or the failure it is; ``None`` for a unit sent again (its runner died)."""
+        """The record ``ref`` returned, or the failure it is; ``None`` for a unit sent again.
+
+        A unit comes back ``interrupted`` while the driver goes on when the run's budget is spent (then the run
+        stops, as in one process) or when its runner gave it back (its lease was lost): such a unit, like one
+        whose runner died, is sent again, up to :data:`TASK_RETRIES` times, and then recorded ``infra_error``
+        with the reason. None is dropped: every unit sent ends with a record, or the run stops."""
         try:
-            return self.session.runners.result(ref)
-        except _Gone as exc:
-            self.tries[unit.id] = self.tries.get(unit.id, 0) + 1
-            if not self.stopping and self.tries[unit.id] <= TASK_RETRIES:
-                self.queued.append(unit)  # continued from its checkpoint once the dead worker's lease ran out
-                return None
-            return {"unit_id": unit.id, "meta": unit.meta,
-                    "status": "interrupted" if self.stopping else "infra_error", "error": str(exc)}
+            record = self.session.runners.result(ref)
+        except _Gone as exc:  # continued from its checkpoint once the dead runner's lease ran out
+            return self._again(unit, f"its unit runner died: {exc}")
         except Exception as exc:  # noqa: BLE001 - a unit's failure is its record, as with threads
             return {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
                     "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        if record["status"] != "interrupted" or self.stopping:
+            return record
+        if reached := self.session.limits.stats()["budget_reached"]:
+            stop.request_stop()  # the budget is spent: the runner stops as when it is spent in this process
+            if self.run.services.budget is not None:
+                self.run.services.budget.reached = reached
+            return record
+        return self._again(unit, record.get("error") or "its runner stopped it")
+
+    def _again(self, unit: Unit, reason: str) -> dict[str, Any] | None:
+        """Send ``unit`` again (``None``), or its record once it was sent too often or the run is stopping."""
+        self.tries[unit.id] = self.tries.get(unit.id, 0) + 1
+        if not self.stopping and self.tries[unit.id] <= TASK_RETRIES:
+            self.queued.append(unit)
+            return None
+        if self.stopping:
+            return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted", "error": reason}
+        return {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
+                "error": f"sent {self.tries[unit.id]} times; the last time {reason}"}
 
     def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
         """A record back at the driver: its usage as the driver's log counts it (every attempt's exchanges),
-        saved unless interrupted."""
+        saved unless interrupted (the run is stopping)."""
         events = self.run.services.events
         record["usage"] = events.usage(record["unit_id"]).as_dict()
         if record["status"] != "interrupted":
             self.results.append(record)
-        elif not self.stopping and (reached := self.session.limits.stats()["budget_reached"]):
-            stop.request_stop()  # the budget is spent: the runner stops as when it is spent in this process
-            if self.run.services.budget is not None:
-                self.run.services.budget.reached = reached
         events.release(record["unit_id"])
         return record
 
