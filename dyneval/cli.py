@@ -29,6 +29,7 @@ from dyneval.protocols import REGISTRY, available, protocol_class  # noqa: E402
 from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, load_config,  # noqa: E402
                                            read_config_file)
 from dyneval.runtime import stop  # noqa: E402
+from dyneval.runtime.executors.ray_address import REACH_S  # noqa: E402
 from dyneval.runtime.rescore import check_rescore, source_dir  # noqa: E402
 from dyneval.runtime.signals import stopped_line  # noqa: E402
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run  # noqa: E402
@@ -101,8 +102,10 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=("threads", "ray"), default="threads",
                      help="where units run: threads of this process (default), or Ray tasks on a cluster (needs "
                           "--postgres-dsn and the [ray] extra; see docs/scale-out.md)")
-    run.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster of --executor ray (HOST:PORT or auto; "
-                                                           "default: a cluster started on this machine)")
+    run.add_argument("--ray-address", metavar="ADDR",
+                     help="the Ray cluster of --executor ray (HOST:PORT or auto; default: a cluster started on this "
+                          f"machine, on 127.0.0.1); one that does not answer within {REACH_S:g} s stops the run "
+                          f"before it starts (exit {EXIT_INFRA})")
     stores = parser.add_argument_group("stores")
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
     stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")

@@ -12,6 +12,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+# Ray in this process (a driver of the test clusters, tests/ray_cluster.py) keeps 127.0.0.1 as its address: read
+# when ray is imported, which test modules do as they are collected
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # The Ctrl-C tests send SIGINT to a run (in this process or a child). A shell that starts the suite as a background
 # job hands it SIGINT ignored, which children inherit, so no run would stop: Python's own handler again, as in a
