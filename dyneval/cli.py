@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,6 +30,7 @@ from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, 
 from dyneval.runtime import stop  # noqa: E402
 from dyneval.runtime.executors.ray_address import REACH_S  # noqa: E402
 from dyneval.runtime.rescore import check_rescore, source_dir  # noqa: E402
+from dyneval.runtime.rundir import RunDir  # noqa: E402
 from dyneval.runtime.signals import stopped_line  # noqa: E402
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run  # noqa: E402
 from dyneval.runtime.stop import RunInterrupted  # noqa: E402
@@ -256,7 +256,7 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
             config_file = os.path.join(out, args.resume, "config.json")
             if not os.path.exists(config_file):
                 raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
-            made_by = read_config_file(config_file).get("protocol")
+            made_by = RunDir(Path(out) / args.resume, flag="--resume").run_config().protocol  # damaged: one line
             if made_by != args.protocol:
                 raise InputError(f"run {args.resume!r} is a run of {made_by}, not {args.protocol}; resume it with "
                                  f"--protocol {made_by}", field="--resume")

@@ -260,3 +260,14 @@ def test_a_headline_over_a_mapping_that_is_not_one_has_no_value_instead_of_a_cra
     from dyneval.runtime.view.data import headline_metrics
 
     assert headline_metrics(adapter(protocol), metrics) == []
+
+
+@pytest.mark.parametrize("config", ["[1, 2]", '{"protocol": "interview", "roles": "target"}', '{"protocol": '])
+def test_resume_of_a_run_whose_own_config_is_damaged_is_one_line_and_exit_2(tmp_path, capsys, config):
+    """``--resume`` reads the run's ``config.json`` first: a damaged one is named, not a traceback."""
+    run = tmp_path / "20260101-000000-interview-00000000"
+    run.mkdir()
+    (run / "config.json").write_text(config)
+    assert main(["--protocol", "interview", "--resume", run.name, "--out", str(tmp_path)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "config.json" in line and "--resume" in line
