@@ -181,3 +181,41 @@ def test_a_run_on_threads_goes_on_through_a_postgresql_restart_with_no_unit_lost
     assert sorted(r["unit_id"] for r in records) == sorted(r["unit_id"] for r in _records(tmp_path / "calm"))
     assert {r["status"] for r in records} == {"ok"}
     assert got == expected
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    from tests.ray_cluster import cluster_or_skip
+
+    yield from cluster_or_skip(workers=2, cpus_per_worker=1)
+
+
+def test_a_ray_run_goes_on_through_a_postgresql_restart_with_no_unit_lost_or_repeated(
+        pg: PgServer, cluster: Any, tmp_path: Path) -> None:
+    """As on threads, with the units on a two-node Ray cluster: the runners' checkpointers and unit claims (leases,
+    heartbeats, final records) ride the restart out, every unit ends ``ok`` once, and the endpoint got exactly the
+    requests of the same run on threads without a restart."""
+    argv = ["--protocol", "interview", "--limit", "6", "--concurrency", "3"]
+    with StandIn(respond=respond, latency_s=0.02) as standin:
+        assert _run([*argv, "--postgres-dsn", _fresh_database(pg, "calm")], standin, tmp_path / "calm") == 0
+        expected = Counter((r.model, r.key) for r in standin.ok_requests())
+    calls, lock, back = iter(range(1, 10**6)), threading.Lock(), threading.Timer(2.0, pg.start)
+
+    def down_midway(body: dict[str, Any]) -> dict[str, Any] | None:
+        with lock:
+            if next(calls) == len(expected) // 3:
+                pg.stop()
+                back.start()
+        return respond(body)
+
+    with StandIn(respond=down_midway, latency_s=0.02) as standin:
+        code = _run([*argv, "--postgres-dsn", _fresh_database(pg, "restarted"), "--executor", "ray",
+                     "--ray-address", cluster.address], standin, tmp_path / "restarted")
+        got = Counter((r.model, r.key) for r in standin.ok_requests())
+    assert back.ident is not None, "the run ended before the server was stopped"
+    back.join()
+    assert code == 0
+    records = _records(tmp_path / "restarted")
+    assert sorted(r["unit_id"] for r in records) == sorted(r["unit_id"] for r in _records(tmp_path / "calm"))
+    assert {r["status"] for r in records} == {"ok"}
+    assert got == expected
