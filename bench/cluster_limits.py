@@ -50,14 +50,17 @@ def main() -> None:
     # a local ray.init() turns token authentication on and leaves a token in ~/.ray, which other clusters of
     # this machine then trip over
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from dyneval.runtime.executors.ray_address import keep_on_loopback
+
+    keep_on_loopback(None)  # the local Ray listens on 127.0.0.1 only
     import ray
 
-    from dyneval.runtime.cluster import ClusterLimits, start_coordinator, stop_coordinator
+    from dyneval.runtime.cluster import ClusterLimits, start_coordinator
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     run_id = f"bench-{os.getpid()}"
     try:
-        start_coordinator(run_id)
+        coordinator = start_coordinator(run_id)  # this handle keeps it
         spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1", concurrency=8)
         cluster = ClusterLimits(run_id).slots(spec.model_dump_json(), spec)
         per_call(cluster, 200, 1)  # warm-up: the actor's first calls
@@ -67,9 +70,8 @@ def main() -> None:
             local, _ = per_call(InFlight(8), args.calls, threads)
             remote, cpu = per_call(cluster, args.calls, threads)
             print(f"{threads:>8} {local * 1e6:>19.1f} {remote * 1e6:>16.1f} {remote / local:>7.0f} {cpu * 1e6:>29.1f}")
-        ray.get(ClusterLimits(run_id).actor.stats.remote())  # the releases sent without waiting are all in
+        ray.get(coordinator.stats.remote())  # the releases sent without waiting are all in
     finally:
-        stop_coordinator(run_id)
         ray.shutdown()
 
 

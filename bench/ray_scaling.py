@@ -4,7 +4,7 @@ ratios, all measured in this one run.
     python -m bench.ray_scaling [--units 200] [--concurrency 16] [--latencies 0,0.2]
 
 The same interview batch (``--units`` seed questions, each its own unit) runs on the thread pool and on a Ray
-cluster of a head and 1, then 2, worker nodes, each its own ``ray start`` process on 127.0.0.1
+cluster of a head and 1, then 2, worker nodes, each its own ``ray start`` process listening on 127.0.0.1 only
 (``tests/ray_cluster.py``), against the stand-in endpoint (``tests/standin_endpoint.py`` with the golden runs'
 replies, in its own process, ``--latencies`` seconds per request). Every run, threads included, checkpoints in
 a fresh database of one throw-away PostgreSQL server (Ray requires it; the thread pool uses the same store so
@@ -46,6 +46,7 @@ from dyneval.runtime.executors import ExecutorChoice  # noqa: E402
 from dyneval.runtime.runner import execute, open_run  # noqa: E402
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
 from tests.ray_cluster import RayCluster, ray_cluster, trees  # noqa: E402
+from tests.ray_runs import interview_seeds  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 #: Room for the driver's and each unit runner's checkpointer pool and claims connection, beside the warm-up's.
@@ -155,17 +156,6 @@ def standin(latency: float) -> Iterator[tuple[str, int]]:
         proc.wait()
 
 
-def seeds(path: Path, units: int) -> str:
-    """``units`` interview seeds: the sample's, repeated with ids and numbered questions of their own."""
-    sample = [json.loads(line) for line in (REPO / "samples/interview/seeds.jsonl").read_text().splitlines()]
-    with path.open("w") as fh:
-        for i in range(units):
-            seed = dict(sample[i % len(sample)])
-            seed["id"], seed["question"] = f"{seed['id']}-{i}", f"({i}) {seed['question']}"
-            fh.write(json.dumps(seed) + "\n")
-    return str(path)
-
-
 def one_run(label: str, data: str, url: str, dsn: str, out: Path, concurrency: int, choice: ExecutorChoice,
             parties: dict[str, list[int]]) -> dict[str, Any]:
     """One interview batch on ``choice``; wall, calls and each party's CPU seconds over ``execute``."""
@@ -224,7 +214,7 @@ def main() -> None:
     rows: dict[float, list[dict[str, Any]]] = {lat: [] for lat in latencies}
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ray-scaling-")))
-        data = seeds(work / "seeds.jsonl", args.units)
+        data = interview_seeds(work / "seeds.jsonl", args.units)
         dsn, pg_data = stack.enter_context(postgres())
         pg_pid = int((pg_data / "postmaster.pid").read_text().split()[0])
         standins = {lat: stack.enter_context(standin(lat)) for lat in latencies}
@@ -235,7 +225,7 @@ def main() -> None:
             n += 1
             return fresh_db(dsn, f"bench_{n}")
 
-        warm = seeds(work / "warm.jsonl", 2 * args.concurrency)
+        warm = interview_seeds(work / "warm.jsonl", 2 * args.concurrency)
         first_url = next(iter(standins.values()))[0]
         one_run("warm-up", warm, first_url, db(), work / "warm", args.concurrency, ExecutorChoice(), {"driver": 0})
         for lat, (url, pid) in standins.items():

@@ -14,7 +14,6 @@ Importing ``dyneval`` loads nothing heavy: each name loads its modules on first 
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,11 +22,6 @@ if TYPE_CHECKING:
     from dyneval.api import RunResult, evaluate
 
 __all__ = ["GRAPHS", "RunResult", "create_graph", "evaluate"]
-
-try:
-    __version__ = version("dyneval")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
 
 #: Graph name -> its module under ``dyneval.graphs`` (the names ``langgraph.json`` serves them by).
 GRAPHS = ("atad", "atad_eval", "interview", "judgeagent", "judgecheck", "llmeval")
@@ -46,4 +40,11 @@ def __getattr__(name: str) -> Any:
         from dyneval import api
 
         return getattr(api, name)
+    if name == "__version__":  # read on use: importlib.metadata takes 0.1 s, before the command handles signals
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("dyneval")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            return "0+unknown"
     raise AttributeError(f"module 'dyneval' has no attribute {name!r}")

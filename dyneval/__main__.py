@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import signal
 import sys
+import threading
 
 
 def first_status(argv: list[str]) -> str | None:
@@ -22,20 +23,42 @@ def first_status(argv: list[str]) -> str | None:
 
 
 def run() -> None:
-    """Run the command line on ``sys.argv`` and exit with its code."""
+    """Run the command line on ``sys.argv`` and exit with its code.
+
+    Ctrl-C and SIGTERM are handled from the first line on (:func:`dyneval.runtime.signals.on_stop_signal`: never
+    inside an import, so a C extension's initialisation is not cut), and a signal that stops the command before
+    :func:`dyneval.cli.main` took over exits 130 or 143 with one line, as one that stops a run does."""
+    waiting = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # until handled: held
     if status := first_status(sys.argv[1:]):
         print(status, flush=True)
-    # The collector's youngest generation is collected every 20000 allocations, not 700: importing LangChain,
-    # LangGraph and the OpenAI types makes ~400 collections (0.2 s of a 1.4 s start-up), and a unit's call makes
-    # thousands of short-lived objects (dyneval.runtime.runner freezes the start-up heap while units run).
-    gc.set_threshold(20000, 20, 20)
-    from dyneval.runtime.stop import on_sigterm
+    from dyneval.runtime.signals import ignore_signals, on_stop_signal, stopped_line
+    from dyneval.runtime.stop import Terminated, exit_now
 
-    signal.signal(signal.SIGTERM, on_sigterm)  # SIGTERM stops a run as Ctrl-C does, with its partial report
-    from dyneval.cli import main
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_stop_signal)
+    stopped_by: KeyboardInterrupt | None = None
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, waiting)  # a signal held meanwhile is handled here
+        # The collector's youngest generation is collected every 20000 allocations, not 700: importing LangChain,
+        # LangGraph and the OpenAI types makes ~400 collections (0.2 s of a 1.4 s start-up), and a unit's call
+        # makes thousands of short-lived objects (dyneval.runtime.runner freezes the start-up heap while units run).
+        gc.set_threshold(20000, 20, 20)
+        from dyneval.cli import main
 
-    code = main()
+        code = main()
+    except KeyboardInterrupt as exc:  # before main() took over: nothing was started
+        ignore_signals()
+        print(stopped_line(exc, None), flush=True)
+        stopped_by = exc
+    ignore_signals()  # the command has ended: its exit code stands
+    from dyneval.gate import EXIT_INTERRUPTED, EXIT_TERMINATED  # loaded with the command line already
+
+    if stopped_by is not None:
+        code = EXIT_TERMINATED if isinstance(stopped_by, Terminated) else EXIT_INTERRUPTED
     gc.freeze()  # exit without the final collections' walk over every library object (1-2 s of a run's end)
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and any(
+            t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        exit_now(code)  # stopped: a thread still in an import or a request must not hold the exit up
     sys.exit(code)
 
 

@@ -50,7 +50,8 @@ class RunResult:
         from dyneval.runtime.rundir import RunDir
 
         run = RunDir(run_dir)
-        return cls(run_dir, run.summary(), run.records())
+        summary = run.summary()
+        return cls(run_dir, summary.model_dump(exclude_unset=True) if summary else {}, run.records())
 
 
 def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any, NoReturn
@@ -29,7 +28,10 @@ from dyneval.protocols import REGISTRY, available, protocol_class  # noqa: E402
 from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, load_config,  # noqa: E402
                                            read_config_file)
 from dyneval.runtime import stop  # noqa: E402
+from dyneval.runtime.executors.ray_address import REACH_S  # noqa: E402
 from dyneval.runtime.rescore import check_rescore, source_dir  # noqa: E402
+from dyneval.runtime.rundir import RunDir  # noqa: E402
+from dyneval.runtime.signals import stopped_line  # noqa: E402
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run  # noqa: E402
 from dyneval.runtime.stop import RunInterrupted  # noqa: E402
 from dyneval.state.config import ROLES, RunConfig  # noqa: E402
@@ -100,8 +102,10 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=("threads", "ray"), default="threads",
                      help="where units run: threads of this process (default), or Ray tasks on a cluster (needs "
                           "--postgres-dsn and the [ray] extra; see docs/scale-out.md)")
-    run.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster of --executor ray (HOST:PORT or auto; "
-                                                           "default: a cluster started on this machine)")
+    run.add_argument("--ray-address", metavar="ADDR",
+                     help="the Ray cluster of --executor ray (HOST:PORT or auto; default: a cluster started on this "
+                          f"machine, on 127.0.0.1); one that does not answer within {REACH_S:g} s stops the run "
+                          f"before it starts (exit {EXIT_INFRA})")
     stores = parser.add_argument_group("stores")
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
     stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")
@@ -177,8 +181,11 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
             extra = " ".join(rest) or "--compare/--export"
             raise InputError(f"--index takes a folder of runs only, not {extra}", setting="--index")
         from dyneval.runtime.view.index import write_index
+        from dyneval.stores.files import writable
 
-        console.print(f"run index: {write_index(Path(args.index))}", markup=False, highlight=False, soft_wrap=True)
+        with writable(Path(args.index), "--index"):
+            page = write_index(Path(args.index))
+        console.print(f"run index: {page}", markup=False, highlight=False, soft_wrap=True)
         return True
     if args.protocol is not None or (args.compare is None and args.export is None):
         return False
@@ -249,7 +256,7 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
             config_file = os.path.join(out, args.resume, "config.json")
             if not os.path.exists(config_file):
                 raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
-            made_by = read_config_file(config_file).get("protocol")
+            made_by = RunDir(Path(out) / args.resume, flag="--resume").run_config().protocol  # damaged: one line
             if made_by != args.protocol:
                 raise InputError(f"run {args.resume!r} is a run of {made_by}, not {args.protocol}; resume it with "
                                  f"--protocol {made_by}", field="--resume")
@@ -307,12 +314,9 @@ def main(argv: list[str] | None = None) -> int:
             stop.exit_now(code)  # a request still in flight must not hold the exit up
         return code
     except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, stop.Terminated)
-        resume = _resume(protocol, run)
-        console.print(("terminated (SIGTERM)" if terminated else "interrupted")
-                      + (f"; resume with: {resume}" if resume else " before the run started"),
-                      style="yellow", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        console.print(stopped_line(exc, _resume(protocol, run)), style="yellow", markup=False, highlight=False,
+                      soft_wrap=True)
+        return EXIT_TERMINATED if isinstance(exc, stop.Terminated) else EXIT_INTERRUPTED
 
 
 def _resume(protocol: Protocol | None, run: Run | None) -> str | None:

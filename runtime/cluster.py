@@ -3,11 +3,12 @@ requests-per-second limits and the run's budgets, for all workers at once (``--e
 
 In one process, an endpoint's :class:`runtime.concurrency.InFlight` and rate limiter and the run's
 :class:`runtime.budget.Budget` are objects every thread shares. Across processes and machines they must live in
-one place: the :class:`Coordinator`, a named, detached Ray actor (``coordinator_name(run_id)`` in namespace
-``dyneval``), as RapidFire AI runs one rate-limiter actor for a cluster. It holds the same objects: an
-``InFlight`` per endpoint (the same adaptive limit: a 429 or timeout halves it once per window, successes grow it
-back to the spec's ``concurrency``), the requests-per-second spacing of the spec, and a ``Budget`` over the usage
-every worker reports. Why an actor and not the database, and what it costs per call: ``docs/scale-out.md``.
+one place: the :class:`Coordinator`, a named Ray actor (``coordinator_name(run_id)`` in namespace ``dyneval``),
+as RapidFire AI runs one rate-limiter actor for a cluster; the run's driver owns it, so it ends with the driver,
+even one killed outright. It holds the same objects: an ``InFlight`` per endpoint (the same adaptive limit: a 429
+or timeout halves it once per window, successes grow it back to the spec's ``concurrency``), the
+requests-per-second spacing of the spec, and a ``Budget`` over the usage every worker reports. Why an actor and
+not the database, and what it costs per call: ``docs/scale-out.md``.
 
 A worker reaches it through :class:`ClusterLimits` (one per process and run): ``slots(key, spec)`` gives a
 :class:`ClusterSlots`, which the call layer (:class:`runtime.llm.RoleLLM`) uses in place of the endpoint's own
@@ -260,22 +261,24 @@ class Coordinator:
 
 def start_coordinator(run_id: str, limits: RunLimits | None = None,
                       spent: dict[str, Usage] | None = None) -> Any:
-    """The coordinator of ``run_id``: created (detached, on the head node's resources: no CPU) or, if it exists,
-    the existing one (a resumed driver finds it). ``spent``: usage per role of earlier sessions, which the budget
-    counts. Needs ``ray.init`` first."""
+    """The coordinator of ``run_id``: created (on this process's node, with no CPU) or, if this process made it
+    already, that one. Keep the handle while the run goes on: the actor is owned by this process and ends when
+    the process does (killed or not) or holds no handle to it any more. A resumed run makes its own, from
+    ``spent``, the usage per role of earlier sessions, which the budget counts. Needs ``ray.init`` first."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     # on the driver's node: with no CPU asked, Ray may place it on any node, which may die mid-run
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     actor = ray.remote(Coordinator).options(name=coordinator_name(run_id), namespace=NAMESPACE,
-                                            lifetime="detached", get_if_exists=True, num_cpus=0,
+                                            get_if_exists=True, num_cpus=0,
                                             max_restarts=0, max_concurrency=10_000, scheduling_strategy=here)
     return actor.remote(run_id, limits or RunLimits(), spent)
 
 
 def stop_coordinator(run_id: str) -> None:
-    """Remove ``run_id``'s coordinator (detached actors outlive their driver); nothing if there is none."""
+    """Remove ``run_id``'s coordinator (as a session ends: a process that goes on, such as an application calling
+    ``dyneval.evaluate``, would keep it); nothing if there is none."""
     import ray
 
     try:
@@ -312,13 +315,18 @@ class ClusterLimits:
     def slots(self, key: str, spec: ModelSpec) -> ClusterSlots:
         """The cluster-wide slots of endpoint ``key`` (the same key on every worker, e.g. the spec's JSON) under
         ``spec``'s ``concurrency`` and ``requests_per_second``."""
+        return ClusterSlots(self, self.register(key, spec))
+
+    def register(self, key: str, spec: ModelSpec) -> str:
+        """Declare endpoint ``key`` with ``spec``'s limits to the coordinator (refused if another worker declared
+        it with other limits); ``key``."""
         import ray
 
         problem = ray.get(self.actor.register.remote(key, spec.concurrency, spec.requests_per_second,
                                                      spec.timeout_s))
         if problem:
             raise RuntimeError(problem)
-        return ClusterSlots(self, key)
+        return key
 
     def changed_usage(self) -> dict[str, Usage] | None:
         """This process's usage per role if it changed since last sent (then counted as sent), else ``None``."""

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from dyneval.runtime.headline import headlines, number
 from dyneval.runtime.rundir import finished_run
+from dyneval.runtime.runfiles import SummaryFile
 from dyneval.runtime.stats import ALPHA, POWER, units_needed
 from dyneval.state.errors import InputError
 
@@ -31,15 +32,15 @@ def parse_difference(text: str | None) -> float:
     return value
 
 
-def needed(summary: dict, difference: float) -> list[list[str]]:
+def needed(protocol: str, summary: SummaryFile, difference: float) -> list[list[str]]:
     """Per headline metric of the pilot: label, pilot value, sd over units, smallest separable difference at the
     pilot's size, units per target for ``difference``."""
-    metrics = summary.get("metrics") or {}
+    metrics = summary.metrics
     if not metrics.get("separable"):
         raise InputError("the pilot run's summary.json has no separable differences (a run from before they were "
                          "written, or one with nothing graded): run the pilot again", setting="--pilot")
     rows = []
-    for h in headlines(summary.get("protocol", ""), metrics):
+    for h in headlines(protocol, metrics):
         sep = h.separable or {}
         if sep.get("sd"):
             units = f"{units_needed(sep['sd'], difference)} {sep.get('unit', 'units')}"
@@ -59,7 +60,7 @@ def print_units_needed(detect: str | None, pilot: str | None, out: str, console:
         raise InputError("--detect needs --pilot RUN (a finished run whose variance sizes the new one)",
                          setting="--pilot")
     run = finished_run(pilot, out, "--pilot")
-    rows = needed(run.summary(), difference)
+    rows = needed(run.protocol, run.summary() or SummaryFile(), difference)  # finished: it has one
     table = Table(title=f"Units per target to separate a difference of {difference:g} (two-sided, "
                         f"{1 - ALPHA:.0%} confidence, {POWER:.0%} power; pilot {run.name})", title_justify="left")
     for header in ("metric", "pilot value", "sd per unit", "pilot units", "separable at pilot size",

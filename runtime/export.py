@@ -8,14 +8,17 @@ questions, an interview's answers): one row per item with its unit id. Both go t
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dyneval.runtime.rundir import finished_run
 from dyneval.runtime.view.adapters import adapter, leaves
 from dyneval.state.errors import InputError
+from dyneval.stores.files import writable
 
 FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet")
 
@@ -28,26 +31,41 @@ def flatten(record: dict[str, Any]) -> dict[str, Any]:
 
 def export_run(ref: str, out: str, fmt: str) -> list[Path]:
     """Write ``units`` (and ``items`` where the protocol has them) of the run ``ref`` (a run folder, or a run id
-    under ``out``) in ``fmt``; return the files written."""
+    under ``out``) in ``fmt``; return the files written. A damaged run, or an ``export`` folder that cannot be
+    written, is bad input (``InputError``) and leaves no file of this export behind."""
     if fmt not in FORMATS:
         raise InputError(f"{fmt!r} is not one of {', '.join(FORMATS)}", setting="--format")
     run = finished_run(ref, out, "--export")
     if fmt == "parquet":
         _pyarrow()  # refused before anything is written
     records = run.records()
-    items_of = adapter(run.summary().get("protocol", "")).items
+    items_of = adapter(run.protocol).items
     tables = {"units": [flatten(r) for r in records],
-              "items": [flatten({"unit_id": r.get("unit_id"), **item}) for r in records for item in items_of(r)]}
+              "items": [flatten({"unit_id": r["unit_id"], **item}) for r in records for item in items_of(r)]}
     dest = run.path / "export"
-    dest.mkdir(exist_ok=True)
-    written = []
-    for name, rows in tables.items():
-        if name == "items" and not rows:
-            continue
-        path = dest / f"{name}.{fmt}"
-        WRITERS[fmt](path, rows)
-        written.append(path)
-    return written
+    written: dict[Path, Path] = {}  # each file is written beside its place, then moved there once all are written
+    with writable(dest, "--export"), cleared(written):
+        dest.mkdir(exist_ok=True)
+        for name, rows in tables.items():
+            if name == "items" and not rows:
+                continue
+            path = dest / f"{name}.{fmt}"
+            written[path] = dest / f".{path.name}.{os.getpid()}.tmp"
+            WRITERS[fmt](written[path], rows)
+        for path, tmp in written.items():
+            os.replace(tmp, path)
+    return list(written)
+
+
+@contextlib.contextmanager
+def cleared(written: dict[Path, Path]) -> Iterator[None]:
+    """Remove the temporary files of ``written`` (place -> temporary file) when the export fails."""
+    try:
+        yield
+    except BaseException:
+        for tmp in written.values():
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:

@@ -84,6 +84,13 @@ class Protocol(ABC):
     judge_roles: ClassVar[tuple[str, ...]] = ()
     #: For a re-score's report: which metrics are re-scored as-is and which depend on the verdicts' path.
     rescore_note: ClassVar[str] = ""
+    #: Whether the protocol keeps vectors in Chroma: a ``--chroma-url`` server is reached before the run starts.
+    uses_chroma: ClassVar[bool] = False
+
+    def databases(self, run: Run) -> dict[str, str]:
+        """Databases ``run`` opens besides its checkpoints, by the flag naming each (a SQLite file or a PostgreSQL
+        DSN): a server among them is reached before the run starts (:mod:`runtime.reach`)."""
+        return {}
 
     def roles_in(self, run: Run) -> tuple[str, ...]:
         """The roles ``run`` calls: the class's ``roles`` unless one of the run's settings leaves a role unused

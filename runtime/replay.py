@@ -109,6 +109,6 @@ class ReplayChat(BaseChatModel):
 def replay_models(source: Path, judge_roles: Sequence[str]) -> dict[str, ReplayChat]:
     """A replay chat model for every role but ``judge_roles``, keyed by role (``Services.chat_overrides``): the
     configurable roles and any other role the source run logged (e.g. llmeval's ``reference``)."""
-    run = RunDir(source)
+    run = RunDir(source, "--rescore")
     log = ReplayLog(run.events(), judge_roles, run.name)
     return {role: ReplayChat(log=log, role=role) for role in sorted(log.roles)}

@@ -38,14 +38,15 @@ class ReplayMissing(BaseException):
 
 def source_dir(protocol: type[Protocol], out: str, run_id: str) -> Path:
     """The source run's folder; ``InputError`` naming ``--rescore`` when the protocol has no judging role to ask
-    again or there is no run there."""
+    again or there is no run there, :class:`runtime.rundir.DamagedRun` when its ``config.json`` is not a run's."""
     if not protocol.judge_roles:
         raise InputError(f"{protocol.name} has no stored target answers to re-judge (every role judges); start a "
                          "new run instead", field="--rescore")
-    path = Path(out) / run_id
-    if not RunDir(path).has(CONFIG, EVENTS):
+    source = RunDir(Path(out) / run_id, "--rescore")
+    if not source.has(CONFIG, EVENTS):
         raise InputError(f"no run {run_id!r} with a config.json and events.jsonl under {out}", field="--rescore")
-    return path
+    source.run_config()  # refused here when damaged; its events when they are read (runtime.replay)
+    return source.path
 
 
 def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig) -> None:

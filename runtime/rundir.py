@@ -4,9 +4,15 @@ A run folder (``<out>/<run-id>/``, written by :mod:`runtime.runner`) holds ``con
 configuration, no secrets), ``units.jsonl`` (the plan: one line per unit with its id, input and meta),
 ``results.jsonl`` (a record per unit as it ends; a resumed unit's newer record comes after its older one),
 ``events.jsonl`` (every LLM exchange) and, once the run ended or was interrupted, ``summary.json``. The viewer, the
-run index, ``--compare``, ``--export``, ``--rescore`` and JudgeAgent's IRT calibration read runs only through
-:class:`RunDir`; a line of a JSONL file that is not a whole record (cut by a kill) is skipped, as the runner's
-resume skips it (:func:`stores.files.read_records`).
+run index, ``--compare``, ``--export``, ``--rescore``, ``--detect`` and JudgeAgent's IRT calibration read runs only
+through :class:`RunDir`.
+
+Every file is checked as it is read against what a run writes (:mod:`runtime.runfiles`): a file that is not JSON,
+not an object, or holds a field the readers use with another type raises :class:`DamagedRun`, one line naming the
+file, the line and the field; a reader never crashes on a foreign or damaged folder. A last line of a JSONL file
+that is not a whole record and has no newline was cut by a kill and is skipped, as the runner's resume drops it
+(:func:`stores.files.drop_torn_tail`); any other line that is not a record is damage. Reading is bounded:
+``config.json`` and ``summary.json`` are read only up to :data:`MAX_JSON_BYTES`.
 """
 
 from __future__ import annotations
@@ -14,44 +20,132 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from dyneval.runtime.runfiles import ConfigFile, Exchange, Read, SummaryFile, plan_model, record_model
+from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
-from dyneval.stores.files import parse_record, read_records
 
 CONFIG, PLAN, RESULTS, EVENTS, SUMMARY = "config.json", "units.jsonl", "results.jsonl", "events.jsonl", "summary.json"
 #: The status of a planned unit without a record (a partial run).
 NOT_FINISHED = "not finished"
+#: The largest ``config.json`` or ``summary.json`` read: a run writes a few kB (a summary grows with the units
+#: only through the ids it lists), so a bigger file is no run's and is refused without being parsed.
+MAX_JSON_BYTES = 16 << 20
+
+M = TypeVar("M", bound=BaseModel)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file; ``{}`` when there is none."""
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+class DamagedRun(InputError):
+    """A file of a run folder that is not what a run writes: names the file, and the line and field that are
+    wrong (the run index notes it on the run's row; every other reader stops with it, exit code 2)."""
+
+    def __init__(self, path: Path, problem: str, *, line: int | None = None, field: str | None = None,
+                 flag: str | None = None) -> None:
+        super().__init__(problem, file=str(path), record=line, field=field, setting=flag)
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as a person names it."""
+    kinds = {list: "list", str: "string", dict: "object", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
+
+
+#: What a field of a pydantic error type should have been, as a person names it.
+_EXPECTED = {"dict_type": "an object", "model_type": "an object", "list_type": "a list", "string_type": "a string",
+             "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
+             "float_type": "a number", "float_parsing": "a number"}
+
+
+def _problem(error: ErrorDetails) -> str:
+    """What is wrong with a field, said against what a run writes."""
+    if error["type"] in _EXPECTED:
+        return f"a {_kind(error['input'])} where a run writes {_EXPECTED[error['type']]}"
+    if error["type"] == "missing":
+        return "missing: every run writes it"
+    if error["type"] == "too_long":
+        return f"more than the {error.get('ctx', {}).get('max_length')} entries a run writes"
+    return error["msg"]
+
+
+def _parsed(path: Path, data: bytes, line: int | None, flag: str | None) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))  # as runs write them (json.loads would guess UTF-16 or 32)
+    except UnicodeDecodeError as exc:
+        raise DamagedRun(path, f"not UTF-8 text (byte {data[exc.start]:#04x} at {exc.start})", line=line,
+                         flag=flag) from None
+    except RecursionError:
+        raise DamagedRun(path, "not JSON a run writes (nested too deep)", line=line, flag=flag) from None
+    except ValueError as exc:
+        raise DamagedRun(path, f"not JSON ({exc})", line=line, flag=flag) from None
+
+
+def _checked(model: type[M], value: Any, path: Path, line: int | None, flag: str | None) -> M:
+    """``value`` as ``model``; :class:`DamagedRun` naming the first field that is wrong."""
+    if not isinstance(value, dict):
+        raise DamagedRun(path, f"a JSON {_kind(value)}, not an object", line=line, flag=flag)
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise DamagedRun(path, _problem(error), line=line, field=".".join(map(str, error["loc"])), flag=flag) from None
+
+
+def read_json(path: Path, model: type[M], flag: str | None = None) -> M | None:
+    """The JSON object file ``path`` checked against ``model``; None when there is no such file. ``flag`` names
+    the option that chose the run, in a :class:`DamagedRun`."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DamagedRun(path, f"cannot be read ({exc.strerror})", flag=flag) from None
+    if len(data) > MAX_JSON_BYTES:
+        raise DamagedRun(path, f"larger than the {MAX_JSON_BYTES >> 20} MB any run writes; not read", flag=flag)
+    return _checked(model, _parsed(path, data, None, flag), path, None, flag)
 
 
 class Jsonl:
-    """A JSONL run file read by byte offsets: :meth:`scan` notes where each record starts, :meth:`read` reads
-    records back when they are needed, so a page of any size is written in bounded memory."""
+    """A JSONL run file read by byte offsets: :meth:`scan` checks each line against ``model`` and notes where each
+    record starts, :meth:`read` reads the records back when they are needed, so a page of any size is written in
+    bounded memory."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, model: type[Read], flag: str | None = None) -> None:
+        self.path, self.model, self.flag = path, model, flag
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return read_records(self.path, [])
+        return (record for _, record in self.scan())
 
     def scan(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        if not self.path.exists():
-            return
+        """``(offset, record)`` of every record; a last line without its newline that is not JSON is skipped
+        (a kill cut it), any other line that is not a record raises :class:`DamagedRun`."""
         offset = 0
-        with self.path.open("rb") as fh:
-            for line in fh:
-                if line.strip() and (record := parse_record(line)) is not None:
-                    yield offset, record
-                offset += len(line)
+        try:
+            with self.path.open("rb") as fh:
+                for number, line in enumerate(fh, 1):
+                    if line.strip():
+                        try:
+                            record = _parsed(self.path, line, number, self.flag)
+                        except DamagedRun:
+                            if line.endswith(b"\n"):
+                                raise
+                            return
+                        _checked(self.model, record, self.path, number, self.flag)
+                        yield offset, record
+                    offset += len(line)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise DamagedRun(self.path, f"cannot be read ({exc.strerror})", flag=self.flag) from None
 
     def read(self, offsets: Iterable[int | None]) -> Iterator[dict[str, Any]]:
-        """The records at ``offsets`` (``{}`` for ``None``)."""
+        """The records :meth:`scan` found at ``offsets`` (``{}`` for ``None``)."""
         with (self.path.open("rb") if self.path.exists() else contextlib.nullcontext()) as fh:
             for offset in offsets:
                 if offset is None:
@@ -68,8 +162,8 @@ class Units:
 
     def __init__(self, run: RunDir) -> None:
         self.results, self.plan = run.file(RESULTS), run.file(PLAN)
-        self.latest = {r["unit_id"]: offset for offset, r in self.results.scan() if "unit_id" in r}
-        self.planned = {u["id"]: offset for offset, u in self.plan.scan() if "id" in u}
+        self.latest = {r["unit_id"]: offset for offset, r in self.results.scan()}
+        self.planned = {u["id"]: offset for offset, u in self.plan.scan()}
         self.ids = [i for i in self.planned if i in self.latest] + [i for i in self.latest if i not in self.planned]
         self.left = [i for i in self.planned if i not in self.latest]
 
@@ -84,10 +178,11 @@ class Units:
 
 
 class RunDir:
-    """One run folder, read (never written): see the module docstring for its files."""
+    """One run folder, read (never written): see the module docstring for its files. ``flag`` names the option
+    that chose the run (``--compare``), in a :class:`DamagedRun`."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Path | str, flag: str | None = None) -> None:
+        self.path, self.flag = Path(path), flag
 
     @property
     def name(self) -> str:
@@ -105,23 +200,51 @@ class RunDir:
 
     def written_from(self) -> int:
         """When the run's first file still present was written (ns since the epoch): ``units.jsonl`` is written
-        once when it starts, ``config.json`` again on each resume."""
-        times = [(self.path / n).stat().st_mtime_ns for n in (PLAN, CONFIG) if (self.path / n).is_file()]
+        once when it starts, ``config.json`` again on each resume; 0 when neither can be read."""
+        times = []
+        for name in (PLAN, CONFIG):
+            try:
+                times.append((self.path / name).stat().st_mtime_ns)
+            except OSError:
+                continue
         return min(times, default=0)
 
     def file(self, name: str) -> Jsonl:
-        return Jsonl(self.path / name)
+        """``units.jsonl``, ``results.jsonl`` or ``events.jsonl``, checked against its model (a plan line's and a
+        record's are the run's protocol's)."""
+        models = {PLAN: plan_model, RESULTS: record_model}
+        return Jsonl(self.path / name, models[name](self.protocol) if name in models else Exchange, self.flag)
 
     def has(self, *names: str) -> bool:
         return all((self.path / n).is_file() for n in names)
 
-    def summary(self) -> dict[str, Any]:
-        """``summary.json`` (``{}`` while the run has none: running, or killed before its end)."""
-        return read_json(self.path / SUMMARY)
+    def summary(self) -> SummaryFile | None:
+        """``summary.json`` (None while the run has none: running, or killed before its end)."""
+        return self._summary
 
-    def config(self) -> dict[str, Any]:
-        """``config.json`` as written (``{}`` without one)."""
-        return read_json(self.path / CONFIG)
+    @cached_property
+    def _summary(self) -> SummaryFile | None:
+        summary = read_json(self.path / SUMMARY, SummaryFile, self.flag)
+        if summary is not None and summary.protocol is not None and summary.protocol != self.protocol:
+            raise DamagedRun(self.path / SUMMARY, f"a summary of {summary.protocol}, but config.json is of a "
+                                                  f"{self.protocol} run", field="protocol", flag=self.flag)
+        return summary
+
+    @cached_property
+    def _config(self) -> ConfigFile:
+        config = read_json(self.path / CONFIG, ConfigFile, self.flag)
+        if config is None:
+            raise DamagedRun(self.path / CONFIG, "missing: every run writes it before any unit runs", flag=self.flag)
+        return config
+
+    def config(self) -> ConfigFile:
+        """``config.json`` as written."""
+        return self._config
+
+    def run_config(self) -> RunConfig:
+        """``config.json`` as the whole configuration a re-score or JudgeAgent's calibration starts from, every
+        field checked (:class:`state.config.RunConfig`)."""
+        return _checked(RunConfig, self.config().model_dump(exclude_unset=True), self.path / CONFIG, None, self.flag)
 
     def plan(self) -> Iterator[dict[str, Any]]:
         """The plan's lines (``units.jsonl``)."""
@@ -141,12 +264,16 @@ class RunDir:
 
     @property
     def protocol(self) -> str:
-        return self.summary().get("protocol") or self.config().get("protocol") or ""
+        return self.config().protocol
 
 
 def is_run(path: Path) -> bool:
-    """A folder holding a run (its ``config.json``: written before any unit runs)."""
-    return (path / CONFIG).is_file()
+    """A folder holding a run (its ``config.json``: written before any unit runs); a folder that cannot be looked
+    into is listed too, so that its reader says why."""
+    try:
+        return (path / CONFIG).is_file()
+    except OSError:
+        return True
 
 
 def runs_under(folder: Path) -> list[RunDir]:
@@ -161,10 +288,12 @@ def runs_under(folder: Path) -> list[RunDir]:
 
 
 def finished_run(ref: str, out: str, flag: str) -> RunDir:
-    """The finished run ``ref`` names (a run folder, or a run id under ``out``); ``InputError`` naming ``flag``
-    when it holds no ``summary.json``."""
+    """The finished run ``ref`` names (a run folder, or a run id under ``out``), its ``config.json`` and
+    ``summary.json`` read; ``InputError`` naming ``flag`` when it holds no ``summary.json``, :class:`DamagedRun`
+    when either file is not what a run writes."""
     path = Path(ref) if Path(ref).is_dir() else Path(out) / ref
-    run = RunDir(path)
-    if not run.has(SUMMARY):
+    run = RunDir(path, flag)
+    if run.summary() is None:
         raise InputError(f"no finished run {ref!r} (no summary.json in {path})", setting=flag)
+    run.config()  # checked too, before the reader writes anything
     return run

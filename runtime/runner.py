@@ -1,6 +1,7 @@
 """A run's lifecycle: open, plan, pre-flight, execute, finish.
 
-Order of a run: the caller has checked config and flags; :func:`execute` runs the
+Order of a run: the caller has checked config and flags; :func:`execute` reaches
+every store the run needs (``runtime.reach``), runs the
 protocol's ``plan()`` (every input file, the KB), sends the pre-flight request and
 keeps the run directory only once the inputs are accepted and every endpoint
 answered (a refused start leaves nothing behind, ``--out`` included); then it
@@ -47,6 +48,7 @@ from dyneval.runtime.executors import Executor, ExecutorChoice, open_session
 from dyneval.runtime.llm import PING_STEP
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
+from dyneval.runtime.reach import reach_stores
 from dyneval.runtime.report import preload_plotting, write_report
 from dyneval.runtime.services import Services
 from dyneval.runtime.signals import signals_ignored, stop_on_signals
@@ -115,7 +117,8 @@ def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
     pre-flight refuses the start (:class:`PreflightRefused`: its pings are all that was sent).
 
     Every folder this call creates goes (``--out`` too, if it did not exist), so a
-    refused start leaves nothing behind. The directory exists before ``plan()``
+    refused start leaves nothing behind; so does Ctrl-C or SIGTERM while the folder is
+    made (from its ``config.json`` on, a resume continues it). The directory exists before ``plan()``
     only because the protocols' other modes (``custom_run``) write into it, and
     before the pre-flight because the event log records its pings. Yields the
     folders it made, outermost last.
@@ -128,6 +131,9 @@ def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
         except OSError as exc:
             raise InputError(f"cannot create the run directory {run.run_dir}: {exc.strerror or exc}",
                              field="--out") from None
+        except KeyboardInterrupt:  # a folder without its config.json could not be resumed: none is left
+            _remove_made(made)
+            raise
         yield made
     except InputError as exc:
         if isinstance(exc, PreflightRefused) or run.services.events.total().calls == 0:
@@ -227,6 +233,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
     """Validate the inputs, then run every unfinished unit concurrently (on ``executor``: threads of this process
     by default) and write summary.json and the report."""
     executor.check(run.config)
+    reach_stores(protocol, run)  # before the run folder: a store out of reach leaves nothing behind
     stop.clear()
     notes: list[str] = list(run.services.events.notes)
     with _kept_only_if_accepted(run) as made:
@@ -329,12 +336,18 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
     """Write summary.json and the report from the records so far (a partial one after Ctrl-C), shown as a step."""
     latest = results.latest()
     records = [latest[u.id] for u in units if u.id in latest]  # plan order, whatever order units ended in
+    # the plan against the records, whatever the executor: a run that ended (not stopped) with a planned unit
+    # that has no record lost it somewhere; it is counted and named, never left out of the denominator quietly
+    missing = [] if interrupted else [u.id for u in units if u.id not in latest]
+    if missing:
+        notes.append(f"{len(missing)} of {len(units)} planned units have no record ({_listed(missing)}): the "
+                     "executor lost them; resume runs them")
     notes = list(dict.fromkeys([*notes, *results.notes, *run.services.events.notes]))
     for note in notes:
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     with step(run, WRITING):
         summary = build_summary(protocol, run, records, wall_s=time.perf_counter() - wall_started,
-                                warning=warning, interrupted=interrupted, notes=notes)
+                                warning=warning, interrupted=interrupted, notes=notes, missing=missing)
         write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
         blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
         del latest, records  # not needed to render: the report and the view reuse their memory (bench/atad_memory.py)
@@ -343,3 +356,9 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
         write_index(run.run_dir.parent)
     print_summary(run, summary)
     return summary
+
+
+def _listed(ids: list[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``ids``, and how many more."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more

@@ -26,6 +26,7 @@ from dyneval.runtime.models import Endpoint, model_label, open_endpoint
 from dyneval.runtime.spread import LocalSpread, Spread
 from dyneval.state.config import ModelSpec, RunConfig, parse_model_ref
 from dyneval.state.errors import RetryPolicy
+from dyneval.stores.private_files import private_folder
 from dyneval.stores.vectors import chroma_client, embedding_function
 
 if TYPE_CHECKING:
@@ -260,10 +261,9 @@ class Services:
 
     @property
     def cache_dir(self) -> Path:
-        """Shared across runs under the same ``--out`` (e.g. a context graph keyed by corpus hash)."""
-        path = self.run_dir.parent / "_cache"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """Shared across runs under the same ``--out`` (e.g. a context graph keyed by corpus hash); its owner's only
+        (llmeval's default bank, with its reference answers, lives here)."""
+        return private_folder(self.run_dir.parent / "_cache")
 
     def chroma(self, path: Path | None = None) -> ClientAPI:
         """The Chroma client (server when configured, else on disk at ``path`` or ``data_dir/chroma``)."""

@@ -1,6 +1,6 @@
 """The run-wide stop flag Ctrl-C (and SIGTERM) raises: the call layer sends no new request once it is set.
 
-The batch runner sets it on SIGINT and SIGTERM; :class:`runtime.llm.RoleLLM` calls
+The signal handler (``runtime.signals``) sets it on SIGINT and SIGTERM; :class:`runtime.llm.RoleLLM` calls
 :func:`raise_if_stopped` right before each request (after waiting for a slot and
 after any retry back-off), so no request starts after the signal. The flag is
 per process, like the signal.
@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, NoReturn
+from typing import Iterator, NoReturn
 
 from dyneval.state.errors import InfraError
 
@@ -49,13 +49,6 @@ class StopRequested(BaseException):
 
 def request_stop() -> None:
     _stop.set()
-
-
-def on_sigterm(signum: int, frame: Any) -> NoReturn:
-    """The ``dyneval`` command's SIGTERM handler: stop as Ctrl-C does (the runner installs its own while units
-    run)."""
-    request_stop()
-    raise Terminated
 
 
 def clear() -> None:

@@ -11,6 +11,9 @@ from dyneval.runtime.report import Heading, Table, Text
 from dyneval.runtime.rescore import report_text as rescore_text, summary_fields as rescore_fields
 from dyneval.state.config import ROLES
 
+#: The status counted for a planned unit that has no record when its run ended (not stopped).
+MISSING = "missing"
+
 
 def _models_called(protocol: Protocol, run: Run) -> dict[str, str]:
     """Role -> model: the protocol's roles as configured, then every other role the run called (e.g. the models
@@ -24,15 +27,17 @@ def _models_called(protocol: Protocol, run: Run) -> dict[str, str]:
 
 def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float,
                   warning: str | None, interrupted: dict[str, Any] | None = None,
-                  notes: list[str] | None = None) -> dict[str, Any]:
+                  notes: list[str] | None = None, missing: list[str] | None = None) -> dict[str, Any]:
     """Generic run figures plus the protocol's metrics.
 
     ``usage`` counts every call of the run (pre-flight and preparation included,
     earlier sessions of a resumed run too); ``per_unit`` averages the units' own.
     ``interrupted`` (Ctrl-C: unfinished units, resume command) marks a partial
-    summary; ``notes`` lists repaired run files (torn lines dropped).
+    summary; ``notes`` lists repaired run files (torn lines dropped). ``missing``: planned units of a run that
+    ended without a record (the executor lost them), counted under the status ``missing`` and in ``units``, so
+    the exit code and every reader see them.
     """
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = {MISSING: len(missing)} if missing else {}
     units = Usage()
     for r in records:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -45,7 +50,8 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
         "protocol": protocol.name,
         "models": _models_called(protocol, run),
         "smoke_test_warning": warning,
-        "units": len(records),
+        "units": len(records) + len(missing or []),
+        **({"missing_units": missing} if missing else {}),
         "status_counts": counts,
         "ungraded_verdicts": sum(r.get("ungraded_verdicts") or 0 for r in records),
         "interrupted": interrupted,

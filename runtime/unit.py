@@ -80,7 +80,9 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
         elif not _reached_end(snapshot):
             payload = None  # continue from the last checkpoint, with the writes already saved in it
         elif protocol.ungraded(dict(snapshot.values)) and (fork := _before_first_ungraded(protocol, graph, config)):
-            payload, start = None, {**config, "configurable": fork["configurable"]}
+            # the fork's checkpoint config names the thread and checkpoint only: the unit id goes with it, or its
+            # calls would be filed under the thread id (runtime.llm.current_unit), missing from the unit's record
+            payload, start = None, {**config, "configurable": {**fork["configurable"], "unit_id": unit.id}}
         else:
             payload = _DONE  # reached END earlier; only its record was missing
         while payload is not _DONE:

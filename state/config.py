@@ -316,14 +316,30 @@ class RunConfig(BaseModel):
     def masked(self) -> dict[str, Any]:
         """The config as written to the run directory: secrets never appear.
 
-        Keys are referenced by env-var name only; a DSN or URL with a password is masked.
+        Keys are referenced by env-var name only; a DSN or URL loses its password (a resume gets it from libpq's
+        environment or password file, or from the DSN given again: docs/runs.md).
         """
         data = self.model_dump(mode="json")
         for field in ("postgres_dsn", "chroma_url"):
-            value = data["stores"].get(field)
-            if value and "@" in value and "://" in value:
-                scheme, rest = value.split("://", 1)
-                creds, host = rest.rsplit("@", 1)
-                user = creds.split(":", 1)[0]
-                data["stores"][field] = f"{scheme}://{user}:***@{host}"
+            if data["stores"].get(field):
+                data["stores"][field] = without_password(data["stores"][field])
         return data
+
+
+def without_password(address: str) -> str | None:
+    """``address`` (an HTTP URL, or a PostgreSQL DSN as a URL or libpq's ``key=value`` string) without its
+    password; a DSN that has one is rewritten in ``key=value`` form. ``None`` for a DSN that cannot be read without
+    psycopg, which every PostgreSQL store needs."""
+    if address.startswith(("http://", "https://")):
+        parts = urlsplit(address)
+        if parts.password is None:
+            return address
+        return parts._replace(netloc=f"{parts.username}@{parts.netloc.rsplit('@', 1)[1]}").geturl()
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    except ImportError:
+        return None
+    params = conninfo_to_dict(address)
+    if params.pop("password", None) is None:
+        return address
+    return make_conninfo(**params)

@@ -13,6 +13,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class InputError(Exception):
@@ -63,6 +66,11 @@ class InfraError(Exception):
     """An endpoint or store could not serve the request (after retries)."""
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``exc`` as ``TypeName: message`` on one line (a library's multi-line message folded), cut at ``limit``."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:limit]}"
+
+
 class ModelError(Exception):
     """The model answered, but its output was unusable (e.g. invalid after one repair)."""
 
@@ -84,8 +92,8 @@ def retry_after(exc: BaseException) -> float:
 
 @dataclass
 class RetryPolicy:
-    """How often and how long a transient fault is retried: the LLM call layer's (``runtime.llm``) and the Chroma
-    server client's (``stores.vectors``)."""
+    """How often and how long a transient fault is retried: the LLM call layer's (``runtime.llm``), the Chroma
+    server client's (``stores.vectors``) and PostgreSQL's (``stores.postgres``)."""
 
     max_retries: int = 4
     base_delay_s: float = 0.5
@@ -99,3 +107,19 @@ class RetryPolicy:
         cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
         asked = min(self.max_retry_after_s, retry_after(exc)) if exc is not None else 0.0
         return max(asked, random.uniform(cap / 2, cap))
+
+    def call(self, fn: Callable[[int], T], *, retry_on: Callable[[Exception], bool],
+             give_up: Callable[[int, Exception], Exception]) -> T:
+        """``fn(attempt)`` (``attempt`` 1-based), tried again after :meth:`delay` while what it raises is a fault
+        (``retry_on``), at most ``max_retries`` times; then ``give_up(attempts, last_error)`` is raised."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn(attempt)
+            except Exception as exc:
+                if not retry_on(exc):
+                    raise
+                if attempt > self.max_retries:
+                    raise give_up(attempt, exc) from exc
+                self.sleep(self.delay(attempt, exc))

@@ -9,17 +9,38 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from dyneval.state.errors import InputError
+from dyneval.stores.private_files import private_file
+
 
 def bank_url(location: str | Path) -> str:
-    """A SQLAlchemy URL: a PostgreSQL DSN (``postgresql://`` or libpq's ``key=value`` form, :func:`server_dsn`)
-    takes the psycopg 3 driver; another URL is kept; anything else is a SQLite file."""
-    text = server_dsn(str(location))
-    if text.startswith(("postgresql://", "postgres://")):
-        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    """A SQLAlchemy URL: a PostgreSQL server (:func:`bank_server`) takes the psycopg 3 driver, a ``sqlite://`` URL
+    is kept, anything else is a SQLite file, made owner-only (0600, in folders made 0700) before SQLite creates
+    it."""
+    server = bank_server(str(location))
+    if server:
+        return "postgresql+psycopg://" + server.split("://", 1)[1]
+    text = str(location)
     if "://" in text:
         return text
-    Path(text).parent.mkdir(parents=True, exist_ok=True)
+    private_file(Path(text))  # the reference answers: SQLite gives its journal files the database file's mode
     return f"sqlite:///{text}"
+
+
+def bank_server(location: str) -> str | None:
+    """The ``postgresql://`` DSN of a bank on a PostgreSQL server (a ``postgresql://``, ``postgres://`` or
+    ``postgresql+psycopg://`` URL, or libpq's ``key=value`` form, :func:`server_dsn`); ``None`` for a SQLite file or
+    ``sqlite://`` URL. Any other ``scheme://`` is :class:`InputError`."""
+    text = server_dsn(location)
+    if "://" not in text:
+        return None
+    scheme, rest = text.split("://", 1)
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        return "postgresql://" + rest
+    if scheme == "sqlite":
+        return None
+    raise InputError(f"a question bank is a SQLite file or a PostgreSQL server (postgresql://USER@HOST/DB), not a "
+                     f"{scheme}:// address")
 
 
 def server_dsn(location: str) -> str:

@@ -12,7 +12,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 @contextmanager
 def open_checkpointer(run_dir: Path, postgres_dsn: str | None = None) -> Iterator[BaseCheckpointSaver]:
-    """Yield a ready checkpointer; closes its connection on exit.
+    """Yield a ready checkpointer; closes its connections on exit. On PostgreSQL: a pool that outlasts a restart of
+    the server (:mod:`stores.postgres_checkpoints`).
 
     The SQLite file is in WAL mode (``SqliteSaver.setup``) with ``synchronous=NORMAL``: a committed checkpoint
     survives a kill of the process (it is in the WAL file, which SQLite replays on the next open), as the event
@@ -23,12 +24,14 @@ def open_checkpointer(run_dir: Path, postgres_dsn: str | None = None) -> Iterato
     """
     if postgres_dsn:
         try:
-            from langgraph.checkpoint.postgres import PostgresSaver
+            from dyneval.stores.postgres_checkpoints import PooledSaver
         except ImportError as exc:  # optional extra
             raise ImportError("PostgreSQL checkpoints need: pip install -e '.[postgres]'") from exc
-        with PostgresSaver.from_conn_string(postgres_dsn) as saver:
-            saver.setup()
+        saver = PooledSaver.connect(postgres_dsn)
+        try:
             yield saver
+        finally:
+            saver.conn.close()
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
 

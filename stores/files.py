@@ -4,15 +4,19 @@ A JSONL log is only ever appended to, one ``write`` of ``line + "\\n"`` per reco
 on the file, so processes appending to one log (a Ray run's driver and its event sink) never interleave lines.
 A kill can cut the last write short; :func:`drop_torn_tail` removes such a line
 (and says so) before the next append, so every append starts on a fresh line
-and a torn record never swallows the one written after it.
+and a torn record never swallows the one written after it. A folder the user cannot write is bad input naming it
+(:func:`writable`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from dyneval.state.errors import InputError
 
 try:
     from fcntl import LOCK_EX, flock
@@ -35,6 +39,16 @@ def write_atomic(path: Path, text: str | Iterable[str]) -> None:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def writable(folder: Path, setting: str) -> Iterator[None]:
+    """Writing in ``folder``: a folder the user cannot write (read-only, another owner's, a full disk) is bad input
+    naming it and the flag that chose it, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(f"cannot write in {folder} ({exc.strerror or exc})", setting=setting) from None
 
 
 def parse_record(line: bytes) -> dict[str, Any] | None:

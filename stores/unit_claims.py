@@ -32,7 +32,12 @@ import json
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Callable, Literal, TypeVar
+
+from dyneval.state.errors import InfraError
+from dyneval.stores.postgres import open_pool, retried, server_of
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS dyneval_unit_claims (
@@ -110,26 +115,33 @@ class FinalRecord:
 class UnitClaims:
     """Claims, leases and final records of units in one PostgreSQL database (``dsn``), shared by every worker.
 
-    One connection per instance (autocommit, calls serialised by a lock): a process makes one and its threads
-    share it. An instance pickles as its DSN, so a Ray task can be handed one and connects on its worker.
+    A pool of connections per instance (autocommit), each operation on one of them and tried again when it broke
+    (:mod:`stores.postgres`): a process makes one instance and its threads share it. An instance pickles as its
+    DSN, so a Ray task can be handed one and connects on its worker, through the same pool and retries.
     """
 
     def __init__(self, dsn: str) -> None:
-        import psycopg
-
         self.dsn = dsn
-        self._conn = psycopg.connect(dsn, autocommit=True)
-        self._lock = threading.Lock()
-        with self._lock, self._conn.transaction():
-            # concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog: one creator at a time
-            self._conn.execute("SELECT pg_advisory_xact_lock(hashtext('dyneval_unit_claims'))")
-            self._conn.execute(SCHEMA)
+        self.server = server_of(dsn)
+        self._pool = open_pool(dsn, autocommit=True)
+
+        def make_tables(conn: Any, _: bool) -> None:
+            with conn.transaction():
+                # concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog: one creator at a time
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('dyneval_unit_claims'))")
+                conn.execute(SCHEMA)
+
+        try:
+            self._run("make tables", make_tables)
+        except BaseException:
+            self._pool.close()
+            raise
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UnitClaims, (self.dsn,)
 
     def close(self) -> None:
-        self._conn.close()
+        self._pool.close()
 
     def __enter__(self) -> UnitClaims:
         return self
@@ -137,79 +149,95 @@ class UnitClaims:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _run(self, what: str, operation: Callable[[Any, bool], T]) -> T:
+        """``operation(connection, again)`` on a connection of the pool, tried again while its connection breaks;
+        ``again`` from the second attempt on (the first may have committed before the restart cut its answer)."""
+        def attempt(n: int) -> T:
+            with self._pool.connection() as conn:
+                return operation(conn, n > 1)
+
+        return retried(self.server, f"unit claims: {what}", attempt)
+
     def claim(self, run_id: str, unit_id: str, worker: str, lease_s: float) -> Claim:
         """Claim ``unit_id`` of ``run_id`` for ``worker`` for ``lease_s`` seconds: a unit never claimed, or whose
         lease expired without a final record (taken over: the unit continues from its checkpoint)."""
         if lease_s <= 0:
             raise ValueError(f"lease_s must be positive, not {lease_s}")
         params = {"run": run_id, "unit": unit_id, "worker": worker, "lease": float(lease_s)}
-        with self._lock:
-            row = self._conn.execute(_CLAIM, params).fetchone()
+
+        def claim(conn: Any, again: bool) -> Claim:
+            row = conn.execute(_CLAIM, params).fetchone()
             if row is not None:
                 return Claim("claimed", Lease(run_id, unit_id, worker, row[0], float(lease_s)))
-            row = self._conn.execute("SELECT worker, lease_expires_at, final FROM dyneval_unit_claims "
-                                     "WHERE run_id = %(run)s AND unit_id = %(unit)s", params).fetchone()
-        if row is None:  # cannot happen: the insert conflicted, so the row exists (claims are never deleted)
-            raise RuntimeError(f"unit {unit_id} of run {run_id} has no claim row after a conflicting claim")
-        worker_held, expires_at, final = row
-        return Claim("final") if final else Claim("held", holder=worker_held, expires_at=expires_at)
+            row = conn.execute("SELECT worker, lease_expires_at, final, token, lease_expires_at > now() "
+                               "FROM dyneval_unit_claims WHERE run_id = %(run)s AND unit_id = %(unit)s",
+                               params).fetchone()
+            if row is None:  # cannot happen: the insert conflicted, so the row exists (claims are never deleted)
+                raise RuntimeError(f"unit {unit_id} of run {run_id} has no claim row after a conflicting claim")
+            holder, expires_at, final, token, live = row
+            if final:
+                return Claim("final")
+            if again and live and holder == worker:  # the first attempt claimed it; the restart cut its answer
+                return Claim("claimed", Lease(run_id, unit_id, worker, token, float(lease_s)))
+            return Claim("held", holder=holder, expires_at=expires_at)
+
+        return self._run("claim", claim)
 
     def heartbeat(self, lease: Lease) -> bool:
         """Renew ``lease`` by its ``lease_s``; ``False``: it is lost (expired, taken over or final)."""
-        with self._lock:
-            row = self._conn.execute(
-                f"UPDATE dyneval_unit_claims SET lease_expires_at = now() + make_interval(secs => %(lease)s), "
-                f"heartbeat_at = now() WHERE run_id = %(run)s AND unit_id = %(unit)s AND {_HELD} RETURNING 1",
-                _params(lease)).fetchone()
-        return row is not None
+        return self._run("heartbeat", lambda conn, _: conn.execute(
+            f"UPDATE dyneval_unit_claims SET lease_expires_at = now() + make_interval(secs => %(lease)s), "
+            f"heartbeat_at = now() WHERE run_id = %(run)s AND unit_id = %(unit)s AND {_HELD} RETURNING 1",
+            _params(lease)).fetchone() is not None)
 
     def release(self, lease: Lease) -> bool:
         """Give ``lease`` up without a final record (the unit failed or was interrupted): the next claim takes
         the unit at once. ``False``: it was no longer held."""
-        with self._lock:
-            row = self._conn.execute(
-                f"UPDATE dyneval_unit_claims SET lease_expires_at = now() WHERE run_id = %(run)s "
-                f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1", _params(lease)).fetchone()
-        return row is not None
+        return self._run("release", lambda conn, _: conn.execute(
+            f"UPDATE dyneval_unit_claims SET lease_expires_at = now() WHERE run_id = %(run)s "
+            f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1", _params(lease)).fetchone() is not None)
 
     def finish(self, lease: Lease, record: dict[str, Any], usage: dict[str, Any]) -> bool:
         """Write the unit's final ``record`` and its ``usage`` once, if ``lease`` still holds the unit; ``True``
         when this call wrote it (``False``: the lease was lost, or the record exists already)."""
         params = {**_params(lease), "worker": lease.worker, "record": json.dumps(record, ensure_ascii=False),
                   "usage": json.dumps(usage)}
-        with self._lock, self._conn.transaction():
-            held = self._conn.execute(
-                f"UPDATE dyneval_unit_claims SET final = true, lease_expires_at = NULL WHERE run_id = %(run)s "
-                f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1", params).fetchone()
-            if held is None:
-                return False
-            wrote = self._conn.execute(
-                "INSERT INTO dyneval_unit_finals (run_id, unit_id, worker, token, record, usage) "
-                "VALUES (%(run)s, %(unit)s, %(worker)s, %(token)s, %(record)s, %(usage)s) "
-                "ON CONFLICT (run_id, unit_id) DO NOTHING RETURNING 1", params).fetchone()
-        return wrote is not None
+
+        def finish(conn: Any, again: bool) -> bool:
+            with conn.transaction():
+                held = conn.execute(
+                    f"UPDATE dyneval_unit_claims SET final = true, lease_expires_at = NULL WHERE run_id = %(run)s "
+                    f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1", params).fetchone()
+                if held is None:  # lost, or (tried again) written by the first attempt, whose answer was cut
+                    return again and conn.execute(
+                        "SELECT 1 FROM dyneval_unit_finals WHERE run_id = %(run)s AND unit_id = %(unit)s "
+                        "AND token = %(token)s AND worker = %(worker)s", params).fetchone() is not None
+                return conn.execute(
+                    "INSERT INTO dyneval_unit_finals (run_id, unit_id, worker, token, record, usage) "
+                    "VALUES (%(run)s, %(unit)s, %(worker)s, %(token)s, %(record)s, %(usage)s) "
+                    "ON CONFLICT (run_id, unit_id) DO NOTHING RETURNING 1", params).fetchone() is not None
+
+        return self._run("finish", finish)
 
     def final_records(self, run_id: str) -> dict[str, FinalRecord]:
         """The final records of ``run_id``, by unit id (in the order they were written)."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT unit_id, record, usage, worker, token, written_at FROM dyneval_unit_finals "
-                "WHERE run_id = %s ORDER BY written_at, unit_id", (run_id,)).fetchall()
+        rows = self._run("read final records", lambda conn, _: conn.execute(
+            "SELECT unit_id, record, usage, worker, token, written_at FROM dyneval_unit_finals "
+            "WHERE run_id = %s ORDER BY written_at, unit_id", (run_id,)).fetchall())
         return {r[0]: FinalRecord(*r) for r in rows}
 
     def expired(self, run_id: str) -> list[str]:
         """The reaper's query: units of ``run_id`` whose lease ran out before a final record was written."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT unit_id FROM dyneval_unit_claims WHERE run_id = %s AND NOT final "
-                "AND lease_expires_at <= now() ORDER BY unit_id", (run_id,)).fetchall()
+        rows = self._run("read expired leases", lambda conn, _: conn.execute(
+            "SELECT unit_id FROM dyneval_unit_claims WHERE run_id = %s AND NOT final "
+            "AND lease_expires_at <= now() ORDER BY unit_id", (run_id,)).fetchall())
         return [r[0] for r in rows]
 
 
 class Heartbeat:
     """Renews ``lease`` every ``lease.lease_s / 3`` seconds on a daemon thread while the unit runs (``with
-    Heartbeat(store, lease) as beat: ...``); ``beat.lost`` is set once a renewal finds the lease lost (the unit
-    should stop: its final write would be refused anyway)."""
+    Heartbeat(store, lease) as beat: ...``); ``beat.lost`` is set once a renewal finds the lease lost, or finds no
+    database after its retries (the unit should stop: its final write would be refused anyway)."""
 
     def __init__(self, store: UnitClaims, lease: Lease) -> None:
         self.store, self.lease = store, lease
@@ -219,7 +247,11 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.lease.lease_s / 3):
-            if not self.store.heartbeat(self.lease):
+            try:
+                held = self.store.heartbeat(self.lease)
+            except InfraError:  # the database stayed out of reach: the lease cannot be known to hold
+                held = False
+            if not held:
                 self.lost.set()
                 return
 

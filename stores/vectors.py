@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from urllib.parse import urlparse
 
-from dyneval.state.errors import InfraError, InputError, RetryPolicy
+from dyneval.state.errors import InfraError, InputError, RetryPolicy, one_line
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -160,20 +160,10 @@ class ChromaServer:
 
     def retried(self, what: str, call: Callable[[], T]) -> T:
         """``call()``, retried on server faults; ``what`` names it in the error."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return call()
-            except Exception as exc:
-                if not is_server_fault(exc):
-                    raise
-                if attempt <= self.policy.max_retries:
-                    self.policy.sleep(self.policy.delay(attempt, exc))
-                    continue
-                said = " ".join(str(exc).split())[:300]
-                raise InfraError(f"Chroma server {self.url}: {what} failed after {attempt} attempt(s): "
-                                 f"{type(exc).__name__}: {said}") from exc
+        def give_up(attempts: int, exc: Exception) -> InfraError:
+            return InfraError(f"Chroma server {self.url}: {what} failed after {attempts} attempt(s): {one_line(exc)}")
+
+        return self.policy.call(lambda _: call(), retry_on=is_server_fault, give_up=give_up)
 
     def wrap(self, target: Any) -> Any:
         """``target`` (the client, a collection) with every method call :meth:`retried`."""

@@ -12,6 +12,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+# Ray in this process (a driver of the test clusters, tests/ray_cluster.py) keeps 127.0.0.1 as its address: read
+# when ray is imported, which test modules do as they are collected
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # The Ctrl-C tests send SIGINT to a run (in this process or a child). A shell that starts the suite as a background
 # job hands it SIGINT ignored, which children inherit, so no run would stop: Python's own handler again, as in a
@@ -78,33 +81,11 @@ def make_services(tmp_path: Path, protocol: str = "test", chats: dict[str, Any] 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Any:
     """A throw-away PostgreSQL server on 127.0.0.1 (skips when the server binaries are absent)."""
-    import shutil
-    import subprocess
-    import tempfile
+    from tests.pg_server import PgServer
 
-    from dyneval.runtime.embedded import free_port
-
-    # on PATH, else where Debian's postgresql package puts them (not on PATH): .ci/run installs that package
-    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
-    initdb, pg_ctl = (shutil.which(name) or next((str(d / name) for d in debian if (d / name).exists()), None)
-                      for name in ("initdb", "pg_ctl"))
-    if not (initdb and pg_ctl):
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-    folder = Path(tempfile.mkdtemp(prefix="dyneval-pg-"))  # pytest's tmp tree is closed to other users
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        user = "postgres" if shutil.which("runuser") and _user_exists("postgres") else "nobody"
-        as_user = ["runuser", "-u", user, "--"]
-        shutil.chown(folder, user=user)
-    port = free_port()
-    data = folder / "data"
-    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"], check=True,
-                   capture_output=True)
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-w", "-l", str(folder / "log"), "-o",
-                    f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
-    yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
-    shutil.rmtree(folder, ignore_errors=True)
+    server = PgServer()
+    yield server.dsn()
+    server.close()
 
 
 @pytest.fixture
@@ -122,13 +103,3 @@ def fresh_postgres_db(postgres_dsn: str) -> Any:
         return postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
 
     return make
-
-
-def _user_exists(name: str) -> bool:
-    import pwd
-
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False

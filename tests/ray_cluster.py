@@ -1,22 +1,40 @@
 """A real multi-node Ray cluster on this machine for tests: a head and worker nodes, each started by its own
-``ray start --block`` process, joined over the machine's address, with one temp dir set on the head.
+``ray start --block`` process, joined over 127.0.0.1, with one temp dir set on the head.
 
 Each worker node carries a custom resource named after it (``worker1``, ``worker2``: 1000 units), so a task can
 be placed on one (``resources={"worker1": 1}``) and :meth:`RayCluster.kill` can kill exactly that node's
 processes (the ``ray start`` process, its raylet and agents, and the raylet's worker processes) mid-run, as a
 machine that dies would. No ``ray stop``: it would stop every Ray process on the machine, other tests' too.
 
-Ray picks the node address itself: ``--node-ip-address 127.0.0.1`` is resolved to the machine's own address
-(Ray's ``resolve_ip_for_localhost``), which is still this machine. Every port is a free one (several clusters
-may run side by side), and token authentication is off (``RAY_AUTH_MODE=disabled``: a local ``ray.init()``
-elsewhere may have left a token in ``~/.ray``). Ray's own node health check is kept: a killed node is declared
-dead about 15 s later (a tighter check declared live nodes dead while the machine's 2 cores were busy). Usage
-statistics are off and no dashboard is started.
+**Loopback only.** Every Ray process of the cluster (GCS, raylets and their object managers, workers, dashboard
+and runtime-env agents) and the driver listen on 127.0.0.1 and nowhere else (:meth:`RayCluster.beyond_loopback`
+checks it with ``ss``). Ray binds its servers to loopback only when the node's address is exactly 127.0.0.1;
+``ray start --node-ip-address 127.0.0.1`` alone does not give that, because Ray replaces a loopback address by the
+machine's network address (``resolve_ip_for_localhost``), so the nodes listened on every interface. Tried with
+the installed Ray (2.60):
+
+- ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps 127.0.0.1 (every server then binds it), but ``ray start`` then
+  refuses any node that joins a head: enough for a driver and a one-node cluster, which is why this process sets
+  it (``tests/conftest.py`` before the test modules import Ray, :func:`ray_cluster` for a script) as does
+  ``--executor ray`` for a cluster of its own or at a loopback address
+  (``runtime.executors.ray_address.keep_on_loopback``), and the nodes here must not;
+- a network namespace of the test's own (``unshare -n``: privileges) was not used: it would keep the nodes off
+  the machine's network, but also away from the PostgreSQL server and stand-in endpoints on the host's
+  loopback, which the workers call;
+- so each node runs Ray's own ``ray start`` through ``tests/ray_node.py``, which leaves out only that
+  resolution: the head and every worker node keep 127.0.0.1, and the cluster's address is ``127.0.0.1:PORT``.
+
+Every port is a free one (several clusters may run side by side), and token authentication is off
+(``RAY_AUTH_MODE=disabled``: a local ``ray.init()`` elsewhere may have left a token in ``~/.ray``). Ray's own node
+health check is kept: a killed node is declared dead about 15 s later (a tighter check declared live nodes dead
+while the machine's 2 cores were busy). Usage statistics are off and no dashboard is started.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -32,8 +50,8 @@ from typing import Any
 import pytest
 
 from dyneval.runtime.embedded import free_port
+from dyneval.runtime.executors.ray_address import LOOPBACK_SWITCH, keep_on_loopback
 
-RAY = str(Path(sys.executable).with_name("ray"))
 REPO = Path(__file__).resolve().parents[1]
 #: Units of a worker node's own resource: a task asking for 1 fits 1000 times on it.
 NODE_RESOURCE_UNITS = 1000
@@ -71,12 +89,70 @@ class RayCluster:
         while any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
             time.sleep(0.2)
 
+    def kill_raylet(self, name: str) -> None:
+        """Kill only the raylet of worker node ``name`` (SIGKILL), as when it crashes: its workers and agents end
+        with it, and so does the node's ``ray start`` process."""
+        raylet = next(pid for pid in _tree(self.nodes[name].process.pid) if _command(pid) == "raylet")
+        os.kill(raylet, signal.SIGKILL)
+
     def alive(self) -> set[str]:
         """Names of the nodes Ray reports alive."""
         import ray
 
         ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         return {name for name, node in self.nodes.items() if node.node_id in ids}
+
+    def actor_processes(self, *classes: str) -> list[int]:
+        """The processes of the cluster's nodes that hold an actor of one of ``classes`` (Ray titles such a process
+        ``ray::CLASS`` or ``ray::CLASS.METHOD``)."""
+        titles = tuple(f"ray::{name}" for name in classes)
+        return [pid for pid in self.processes() if _cmdline(pid).startswith(titles)]
+
+    def processes(self, *drivers: int) -> set[int]:
+        """Every process of the cluster's nodes, this process (a driver) and the process trees of ``drivers``."""
+        found = trees([node.process.pid for node in self.nodes.values()] + list(drivers))
+        return {os.getpid()} | {pid for pids in found.values() for pid in pids}
+
+    def beyond_loopback(self, *drivers: int) -> list[str]:
+        """``ss``' line for every TCP or UDP socket that a process of :meth:`processes` listens on at an address
+        other than loopback (none, if the cluster keeps to 127.0.0.1)."""
+        return beyond_loopback(self.processes(*drivers))
+
+
+def beyond_loopback(pids: set[int]) -> list[str]:
+    """``ss``' line for every listening TCP or UDP socket of ``pids`` whose address is not a loopback one (``*``,
+    ``0.0.0.0`` and ``[::]`` are every interface)."""
+    listening = subprocess.run(["ss", "-Hltunp"], capture_output=True, text=True, check=True).stdout
+    out = []
+    for line in listening.splitlines():
+        fields = line.split()
+        owners = {int(pid) for pid in re.findall(r"pid=(\d+)", line)}
+        if owners & pids and not _loopback(fields[4].rsplit(":", 1)[0]):
+            out.append(" ".join(fields))
+    return out
+
+
+def _loopback(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return False  # *: every interface
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace").replace("\0", " ").strip()
+    except OSError:
+        return ""
 
 
 def _tree(root: int) -> list[int]:
@@ -113,8 +189,9 @@ def _start(name: str, args: list[str], env: dict[str, str], temp_dir: Path, atte
     for attempt in range(1, attempts + 1):
         log = temp_dir / f"{name}-{attempt}.log"
         with log.open("wb") as out:
-            process = subprocess.Popen([RAY, "start", *args, "--block", "--disable-usage-stats"], env=env,
-                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen([sys.executable, "-m", "tests.ray_node", "start", *args, "--block",
+                                        "--disable-usage-stats"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
         while b"Ray runtime started" not in log.read_bytes() and process.poll() is None:
             time.sleep(0.2)
         if process.poll() is None:
@@ -138,6 +215,7 @@ def ray_cluster(workers: int = 2, cpus_per_worker: int = 1, object_store_bytes: 
     """A head (no CPU: tasks run on the workers) and ``workers`` worker nodes ``worker1`` ..., and this process
     connected to them (``ray.init``); everything killed and removed on exit. ``env``: extra variables for every
     node's processes (e.g. what a task reads). A cluster that cannot start raises ``RuntimeError``."""
+    keep_on_loopback(None)  # this process, a driver of the cluster, reaches it at 127.0.0.1 (if Ray is not loaded)
     import ray
 
     auth_mode = os.environ.get("RAY_AUTH_MODE")
@@ -148,6 +226,10 @@ def ray_cluster(workers: int = 2, cpus_per_worker: int = 1, object_store_bytes: 
     # and driver out of each other
     node_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "PYTHONPATH": path,
                 **(env or {})}
+    node_env.pop(LOOPBACK_SWITCH, None)  # it would make `ray start` refuse the worker nodes (tests/ray_node.py)
+    if ray.util.get_node_ip_address() != "127.0.0.1":
+        raise RuntimeError(f"this process imported Ray without {LOOPBACK_SWITCH}=0, so it would reach the cluster at "
+                           "the machine's network address, where nothing listens: set it before importing ray")
     port = free_port()
 
     def common() -> list[str]:
@@ -162,9 +244,7 @@ def ray_cluster(workers: int = 2, cpus_per_worker: int = 1, object_store_bytes: 
             "--head", "--port", str(port), "--num-cpus", "0", "--include-dashboard=false",
             "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port()),
             "--temp-dir", str(temp_dir), *common()], node_env, temp_dir)
-        head_log = cluster.nodes["head"].log.read_text(errors="replace")
-        host = head_log.split("ray start --address='", 1)[1].split("'", 1)[0].rsplit(":", 1)[0]
-        cluster.address = f"{host}:{port}"
+        cluster.address = f"127.0.0.1:{port}"
         for i in range(1, workers + 1):
             name = f"worker{i}"
             # worker ports are picked free within a range: one per node (two nodes never race for a port),

@@ -75,5 +75,6 @@ def test_a_pilot_without_separable_differences_is_refused(pilot, tmp_path, capsy
     old = tmp_path / "old-run"
     old.mkdir()
     (old / "summary.json").write_text(json.dumps(summary))
+    (old / "config.json").write_bytes((pilot / "config.json").read_bytes())
     assert main(["--detect", "5", "--pilot", str(old)]) == 2
     assert "no separable differences" in capsys.readouterr().err

@@ -17,6 +17,7 @@ import pytest
 
 from dyneval import gate
 from dyneval.cli import main
+from dyneval.protocols import REGISTRY
 from tests.standin_endpoint import StandIn
 from tests.toy_protocol import ToyProtocol
 
@@ -89,6 +90,35 @@ def test_a_partly_failed_run_exits_4(tmp_path):
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert _summary(tmp_path)["status_counts"] == {"ok": 2, "model_error": 1}
+
+
+def test_a_run_whose_executor_lost_a_unit_exits_4_naming_it_and_its_resume_runs_it(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """An executor hands back a unit without a record while the run was not stopped (as a Ray runner whose lease
+    ran out did): the run must not end 0 with that unit out of every count; the resume runs it."""
+    import dyneval.runtime.executors.threads as threads
+
+    real, lost = threads.run_unit, []
+
+    def run_unit(protocol, run, graph, unit, context):
+        if unit.id == "q1" and not lost:
+            lost.append(unit.id)
+            return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted"}
+        return real(protocol, run, graph, unit, context)
+
+    monkeypatch.setattr(threads, "run_unit", run_unit)
+    monkeypatch.setitem(REGISTRY, "toy", "tests.toy_protocol:ToyProtocol")
+    with StandIn() as standin:
+        argv = ["--protocol", "toy", "--target", standin.spec("t"), "--evaluator", standin.spec("j"),
+                "--out", str(tmp_path), "--units", "3", "--skip-preflight"]
+        assert main(argv) == gate.EXIT_UNITS_FAILED
+        summary = _summary(tmp_path)
+        assert summary["status_counts"] == {"ok": 2, "missing": 1} and summary["units"] == 3
+        assert summary["missing_units"] == ["q1"]
+        out = " ".join(capsys.readouterr().out.split())
+        assert "1 of 3 units did not finish ok (1 missing)" in out and "have no record (q1)" in out
+        assert main(["--protocol", "toy", "--resume", summary["run_id"], "--out", str(tmp_path)]) == gate.EXIT_OK
+    assert _summary(tmp_path)["status_counts"] == {"ok": 3}
 
 
 def test_a_missed_threshold_exits_5_and_says_which(tmp_path, capsys):

@@ -16,6 +16,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
@@ -23,7 +24,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dyneval.nodes.llmeval.bankio import import_file
-from dyneval.protocols.llmeval.server import SECRET_ENVS, ExamServer, create_app, http_server
+from dyneval.protocols.llmeval import server as exam_server
+from dyneval.protocols.llmeval.server import SECRET_ENVS, SHUTDOWN_TIMEOUT_S, ExamServer, create_app, http_server
 from dyneval.runtime.embedded import free_port
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import LLMEvalContext
@@ -32,6 +34,7 @@ from dyneval.stores.question_bank import QuestionBank
 from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 from tests.listeners import listener_closed
+from tests.slow_clients import SlowBodies
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
@@ -186,17 +189,23 @@ def test_requests_beyond_the_rate_limit_get_429(tmp_path):
     assert r.status_code == 429 and "rate limit" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
 
 
-def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, record_property):
-    """Bounded load test on 127.0.0.1: 32 examinee clients x 8 questions, each also trying one resubmission."""
-    server = make_server(tmp_path, rate=10000.0, burst=10000)
+def _in_thread(server: ExamServer, **options: Any) -> tuple[threading.Thread, Any, int]:
+    """``server`` served by uvicorn on a free 127.0.0.1 port in a thread of this process, once it has started."""
     port = free_port()
-    uv = http_server(server, port, limit_concurrency=200)
+    uv = http_server(server, port, **options)
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not uv.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert uv.started
+    return thread, uv, port
+
+
+def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, record_property):
+    """Bounded load test on 127.0.0.1: 32 examinee clients x 8 questions, each also trying one resubmission."""
+    server = make_server(tmp_path, rate=10000.0, burst=10000)
+    thread, uv, port = _in_thread(server, limit_concurrency=200)
     base = f"http://127.0.0.1:{port}"
     clients, per = 32, 8
     try:
@@ -366,6 +375,27 @@ def test_a_port_from_the_config_file_is_checked_and_blamed_on_its_key(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "eval.toml" in err and "port" in err and "between 1 and 65535" in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("given", ["flag", "config"])
+def test_a_port_in_use_is_one_line_naming_it_and_exit_2_leaving_nothing_behind(tmp_path, capsys, given):
+    """Not exit 3 (uvicorn's start-up failure, documented as "budget reached") with a run folder and a cache left."""
+    from dyneval.cli import main
+
+    bank = tmp_path / "bank.sqlite"
+    import_file(QuestionBank(bank), SAMPLE)
+    out = tmp_path / "runs"
+    out.mkdir()  # an --out that exists already: nothing may be left in it
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        config = tmp_path / "eval.toml"
+        config.write_text(f"[params]\nport = {port}\n", encoding="utf-8")
+        where = ["--port", str(port)] if given == "flag" else ["--config", str(config)]
+        code = main(["--protocol", "llmeval", "--serve", *where, "--bank-db", str(bank), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"127.0.0.1:{port}" in err and "in use" in err, err
+    assert ("--port" in err) if given == "flag" else ("eval.toml" in err and "port" in err)
+    assert not any(out.iterdir())
 
 
 def test_an_expired_examinee_token_is_reissued_by_the_admin_and_the_session_goes_on(exam):
@@ -568,3 +598,59 @@ def test_sigterm_closes_the_listener_finishes_the_request_in_flight_and_persists
     paths = [json.loads(line)["path"] for line in (run_dir / "access_log.jsonl").read_text().splitlines()]
     assert paths[-1] == f"/sessions/{sid}/answers"
     assert json.loads((run_dir / "summary.json").read_text())["authenticated_requests"] == len(paths)
+
+
+def test_a_request_that_does_not_arrive_whole_within_the_timeout_gets_408_and_its_connection_closes(
+        tmp_path, monkeypatch):
+    """A body sent a byte at a time, a request head never finished and a connection that sends nothing are each
+    refused once the request timeout passes; the server goes on serving."""
+    monkeypatch.setattr(exam_server, "REQUEST_TIMEOUT_S", 1.5)
+    thread, uv, port = _in_thread(make_server(tmp_path))
+    slow = SlowBodies(port, 3, every_s=0.2)
+    head = socket.create_connection(("127.0.0.1", port), timeout=30)
+    head.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    idle = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        deadline = time.monotonic() + 30
+        while slow.open_count() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert slow.statuses() == ["HTTP/1.1 408 Request Timeout"] * 3
+        for conn in (head, idle):
+            reply = b""
+            while chunk := conn.recv(65536):
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 408 ") and b"request not received within 1.5 s" in reply
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+    finally:
+        slow.close()
+        head.close()
+        idle.close()
+        uv.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_sigterm_with_20_clients_sending_a_byte_every_2_s_stops_within_its_bound_and_persists_the_log(tmp_path):
+    """Each slow client is answered 503 once the arrival grace has passed, instead of holding the stop for as long
+    as it keeps sending; the access log and the summary are written."""
+    proc, base, admin = _serving(tmp_path)
+    try:
+        assert httpx.get(f"{base}/admin/leaderboard", headers=admin, timeout=30).status_code == 200
+        slow = SlowBodies(int(base.rsplit(":", 1)[1]), 20)
+        assert httpx.get(f"{base}/health", timeout=30).status_code == 200  # the server has read their heads
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=SHUTDOWN_TIMEOUT_S + 10)
+        stopped_s = time.monotonic() - signalled
+        slow.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "server.log").read_text()
+    assert code == 0 and "Traceback" not in log, log
+    print(f"\nexam server, SIGTERM with 20 slow clients: stopped in {stopped_s:.2f} s")
+    assert stopped_s < SHUTDOWN_TIMEOUT_S + 2, stopped_s
+    assert slow.statuses() == ["HTTP/1.1 503 Service Unavailable"] * 20
+    run_dir = next((tmp_path / "runs").glob("*/admin_token")).parent
+    paths = [json.loads(line)["path"] for line in (run_dir / "access_log.jsonl").read_text().splitlines()]
+    assert paths == ["/admin/leaderboard"]
+    assert json.loads((run_dir / "summary.json").read_text())["authenticated_requests"] == 1

@@ -24,10 +24,11 @@ import httpx
 import pytest
 
 from dyneval.nodes.llmeval.bankio import import_file
-from dyneval.protocols.llmeval.server import WORKER_HEADER
+from dyneval.protocols.llmeval.server import SHUTDOWN_TIMEOUT_S, WORKER_HEADER
 from dyneval.runtime.embedded import free_port
 from dyneval.stores.question_bank import QuestionBank
 from tests.listeners import listener_closed
+from tests.slow_clients import SlowBodies
 from tests.standin_endpoint import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -317,6 +318,74 @@ def test_sigterm_to_the_parent_finishes_a_workers_request_in_flight_exits_0_and_
     paths = [json.loads(line)["path"] for line in (server.run_dir / "access_log.jsonl").read_text().splitlines()]
     assert paths[-1] == f"/sessions/{sid}/answers"
     assert json.loads((server.run_dir / "summary.json").read_text())["authenticated_requests"] == len(paths)
+
+
+def test_sigterm_with_20_clients_sending_a_byte_every_2_s_stops_every_worker_within_the_bound_and_merges_the_logs(
+        tmp_path, fresh_postgres_db, judge):
+    """The workers answer each slow client 503 once the arrival grace has passed (they held the stop for as long
+    as they kept sending, and an orchestrator's SIGKILL after its grace period lost the workers' unmerged logs)."""
+    server = Serving(tmp_path, fresh_postgres_db("llmeval_workers_slow"), 2, judge)
+    try:
+        workers = descendants(server.proc.pid)
+        assert httpx.get(f"{server.base}/admin/leaderboard", headers=server.admin, timeout=30).status_code == 200
+        slow = SlowBodies(server.port, 20)
+        for _ in range(4):  # each worker has read the heads it accepted (new connections go to either worker)
+            assert httpx.get(f"{server.base}/health", timeout=30).status_code == 200
+        signalled = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(timeout=SHUTDOWN_TIMEOUT_S + 15)
+        stopped_s = time.monotonic() - signalled
+        slow.close()
+    finally:
+        server.close()
+    gone(workers)
+    assert code == 0 and "Traceback" not in server.log(), server.log()
+    print(f"\nexam server (2 workers), SIGTERM with 20 slow clients: stopped in {stopped_s:.2f} s")
+    assert stopped_s < SHUTDOWN_TIMEOUT_S + 3, stopped_s  # + the supervisor's 0.5 s poll, the merge and the exit
+    assert slow.statuses() == ["HTTP/1.1 503 Service Unavailable"] * 20
+    assert not list(server.run_dir.glob("*.worker-*.jsonl"))  # every worker's part merged
+    paths = [json.loads(line)["path"] for line in (server.run_dir / "access_log.jsonl").read_text().splitlines()]
+    assert paths == ["/admin/leaderboard"]
+
+
+@pytest.fixture
+def no_umask():
+    """A umask of 0 meanwhile (in this process and the servers it starts): a file gets every permission its maker
+    asks for, 0644 or 0666 for one made without a mode."""
+    before = os.umask(0)
+    yield
+    os.umask(before)
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_bank_and_the_judge_logs_quoting_its_reference_answers_are_their_owners_only_whatever_the_umask(
+        tmp_path, fresh_postgres_db, judge, no_umask, workers):
+    """A new SQLite bank (its folder, journal files and secret), the serving run's folder, the workers' parts of
+    the judge log and the merged event log: 0600 files in 0700 folders, so no other local user reads the
+    references (a bank was 0644 in a 0755 folder, the judge log 0644)."""
+    banks = tmp_path / "banks"
+    server = Serving(tmp_path, str(banks / "bank.sqlite") if workers == 1 else fresh_postgres_db("llmeval_private"),
+                     workers, judge, "--rate-limit", "10000")
+    try:
+        full_exam(server)  # scored: the judge's prompts quote the reference answers
+        serving = [*server.run_dir.glob("events*.jsonl"), *(banks.iterdir() if workers == 1 else [])]
+        while_serving = {p.name: _mode(p) for p in serving}
+        assert server.stop() == 0
+    finally:
+        server.close()
+    assert len(serving) >= (4 if workers == 1 else 2)  # bank, -wal, -shm and secret; or each worker's part
+    assert while_serving == {name: 0o600 for name in while_serving}
+    kept = [server.run_dir / name for name in ("events.jsonl", "access_log.jsonl", "admin_token")]
+    assert {p.name: _mode(p) for p in kept} == {p.name: 0o600 for p in kept}
+    assert _mode(server.run_dir) == 0o700 and (workers > 1 or _mode(banks) == 0o700)
+    references = [json.loads(line)["explanation"] for line in SAMPLE.read_text().splitlines()]
+    judged = [json.dumps(e["messages"]) for e in map(json.loads, kept[0].read_text().splitlines())
+              if e["role"] == "evaluator"]
+    assert any(ref in prompt for prompt in judged for ref in references)  # what the modes protect
 
 
 def test_more_than_one_worker_over_a_sqlite_bank_or_without_serve_is_one_line_and_exit_2(tmp_path, capsys):

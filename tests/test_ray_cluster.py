@@ -13,7 +13,7 @@ import re
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,6 +23,7 @@ from dyneval.runtime import stop
 from dyneval.runtime.budget import BudgetSpent
 from dyneval.runtime.events import Usage
 from dyneval.state.config import ModelSpec
+from tests.fake_endpoint import loopback
 from tests.ray_cluster import RayCluster, cluster_or_skip
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
@@ -56,9 +57,7 @@ class Counter:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("0.0.0.0", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = loopback(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def by_node(self) -> dict[str, int]:
@@ -211,6 +210,13 @@ def test_the_cluster_has_a_head_and_two_workers_and_runs_a_task_on_each_worker(r
         assert ray.get(where.options(resources={name: 1}).remote()) == ray_nodes.nodes[name].node_id
 
 
+def test_every_process_of_the_cluster_and_its_driver_listens_on_loopback_only(ray_nodes: RayCluster) -> None:
+    for name in ray_nodes.workers:  # each worker node has started a worker process
+        ray.get(where.options(resources={name: 1}).remote())
+    assert ray_nodes.beyond_loopback() == []
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+
+
 def test_the_in_flight_limit_holds_across_tasks_on_both_workers(ray_nodes: RayCluster, counter: Counter,
                                                                 run_id: str) -> None:
     spec = ModelSpec(model="m", base_url=counter.url + "/v1", concurrency=2)
@@ -218,13 +224,12 @@ def test_the_in_flight_limit_holds_across_tasks_on_both_workers(ray_nodes: RayCl
     assert sum(r["sent"] for r in uncapped) == 48 and counter.peak > 2
     counter.peak = 0
     counter.arrivals.clear()
-    cluster_mod.start_coordinator(run_id)
+    coordinator = cluster_mod.start_coordinator(run_id)  # the test's handle keeps it
     results = spread(run_id, spec, counter.url, ray_nodes)
     assert [r["sent"] for r in results] == [24, 24]
     assert counter.peak == 2  # never more than the spec's concurrency, and both slots were used
     assert counter.by_node() == {"worker1": 24, "worker2": 24}
-    stats = ray.get(ray.get_actor(cluster_mod.coordinator_name(run_id), namespace=cluster_mod.NAMESPACE)
-                    .stats.remote())
+    stats = ray.get(coordinator.stats.remote())
     (endpoint,) = stats["endpoints"].values()
     assert endpoint["granted"] == 48 and endpoint["peak_in_flight"] == 2
     assert stats["usage"].calls == 48  # both workers' reports, each counted once
@@ -233,17 +238,18 @@ def test_the_in_flight_limit_holds_across_tasks_on_both_workers(ray_nodes: RayCl
 def test_the_requests_per_second_limit_spaces_requests_from_both_workers(ray_nodes: RayCluster, counter: Counter,
                                                                          run_id: str) -> None:
     spec = ModelSpec(model="m", base_url=counter.url + "/v1", requests_per_second=20)
-    cluster_mod.start_coordinator(run_id)
+    coordinator = cluster_mod.start_coordinator(run_id)
     spread(run_id, spec, counter.url, ray_nodes, threads=2, calls=5)
     times = sorted(t for t, _ in counter.arrivals)
     assert len(times) == 20 and set(counter.by_node()) == {"worker1", "worker2"}
+    assert [e["granted"] for e in ray.get(coordinator.stats.remote())["endpoints"].values()] == [20]
     # 20 requests at 20/s: the first at once, each later one at least ~1/20 s after the one before
     assert times[-1] - times[0] >= 19 / 20 * 0.9
 
 
 def test_the_run_budget_holds_across_both_workers(ray_nodes: RayCluster, counter: Counter, run_id: str) -> None:
     spec = ModelSpec(model="m", base_url=counter.url + "/v1", concurrency=1)
-    cluster_mod.start_coordinator(run_id, cluster_mod.RunLimits(max_calls=10))
+    coordinator = cluster_mod.start_coordinator(run_id, cluster_mod.RunLimits(max_calls=10))
     results = spread(run_id, spec, counter.url, ray_nodes, threads=2, calls=10)
     sent = sum(r["sent"] for r in results)
     # usage goes with every acquire and release; a request's own usage is counted just after its release (as the
@@ -251,8 +257,7 @@ def test_the_run_budget_holds_across_both_workers(ray_nodes: RayCluster, counter
     # held per process would have let 20 through
     assert sent == len(counter.arrivals) and 10 <= sent <= 12
     assert sum(r["refused"] for r in results) == 40 - sent
-    stats = ray.get(ray.get_actor(cluster_mod.coordinator_name(run_id), namespace=cluster_mod.NAMESPACE)
-                    .stats.remote())
+    stats = ray.get(coordinator.stats.remote())
     # the budget is seen spent at the first acquire after the 10th call was counted; by then the other process's
     # one request past the budget may have been counted too: what it says was spent is between 10 and what was sent
     noticed = re.fullmatch(r"(\d+) calls of --max-calls 10, .*", stats["budget_reached"])
@@ -286,7 +291,7 @@ def test_killing_a_worker_node_leaves_the_others_retries_its_task_and_frees_its_
     victim, survivor = ray_nodes.workers
     # a slot of a limit-1 endpoint taken on the victim and never released (its holder dies with the node)
     spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1", concurrency=1)
-    cluster_mod.start_coordinator(run_id)
+    coordinator = cluster_mod.start_coordinator(run_id)
     assert ray.get(take_slot.options(resources={victim: 1}).remote(run_id, spec)) > 0
     # a task that prefers the victim (soft affinity: it may run elsewhere if the victim is gone)
     marks = tmp_path / "marks"
@@ -300,7 +305,6 @@ def test_killing_a_worker_node_leaves_the_others_retries_its_task_and_frees_its_
     assert marks.read_text().split() == [ray_nodes.nodes[victim].node_id, ray_nodes.nodes[survivor].node_id]
     # the dead node's slot comes back: a task on the survivor gets the endpoint's only slot
     assert ray.get(take_slot.options(resources={survivor: 1}).remote(run_id, spec)) > 0
-    stats = ray.get(ray.get_actor(cluster_mod.coordinator_name(run_id), namespace=cluster_mod.NAMESPACE)
-                    .stats.remote())
+    stats = ray.get(coordinator.stats.remote())
     (endpoint,) = stats["endpoints"].values()
     assert endpoint["reclaimed"] == 1 and endpoint["granted"] == 2

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from dyneval.runtime.runner import execute, open_run  # noqa: E402
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
 from dyneval.stores.unit_claims import UnitClaims  # noqa: E402
 from tests.ray_cluster import RayCluster, cluster_or_skip  # noqa: E402
+from tests.ray_runs import interview_seeds, records as _records  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Requests each model takes at once, whichever worker sends them.
@@ -136,10 +138,6 @@ def _config(protocol: str, standin: StandIn, out: Path, dsn: str | None, params:
                      stores=StoreConfig(postgres_dsn=dsn), params=params)
 
 
-def _records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
-
-
 def _results(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {r["unit_id"]: _stable(r) for r in records}
 
@@ -152,19 +150,6 @@ def _stable(value: Any) -> Any:
     return value
 
 
-def _interview_seeds(tmp_path: Path) -> str:
-    """40 seed questions: the sample's seven, repeated with ids of their own (the questions themselves differ
-    only by a numbered prefix, so every unit's requests differ)."""
-    seeds = [json.loads(line) for line in (REPO / "samples/interview/seeds.jsonl").read_text().splitlines()]
-    path = tmp_path / "seeds.jsonl"
-    with path.open("w") as fh:
-        for i in range(40):
-            seed = dict(seeds[i % len(seeds)])
-            seed["id"], seed["question"] = f"{seed['id']}-{i}", f"({i}) {seed['question']}"
-            fh.write(json.dumps(seed) + "\n")
-    return str(path)
-
-
 def _run(protocol: Any, config: RunConfig, executor: ExecutorChoice) -> tuple[Path, dict[str, Any]]:
     run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
     summary = execute(protocol, run, executor=executor)
@@ -172,7 +157,7 @@ def _run(protocol: Any, config: RunConfig, executor: ExecutorChoice) -> tuple[Pa
 
 
 CASES = {
-    "interview": (InterviewProtocol, lambda tmp: {"data": _interview_seeds(tmp)}, 40),
+    "interview": (InterviewProtocol, lambda tmp: {"data": interview_seeds(tmp / "seeds.jsonl")}, 40),
     "judgeagent": (JudgeAgentProtocol, lambda tmp: {"batch_size": 2}, 8),
 }
 
@@ -249,7 +234,7 @@ def _until(condition: Any) -> None:
 def test_sigterm_to_the_driver_stops_every_worker_and_leaves_a_run_resume_finishes(
         cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path) -> None:
     dsn = fresh_postgres_db("ray_sigterm")
-    seeds = _interview_seeds(tmp_path)
+    seeds = interview_seeds(tmp_path / "seeds.jsonl")
     out = tmp_path / "out"
     args = ["--protocol", "interview", "--data", seeds, "--target", f"target@{standin.url}", "--evaluator",
             f"evaluator@{standin.url}", "--concurrency", "4", "--postgres-dsn", dsn, "--out", str(out),
@@ -277,14 +262,15 @@ def test_sigterm_to_the_driver_stops_every_worker_and_leaves_a_run_resume_finish
     assert len(finished) == len({r["unit_id"] for r in finished}) == 40
 
 
-def test_sigkill_of_the_driver_loses_no_logged_call_and_resume_counts_every_unit_in_full(
+def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_counts_every_unit_in_full(
         cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path) -> None:
     """The driver killed outright: its unit runners may finish the units they hold before Ray removes them, and
     each exchange they log is in ``events.jsonl`` (the event sink appends it as it arrives; it used to wait in the
     sink for the driver's next drain and die with it, so a resumed run found those units' final records with
     their calls missing: usage undercounted). Once the sink is gone a runner stops; the unit whose call was not
-    logged is continued by the resume, which makes that call again."""
-    seeds = _interview_seeds(tmp_path)
+    logged is continued by the resume, which makes that call again. Ray ends every actor of the killed driver
+    (the coordinator was detached and stayed, 148 MB, on a long-lived cluster), and the resume makes its own."""
+    seeds = interview_seeds(tmp_path / "seeds.jsonl")
     standin.reset()
     threads_dir, _ = _run(InterviewProtocol(), _config("interview", standin, tmp_path / "threads", None,
                                                        {"data": seeds}), ExecutorChoice())
@@ -302,6 +288,7 @@ def test_sigkill_of_the_driver_loses_no_logged_call_and_resume_counts_every_unit
     driver.wait()
     assert any(_cluster_quiet(standin, standin.served) for _ in range(10))  # Ray removes the driver's runners
     run_dir = next(out.glob("*/results.jsonl")).parent
+    assert _actors_end(cluster, run_dir.name), "the killed driver's coordinator, event sink or runners still run"
     unlogged = standin.served - _logged(run_dir)  # served, but the sink was gone when its worker logged it
     assert 0 <= unlogged <= concurrency  # one call at most per unit in flight (the units run one call at a time)
     resumed = subprocess.run([sys.executable, "run.py", *args, "--resume", run_dir.name], cwd=REPO, env=cluster.env,
@@ -314,6 +301,20 @@ def test_sigkill_of_the_driver_loses_no_logged_call_and_resume_counts_every_unit
     assert not short, f"units whose record counts fewer calls than the unit makes (counted, made): {short}"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["usage"]["calls"] == _logged(run_dir) == standin.served - unlogged
+
+
+def _actors_end(cluster: RayCluster, run_id: str) -> bool:
+    """Whether the run's coordinator (by its name) and every process of the run's actors are gone, within a
+    minute (Ray ends a dead driver's actors once it sees the driver gone)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+        except ValueError:
+            if not cluster.actor_processes("Coordinator", "_EventSink", "_UnitRunner"):
+                return True
+        time.sleep(0.2)
+    return False
 
 
 def _cluster_quiet(standin: CountingStandIn, served: int) -> bool:
@@ -332,7 +333,7 @@ def test_a_budget_holds_for_the_whole_cluster_and_stops_the_run_as_on_threads(
     out, limit, concurrency = tmp_path / "out", 30, 4
     standin.reset()
     dsn = fresh_postgres_db("ray_budget")
-    code = cli.main(["--protocol", "interview", "--data", _interview_seeds(tmp_path), "--target",
+    code = cli.main(["--protocol", "interview", "--data", interview_seeds(tmp_path / "seeds.jsonl"), "--target",
                      f"target@{standin.url}", "--evaluator", f"evaluator@{standin.url}", "--skip-preflight",
                      "--concurrency", str(concurrency), "--postgres-dsn", dsn,
                      "--out", str(out), "--executor", "ray", "--ray-address", cluster.address,

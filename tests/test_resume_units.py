@@ -115,3 +115,27 @@ def test_ungraded_unit_keeps_its_results_and_is_rejudged_on_resume_without_askin
     assert len(chats["evaluator"].calls) == 2 + 2 + 2 + 1
     assert len(target.calls) == 3  # only the judge step was redone
     assert summary["metrics"]["accuracy"] == pytest.approx(1 / 3)
+
+
+def test_rejudged_unit_record_counts_every_call_made_for_it(tmp_path):
+    """A re-judge forks the thread from a checkpoint whose config has no ``unit_id``: the fork's calls must still be
+    filed under the unit (its record, ``--export`` and the viewer read them by unit id), not under the thread id."""
+    judge_ok = {"q1": False}
+
+    def judge(m, t):
+        if "question 1" in str(m[0].content) and not judge_ok["q1"]:
+            return {"unexpected": 1}
+        return {"correct": True}
+
+    chats = {"target": ScriptedChat(lambda m, t: "answer to " + last_text(m)), "evaluator": ScriptedChat(judge)}
+    run = _open(tmp_path, chats, ungraded_on_judge_failure=True)
+    execute(ToyProtocol(), run, skip_preflight=True)
+    judge_ok["q1"] = True
+    summary = execute(ToyProtocol(), _open(tmp_path, chats, run_id=run.run_dir.name, ungraded_on_judge_failure=True),
+                      skip_preflight=True)
+    assert summary["status_counts"] == {"ok": 3}
+    events = [json.loads(line) for line in (run.run_dir / "events.jsonl").read_text().splitlines()]
+    latest = {r["unit_id"]: r for r in _records(run.run_dir)}
+    assert {e["unit"] for e in events} == set(latest) == {"q0", "q1", "q2"}
+    assert sum(r["usage"]["calls"] for r in latest.values()) == len(events)
+    assert latest["q1"]["usage"]["calls"] == 1 + 2 + 1  # the target, the failed judging (call + repair), the re-judge

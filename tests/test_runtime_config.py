@@ -147,13 +147,19 @@ def test_unreadable_config_file_is_input_error(tmp_path):
         load_config("toy", config_file=str(tmp_path / "missing.toml"), environ={}, flags={})
 
 
-def test_masked_config_hides_dsn_password_and_never_holds_keys():
-    cfg = RunConfig(protocol="x", stores={"postgres_dsn": "postgresql://bob:s3cret@db:5432/ev"},
+@pytest.mark.parametrize("dsn", ["postgresql://bob:s3cret@db:5432/ev", "host=db port=5432 user=bob password=s3cret "
+                                 "dbname=ev", "postgresql://bob@db:5432/ev?password=s3cret"])
+def test_masked_config_drops_the_dsn_password_in_every_form_and_never_holds_keys(dsn):
+    cfg = RunConfig(protocol="x", stores={"postgres_dsn": dsn, "chroma_url": "http://ann:s3cret@vectors:8000"},
                     models={"m": {"model": "gpt", "base_url": "https://api.example/v1", "api_key_env": "MY_KEY"}},
                     roles={"target": "m"})
-    dumped = str(cfg.masked())
-    assert "s3cret" not in dumped and "bob:***@db:5432" in dumped
-    assert "MY_KEY" in dumped
+    masked = cfg.masked()
+    assert "s3cret" not in str(masked) and "MY_KEY" in str(masked)
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert conninfo_to_dict(masked["stores"]["postgres_dsn"]) == {"host": "db", "port": "5432", "user": "bob",
+                                                                  "dbname": "ev"}
+    assert masked["stores"]["chroma_url"] == "http://ann@vectors:8000"
 
 
 def test_openai_provider_names_resolve_to_openais_api_or_openai_base_url(monkeypatch):

@@ -398,7 +398,7 @@ def test_run_dir_reads_the_latest_record_of_each_unit_in_plan_order_skipping_tor
     assert [(r["unit_id"], r["correct"]) for r in run.records()] == [("T1-a", True), ("T2-b", False),
                                                                      ("T9-z", True)]
     assert [u["id"] for u in run.units().unfinished()] == ["T3-c"]
-    assert run.protocol == "atad" and run.summary()["units"] == 2
+    assert run.protocol == "atad" and run.summary().units == 2
 
 
 def test_comparison_legend_says_what_tells_the_runs_apart(tmp_path):

@@ -92,6 +92,7 @@ class JudgeAgentProtocol(Protocol):
                     "adapt the difficulty to the verdicts and the evaluator writes their questions (seed 000, Sec. "
                     "3), so a batch whose extension questions change diverged; the capability score, difficulty "
                     "trajectory and validation metrics cover the batches that kept their path.")
+    uses_chroma = True  # the context graph's chunk and entity vectors
 
     def builder(self) -> StateGraph:
         from dyneval.graphs.judgeagent import builder

@@ -30,13 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from dyneval.nodes import irt
 from dyneval.protocols.judgeagent.data import split_batches
 from dyneval.runtime.protocol import Run, Unit
-from dyneval.runtime.rundir import RESULTS, RunDir, is_run, read_json
-from dyneval.state.config import RunConfig
+from dyneval.runtime.rundir import RESULTS, RunDir, is_run
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext
 from dyneval.state.verdicts import is_ungraded
@@ -71,11 +69,7 @@ def run_dirs(spec: str, current: Path) -> list[Path]:
 
 def examinee(run_dir: Path) -> tuple[str, str]:
     """``(key, label)`` of a run's target: its answer identity, and ``model@endpoint`` to show."""
-    try:
-        config = RunConfig.model_validate(RunDir(run_dir).config())
-    except (OSError, ValueError, ValidationError) as exc:
-        raise InputError(f"{run_dir}: no readable config.json of a run ({str(exc).splitlines()[0]})",
-                         field=FLAG) from None
+    config = RunDir(run_dir, FLAG).run_config()
     if config.protocol != "judgeagent":
         raise InputError(f"{run_dir} is a run of {config.protocol}, not judgeagent", field=FLAG)
     spec = config.spec_for("target").answer_identity()
@@ -86,7 +80,7 @@ def examinee(run_dir: Path) -> tuple[str, str]:
 def check_same_benchmark(run_dir: Path, questions: dict[str, BaseQuestion]) -> None:
     """Refuse a run whose plan shares no question with this benchmark or asks a shared id differently."""
     shared = 0
-    for unit in RunDir(run_dir).plan():
+    for unit in RunDir(run_dir, FLAG).plan():
         for q in unit.get("input", {}).get("batch") or []:
             ours = questions.get(str(q.get("id")))
             if ours is None:
@@ -107,7 +101,7 @@ def responses(dirs: list[Path], questions: dict[str, BaseQuestion], exclude: str
     used, labels = [], {}
     for d in dirs:
         key, label = examinee(d)
-        run = RunDir(d)
+        run = RunDir(d, FLAG)
         if not run.has(RESULTS):
             raise InputError(f"{d}: no results.jsonl (not a finished run)", field=FLAG)
         check_same_benchmark(d, questions)
@@ -186,7 +180,7 @@ def adaptive_summary(run: Run, ok: list[dict[str, Any]]) -> dict[str, Any]:
     path = run.run_dir / CALIBRATION_FILE
     if not path.exists():
         return {}
-    fit = read_json(path)
+    fit = json.loads(path.read_text(encoding="utf-8"))  # this run's own, written by adaptive_units
     items = fit.pop("items")
     graded = [b for r in ok for b in r["base"] if b["id"] in items and not is_ungraded(b)]
     theta = irt.eap([items[b["id"]]["a"] for b in graded], [items[b["id"]]["b"] for b in graded],

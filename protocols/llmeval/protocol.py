@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
@@ -30,6 +32,7 @@ from dyneval.state.context import described
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
 from dyneval.stores.choices import AnswerForm
+from dyneval.stores.private_files import FOLDER_MODE, private_file, write_private
 from dyneval.samples import sample, shown
 
 if TYPE_CHECKING:
@@ -160,11 +163,15 @@ class LLMEvalProtocol(Protocol):
                     "absolute, relative and per-discipline scores are re-scored as-is. An adaptive session "
                     "(--adaptive) picks its next question from the scores, so one whose scores changed diverged.")
     _loaded: tuple[tuple[Any, ...], LoadedFile] | None = None  # the validated --bank file of this run
+    uses_chroma = True  # the bank's near-duplicate index
 
     def builder(self) -> StateGraph:
         from dyneval.graphs.llmeval import builder
 
         return builder
+
+    def databases(self, run: Run) -> dict[str, str]:
+        return {"--bank-db": str(run.params["bank_db"])} if run.params.get("bank_db") else {}
 
     # -- bank ------------------------------------------------------------------------------------
     def context(self, run: Run) -> LLMEvalContext:
@@ -432,6 +439,16 @@ class LLMEvalProtocol(Protocol):
 
     # -- other modes -----------------------------------------------------------------------------
     def custom_run(self, run: Run) -> bool:
+        p, options = run.params, self.batch(run)
+        if p.get("serve"):  # its port before anything else is made: one in use is bad input, not a server failure
+            from dyneval.protocols.llmeval.server import bind_port
+
+            with contextlib.closing(bind_port(options.port)) as listener:
+                return self._modes(run, listener)
+        return self._modes(run, None)
+
+    def _modes(self, run: Run, listener: socket.socket | None) -> bool:
+        """The modes asked for, in order (the exam server last, on ``listener``); False when none is."""
         from dyneval.protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with dyneval --help
 
         p, options = run.params, self.batch(run)
@@ -441,6 +458,10 @@ class LLMEvalProtocol(Protocol):
                              "contamination", "calibrate", "compare") if p.get(m)]
         if not modes:
             return False
+        if listener is not None:  # its logs will hold the judge prompts, which quote the reference answers
+            run.run_dir.chmod(FOLDER_MODE)
+            if run.services.events.path is not None:
+                private_file(run.services.events.path)
         if p.get("admin_token"):
             self.print_admin_token(run)
             return True
@@ -507,8 +528,8 @@ class LLMEvalProtocol(Protocol):
                                  [["theta", result["theta_diff"], result["theta_diff_low"], result["theta_diff_high"]],
                                   ["expected S", result["S_diff"], result["S_diff_low"], result["S_diff_high"]]],
                                  caption=f"{result['first']} minus {result['second']}")]
-        if p.get("serve"):
-            summary["authenticated_requests"] = self.serve(run, options.port)
+        if listener is not None:
+            summary["authenticated_requests"] = self.serve(run, listener)
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         if blocks:
             write_report(run.run_dir, f"llmeval {', '.join(modes)} {run.run_dir.name}", blocks)
@@ -527,26 +548,28 @@ class LLMEvalProtocol(Protocol):
         return ExamServer(self._ctx(run), rate=options.rate_limit, max_body=options.max_request_body,
                           max_headers=options.max_request_headers)
 
-    def serve(self, run: Run, port: int) -> int:
-        """The exam server (``--workers`` processes) until SIGTERM or Ctrl-C, then its access log persisted and the
-        bank closed; returns the number of authenticated requests it answered."""
-        from dyneval.protocols.llmeval.server import http_server, serve_until_stopped, write_private
+    def serve(self, run: Run, listener: socket.socket) -> int:
+        """The exam server (``--workers`` processes) on ``listener`` until SIGTERM or Ctrl-C, then its access log
+        persisted and the bank closed; returns the number of authenticated requests it answered."""
+        from dyneval.protocols.llmeval.server import http_server, serve_until_stopped
 
         self.calibrate(run)  # adaptive sessions choose among the calibrated questions (refit only if new answers)
         workers = self.batch(run).workers
         server = self.exam_server(run)
         token_file = run.run_dir / "admin_token"
         write_private(token_file, server.admin_token() + "\n")
+        port = listener.getsockname()[1]
         run.console.print(f"exam server on http://127.0.0.1:{port}, {workers} process(es)  (admin token in "
                           f"{token_file}; a fresh one: --admin-token)", highlight=False)
         if workers > 1:
             from dyneval.protocols.llmeval.workers import serve_workers
 
             server.bank.close()  # the workers open their own connections
-            requests = serve_workers(run, port, workers, server.max_headers)
+            requests = serve_workers(run, listener, workers, server.max_headers)
         else:
-            serve_until_stopped(http_server(server, port))
-            requests = server.shut_down(run.run_dir / "access_log.jsonl")
+            access_log = run.run_dir / "access_log.jsonl"
+            serve_until_stopped(http_server(server, port, partial(server.shut_down, access_log)), listener)
+            requests = len(server.log)
         run.console.print(f"exam server stopped after {requests} authenticated requests (access log in "
                           f"{run.run_dir / 'access_log.jsonl'})", highlight=False)
         return requests

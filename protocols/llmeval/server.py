@@ -25,7 +25,9 @@ token and ``POST /admin/sessions/{id}/token`` an examinee's, since tokens expire
 
 Limits (:class:`RequestLimits`, before any parsing or authentication): a body beyond
 ``--max-request-body`` bytes -> 413, a request line and headers beyond ``--max-request-headers``
-bytes -> 431. SIGTERM or Ctrl-C stops the server gracefully (:func:`serve_until_stopped`).
+bytes -> 431, a request not arrived whole within :data:`REQUEST_TIMEOUT_S` -> 408 (:class:`H11Limited`).
+SIGTERM or Ctrl-C stops the server gracefully and within a bound (:func:`serve_until_stopped`): requests still
+arriving get :data:`ARRIVAL_GRACE_S` (then 503), those being answered :data:`SHUTDOWN_TIMEOUT_S`.
 
 Several processes (``--workers N``, :mod:`protocols.llmeval.workers`) need no more than this: what they must
 share lives in the bank (sessions, examinees, answers with their one-answer-per-slot rule, rate buckets), the
@@ -41,16 +43,19 @@ stopped at its target SE or maximum), so ``/next`` then serves it; scoring repor
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
 import secrets
 import signal
+import socket
 import threading
 from collections import deque
 import time
 import uuid
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -72,18 +77,28 @@ from dyneval.nodes.llmeval.examinee import build_messages, fewshot_examples
 from dyneval.nodes.llmeval.judge import judge_session, judges
 from dyneval.nodes.llmeval.session import open_session
 from dyneval.protocols.llmeval.protocol import LLMEvalBatch
+from dyneval.runtime import stop
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
 from dyneval.stores.bank_sessions import QuotaError
+from dyneval.stores.private_files import private_file, private_folder, write_private
 from dyneval.stores.question_bank import QuestionBank
 
 ALGORITHM = "HS256"
 ADMIN = "admin"
 #: Environment variables with the token signing secret (the first set wins); unset = the secret file.
 SECRET_ENVS = ("DYNEVAL_EXAM_SECRET", "DYNEVAL_LLMEVAL_JWT_SECRET")
-#: Seconds a connection refused for its headers keeps reading (and dropping) before it closes.
+#: Seconds a connection refused (431, 408) keeps reading (and dropping) what the client still sends before it closes.
 LINGER_S = 5.0
+#: Seconds a request may take to arrive whole (request line, headers and body) from its first byte, and a new
+#: connection to start its first request: then 408 and the connection closes, so a slow client holds none for long.
+REQUEST_TIMEOUT_S = 30.0
+#: Seconds a request still arriving when the server stops (SIGTERM, Ctrl-C) has left to arrive whole: then 503.
+ARRIVAL_GRACE_S = 3.0
+#: Seconds a stopping server waits for the requests in flight (uvicorn's ``timeout_graceful_shutdown``): then those
+#: still being answered are cancelled, and the logs are written and the bank closed all the same.
+SHUTDOWN_TIMEOUT_S = 5
 #: The ``Authorization: Bearer TOKEN`` scheme (also what ``/docs`` offers under "Authorize").
 BEARER = HTTPBearer(auto_error=False, description="an admin or examinee token (JWT)")
 #: Response header naming the server process (pid) that answered.
@@ -115,17 +130,9 @@ class Answer(BaseModel):
     answer: str = Field(max_length=100000)
 
 
-def write_private(path: Path, text: str) -> None:
-    """``text`` into ``path``, readable and writable by its owner only (0600 from the first byte on)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT (emptied, not yet rewritten)
-        out.write(text)
-
-
 def _create_secret(path: Path, value: str) -> None:
     """``value`` as the secret file ``path`` unless it exists (the first of concurrent starts wins, whole)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     draft = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     write_private(draft, value + "\n")
     try:
@@ -302,13 +309,14 @@ class ExamServer:
                              context=dataclasses.replace(self.ctx, reference_model=""))
         return {"session_id": session_id, "scores": final.get("scores")}
 
-    def shut_down(self, path: Path) -> int:
-        """After the last request: the access log into ``path`` (JSONL) and the bank closed (SQLite folds its
-        write-ahead log into the database file). Returns the access log's length."""
-        with path.open("w", encoding="utf-8") as out:
+    def shut_down(self, path: Path) -> None:
+        """Once the requests in flight are answered, or :data:`SHUTDOWN_TIMEOUT_S` passed: no further model request
+        from this process (one still being answered stops at its next call), the access log into ``path`` (JSONL)
+        and the bank closed (SQLite folds its write-ahead log into the database file)."""
+        stop.request_stop()
+        with private_file(path).open("w", encoding="utf-8") as out:  # who asked for which session: owner-only
             out.writelines(json.dumps(entry) + "\n" for entry in self.log)
         self.bank.close()
-        return len(self.log)
 
 
 def _quota_http(exc: QuotaError) -> HTTPException:
@@ -318,7 +326,8 @@ def _quota_http(exc: QuotaError) -> HTTPException:
 
 def create_app(server: ExamServer, on_stop: Callable[[], Any] | None = None) -> FastAPI:
     """The FastAPI application of an :class:`ExamServer`; ``on_stop`` runs once its server has finished the
-    requests in flight (the ASGI lifespan's shutdown)."""
+    requests in flight or given up on them (the ASGI lifespan's shutdown, after :data:`SHUTDOWN_TIMEOUT_S` at
+    most)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -422,6 +431,8 @@ class RequestLimits:
         messages, size, more = [], 0, True
         while more:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left, or its request was refused for arriving too slowly: nobody to answer
             size += len(message.get("body", b""))
             if size > self.max_body:
                 return await _refuse(scope, receive, send, 413, f"request body beyond {self.max_body} bytes")
@@ -440,53 +451,128 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detai
 
 
 class H11Limited(H11Protocol):
-    """uvicorn's h11 protocol answering 431, not 400, once the request line and headers outgrow
-    ``h11_max_incomplete_event_size`` before they end (h11 then refuses to buffer more). It reads and drops what
-    the client still sends for up to :data:`LINGER_S` before closing, as closing on unread bytes would reset the
-    connection under the reply."""
+    """uvicorn's h11 protocol with bounds on what a client can make it wait for (uvicorn itself has no read
+    timeout: a client sending a byte now and then held its connection, and a stopping server, for as long as it
+    liked):
+
+    * request line and headers outgrowing ``h11_max_incomplete_event_size`` before they end: 431, not 400 (h11
+      then refuses to buffer more);
+    * a request not arrived whole within :data:`REQUEST_TIMEOUT_S` of its first byte (or of the connection's
+      opening): 408;
+    * once the server stops, a request still arriving gets at most :data:`ARRIVAL_GRACE_S` more: 503.
+
+    A refused connection reads and drops what the client still sends for up to :data:`LINGER_S` (none once the
+    server stops) before closing, as closing on unread bytes would reset the connection under the reply."""
 
     _draining = False
+    _stopping = False
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)
+        self._expect(REQUEST_TIMEOUT_S, 408, "request not received")
 
     def data_received(self, data: bytes) -> None:
-        if not self._draining:
-            super().data_received(data)
+        if self._draining:
+            return
+        if self._deadline is None:  # the first byte of the next request on this connection
+            self._expect(REQUEST_TIMEOUT_S, 408, "request not received")
+        super().data_received(data)
+        if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY) and self._deadline is not None:
+            self._deadline.cancel()  # arrived whole (or refused): answering it takes what it takes
+            self._deadline = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        if self._draining:
+            self.transport.close()
+        elif self._deadline is not None and self._deadline.when() - self.loop.time() > ARRIVAL_GRACE_S \
+                and self.cycle is not None and not self.cycle.response_complete:
+            self._deadline.cancel()  # its body is arriving: answered if it arrives within the grace
+            self._expect(ARRIVAL_GRACE_S, 503, "the server is stopping; request not received")
+        super().shutdown()  # closes a connection between requests, or with a request head still arriving
+
+    def _expect(self, seconds: float, status: int, detail: str) -> None:
+        """Refuse with ``status`` unless the request has arrived whole within ``seconds``."""
+        self._deadline = self.loop.call_later(seconds, self._too_slow, status, f"{detail} within {seconds:g} s")
+
+    def _too_slow(self, status: int, detail: str) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:  # the application waits for the body
+            self.cycle.disconnected = True  # its receive() says the client left; it sends nothing more
+            self.cycle.message_event.set()
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # nothing answered yet
+            self._refuse(status, detail, linger=0.0 if self._stopping else LINGER_S)
+        else:  # answered (e.g. 413) while the client still sends its body
+            self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         limit = self.config.h11_max_incomplete_event_size
-        if len(self.conn.trailing_data[0]) <= limit:
+        if limit is None or len(self.conn.trailing_data[0]) <= limit:
             return super().send_400_response(msg)
-        head = h11.Response(status_code=431, reason=b"Request Header Fields Too Large",
-                            headers=[(b"content-type", b"application/json"), (b"connection", b"close")])
-        body = json.dumps({"detail": f"request headers beyond {limit} bytes"}).encode()
+        self._refuse(431, f"request headers beyond {limit} bytes", linger=LINGER_S)
+
+    def _refuse(self, status: int, detail: str, linger: float) -> None:
+        """Answer ``status`` with ``detail`` and close the connection, after ``linger`` seconds of dropping what
+        the client still sends."""
+        body = json.dumps({"detail": detail}).encode()
+        head = h11.Response(status_code=status, reason=HTTPStatus(status).phrase.encode(),
+                            headers=[(b"content-type", b"application/json"), (b"connection", b"close"),
+                                     (b"content-length", str(len(body)).encode())])
         for event in (head, h11.Data(data=body), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
         self._draining = True
         self.transport.write_eof()
-        self.loop.call_later(LINGER_S, self.transport.close)
+        self.loop.call_later(linger, self.transport.close)
 
 
-def http_server(server: ExamServer, port: int, **options: Any) -> uvicorn.Server:
+def http_server(server: ExamServer, port: int, on_stop: Callable[[], Any] | None = None,
+                **options: Any) -> uvicorn.Server:
     """The uvicorn server of ``server`` on 127.0.0.1:``port``, with its header limit (h11: the header bytes it
-    buffers are bounded, unlike httptools')."""
-    config = uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning", http=H11Limited,
-                            h11_max_incomplete_event_size=server.max_headers, **options)
+    buffers are bounded, unlike httptools'), its read timeouts (:class:`H11Limited`) and its bounded stop, after
+    which it calls ``on_stop``."""
+    config = uvicorn.Config(create_app(server, on_stop), host="127.0.0.1", port=port, log_level="warning",
+                            http=H11Limited, h11_max_incomplete_event_size=server.max_headers,
+                            timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S, **options)
     return uvicorn.Server(config)
 
 
-def serve_until_stopped(http: uvicorn.Server) -> None:
-    """Serve until SIGTERM or Ctrl-C: uvicorn then closes the listener and finishes the requests in flight, and
-    raises the signal again for its former handler; the handlers set here take it, so the caller persists its
-    state and returns (the command exits 0). A second Ctrl-C stops at once. Off the main thread, which cannot take
-    signals, it just serves."""
+def bind_port(port: int) -> socket.socket:
+    """127.0.0.1:``port`` bound for the exam server, which listens on it once it serves (the workers' supervisor
+    hands it to each worker); a port another process holds is bad input naming ``--port``."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        raise InputError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc} (another server listens there?); "
+                         "choose another port", field="--port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_until_stopped(http: uvicorn.Server, listener: socket.socket) -> None:
+    """Serve on ``listener`` until SIGTERM or Ctrl-C: uvicorn then closes it, finishes the requests in flight
+    (:data:`SHUTDOWN_TIMEOUT_S` at most) and raises the signal again for its former handler; the handlers set here
+    take it, so the caller persists its state and returns (the command exits 0). A second Ctrl-C stops at once.
+    Off the main thread, which cannot take signals, it just serves."""
     if threading.current_thread() is not threading.main_thread():
-        return http.run()
+        return http.run(sockets=[listener])
 
     def stop(signum: int, frame: Any) -> None:
         http.should_exit = True  # also a signal before uvicorn installs its own handlers
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        http.run()
+        http.run(sockets=[listener])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -9,10 +9,12 @@ and the rate buckets live in the bank (:mod:`stores.question_bank`), so any work
 token signing secret comes from the same variable or file in every worker, and a token carries all it needs.
 
 SIGTERM or Ctrl-C to the parent: it closes its copy of the listening socket (the workers close theirs, so new
-connections are refused, not queued) and sends SIGTERM to every worker; each finishes its requests in flight, writes
-its part of the access log (``access_log.worker-PID.jsonl``) and of the event log and closes the bank; the parent
-waits for all of them, then merges the parts into ``access_log.jsonl`` and ``events.jsonl`` (:func:`merge_parts`).
-uvicorn replaces a worker that dies.
+connections are refused, not queued) and sends SIGTERM to every worker; each finishes its requests in flight (within
+the bounds of :class:`protocols.llmeval.server.H11Limited` and ``SHUTDOWN_TIMEOUT_S``, so a slow client cannot hold
+it), writes its part of the access log (``access_log.worker-PID.jsonl``) and of the event log and closes the bank;
+the parent waits for all of them, then merges the parts into ``access_log.jsonl`` and ``events.jsonl``
+(:func:`merge_parts`). The parts and the merged logs are their owner's only (the judge prompts quote the reference
+answers). uvicorn replaces a worker that dies.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,7 @@ from dyneval.runtime.protocol import Run
 from dyneval.runtime.services import Services
 from dyneval.state.config import RunConfig
 from dyneval.stores.files import read_records
+from dyneval.stores.private_files import private_file
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -58,28 +62,30 @@ def app_from_env() -> FastAPI:
     settings = json.loads(os.environ[SETTINGS_ENV])
     config = RunConfig.model_validate(settings["config"])
     run_dir, pid = Path(settings["run_dir"]), os.getpid()
-    events = EventLog(run_dir / PART.format(name="events", pid=pid), pricing=Pricing.for_run(config))
+    events = EventLog(private_file(run_dir / PART.format(name="events", pid=pid)), pricing=Pricing.for_run(config))
     run = Run(config=config, run_dir=run_dir, services=Services(config=config, run_dir=run_dir, events=events),
               console=Console(stderr=True), resumed=True)
     server = LLMEvalProtocol().exam_server(run)
     return create_app(server, on_stop=lambda: server.shut_down(run_dir / PART.format(name="access_log", pid=pid)))
 
 
-def serve_workers(run: Run, port: int, workers: int, max_headers: int) -> int:
-    """Serve with ``workers`` processes until SIGTERM or Ctrl-C reached every one and all have stopped; then the
-    logs merged. Returns the number of authenticated requests answered."""
+def serve_workers(run: Run, listener: socket.socket, workers: int, max_headers: int) -> int:
+    """Serve on ``listener`` with ``workers`` processes until SIGTERM or Ctrl-C reached every one and all have
+    stopped; then the logs merged. Returns the number of authenticated requests answered."""
     import uvicorn
     from uvicorn.supervisors.multiprocess import SIGNALS
+
+    from dyneval.protocols.llmeval.server import SHUTDOWN_TIMEOUT_S
 
     previous = {sig: signal.getsignal(sig) for sig in SIGNALS}  # the supervisor installs its own handlers
     before = os.environ.get(SETTINGS_ENV)
     os.environ[SETTINGS_ENV] = json.dumps({"config": run.config.model_dump(mode="json"),
                                            "run_dir": str(run.run_dir)})
-    config = uvicorn.Config(APP, factory=True, host="127.0.0.1", port=port, workers=workers, log_level="warning",
-                            http=HTTP, h11_max_incomplete_event_size=max_headers,
-                            timeout_worker_healthcheck=HEALTHCHECK_S)
+    config = uvicorn.Config(APP, factory=True, host="127.0.0.1", port=listener.getsockname()[1], workers=workers,
+                            log_level="warning", http=HTTP, h11_max_incomplete_event_size=max_headers,
+                            timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S, timeout_worker_healthcheck=HEALTHCHECK_S)
     try:
-        supervisor(config, [config.bind_socket()]).run()
+        supervisor(config, [listener]).run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -111,7 +117,7 @@ def merge_parts(run_dir: Path) -> int:
         parts = sorted(run_dir.glob(PART.format(name=name, pid="*")))
         records: list[dict[str, Any]] = [r for part in parts for r in read_records(part)]
         records.sort(key=lambda r: r.get("ts", 0))
-        with (run_dir / f"{name}.jsonl").open(mode, encoding="utf-8") as out:
+        with private_file(run_dir / f"{name}.jsonl").open(mode, encoding="utf-8") as out:
             out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         for part in parts:
             part.unlink()

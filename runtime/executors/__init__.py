@@ -53,7 +53,8 @@ class ExecutorChoice:
     ray_address: str | None = None
 
     def check(self, config: RunConfig) -> None:
-        """Refuse a choice that cannot run, before anything is created."""
+        """Refuse a choice that cannot run, before anything is created: the Ray cluster must answer within
+        :data:`.ray_address.REACH_S` seconds."""
         if self.ray_address and self.name != "ray":
             raise InputError("--ray-address names the Ray cluster of --executor ray", field="--ray-address")
         if self.name != "ray":
@@ -63,6 +64,11 @@ class ExecutorChoice:
                              "checkpoints, and final records are claimed in the database", field="--executor")
         if find_spec("ray") is None:
             raise InputError("--executor ray needs Ray: pip install 'dyneval[ray]'", field="--executor")
+        from dyneval.runtime.executors.ray_address import effective_address, reach
+
+        address, source = effective_address(self.ray_address)
+        if address is not None:
+            reach(address, source)  # a malformed address is InputError, one that does not answer InfraError
 
 
 class Session(Protocol):

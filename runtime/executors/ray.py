@@ -9,10 +9,13 @@ unit in flight, with its own interpreter, pools and connections).
 A unit is still one LangGraph thread, checkpointed in PostgreSQL (``--postgres-dsn``, required), so whichever
 runner runs it continues it from its last checkpoint. The unit's final record is written exactly once through an
 atomic claim with a lease in the same database (:class:`stores.unit_claims.UnitClaims`): a runner claims the
-unit before running it, renews the lease while it runs, and writes the final record only while it holds the
-lease. A runner whose process or node died is replaced on a live node and its units are sent again: the new
-attempt waits for the dead runner's lease to run out, takes the unit over and continues it from its checkpoint,
-or hands back the final record that was already written.
+unit once it can start it (its graph compiled, its checkpointer open), renews the lease from that moment while
+the unit runs, and writes the final record only while it holds the lease. A runner that loses a lease stops
+the unit at its next request and hands it back; a runner whose process or node died is replaced on a live node.
+Either way the driver sends the unit again (up to :data:`TASK_RETRIES` times, then records it ``infra_error``
+with the reason): the new attempt waits for the old lease to run out, takes the unit over and continues it
+from its checkpoint, or hands back the final record that was already written. No unit the driver sent is left
+without a record unless the run stops.
 
 Endpoint limits (requests in flight, requests per second) and the run's budgets hold for the whole cluster
 through the run's coordinator actor (:mod:`runtime.cluster`): a worker's call layer asks it before every
@@ -22,17 +25,20 @@ those of a worker that died mid-unit and those made after the driver was killed 
 back to the driver, which writes ``results.jsonl``, the summary and the report as with threads. Ctrl-C or SIGTERM
 at the driver stops the coordinator (no worker sends another request), gives the units in flight the runner's
 grace period, then kills the runners; the run resumes like any other. The runners end with the session, so a
-long-lived cluster keeps nothing of a finished run.
+long-lived cluster keeps nothing of a finished run; the driver owns them, the coordinator and the event sink, so
+Ray ends them all when the driver dies, even killed outright.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +48,7 @@ from rich.console import Console
 from dyneval.runtime import stop
 from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
+from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.models import Endpoint
 from dyneval.runtime.pricing import Pricing
@@ -51,6 +58,7 @@ from dyneval.runtime.signals import STOPPING, raised_as_received
 from dyneval.runtime.spread import LocalSpread
 from dyneval.runtime.unit import run_unit
 from dyneval.state.config import RunConfig
+from dyneval.state.errors import InfraError
 from dyneval.stores.checkpoints import open_checkpointer
 from dyneval.stores.files import append_line
 from dyneval.stores.results import ResultStore
@@ -59,8 +67,10 @@ from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 #: Seconds a worker's claim on a unit lasts without a heartbeat: a unit whose worker died is taken over this long
 #: after its last heartbeat (``Heartbeat`` renews it every third of it).
 LEASE_S = 10.0
-#: How often a unit (or a preparation item) whose worker process or node died is sent again.
+#: How often a unit (or a preparation item) is sent again after its runner died or (a unit) gave it back.
 TASK_RETRIES = 5
+#: Seconds the driver waits for ``ray.init`` to join an existing cluster whose port answered.
+CONNECT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -126,9 +136,38 @@ class _ClusterServices(Services):
         if isinstance(endpoint.slots, ClusterSlots):
             return endpoint
         key = next(k for k, opened in self._endpoints.items() if opened is endpoint)  # opened just now
-        slots = self.limits.slots(endpoint.spec.model_dump_json(), endpoint.spec)
+        slots = _LeasedSlots(self.limits, self.limits.register(endpoint.spec.model_dump_json(), endpoint.spec))
         self._endpoints[key] = replace(endpoint, slots=slots, limiter=None)
         return self._endpoints[key]
+
+
+#: The lease of the unit this thread (or a node's thread, which copies its context) works for: set once its
+#: renewal failed.
+_LEASE_LOST: ContextVar[threading.Event | None] = ContextVar("lease_lost", default=None)
+#: Why a runner gave a unit back (the driver sends it again).
+LEASE_LOST = f"the runner lost the unit's lease (not renewed within {LEASE_S:g} s, or taken over) and stopped it"
+
+
+class _LeasedSlots(ClusterSlots):
+    """An endpoint's cluster slots that also refuse the request of a unit whose lease was lost, before the slot
+    and once it is granted (right before the request): the unit stops at its next call as after Ctrl-C, its
+    checkpoints kept, and the rest of the run goes on."""
+
+    def acquire(self, blocking: bool = True) -> int:
+        _refuse_if_lease_lost()
+        grant = super().acquire(blocking)
+        try:
+            _refuse_if_lease_lost()
+        except stop.StopRequested:
+            self.release(grant)
+            raise
+        return grant
+
+
+def _refuse_if_lease_lost() -> None:
+    lost = _LEASE_LOST.get()
+    if lost is not None and lost.is_set():
+        raise stop.StopRequested(LEASE_LOST)
 
 
 class _Worker:
@@ -202,24 +241,32 @@ class _UnitRunner:
 
 
 def _run_claimed(worker: _Worker, unit: Unit) -> dict[str, Any]:
+    """The unit claimed only once its graph and checkpointer are ready (a fresh runner on a loaded node took
+    longer than a lease to make them), its lease renewed from the moment it is taken; a lease lost meanwhile
+    stops the unit at its next request, and the record comes back ``interrupted`` with the reason."""
     run_id = worker.run.run_dir.name
+    graph, context = worker.graph()
     claim = _claim(worker, run_id, unit.id)
     if claim.status == "final":
         return worker.claims.final_records(run_id)[unit.id].record
-    if claim.lease is None:  # the run stopped while another worker's lease ran out
-        return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted"}
+    if claim.lease is None:
+        return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted",
+                "error": "the runner was stopped while another attempt's lease ran out"}
     lease = claim.lease
-    graph, context = worker.graph()
-    try:
-        with Heartbeat(worker.claims, lease):
+    with Heartbeat(worker.claims, lease) as beat:
+        held = _LEASE_LOST.set(beat.lost)
+        try:
             record = run_unit(worker.job.protocol, worker.run, graph, unit, context)
-    finally:
-        worker.limits.flush()
+        finally:
+            _LEASE_LOST.reset(held)
+            worker.limits.flush()
     worker.run.services.events.release(unit.id)
+    if record["status"] == "interrupted" and beat.lost.is_set():
+        record["error"] = LEASE_LOST
     if record["status"] in FINAL_STATUSES:
         if not worker.claims.finish(lease, record, record["usage"]):
             final = worker.claims.final_records(run_id).get(unit.id)
-            return final.record if final is not None else {**record, "status": "interrupted"}
+            return final.record if final is not None else {**record, "status": "interrupted", "error": LEASE_LOST}
     else:
         worker.claims.release(lease)
     return record
@@ -408,31 +455,46 @@ class RayExecutor:
             yield self._keep(record)
 
     def _record(self, ref: Any, unit: Unit) -> dict[str, Any] | None:
-        """The record ``ref`` returned, or the failure it is; ``None`` for a unit sent again (its runner died)."""
+        """The record ``ref`` returned, or the failure it is; ``None`` for a unit sent again.
+
+        A unit comes back ``interrupted`` while the driver goes on when the run's budget is spent (then the run
+        stops, as in one process) or when its runner gave it back (its lease was lost): such a unit, like one
+        whose runner died, is sent again, up to :data:`TASK_RETRIES` times, and then recorded ``infra_error``
+        with the reason. None is dropped: every unit sent ends with a record, or the run stops."""
         try:
-            return self.session.runners.result(ref)
-        except _Gone as exc:
-            self.tries[unit.id] = self.tries.get(unit.id, 0) + 1
-            if not self.stopping and self.tries[unit.id] <= TASK_RETRIES:
-                self.queued.append(unit)  # continued from its checkpoint once the dead worker's lease ran out
-                return None
-            return {"unit_id": unit.id, "meta": unit.meta,
-                    "status": "interrupted" if self.stopping else "infra_error", "error": str(exc)}
+            record = self.session.runners.result(ref)
+        except _Gone as exc:  # continued from its checkpoint once the dead runner's lease ran out
+            return self._again(unit, f"its unit runner died: {exc}")
         except Exception as exc:  # noqa: BLE001 - a unit's failure is its record, as with threads
             return {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
                     "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        if record["status"] != "interrupted" or self.stopping:
+            return record
+        if reached := self.session.limits.stats()["budget_reached"]:
+            stop.request_stop()  # the budget is spent: the runner stops as when it is spent in this process
+            if self.run.services.budget is not None:
+                self.run.services.budget.reached = reached
+            return record
+        return self._again(unit, record.get("error") or "its runner stopped it")
+
+    def _again(self, unit: Unit, reason: str) -> dict[str, Any] | None:
+        """Send ``unit`` again (``None``), or its record once it was sent too often or the run is stopping."""
+        self.tries[unit.id] = self.tries.get(unit.id, 0) + 1
+        if not self.stopping and self.tries[unit.id] <= TASK_RETRIES:
+            self.queued.append(unit)
+            return None
+        if self.stopping:
+            return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted", "error": reason}
+        return {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
+                "error": f"sent {self.tries[unit.id]} times; the last time {reason}"}
 
     def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
         """A record back at the driver: its usage as the driver's log counts it (every attempt's exchanges),
-        saved unless interrupted."""
+        saved unless interrupted (the run is stopping)."""
         events = self.run.services.events
         record["usage"] = events.usage(record["unit_id"]).as_dict()
         if record["status"] != "interrupted":
             self.results.append(record)
-        elif not self.stopping and (reached := self.session.limits.stats()["budget_reached"]):
-            stop.request_stop()  # the budget is spent: the runner stops as when it is spent in this process
-            if self.run.services.budget is not None:
-                self.run.services.budget.reached = reached
         events.release(record["unit_id"])
         return record
 
@@ -479,21 +541,20 @@ class RaySession:
 
 @contextmanager
 def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RaySession]:
-    """Connect to the Ray cluster at ``address`` (``None``: start one on this machine), start the run's
-    coordinator and event sink on the driver's node and the unit runners, and remove them all at the end."""
+    """Connect to the Ray cluster at ``address`` (``None``: start one on this machine, on 127.0.0.1), start the
+    run's coordinator and event sink on the driver's node and the unit runners, and remove them all at the end.
+    All of them are owned by this process: if it is killed, Ray ends them too."""
+    keep_on_loopback(effective_address(address)[0])
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    connected = not ray.is_initialized()
-    if connected:
-        with _signal_handlers_kept():  # Ray's own SIGTERM handler would exit without the partial report
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    connection = None if ray.is_initialized() else _connect(address)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn):
         pass  # the checkpoint tables made here, once: workers making them at once collide on their migrations
     run_id = run.run_dir.name
-    stop_coordinator(run_id)  # a coordinator an earlier session left (its stop flag up)
-    start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
+    stop_coordinator(run_id)  # a coordinator an earlier session in this process left (its stop flag up)
+    coordinator = start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
     sink = ray.remote(_EventSink).options(num_cpus=0, scheduling_strategy=here).remote(
         str(run.services.events.path or os.devnull))
     session = None
@@ -505,21 +566,69 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
         run.services.spread, run.services.remote_in_flight = LocalSpread(run.services), None
         if session is not None:
             session.runners.kill()
-        stop_coordinator(run_id)
+        ray.kill(coordinator)
         ray.kill(sink)
-        if connected:
+        if connection is not None:
             ray.shutdown()
+            connection.set()
 
 
-@contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
-    """The process's Ctrl-C and SIGTERM handlers as they were before, whatever the block installs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    kept = {sig: signal.getsignal(sig) for sig in STOPPING}
+def _connect(address: str | None) -> threading.Event:
+    """``ray.init`` on a thread of its own, waited for here; set the event it returns once ``ray.shutdown`` ran.
+
+    Not on this thread: Ray retries a cluster that does not let it in for minutes, with the thread blocked up to
+    30 s at a time, and on the main thread it installs a SIGTERM handler that exits without the partial report,
+    so Ctrl-C and SIGTERM would wait for it and SIGTERM would not exit 143. The thread lives until the event is
+    set: the processes of a Ray that ``init`` starts on this machine are bound to the thread that started them
+    (``PR_SET_PDEATHSIG``). An existing cluster (``address``, or ``RAY_ADDRESS``) must let the driver in within
+    :data:`CONNECT_S` seconds (its port answered already, :func:`.ray_address.reach`): else ``InfraError``.
+
+    Ray's core worker also installs a crash handler for SIGTERM as it starts (it aborts the process, exit -6):
+    this process's own handlers are put back at every wait and once ``init`` returned."""
+    import ray
+
+    outcome: list[BaseException | None] = []
+    release = threading.Event()
+
+    def hold() -> None:
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the waiting thread
+            outcome.append(exc)
+            return
+        outcome.append(None)
+        release.wait()
+
+    existing = address is not None or effective_address(address)[0] is not None
+    handlers = {sig: handler for sig in STOPPING if (handler := signal.getsignal(sig)) is not None} \
+        if threading.current_thread() is threading.main_thread() else {}
+    quiet = _Unsaid("SIGTERM handler is not set")  # what Ray says off the main thread: ours stays, as wanted
+    logging.getLogger("ray._private.worker").addFilter(quiet)
     try:
-        yield
+        threading.Thread(target=hold, name="ray-init", daemon=True).start()
+        deadline = time.monotonic() + CONNECT_S if existing else float("inf")
+        while not outcome and time.monotonic() < deadline:
+            time.sleep(0.1)  # short waits: a signal's handler runs between them
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     finally:
-        for sig, handler in kept.items():
+        logging.getLogger("ray._private.worker").removeFilter(quiet)
+        for sig, handler in handlers.items():
             signal.signal(sig, handler)
+    if not outcome:
+        raise InfraError(f"the Ray cluster at {address or effective_address(address)[0]} accepts connections but did "
+                         f"not let this driver in within {CONNECT_S:g} s (is it the GCS address of a Ray head?)")
+    if outcome[0] is not None:
+        raise outcome[0]
+    return release
+
+
+class _Unsaid(logging.Filter):
+    """Drops the log records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)

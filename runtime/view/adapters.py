@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from dyneval.runtime.runfiles import ConfigFile
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -406,7 +408,7 @@ def adapter(protocol: str) -> Adapter:
     return ADAPTERS.get(protocol, Adapter())
 
 
-def llmeval_answers(run_dir: Path, config: dict[str, Any], records: list[dict[str, Any]]
+def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]
                     ) -> dict[str, list[Section]]:
     """Per session: every question with the answer, stars and the judge's reason, from the question bank.
 
@@ -416,8 +418,7 @@ def llmeval_answers(run_dir: Path, config: dict[str, Any], records: list[dict[st
     """
     from dyneval.stores.question_bank import QuestionBank
 
-    params, stores = config.get("params") or {}, config.get("stores") or {}
-    location = params.get("bank_db") or stores.get("postgres_dsn") or str(
+    location = config.params.get("bank_db") or config.stores.postgres_dsn or str(
         run_dir.parent / "_cache" / "llmeval_bank.sqlite")
     if "://" not in location and not Path(location).exists():
         return {}

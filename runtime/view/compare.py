@@ -20,11 +20,13 @@ from typing import Any
 
 from dyneval.runtime.protocol import RESULT_STATUSES
 from dyneval.runtime.rundir import RunDir, finished_run
+from dyneval.runtime.runfiles import ConfigFile, SummaryFile
 from dyneval.runtime.view.adapters import adapter
 from dyneval.runtime.view.data import _flat, headline_metrics
 from dyneval.runtime.view.page import VIEW_FILE, write_page
 from dyneval.runtime.view.paths import Relative
 from dyneval.state.errors import InputError
+from dyneval.stores.files import writable
 
 #: Bootstrap resamples and seed of the paired intervals (fixed: the same runs give the same page).
 RESAMPLES, SEED, CONFIDENCE = 9999, 0, 0.95
@@ -37,7 +39,7 @@ def resolve_runs(refs: list[str], out: str) -> list[RunDir]:
     runs = [finished_run(ref, out, "--compare") for ref in refs]
     if len({r.path.resolve() for r in runs}) < len(runs):
         raise InputError("a run is named twice", setting="--compare")
-    protocols = {r.name: r.summary().get("protocol") for r in runs}
+    protocols = {r.name: r.protocol for r in runs}
     if len(set(protocols.values())) > 1:
         raise InputError("runs of different protocols cannot be compared: "
                          + ", ".join(f"{k} is {v}" for k, v in protocols.items()), setting="--compare")
@@ -71,11 +73,11 @@ def labels(count: int) -> list[str]:
     return [string.ascii_uppercase[i] if i < 26 else f"R{i + 1}" for i in range(count)]
 
 
-def _differences(summaries: list[dict[str, Any]], configs: list[dict[str, Any]]) -> list[str]:
+def _differences(summaries: list[SummaryFile], configs: list[ConfigFile]) -> list[str]:
     """Per run, what tells it apart from the others: the models and parameters that are not the same in all."""
-    def facts(summary: dict[str, Any], config: dict[str, Any]) -> dict[str, str]:
-        out = {f"{role}: {model}": "" for role, model in (summary.get("models") or {}).items()}
-        out.update({f"{k}={json.dumps(v)}": "" for k, v in (config.get("params") or {}).items()})
+    def facts(summary: SummaryFile, config: ConfigFile) -> dict[str, str]:
+        out = {f"{role}: {model}": "" for role, model in summary.models.items()}
+        out.update({f"{k}={json.dumps(v)}": "" for k, v in config.params.items()})
         return out
 
     every = [facts(s, c) for s, c in zip(summaries, configs)]
@@ -96,8 +98,8 @@ def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> 
     holding the first run)."""
     runs = [r if isinstance(r, RunDir) else RunDir(r) for r in runs]
     page_dir = Path(page_dir) if page_dir is not None else runs[0].path.parent
-    summaries = [r.summary() for r in runs]
-    protocol = summaries[0].get("protocol") or ""
+    summaries = [r.summary() or SummaryFile() for r in runs]
+    protocol = runs[0].protocol
     names = labels(len(runs))
     records = [r.records() for r in runs]
     outcomes = [_outcomes(protocol, rs) for rs in records]
@@ -105,11 +107,11 @@ def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> 
                      if any(values[n] is not None for o in outcomes for values in o.values())]
     views = [os.path.relpath(r.path / VIEW_FILE, page_dir) for r in runs]
 
-    heads = [{m["path"]: m for m in headline_metrics(adapter(protocol), s.get("metrics") or {})} for s in summaries]
+    heads = [{m["path"]: m for m in headline_metrics(adapter(protocol), s.metrics)} for s in summaries]
     paths = list(dict.fromkeys(p for h in heads for p in h))
     headline = [{"name": next(h[p]["name"] for h in heads if p in h), "values": [_with_interval(h.get(p))
                                                                                  for h in heads]} for p in paths]
-    flats = [dict(_flat(s.get("metrics") or {})) for s in summaries]
+    flats = [dict(_flat(s.metrics)) for s in summaries]
     raw = [[k, *[flat.get(k) for flat in flats]] for k in dict.fromkeys(k for f in flats for k in f)]
 
     paired = []
@@ -141,11 +143,10 @@ def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> 
         "kind": "compare",
         "title": f"{protocol}: {' vs '.join(r.name for r in runs)}",
         "protocol": protocol,
-        "notes": [f"{label}: {s['smoke_test_warning']}" for label, s in zip(names, summaries)
-                  if s.get("smoke_test_warning")]
-        + [f"{label}: INTERRUPTED, a partial run" for label, s in zip(names, summaries) if s.get("interrupted")],
-        "runs": [{"label": label, "run_id": r.name, "started": r.started, "units": s.get("units"),
-                  "statuses": ", ".join(f"{k}={v}" for k, v in sorted((s.get("status_counts") or {}).items())),
+        "notes": [f"{label}: {s.smoke_test_warning}" for label, s in zip(names, summaries) if s.smoke_test_warning]
+        + [f"{label}: INTERRUPTED, a partial run" for label, s in zip(names, summaries) if s.interrupted],
+        "runs": [{"label": label, "run_id": r.name, "started": r.started, "units": s.units,
+                  "statuses": ", ".join(f"{k}={v}" for k, v in sorted(s.status_counts.items())),
                   "differs": d, "view": view}
                  for label, r, s, d, view in zip(names, runs, summaries, differs, views)],
         "paired_note": (f"Per-unit outcomes of units that hold results (status ok or ungraded) in both runs, "
@@ -168,4 +169,6 @@ def write_compare(refs: list[str], out: str, dest: Path | None = None) -> Path:
     runs = resolve_runs(refs, out)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = dest or Path(out) / f"compare-{stamp}.html"
-    return write_page(path, compare_payload(runs, path.parent))
+    payload = compare_payload(runs, path.parent)
+    with writable(path.parent, "--compare"):
+        return write_page(path, payload)

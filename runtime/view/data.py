@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from dyneval.runtime.rundir import EVENTS, NOT_FINISHED, RunDir
+from dyneval.runtime.runfiles import SummaryFile
 from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, interval_of, leaves, llmeval_answers
 from dyneval.runtime.view.paths import Relative
 
@@ -71,9 +72,14 @@ def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, A
     return out
 
 
+def _member(mapping: Any, key: str) -> Any:
+    """``mapping[key]``; None where there is no such key or ``mapping`` is no mapping."""
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
 def _entry_name(metrics: dict[str, Any], path: str, key: str | None) -> str | None:
     """How a person knows the entry a ``*`` stands for: its ``name`` (judgecheck: a judge's model), else its key."""
-    entry = (dig(metrics, path.partition("*")[0].rstrip(".")) or {}).get(key) if key is not None else None
+    entry = _member(dig(metrics, path.partition("*")[0].rstrip(".")), key) if key is not None else None
     return str(entry.get("name", key)) if isinstance(entry, dict) else key
 
 
@@ -85,11 +91,11 @@ def _expanded(metrics: dict[str, Any], path: str, n: str | None) -> list[tuple[s
 
     def at(dotted: str, key: str) -> Any:
         head, _, tail = dotted.partition("*")
-        inner = (dig(metrics, head.rstrip(".")) or {}).get(key)
+        inner = _member(dig(metrics, head.rstrip(".")), key)
         return dig(inner, tail.lstrip(".")) if tail.strip(".") else inner
 
-    keys = dig(metrics, path.partition("*")[0].rstrip(".")) or {}
-    return [(key, at(path, key), at(n, key) if n else None) for key in keys]
+    keys = dig(metrics, path.partition("*")[0].rstrip("."))
+    return [(key, at(path, key), at(n, key) if n else None) for key in keys] if isinstance(keys, dict) else []
 
 
 def _columns(records: Iterable[dict[str, Any]], spec: Adapter) -> tuple[list[str], list[str]]:
@@ -197,8 +203,8 @@ def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = N
     that read the run's files a unit at a time, so :func:`runtime.view.page.write_page` writes a page of any size
     in bounded memory (an exchange's place in ``events.jsonl`` is kept per unit, not the exchange)."""
     run = RunDir(run_dir)
-    summary, config = run.summary(), run.config()
-    protocol = summary.get("protocol") or config.get("protocol") or ""
+    summary, config = run.summary() or SummaryFile(), run.config()
+    protocol = config.protocol
     spec = adapter(protocol)
     if extra_sections is None and protocol == "llmeval":
         extra_sections = llmeval_answers(run.path, config, run.records())
@@ -236,20 +242,18 @@ def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = N
                                       *(extra_sections or {}).get(r["unit_id"], []), *_field_sections(r, spec)],
                          "events": exchanges(r["unit_id"])})
 
-    metrics = summary.get("metrics") or {}
+    metrics = summary.metrics
     return {**shown({
         "kind": "run",
         "title": f"{protocol} run {run.name}",
         "protocol": protocol,
         "run_id": run.name,
-        "notes": [n for n in [summary.get("smoke_test_warning"),
-                              _interrupted_note(summary.get("interrupted"))] if n],
-        "overview": [["units", summary.get("units")],
-                     ["statuses", ", ".join(f"{k}={v}" for k, v in sorted((summary.get("status_counts")
-                                                                           or {}).items()))],
-                     ["ungraded verdicts", summary.get("ungraded_verdicts")],
-                     *[[f"model: {role}", model] for role, model in (summary.get("models") or {}).items()],
-                     *[[f"LLM {k}", v] for k, v in (summary.get("usage") or {}).items()]],
+        "notes": [n for n in [summary.smoke_test_warning, _interrupted_note(summary.interrupted)] if n],
+        "overview": [["units", summary.units],
+                     ["statuses", ", ".join(f"{k}={v}" for k, v in sorted(summary.status_counts.items()))],
+                     ["ungraded verdicts", summary.ungraded_verdicts],
+                     *[[f"model: {role}", model] for role, model in summary.models.items()],
+                     *[[f"LLM {k}", v] for k, v in summary.usage.items()]],
         "headline": headline_metrics(spec, metrics),
         "metrics": _flat(metrics),
         "columns": columns,

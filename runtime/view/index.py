@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dyneval.runtime.events import usd
-from dyneval.runtime.rundir import RESULTS, RunDir, runs_under
+from dyneval.runtime.rundir import RESULTS, DamagedRun, RunDir, runs_under
+from dyneval.runtime.runfiles import SummaryFile
 from dyneval.runtime.view.adapters import adapter
 from dyneval.runtime.view.data import headline_metrics
 from dyneval.runtime.view.page import VIEW_FILE, write_page
@@ -27,13 +28,13 @@ INDEX_FILE = "index.html"
 _TITLE = re.compile(rb"<title>(.*?)</title>", re.S)
 
 
-def _status(run: RunDir, summary: dict[str, Any]) -> str:
-    if not summary:
+def _status(run: RunDir, summary: SummaryFile | None) -> str:
+    if summary is None:
         plan = sum(1 for _ in run.plan())
-        done = len({r.get("unit_id") for r in run.file(RESULTS)})
+        done = len({r["unit_id"] for r in run.file(RESULTS)})
         return f"no summary: running, or stopped before its end ({done} of {plan} units have a record)"
-    counts = ", ".join(f"{k}={v}" for k, v in sorted((summary.get("status_counts") or {}).items()))
-    if summary.get("interrupted"):
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(summary.status_counts.items()))
+    if summary.interrupted:
         return f"interrupted (partial): {counts}"
     return f"finished: {counts}" if counts else "finished"
 
@@ -48,22 +49,23 @@ def _cost(usage: dict[str, Any]) -> str:
 
 
 def _row(run: RunDir) -> dict[str, Any]:
+    """The run's row; a folder that is not what a run writes (:class:`DamagedRun`) is a row saying what is wrong."""
+    row = {"run_id": run.name, "started": run.started, "protocol": "", "models": [], "headline": [], "cost": "",
+           "view": None, "report": None}
     try:
-        summary, config = run.summary(), run.config()
-    except (OSError, ValueError) as exc:  # an unreadable file or one that is not JSON: say so on its row
-        return {"run_id": run.name, "started": run.started, "protocol": "", "models": [],
-                "status": f"unreadable: {exc}", "headline": [], "cost": "", "view": None, "report": None}
-    protocol = summary.get("protocol") or config.get("protocol") or ""
-    models = summary.get("models") or config.get("roles") or {}
-    usage = summary.get("usage") or {}
-    head = headline_metrics(adapter(protocol), summary.get("metrics") or {})
-    return {
-        "run_id": run.name, "started": run.started, "protocol": protocol,
+        config, summary = run.config(), run.summary()
+        status = _status(run, summary)
+    except DamagedRun as exc:
+        return row | {"status": f"not readable as a run: {exc}"}
+    models = summary.models if summary and summary.models else config.roles
+    head = headline_metrics(adapter(config.protocol), summary.metrics) if summary else []
+    return row | {
+        "protocol": config.protocol,
         "models": [f"{role}: {model}" for role, model in models.items()],
-        "status": _status(run, summary),
+        "status": status,
         "headline": [{"name": m["name"], "value": m["value"], "denominator": m["denominator"],
                       **{k: (m.get("interval") or {}).get(k) for k in ("low", "high", "n")}} for m in head],
-        "cost": _cost(usage),
+        "cost": _cost(summary.usage) if summary else "",
         "view": f"{run.name}/{VIEW_FILE}" if (run.path / VIEW_FILE).is_file() else None,
         "report": f"{run.name}/report.html" if (run.path / "report.html").is_file() else None,
     }

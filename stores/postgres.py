@@ -1,0 +1,89 @@
+"""Holding on to PostgreSQL through a restart: every connection a run holds (the checkpointer's, the unit claims',
+llmeval's question bank's) comes from a pool that replaces a broken one, and every operation is tried again when
+its connection broke.
+
+A server restart (``pg_ctl restart``, a failover) ends every open connection, and connections fail while the
+server starts. An operation that meets that (:func:`is_disconnect`: psycopg's ``OperationalError``, also inside
+SQLAlchemy's) is tried again with :data:`RECONNECT`'s backoff: 9 attempts, waits doubling from 0.25 s to 8 s with
+jitter, so an outage of 15 s is always ridden out; each attempt waits at most :data:`CONNECT_TIMEOUT_S` for a
+connection. After the last attempt the operation raises :class:`state.errors.InfraError` (the unit ends
+``infra_error``; a resume tries it again). A retried write must be idempotent: a checkpoint ``put`` is an upsert,
+and the unit claims recognise their own write whose acknowledgement the restart lost.
+
+Messages name a server by :func:`server_of` (host, port, database), never with its password.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from dyneval.state.errors import InfraError, RetryPolicy, one_line
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+T = TypeVar("T")
+
+#: Seconds an attempt waits for a connection: libpq's ``connect_timeout``, and the pool's wait for a free one.
+CONNECT_TIMEOUT_S = 5
+#: An operation whose connection broke is tried 9 times in all, over at least 15 s and at most 32 s of waits.
+RECONNECT = RetryPolicy(max_retries=8, base_delay_s=0.25, max_delay_s=8.0)
+#: Connections one pool (a checkpointer, a claims store) opens at most: threads of a process working at once.
+POOL_MAX = 8
+
+# psycopg's pool logs each failed reconnection as a warning; without a handler of the application's, Python would
+# print them over the run's live display while the server is down (the retries above say what matters)
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+
+
+def server_of(dsn: str) -> str:
+    """``HOST:PORT/DATABASE`` of a DSN (URL or ``key=value``), for messages: never the user's password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(dsn)
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"{host}{port}/{params.get('dbname') or params.get('user') or ''}"
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """The server could not be reached or its connection broke (psycopg's ``OperationalError`` anywhere in the
+    chain of causes: SQLAlchemy raises its own error from psycopg's)."""
+    from psycopg import OperationalError
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OperationalError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def retried(server: str, what: str, operation: Callable[[int], T], policy: RetryPolicy = RECONNECT) -> T:
+    """``operation(attempt)``, tried again while its connection breaks (``attempt`` counts from 1: a write that
+    may have been committed before its acknowledgement was lost looks for itself from attempt 2); then an
+    :class:`InfraError` naming ``server`` and ``what`` failed."""
+    def give_up(attempts: int, exc: Exception) -> InfraError:
+        return InfraError(f"PostgreSQL {server}: {what} failed after {attempts} attempts: {one_line(exc)}")
+
+    return policy.call(operation, retry_on=is_disconnect, give_up=give_up)
+
+
+def open_pool(dsn: str, **connection: Any) -> ConnectionPool:
+    """A pool of connections to ``dsn`` (``connection``: their options, e.g. ``autocommit=True``), open once one
+    connection is made (:func:`retried`). Each connection is checked as it is handed out and replaced if broken;
+    the caller closes the pool."""
+    from psycopg_pool import ConnectionPool
+
+    pool: ConnectionPool = ConnectionPool(
+        dsn, kwargs={"connect_timeout": CONNECT_TIMEOUT_S, **connection}, min_size=1, max_size=POOL_MAX,
+        timeout=CONNECT_TIMEOUT_S, check=ConnectionPool.check_connection, open=False)
+    try:
+        retried(server_of(dsn), "connect", lambda _: pool.open(wait=True, timeout=CONNECT_TIMEOUT_S))
+    except BaseException:
+        pool.close()
+        raise
+    return pool
