@@ -1,8 +1,8 @@
 """ATAD (seed 003, section 2.2, Figure 2): one problem per thread.
 
-generate (teacher) -> check_structure (code, Table 6) -> validate (orchestrator) -> accept -> solve (student)
--> escalate (orchestrator feedback, next difficulty tier) -> generate ... until the student fails, the
-student loop cap is reached, or harder variants keep being rejected (finalize); a base problem that never
+check_input -> generate (teacher) -> check_structure (code, Table 6) -> validate (orchestrator) -> accept
+-> solve (student) -> escalate (orchestrator feedback, next difficulty tier) -> generate ... until the student
+fails, the student loop cap is reached, or harder variants keep being rejected (finalize); a base problem that never
 passes within max_init_loops is discarded. An orchestrator with no usable verdict stops the unit at END,
 unjudged (``ungraded``), and resume re-runs that validation.
 """
@@ -18,7 +18,8 @@ from dyneval.nodes.atad.orchestrator import escalate, validate
 from dyneval.nodes.atad.outcome import accept, check_structure, discard, finalize
 from dyneval.nodes.atad.student import solve
 from dyneval.nodes.atad.teacher import generate
-from dyneval.state.atad import AtadContext, AtadState
+from dyneval.nodes.entry import check_input
+from dyneval.state.atad import AtadContext, AtadInput, AtadOutput, AtadState
 
 
 def after_rejection(state: AtadState, runtime: Runtime[AtadContext]) -> Literal["generate", "discard", "finalize"]:
@@ -58,7 +59,8 @@ def after_solve(state: AtadState, runtime: Runtime[AtadContext]) -> Literal["esc
 
 def build_graph() -> StateGraph:
     """A new, uncompiled atad graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(AtadState, context_schema=AtadContext)
+    builder = StateGraph(AtadState, context_schema=AtadContext, input_schema=AtadInput, output_schema=AtadOutput)
+    builder.add_node("check_input", check_input(AtadInput))
     builder.add_node("generate", generate)
     builder.add_node("check_structure", check_structure)
     builder.add_node("validate", validate)
@@ -67,7 +69,8 @@ def build_graph() -> StateGraph:
     builder.add_node("escalate", escalate)
     builder.add_node("finalize", finalize)
     builder.add_node("discard", discard)
-    builder.add_edge(START, "generate")
+    builder.add_edge(START, "check_input")
+    builder.add_edge("check_input", "generate")
     builder.add_edge("generate", "check_structure")
     builder.add_conditional_edges("check_structure", after_check)
     builder.add_conditional_edges("validate", after_validate)

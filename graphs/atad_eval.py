@@ -1,4 +1,7 @@
-"""ATAD evaluation phase (seed 003, section 2.2.3; Table 3 review): one model x one benchmark problem per thread."""
+"""ATAD evaluation phase (seed 003, section 2.2.3; Table 3 review): one model x one benchmark problem per thread.
+
+check_input -> answer_item (the model solves the problem) or review_item (it scores the problem) -> END.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from dyneval.nodes.atad.evaluation import answer_item, review_item
-from dyneval.state.atad import EvalContext, EvalState
+from dyneval.nodes.entry import check_input
+from dyneval.state.atad import EvalContext, EvalInput, EvalOutput, EvalState
 
 
 def route_kind(state: EvalState, runtime: Runtime[EvalContext]) -> Literal["answer_item", "review_item"]:
@@ -18,10 +22,12 @@ def route_kind(state: EvalState, runtime: Runtime[EvalContext]) -> Literal["answ
 
 def build_graph() -> StateGraph:
     """A new, uncompiled atad_eval graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(EvalState, context_schema=EvalContext)
+    builder = StateGraph(EvalState, context_schema=EvalContext, input_schema=EvalInput, output_schema=EvalOutput)
+    builder.add_node("check_input", check_input(EvalInput))
     builder.add_node("answer_item", answer_item)
     builder.add_node("review_item", review_item)
-    builder.add_conditional_edges(START, route_kind)
+    builder.add_edge(START, "check_input")
+    builder.add_conditional_edges("check_input", route_kind)
     builder.add_edge("answer_item", END)
     builder.add_edge("review_item", END)
     return builder

@@ -1,6 +1,6 @@
 """LLM-as-an-Interviewer graph (seed 004, Figure 2, Algorithm 1): one seed question per thread.
 
-single_turn_judge -> modify_question -> answer -> grade -> (give_feedback -> answer)* ->
+check_input -> single_turn_judge -> modify_question -> answer -> grade -> (give_feedback -> answer)* ->
 (ask_followup -> answer -> grade ...)* -> summarize_session; an ungraded answer ends the session at END.
 """
 
@@ -11,10 +11,11 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.entry import check_input
 from dyneval.nodes.interview.grader import grade, single_turn_judge
 from dyneval.nodes.interview.interviewee import answer
 from dyneval.nodes.interview.interviewer import ask_followup, give_feedback, modify_question, summarize_session
-from dyneval.state.interview import InterviewContext, InterviewState
+from dyneval.state.interview import InterviewContext, InterviewInput, InterviewOutput, InterviewState
 from dyneval.state.verdicts import is_ungraded
 
 
@@ -50,7 +51,9 @@ def after_followup(state: InterviewState,
 
 def build_graph() -> StateGraph:
     """A new, uncompiled interview graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(InterviewState, context_schema=InterviewContext)
+    builder = StateGraph(InterviewState, context_schema=InterviewContext, input_schema=InterviewInput,
+                         output_schema=InterviewOutput)
+    builder.add_node("check_input", check_input(InterviewInput))
     builder.add_node("single_turn_judge", single_turn_judge)
     builder.add_node("modify_question", modify_question)
     builder.add_node("answer", answer)
@@ -58,7 +61,8 @@ def build_graph() -> StateGraph:
     builder.add_node("give_feedback", give_feedback)
     builder.add_node("ask_followup", ask_followup)
     builder.add_node("summarize_session", summarize_session)
-    builder.add_edge(START, "single_turn_judge")
+    builder.add_edge(START, "check_input")
+    builder.add_edge("check_input", "single_turn_judge")
     builder.add_edge("single_turn_judge", "modify_question")
     builder.add_edge("modify_question", "answer")
     builder.add_edge("answer", "grade")

@@ -1,6 +1,6 @@
 """JudgeAgent (seed 000, Algorithm 1): one batch of base questions per thread.
 
-grade_benchmark (section 3.1), or with calibrated questions (--irt-runs) select_base -> ask_base -> ...
+check_input -> grade_benchmark (section 3.1), or with calibrated questions (--irt-runs) select_base -> ask_base -> ...
 -> close_grading (issue 17: base questions chosen by IRT information) -> [extract_question_entities (Alg. 4
 l.3-7)] -> rounds x (sample_knowledge (Alg. 4) -> generate_question (Table 12) -> ask_target ->
 estimate_capability (running score, next difficulty)) -> feedback (Table 13) -> validate (Algorithm 2, Table 14).
@@ -13,13 +13,14 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.entry import check_input
 from dyneval.nodes.judgeagent.adaptive import ask_base, close_grading, select_base
 from dyneval.nodes.judgeagent.extension import ask_target, estimate_capability, generate_question
 from dyneval.nodes.judgeagent.feedback import feedback
 from dyneval.nodes.judgeagent.grading import grade_benchmark
 from dyneval.nodes.judgeagent.knowledge import extract_question_entities, sample_knowledge
 from dyneval.nodes.judgeagent.validation import validate
-from dyneval.state.judgeagent import JudgeAgentContext, JudgeAgentState
+from dyneval.state.judgeagent import JudgeAgentContext, JudgeAgentInput, JudgeAgentOutput, JudgeAgentState
 
 
 def grading_mode(state: JudgeAgentState) -> Literal["grade_benchmark", "select_base"]:
@@ -58,7 +59,9 @@ def after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) 
 
 def build_graph() -> StateGraph:
     """A new, uncompiled judgeagent graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(JudgeAgentState, context_schema=JudgeAgentContext)
+    builder = StateGraph(JudgeAgentState, context_schema=JudgeAgentContext, input_schema=JudgeAgentInput,
+                         output_schema=JudgeAgentOutput)
+    builder.add_node("check_input", check_input(JudgeAgentInput))
     builder.add_node("grade_benchmark", grade_benchmark)
     builder.add_node("select_base", select_base)
     builder.add_node("ask_base", ask_base)
@@ -70,7 +73,8 @@ def build_graph() -> StateGraph:
     builder.add_node("estimate_capability", estimate_capability)
     builder.add_node("feedback", feedback)
     builder.add_node("validate", validate)
-    builder.add_conditional_edges(START, grading_mode)
+    builder.add_edge(START, "check_input")
+    builder.add_conditional_edges("check_input", grading_mode)
     builder.add_conditional_edges("select_base", after_select)
     builder.add_edge("ask_base", "select_base")
     builder.add_conditional_edges("grade_benchmark", after_grading)

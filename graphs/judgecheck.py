@@ -1,6 +1,6 @@
 """Judge-check graph: one human-labelled item per thread.
 
-judge (every judge model x repeat x order) -> vote (jury majority, when there is a jury) -> END.
+check_input -> judge (every judge model x repeat x order) -> vote (jury majority, when there is a jury) -> END.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.entry import check_input
 from dyneval.nodes.judgecheck.verdicts import judge, vote
-from dyneval.state.judgecheck import JudgeCheckContext, JudgeCheckState
+from dyneval.state.judgecheck import JudgeCheckContext, JudgeCheckInput, JudgeCheckOutput, JudgeCheckState
 
 
 def after_judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> Literal["vote", "__end__"]:
@@ -21,10 +22,13 @@ def after_judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> 
 
 def build_graph() -> StateGraph:
     """A new, uncompiled judgecheck graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(JudgeCheckState, context_schema=JudgeCheckContext)
+    builder = StateGraph(JudgeCheckState, context_schema=JudgeCheckContext, input_schema=JudgeCheckInput,
+                         output_schema=JudgeCheckOutput)
+    builder.add_node("check_input", check_input(JudgeCheckInput))
     builder.add_node("judge", judge)
     builder.add_node("vote", vote)
-    builder.add_edge(START, "judge")
+    builder.add_edge(START, "check_input")
+    builder.add_edge("check_input", "judge")
     builder.add_conditional_edges("judge", after_judge)
     builder.add_edge("vote", END)
     return builder

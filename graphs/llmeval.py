@@ -1,6 +1,6 @@
 """LLMEval-3 exam graph (seed 002): one thread = one exam session of one model.
 
-open_session -> answer_questions (loops until every allocated question is answered, in order)
+check_input -> open_session -> answer_questions (loops until every allocated question is answered, in order)
 -> [answer_reference (loops; only with a reference model)] -> judge_answers -> score_session.
 
 Adaptive sessions (``--adaptive``, IRT): open_session -> select_question -> answer_questions -> judge_answers
@@ -14,12 +14,13 @@ from typing import Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.entry import check_input
 from dyneval.nodes.llmeval.adaptive import select_question
 from dyneval.nodes.llmeval.examinee import answer_questions, answer_reference
 from dyneval.nodes.llmeval.judge import judge_answers
 from dyneval.nodes.llmeval.scoring import score_session
 from dyneval.nodes.llmeval.session import open_session
-from dyneval.state.llmeval import LLMEvalContext, LLMEvalState
+from dyneval.state.llmeval import LLMEvalContext, LLMEvalInput, LLMEvalOutput, LLMEvalState
 
 
 def after_target(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
@@ -62,14 +63,17 @@ def after_reference(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
 
 def build_graph() -> StateGraph:
     """A new, uncompiled llmeval graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(LLMEvalState, context_schema=LLMEvalContext)
+    builder = StateGraph(LLMEvalState, context_schema=LLMEvalContext, input_schema=LLMEvalInput,
+                         output_schema=LLMEvalOutput)
+    builder.add_node("check_input", check_input(LLMEvalInput))
     builder.add_node("open_session", open_session)
     builder.add_node("answer_questions", answer_questions)
     builder.add_node("answer_reference", answer_reference)
     builder.add_node("select_question", select_question)
     builder.add_node("judge_answers", judge_answers)
     builder.add_node("score_session", score_session)
-    builder.add_edge(START, "open_session")
+    builder.add_edge(START, "check_input")
+    builder.add_edge("check_input", "open_session")
     builder.add_conditional_edges("open_session", after_open)
     builder.add_conditional_edges("select_question", after_select)
     builder.add_conditional_edges("answer_questions", after_target)

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from dyneval.state.context import BaseContext, described
+from dyneval.state.graph_io import GraphInput
 
 TaskId = Literal["T1", "T2", "T3", "T4", "T5", "T6", "T7"]
 TASK_IDS: tuple[str, ...] = ("T1", "T2", "T3", "T4", "T5", "T6", "T7")
@@ -224,7 +226,6 @@ class AtadState(TypedDict, total=False):
     ungraded: str | None  # why the unit stopped unjudged (the orchestrator gave no usable verdict); resume redoes it
     status: Literal["finalized", "discarded"]
     acceptance: str | None
-    end_reason: str | None
     discard_reason: str | None
 
 
@@ -241,6 +242,89 @@ class EvalState(TypedDict, total=False):
     explanation: str
     parse_error: str | None
     review: dict[str, Any] | None
+
+
+class AtadInput(GraphInput):
+    """What one generation thread is given: the problem to write (section 2.2.1; Tables 6 and 7)."""
+
+    task: TaskId = Field(description="Task type of the problem, T1-T7 (Table 6): T1 sentence context anomaly, T2 "
+                                     "paragraph order, T3 blank-based choice, T4 bridge sentence, T5 referential "
+                                     "ambiguity, T6 logical contradiction, T7 tone / style violation.")
+    topic: str = Field("", description="Domain topic of the problem (Table 7); empty = the task's first topic.")
+    challenge: str | None = Field(None, description="Challenge factor the anomaly is built on (Table 7); empty = "
+                                                    "none in particular.")
+    style: str = Field("", description="Exam style the problem is written in; empty = GRE.")
+    target_coherent: bool | None = Field(None, description="T2 only: whether the order shown should be coherent "
+                                                           "(batch runs draw it 50/50); empty = the teacher's "
+                                                           "choice.")
+
+
+class AtadOutput(TypedDict, total=False):
+    """What a finished generation thread gives (its benchmark item is made of these); the whole state stays in the
+    thread."""
+
+    task: Annotated[str, Field(description="Task type of the problem (T1-T7).")]
+    topic: Annotated[str, Field(description="Domain topic, as given.")]
+    challenge: Annotated[str | None, Field(description="Challenge factor, as given.")]
+    style: Annotated[str, Field(description="Exam style, as given.")]
+    status: Annotated[Literal["finalized", "discarded"], Field(
+        description="finalized (a validated problem the benchmark keeps) or discarded (no valid base problem "
+                    "within max_init_loops).")]
+    acceptance: Annotated[str | None, Field(description="Why a finalized problem was accepted: student_failed, "
+                                                        "student_loop_cap or escalation_rejected.")]
+    discard_reason: Annotated[str | None, Field(description="Why the item was discarded.")]
+    ungraded: Annotated[str | None, Field(description="Why the thread stopped unjudged (the orchestrator gave no "
+                                                      "usable verdict); resume redoes that validation.")]
+    current: Annotated[dict[str, Any] | None, Field(description="The final problem: the last one validated, with "
+                                                                "its answer.")]
+    current_level: Annotated[int, Field(description="Difficulty tier of the final problem (index into the "
+                                                    "difficulty ladder).")]
+    base: Annotated[dict[str, Any] | None, Field(description="The validated base problem the escalation started "
+                                                             "from.")]
+    student_loops: Annotated[int, Field(description="Student attempts made (one per validated problem).")]
+    successes: Annotated[int, Field(description="The student's consecutive successes, which set the difficulty "
+                                                "tier.")]
+    history: Annotated[list[dict[str, Any]], Field(description="Every step: candidates, structure checks, "
+                                                               "validations, student answers, escalations.")]
+
+
+class EvalInput(GraphInput):
+    """What one evaluation unit is given: a model and one benchmark problem (section 2.2.3; Table 3 review)."""
+
+    kind: Literal["answer", "review"] = Field("answer", description="answer: the model solves the problem; "
+                                                                    "review: it scores the problem (Table 3).")
+    model: str = Field(min_length=1, description="The evaluated model or reviewer: 'local', a name from the config "
+                                                 "file, openai/MODEL or MODEL@BASE_URL.")
+    task: TaskId = Field(description="Task type of the problem, T1-T7 (Table 6).")
+    problem: dict[str, Any] = Field(description="The problem in its task's Table 6 fields, with its answer (a "
+                                                "benchmark item's problem).")
+
+    @field_validator("problem")
+    @classmethod
+    def _fields_of_its_task(cls, problem: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The problem has its task's fields with their types (kept as given)."""
+        task = info.data.get("task")
+        if task in PROBLEM_SCHEMAS:
+            try:
+                PROBLEM_SCHEMAS[task].model_validate(problem)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                raise PydanticCustomError("problem_fields", "{field}: {msg} (a {task} problem's fields)", {
+                    "field": ".".join(str(part) for part in error["loc"]), "msg": error["msg"], "task": task}) from None
+        return problem
+
+
+class EvalOutput(TypedDict, total=False):
+    """What an evaluation unit gives."""
+
+    kind: Annotated[Literal["answer", "review"], Field(description="answer or review, as given.")]
+    model: Annotated[str, Field(description="The evaluated model or reviewer, as given.")]
+    correct: Annotated[bool | None, Field(description="Whether the answer is right (checked in code).")]
+    predicted: Annotated[Any, Field(description="The model's answer: a 1-based option number, or T2's coherent.")]
+    explanation: Annotated[str, Field(description="The model's explanation of its answer.")]
+    parse_error: Annotated[str | None, Field(description="Why the model's reply was unusable, if it was.")]
+    review: Annotated[dict[str, Any] | None, Field(description="Review units: validity, coherence, fairness (1-5) "
+                                                               "and approval (Table 3).")]
 
 
 # -- context -----------------------------------------------------------------------------------

@@ -54,6 +54,14 @@ class InputError(Exception):
         return InputError(self.message, file=self.file, record=self.record, setting=real)
 
 
+class GraphInputError(InputError, ValueError):
+    """A graph's input refused at its entry (``nodes/entry.py``), naming each wrong field.
+
+    Also a ``ValueError``: LangGraph's server passes the message of a ``ValueError`` on to its client (Studio) and
+    replaces that of most other exceptions with "An internal error occurred".
+    """
+
+
 class InfraError(Exception):
     """An endpoint or store could not serve the request (after retries)."""
 

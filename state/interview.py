@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from dyneval.state.context import BaseContext, described
+from dyneval.state.graph_io import GraphInput
 
 #: Task families of section 4 (Reasoning = math, Knowledge/Factuality = factual,
 #: Instruction Following) plus a generic fallback for any other free-form task.
@@ -58,13 +59,16 @@ FACTUAL_STATUSES: tuple[str, ...] = ("complete", "partially_correct", "incorrect
 # -- seed questions ----------------------------------------------------------------------------
 
 class SeedQuestion(BaseModel):
-    """One seed question of the benchmark the interview starts from."""
+    """One seed question of the benchmark the interview starts from (a record of ``--data``)."""
 
-    id: str
-    question: str
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="the seed question's id (results and reports are filed under it)")
+    question: str = Field(description="the question as the benchmark states it (the interviewer may modify it)")
     solution: str = Field("", description="reference solution (worked steps or reference text)")
     answer: str = Field("", description="reference final answer (math: a number or expression)")
-    task: TaskType = "generic"
+    task: TaskType = Field("generic", description="task family of section 4: math, factual (long-form "
+                                                  "knowledge), instruction (instruction following) or generic")
     level: str | None = Field(None, description="optional difficulty level")
 
 
@@ -151,8 +155,43 @@ class InterviewState(TypedDict, total=False):
     seed_error_type: str
     single_turn: dict[str, Any]              # LLM-as-a-judge on the unmodified question
     session_summary: str
-    summary_source: str                      # llm | fallback | disabled
+    summary_source: str                      # interviewer | code (summaries off, or an empty LLM summary)
     stopped: str                             # why the session ended early (an ungraded answer)
+
+
+class InterviewInput(GraphInput):
+    """What one interview session is given: its seed question (Algorithm 1's input)."""
+
+    seed: SeedQuestion = Field(description="The seed question the session starts from (section 3.1): modified, "
+                                           "asked, and graded against its solution and answer.")
+    unit_id: str = Field("", description="Name of the session (the batch runner sets its unit id); it seeds the "
+                                         "session's random choices, such as the follow-up types.")
+
+
+class InterviewOutput(TypedDict, total=False):
+    """What a finished session gives (the fields its unit record is made of); the whole state stays in the thread."""
+
+    seed: Annotated[dict[str, Any], Field(description="The seed question, as given.")]
+    modification: Annotated[dict[str, Any], Field(description="How the seed question was modified before it was "
+                                                              "asked: strategy, status, explanation.")]
+    interactions: Annotated[list[dict[str, Any]], Field(
+        description="One record per answer: question, attempt, the answer, its verdict (correct / wrong / "
+                    "ungraded), score, error type and reason; Score@n and follow-up accuracy are computed from "
+                    "these.")]
+    single_turn: Annotated[dict[str, Any], Field(description="LLM-as-a-judge verdict on the unmodified question "
+                                                             "answered once.")]
+    seed_solved: Annotated[bool, Field(description="Whether the seed question was solved within its retries.")]
+    seed_error_type: Annotated[str, Field(description="Error type of the seed question's last graded answer "
+                                                      "(Concept, Misinterpret, Calculation, N/A).")]
+    feedbacks: Annotated[list[dict[str, Any]], Field(description="Feedback given after wrong answers.")]
+    followups: Annotated[list[dict[str, Any]], Field(description="Follow-up questions (Table 1) with their types "
+                                                                 "and expected answers.")]
+    session_summary: Annotated[str, Field(description="The interviewer's summary of the session (Appendix D.3).")]
+    summary_source: Annotated[str, Field(description="Who wrote the summary: interviewer, or code (summaries off, "
+                                                     "or an empty LLM summary).")]
+    stopped: Annotated[str, Field(description="Why the session ended early (an ungraded answer); empty when it "
+                                              "ran to its end.")]
+    transcript: Annotated[list[Turn], Field(description="The readable transcript of the session.")]
 
 
 # -- context -----------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from dyneval.state.context import BaseContext, described
+from dyneval.state.graph_io import GraphInput
 from dyneval.samples import sample
 
 #: The knowledge base a run without --kb (and without reference texts) uses.
@@ -108,11 +109,14 @@ class DifficultyControl:
 class BaseQuestion(BaseModel):
     """One question of the base benchmark (Algorithm 1 input: question, answer, difficulty)."""
 
-    id: str
-    question: str
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="the question's id")
+    question: str = Field(description="the question as the target sees it")
     answer: str = Field(description="gold answer: an option letter for multiple choice, else free text")
-    options: list[str] | None = None
-    difficulty: Difficulty | None = None
+    options: list[str] | None = Field(None, description="multiple-choice options, in order (none = free-form)")
+    difficulty: Difficulty | None = Field(None, description="easy, medium or hard (Appendix B's gains); none = "
+                                                            "unlabeled, which gains c2")
     references: list[str] = Field(default_factory=list, description="reference texts (knowledge base source)")
 
     @property
@@ -186,6 +190,48 @@ class JudgeAgentState(TypedDict, total=False):
     pick: str | None  # the question chosen to ask next (None: grading is over)
     irt_trace: list[dict[str, Any]]  # per choice: ability (theta, se) before it, the question, its information
     ability: dict[str, Any]  # final theta +/- se, asked questions, the IRT-decided first difficulty
+
+
+class JudgeAgentInput(GraphInput):
+    """What one batch is given (Algorithm 1's input): its base questions, and item parameters for adaptive
+    grading."""
+
+    batch: list[BaseQuestion] = Field(min_length=1, description="The batch's base questions (Benchmark Grading, "
+                                                                "section 3.1), each with its gold answer.")
+    irt: dict[str, Annotated[list[float], Field(min_length=2, max_length=2)]] | None = Field(
+        None, description="Adaptive grading (--irt-runs): question id -> [a, b], its calibrated discrimination and "
+                          "difficulty; the batch is then the pool the asked questions are chosen from by "
+                          "information. Empty = every question is asked.")
+
+
+class JudgeAgentOutput(TypedDict, total=False):
+    """What a finished batch gives (the fields its unit record is made of); the whole state stays in the thread."""
+
+    batch: Annotated[list[dict[str, Any]], Field(description="The base questions asked (with adaptive grading, "
+                                                             "the ones chosen from the pool).")]
+    answer_format: Annotated[str, Field(description="How questions without options were asked and judged: "
+                                                    "phrase or free.")]
+    base: Annotated[list[dict[str, Any]], Field(description="Benchmark Grading: per base question the target's "
+                                                            "reply and its verdict (correct / wrong / ungraded).")]
+    score: Annotated[float, Field(description="sc_B: the capability score, the gains of the correct answers "
+                                              "(Appendix B).")]
+    answered: Annotated[int, Field(description="RND_total: the graded answers the score is over (ungraded ones "
+                                               "count neither way).")]
+    trajectory: Annotated[list[dict[str, Any]], Field(description="Difficulty trajectory: the running average and "
+                                                                  "the next difficulty after each step.")]
+    rounds: Annotated[list[dict[str, Any]], Field(description="Interactive Extension rounds: knowledge path, "
+                                                              "generated question, the target's answer, verdict.")]
+    question_entities: Annotated[list[dict[str, str]], Field(description="Entities of the base questions that "
+                                                                         "seed the knowledge paths (Algorithm 4).")]
+    feedback: Annotated[dict[str, Any], Field(description="Evaluation Feedback (Table 13): flaws in knowledge and "
+                                                          "capability, overall performance, suggestions.")]
+    validation: Annotated[list[dict[str, Any]], Field(description="Validation (Algorithm 2): per question the "
+                                                                  "verdicts before and after the suggestions.")]
+    irt: Annotated[dict[str, list[float]], Field(description="Adaptive grading's item parameters, as given.")]
+    ability: Annotated[dict[str, Any], Field(description="Adaptive grading: the final ability (theta +/- SE), "
+                                                         "the asked questions and the first difficulty.")]
+    irt_trace: Annotated[list[dict[str, Any]], Field(description="Adaptive grading: each choice with the ability "
+                                                                 "before it and the question's information.")]
 
 
 # -- context -----------------------------------------------------------------------------------

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from dyneval.state.config import ModelSpec, parse_model_ref
 from dyneval.state.context import BaseContext, described
 from dyneval.state.errors import InputError
+from dyneval.state.graph_io import GraphInput
 
 #: The judging steps that can be checked, by name: ``protocol.step``, plus the pairwise preference judge.
 Judge = Literal["llmeval.judge", "interview.grader", "judgeagent.judge", "atad.orchestrator", "atad.reviewer",
@@ -150,8 +151,10 @@ def jury_vote(results: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any]
 class LabelledItem(BaseModel):
     """One human-labelled item: what the judge sees and the human label (on the judge's scale)."""
 
-    id: str
-    category: str = ""
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="the item's id")
+    category: str = Field("", description="category the measures are broken down by")
     question: str = Field("", description="the question or instruction (a pair's input)")
     response: str = Field("", description="pointwise: the answer to judge")
     output_1: str = Field("", description="pairwise: the first output")
@@ -165,7 +168,8 @@ class LabelledItem(BaseModel):
                                              "task type (T1-T7)")
     problem: dict[str, Any] = Field(default_factory=dict, description="ATAD: the problem (Table 6 fields)")
     level: str = Field("", description="ATAD: the difficulty tier of a scaled problem; empty = a base problem")
-    label: str
+    label: str = Field(description="the human label, on the checked judge's scale (0-3 stars, correct / wrong, "
+                                   "approved / rejected, 1-5, or 1 / 2 / tie)")
 
 
 class PairwiseVerdict(BaseModel):
@@ -187,6 +191,23 @@ class JudgeCheckState(TypedDict, total=False):
     item: dict[str, Any]
     verdicts: list[dict[str, Any]]
     jury: list[dict[str, Any]]
+
+
+class JudgeCheckInput(GraphInput):
+    """What one judge-check thread is given: one human-labelled item."""
+
+    item: LabelledItem = Field(description="The item the judges decide on, with its human label.")
+
+
+class JudgeCheckOutput(TypedDict, total=False):
+    """What a judged item gives: every verdict on it and, with a jury, the majority per repeat and order."""
+
+    item: Annotated[dict[str, Any], Field(description="The labelled item, as given.")]
+    verdicts: Annotated[list[dict[str, Any]], Field(description="One per judge model, repeat and order: the value "
+                                                                "on the judge's scale (none = ungraded), reason, "
+                                                                "cost.")]
+    jury: Annotated[list[dict[str, Any]], Field(description="With a jury: per repeat and order the members' votes "
+                                                            "and the majority value (split without one).")]
 
 
 @dataclass(kw_only=True)

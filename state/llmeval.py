@@ -12,7 +12,6 @@ only carries ids and counts, so nothing the target could read holds an answer.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
@@ -21,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from dyneval.state.config import MAX_CONCURRENCY
 from dyneval.state.context import BaseContext, described
+from dyneval.state.graph_io import GraphInput
 
 Paradigm = Literal["zero-shot", "few-shot", "cot"]
 PARADIGMS: tuple[str, ...] = get_args(Paradigm)
@@ -53,7 +53,43 @@ class LLMEvalState(TypedDict, total=False):
     stopped: str              # why an adaptive session ended: target_se / max_items / bank
     theta: float              # its running ability estimate (EAP) and standard error
     se: float
-    notes: Annotated[list[str], operator.add]
+
+
+class LLMEvalInput(GraphInput):
+    """What one exam session is given; everything is optional (the questions are sampled from the bank)."""
+
+    session_id: str = Field("", description="The session's id in the question bank: an existing id reopens its "
+                                            "session where it stopped; empty = the thread's unit id.")
+    paradigm: Paradigm | None = Field(None, description="zero-shot, few-shot (Figure 9) or cot (Figure 10); empty "
+                                                        "= the context's paradigm.")
+    model: str = Field("", description="Name the examinee is filed under in the bank (its leaderboard row; a "
+                                       "model never meets a question twice until the bank is exhausted); empty = "
+                                       "the target role's model.")
+
+
+class LLMEvalOutput(TypedDict, total=False):
+    """What a finished session gives (the fields its unit record is made of); answers stay in the bank."""
+
+    session_id: Annotated[str, Field(description="The session's id in the question bank.")]
+    model: Annotated[str, Field(description="The examinee the session is filed under.")]
+    paradigm: Annotated[str, Field(description="Prompting paradigm of the session.")]
+    reference_session_id: Annotated[str, Field(description="The reference model's replay of the same questions.")]
+    allocated: Annotated[int, Field(description="Questions allocated to the session.")]
+    answered: Annotated[int, Field(description="Questions answered.")]
+    reference_answered: Annotated[int, Field(description="Questions the reference model answered.")]
+    judged: Annotated[int, Field(description="Answers the judge rated.")]
+    ungraded: Annotated[int, Field(description="Answers the judge could not rate (no stars; resume re-judges "
+                                               "them).")]
+    reference_ungraded: Annotated[int, Field(description="The same for the reference model's replay.")]
+    scores: Annotated[dict[str, Any], Field(description="Absolute score S (equation 1) with its n, star counts and "
+                                                        "per-discipline scores.")]
+    reference_scores: Annotated[dict[str, Any], Field(description="The reference model's scores on the same "
+                                                                  "questions.")]
+    relative: Annotated[float | None, Field(description="Relative score R = S / S_ref x 100 (equation 2).")]
+    adaptive: Annotated[bool, Field(description="Whether the session was adaptive (IRT).")]
+    stopped: Annotated[str, Field(description="Why an adaptive session ended: target_se, max_items or bank.")]
+    theta: Annotated[float, Field(description="An adaptive session's ability estimate (EAP).")]
+    se: Annotated[float, Field(description="Its standard error.")]
 
 
 class JudgeRating(BaseModel):

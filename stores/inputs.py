@@ -83,7 +83,8 @@ def input_error(message: str, *, flag: str, file: str | Path | None = None, reco
 
 # -- value types -------------------------------------------------------------------------------
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
+    """How a message names a value it refuses: its kind and a short JSON rendering (``a list ["a", "b"]``)."""
     if isinstance(value, bool):
         return f"a boolean ({json.dumps(value)})"
     if isinstance(value, float) and not math.isfinite(value):
@@ -107,7 +108,7 @@ def _short(value: Any) -> str:
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    raise PydanticCustomError("text_type", "expected text, got {kind}", {"kind": _kind(value)})
+    raise PydanticCustomError("text_type", "expected text, got {kind}", {"kind": value_kind(value)})
 
 
 def scalar_text(value: Any) -> str:
@@ -116,7 +117,7 @@ def scalar_text(value: Any) -> str:
         return value
     if isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
         return json.dumps(value)
-    raise PydanticCustomError("scalar_type", "expected text or a number, got {kind}", {"kind": _kind(value)})
+    raise PydanticCustomError("scalar_type", "expected text or a number, got {kind}", {"kind": value_kind(value)})
 
 
 def _texts(value: Any) -> list[str]:
@@ -131,7 +132,7 @@ def _texts(value: Any) -> list[str]:
                 out.append(scalar_text(v))
             except PydanticCustomError:
                 raise PydanticCustomError("texts_type", "expected text or a list of texts; found {kind}",
-                                          {"kind": _kind(v)}) from None
+                                          {"kind": value_kind(v)}) from None
 
     walk(value)
     return out
@@ -327,7 +328,7 @@ def _json_lines(text: str, p: Path, flag: str) -> Iterator[Record]:
         except TooDeep as exc:
             raise _too_deep(exc, p, flag, n) from None
         if not isinstance(value, dict):
-            raise input_error(f"a record must be a JSON object, got {_kind(value)}", flag=flag, file=p, record=n)
+            raise input_error(f"a record must be a JSON object, got {value_kind(value)}", flag=flag, file=p, record=n)
         yield Record(str(p), n, value, flag)
 
 
@@ -344,7 +345,7 @@ def _json_document(text: str, p: Path, flag: str) -> Iterator[Record]:
     if isinstance(data, list):
         for n, value in enumerate(data, 1):
             if not isinstance(value, dict):
-                raise input_error(f"a record must be a JSON object, got {_kind(value)}", flag=flag, file=p,
+                raise input_error(f"a record must be a JSON object, got {value_kind(value)}", flag=flag, file=p,
                                   record=n)
             yield Record(str(p), n, value, flag)
         return

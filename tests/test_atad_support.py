@@ -115,12 +115,16 @@ def services(tmp_path, world: World, *, teacher=None, orchestrator=None, student
 
 
 def run_graph(svc, inputs: dict[str, Any], thread: str = "u1", **ctx_fields) -> dict[str, Any]:
+    """One ATAD thread run to its end; the thread's whole state, as the runner reads it (``invoke`` returns the
+    graph's output only)."""
     from dyneval.graphs.atad import builder
     from dyneval.state.atad import AtadContext
 
     graph = builder.compile(checkpointer=InMemorySaver())
     ctx = AtadContext(services=svc, **ctx_fields)
-    return graph.invoke(inputs, {"configurable": {"thread_id": thread}, "recursion_limit": 200}, context=ctx)
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": 200}
+    graph.invoke(inputs, config, context=ctx)
+    return dict(graph.get_state(config).values)
 
 
 def unit_input(task: str = "T1", **extra) -> dict[str, Any]:

@@ -41,7 +41,8 @@ def target(messages: list, tool: Any) -> str:
 
 def run_pool(tmp_path: Path, checkpointer: Any = None, responder: Any = target, resume: bool = False,
              **params: Any) -> tuple[dict[str, Any], Any]:
-    """One thread over :data:`POOL` (``resume``: continue the checkpointed thread instead of starting it)."""
+    """One thread over :data:`POOL` (``resume``: continue the checkpointed thread instead of starting it); the
+    thread's whole state, as the runner reads it (``invoke`` returns the graph's output only)."""
     from langgraph.checkpoint.memory import InMemorySaver
 
     from dyneval.graphs.judgeagent import builder
@@ -51,8 +52,9 @@ def run_pool(tmp_path: Path, checkpointer: Any = None, responder: Any = target, 
     ctx = JudgeAgentContext(services=svc, no_extension=True, no_validation=True, **params)
     graph = builder.compile(checkpointer=checkpointer or InMemorySaver())
     start = {"batch": [q.model_dump() for q in POOL], "irt": {k: list(v) for k, v in ITEMS.items()}}
-    out = graph.invoke(None if resume else start, {"configurable": {"thread_id": "u1"}}, context=ctx)
-    return out, svc
+    config = {"configurable": {"thread_id": "u1"}}
+    graph.invoke(None if resume else start, config, context=ctx)
+    return dict(graph.get_state(config).values), svc
 
 
 def test_each_base_question_is_the_most_informative_at_the_ability_so_far(tmp_path):

@@ -97,7 +97,8 @@ class SimulatedTarget:
 
 
 def run_batch(svc: Any, batch: list[Any], kb: Path, thread: str = "u1", **params: Any) -> dict[str, Any]:
-    """Run one JudgeAgent thread on ``batch`` (BaseQuestion objects) with an in-memory checkpointer."""
+    """Run one JudgeAgent thread on ``batch`` (BaseQuestion objects) with an in-memory checkpointer; the thread's
+    whole state, as the runner reads it (``invoke`` returns the graph's output only)."""
     from langgraph.checkpoint.memory import InMemorySaver
 
     from dyneval.graphs.judgeagent import builder
@@ -105,8 +106,9 @@ def run_batch(svc: Any, batch: list[Any], kb: Path, thread: str = "u1", **params
 
     ctx = JudgeAgentContext(services=svc, kb=str(kb), **params)
     graph = builder.compile(checkpointer=InMemorySaver())
-    return graph.invoke({"batch": [q.model_dump() for q in batch]}, {"configurable": {"thread_id": thread}},
-                        context=ctx)
+    config = {"configurable": {"thread_id": thread}}
+    graph.invoke({"batch": [q.model_dump() for q in batch]}, config, context=ctx)
+    return dict(graph.get_state(config).values)
 
 
 def fake_services(tmp_path: Path, evaluator: Any, target: Any, params: dict[str, Any] | None = None) -> Any:

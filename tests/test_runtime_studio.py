@@ -124,6 +124,103 @@ def test_every_graph_gives_studio_input_output_and_context_forms_with_choices_as
         assert _choice_fields("interview").keys() >= {"interviewee", "modification"}
 
 
+#: What a user gives each graph (its input form), and what the end-of-run panel shows (the unit's result).
+INPUTS = {"interview": {"seed", "unit_id"},
+          "atad": {"task", "topic", "challenge", "style", "target_coherent"},
+          "atad_eval": {"kind", "model", "task", "problem"},
+          "judgeagent": {"batch", "irt"},
+          "judgecheck": {"item"},
+          "llmeval": {"session_id", "paradigm", "model"}}
+OUTPUTS = {"interview": {"seed", "modification", "interactions", "single_turn", "seed_solved", "seed_error_type",
+                         "feedbacks", "followups", "session_summary", "summary_source", "stopped", "transcript"},
+           "atad": {"task", "topic", "challenge", "style", "status", "acceptance", "discard_reason", "ungraded",
+                    "current", "current_level", "base", "student_loops", "successes", "history"},
+           "atad_eval": {"kind", "model", "correct", "predicted", "explanation", "parse_error", "review"},
+           "judgeagent": {"batch", "answer_format", "base", "score", "answered", "trajectory", "rounds",
+                          "question_entities", "feedback", "validation", "irt", "ability", "irt_trace"},
+           "judgecheck": {"item", "verdicts", "jury"},
+           "llmeval": {"session_id", "model", "paradigm", "reference_session_id", "allocated", "answered",
+                       "reference_answered", "judged", "ungraded", "reference_ungraded", "scores", "reference_scores",
+                       "relative", "adaptive", "stopped", "theta", "se"}}
+
+
+def _resolved(schema: dict, part: dict) -> dict:
+    """``part`` with a ``$ref`` (also inside ``allOf`` / ``anyOf``) replaced by the definition it names."""
+    for option in [part, *part.get("allOf", []), *part.get("anyOf", [])]:
+        if "$ref" in option:
+            return schema["$defs"][option["$ref"].rsplit("/", 1)[-1]]
+    return part
+
+
+def test_every_graphs_input_form_asks_only_what_a_user_gives_and_its_output_is_the_units_result(standin_studio):
+    """Studio draws its input form from the input schema and its end-of-run panel from the output schema: the input
+    holds only what a user (or the batch runner's plan) provides, the output the fields a unit's record is made of,
+    every field described; the interview's seed question is a typed object, not a bare ``object``."""
+    base, _ = standin_studio
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for a in client.post("/assistants/search", json={"limit": 50}).json():
+            graph, schemas = a["graph_id"], client.get(f"/assistants/{a['assistant_id']}/schemas").json()
+            for kind, expected in (("input_schema", INPUTS), ("output_schema", OUTPUTS)):
+                props = schemas[kind]["properties"]
+                assert set(props) == expected[graph], f"{graph} {kind}: {sorted(props)}"
+                undescribed = [n for n, p in props.items() if not p.get("description")]
+                assert not undescribed, f"{graph} {kind}: no description for {undescribed}"
+            if graph == "interview":
+                form = schemas["input_schema"]
+                seed = _resolved(form, form["properties"]["seed"])
+                assert seed.get("additionalProperties") is False and set(seed["required"]) == {"id", "question"}
+                assert seed["properties"]["question"]["type"] == "string"
+                assert set(seed["properties"]["task"]["enum"]) == {"math", "factual", "instruction", "generic"}
+                assert all(p.get("description") for p in seed["properties"].values()), seed["properties"]
+
+
+#: Wrong inputs, each with the field a refusal must name. The first two ran and spent calls (a seed question
+#: given as a list; a model label given as a number); the others failed inside a node with no field named.
+WRONG_INPUTS = [
+    ("interview", {"seed": {"id": "s1", "question": ["What is 6 x 7?"], "answer": "42", "task": "math"}},
+     "seed.question"),
+    ("llmeval", {"model": 5, "questions": "many"}, "model"),
+    ("interview", {"seed": 5}, "seed"),
+    ("interview", {"seed": {"id": "s1", "answer": "42", "task": "math"}}, "seed.question"),
+    ("atad", {"task": "T9", "topic": "gardening"}, "task"),
+    ("atad_eval", {"kind": "answer", "model": "examinee@{URL}", "task": "T1",
+                   "problem": {"sentences": "One. Two. Three. Four. Five.", "answer": 4}}, "problem"),
+    ("judgeagent", {"batch": [{"id": "q1", "question": "Which port does the canal reach?", "options": "Harl"}]},
+     "batch.0.answer"),
+    ("judgecheck", {"item": {"id": "i1", "question": "Capital of France?", "response": "Paris",
+                             "label": ["correct"]}}, "item.label"),
+]
+T1_PROBLEM = {"sentences": ["Tomatoes need at least six hours of sun a day.", "Water them deeply at the base.",
+                            "Stakes keep the heavy stems off the ground.", "The stock market closed higher on Friday.",
+                            "Pick the fruit when it is evenly red."], "answer": 4}
+
+
+def test_a_wrong_input_is_refused_at_the_graphs_entry_naming_its_field_before_any_model_call(standin_studio):
+    base, standin = standin_studio
+    context = {"target": standin.spec("target"), "evaluator": standin.spec("judge"), "questions": 4}
+    with httpx.Client(base_url=base, timeout=300) as client:
+        for graph, payload, field in WRONG_INPUTS:
+            payload = json.loads(json.dumps(payload).replace("{URL}", standin.url))
+            thread = client.post("/threads", json={}).json()["thread_id"]
+            final = client.post(f"/threads/{thread}/runs/wait", json={
+                "assistant_id": graph, "input": payload, "context": context}).json()
+            error = final.get("__error__") or {}
+            assert error.get("error") == "GraphInputError", f"{graph} {payload}: {final}"
+            assert f"'{field}'" in error["message"], f"{graph}: {error['message']}"
+            assert standin.requests == [], f"{graph} {payload}: {len(standin.requests)} model calls"
+            values = client.get(f"/threads/{thread}/state").json()["values"]
+            written = {key for key, value in values.items() if value != []}  # list channels start empty
+            assert written <= set(payload), f"{graph}: a node wrote {sorted(written - set(payload))}"
+            assert client.get(f"/threads/{thread}").json()["status"] == "error"
+        # the same endpoint answers a valid input: the refusals above spent nothing because they were refused
+        thread = client.post("/threads", json={}).json()["thread_id"]
+        final = client.post(f"/threads/{thread}/runs/wait", json={
+            "assistant_id": "atad_eval", "context": context,
+            "input": {"kind": "answer", "model": standin.spec("examinee"), "task": "T1", "problem": T1_PROBLEM}}).json()
+    assert "__error__" not in final and set(final) <= OUTPUTS["atad_eval"] and "correct" in final, final
+    assert [r.model for r in standin.requests] == ["examinee"]
+
+
 def test_a_human_interview_is_interrupted_and_resumed_to_its_end_through_the_api(standin_studio, tmp_path):
     """Studio's flow: the run stops at each question the person must answer (``interrupt``), and each answer
     sent as ``Command(resume=...)`` continues it from there, until the session's summary."""
