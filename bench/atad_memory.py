@@ -22,7 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.speed import ROLES, _env, standin, table  # noqa: E402
+from bench.speed import ROLES, _env, standin  # noqa: E402
+from bench.tables import table  # noqa: E402
 
 
 def peak_rss(problems: int, url: str, concurrency: int) -> tuple[float, float]:

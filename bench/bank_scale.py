@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--real-embedding", action="store_true", help="embed with the offline all-MiniLM-L6-v2")
     parser.add_argument("--sessions", type=int, default=7, help="sessions timed per sampling mode")
     args = parser.parse_args()
-    from bench.speed import table
+    from bench.tables import table
 
     table(TITLE, HEADERS, part_bank(args.questions, real_embedding=args.real_embedding, sessions=args.sessions))
 

@@ -36,7 +36,8 @@ from typing import Any, Iterator
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.speed import ROLES, standin, table  # noqa: E402
+from bench.speed import ROLES, standin  # noqa: E402
+from bench.tables import table  # noqa: E402
 
 _PLACES = "Arden Bexley Corran Dunmore Elswick Farrow Glenrae Hallam Inver Jarrow Kelso Lindum".split()
 _PEOPLE = "Ada Bram Cato Delia Emrys Fenna Gideon Hilde Ivo Juno Kasimir Leda".split()

@@ -48,7 +48,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.speed import table  # noqa: E402
+from bench.tables import table  # noqa: E402
 
 _WORDS = ("quarter revenue income margin segment liability asset equity cash flow operating expense tax share "
           "dividend lease debt interest rate customer product market risk growth cost goodwill inventory").split()

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import bench.speed as speed  # noqa: E402
+from bench.tables import table  # noqa: E402
 
 
 def units_phase(checkout: Path, url: str, concurrency: int, per_task: int) -> dict[str, float]:
@@ -66,7 +67,7 @@ def main() -> None:
         median = statistics.median(r["calls_per_s"] for r in runs)
         rows.append([rev, " ".join(f"{r['calls_per_s']:.0f}" for r in runs), f"{median:.0f}",
                      f"{statistics.median(r['cpu_ms_per_call'] for r in runs):.2f}", f"{median / reference:.2f}"])
-    speed.table(f"ATAD calls/s at zero latency, --concurrency {args.concurrency}, {args.runs} rounds",
+    table(f"ATAD calls/s at zero latency, --concurrency {args.concurrency}, {args.runs} rounds",
                 ["revision", "calls/s per run", "median", "CPU ms/call (median)", "ratio"], rows)
 
 

@@ -48,6 +48,8 @@ from typing import Any, Iterator
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.tables import table  # noqa: E402
+
 ROLES = ("target", "evaluator", "teacher", "orchestrator", "student", "grader")
 #: label -> (protocol, arguments); {URL} = the stand-in, {EMBED} = the embeddings endpoint
 PROTOCOL_ARGS: dict[str, tuple[str, list[str]]] = {
@@ -331,16 +333,6 @@ def _hop_ms(graph: Any, paths: int = 200) -> float:
         path = graph.sample_path([(seed, f"question {i % 20}")], 3, random.Random(i))
         hops += len(path["steps"])
     return (time.perf_counter() - started) * 1000 / hops
-
-
-# -- output --------------------------------------------------------------------------------------
-
-def table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    print(f"\n{title}")
-    print("  ".join(h.rjust(w) for h, w in zip(headers, widths)))
-    for row in rows:
-        print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ class RunResult:
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:
         """The results in ``run_dir`` (no records for a mode without units)."""
-        from dyneval.runtime.rundir import RunDir
+        from dyneval.stores.rundir import RunDir
 
         run = RunDir(run_dir)
         summary = run.summary()

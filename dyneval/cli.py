@@ -29,8 +29,8 @@ from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, 
                                            read_config_file)
 from dyneval.runtime import stop  # noqa: E402
 from dyneval.runtime.executors.ray_address import REACH_S  # noqa: E402
-from dyneval.runtime.rescore import check_rescore, source_dir  # noqa: E402
-from dyneval.runtime.rundir import RunDir  # noqa: E402
+from dyneval.results.rescore import check_rescore, source_dir  # noqa: E402
+from dyneval.stores.rundir import RunDir  # noqa: E402
 from dyneval.runtime.signals import stopped_line  # noqa: E402
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run  # noqa: E402
 from dyneval.runtime.stop import RunInterrupted  # noqa: E402
@@ -172,7 +172,7 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
         if rest or args.compare is not None or args.export is not None or args.format is not None:
             extra = " ".join(rest) or ("--format" if args.format is not None else "--compare/--export")
             raise InputError(f"--detect takes --pilot RUN and --out only, not {extra}", setting="--detect")
-        from dyneval.runtime.detect import print_units_needed
+        from dyneval.results.detect import print_units_needed
 
         print_units_needed(args.detect, args.pilot, args.out, console)
         return True
@@ -180,7 +180,7 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
         if rest or args.compare is not None or args.export is not None:
             extra = " ".join(rest) or "--compare/--export"
             raise InputError(f"--index takes a folder of runs only, not {extra}", setting="--index")
-        from dyneval.runtime.view.index import write_index
+        from dyneval.results.view.index import write_index
         from dyneval.stores.files import writable
 
         with writable(Path(args.index), "--index"):
@@ -195,15 +195,15 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
         raise InputError(f"{flag} takes run ids and --out{' and --format' if flag == '--export' else ''} only, "
                          f"not {extra}", setting=flag)
     if args.compare is not None:
-        from dyneval.runtime.view import write_compare  # loaded only when a comparison is asked for
-        from dyneval.runtime.view.index import INDEX_FILE, write_index
+        from dyneval.results.view import write_compare  # loaded only when a comparison is asked for
+        from dyneval.results.view.index import INDEX_FILE, write_index
 
         console.print(f"comparison: {write_compare(args.compare, args.out)}", markup=False, highlight=False,
                       soft_wrap=True)
         if (Path(args.out) / INDEX_FILE).is_file():  # the folder's run index lists the new comparison page
             write_index(Path(args.out))
     else:
-        from dyneval.runtime.export import export_run
+        from dyneval.results.export import export_run
 
         for path in export_run(args.export, args.out, args.format or "csv"):
             console.print(f"exported: {path}", markup=False, highlight=False, soft_wrap=True)

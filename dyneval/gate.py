@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dyneval.runtime.view.adapters import adapter
-from dyneval.runtime.view.data import headline_metrics
+from dyneval.results.view.adapters import adapter
+from dyneval.results.view.data import headline_metrics
 from dyneval.state.errors import InputError
 
 #: Exit codes, stable across releases (the README's table).

@@ -1,5 +1,5 @@
 """What a run shows on the console while it works: the plan table, the progress bar of the units with its live
-status line, the rows of a background build, the step that writes the summary and report, and the summary table.
+status line, the rows of a background build, and the step that writes the summary and report.
 
 Redrawn 4 times a second, not rich's 10 (3.5 % of the unit threads' CPU at zero endpoint latency). Every counter
 is drawn once more when the units end, so the last line printed is true.
@@ -18,7 +18,6 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 from rich.table import Table as RichTable
 
-from dyneval.runtime.console_summary import render_summary
 from dyneval.runtime.protocol import Protocol, Run, Unit
 
 #: Seconds between the plain progress lines of a background build on a console that is not a terminal.
@@ -143,11 +142,3 @@ def step(run: Run, text: str) -> Iterator[None]:
         yield
     run.console.print(f"{text.rstrip('…')}: done in {time.perf_counter() - started:.1f} s", markup=False,
                       highlight=False)
-
-
-def print_summary(run: Run, summary: dict[str, Any]) -> None:
-    """The run's summary as a person reads it (:func:`runtime.console_summary.render_summary`), then where the
-    run's files are."""
-    render_summary(summary, run.console)
-    run.console.print(f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'}, "
-                      f"viewer: {run.run_dir / 'view.html'}, all runs: {run.run_dir.parent / 'index.html'})")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 
-from dyneval.runtime.report import Block
+from dyneval.state.blocks import Block
 from dyneval.runtime.services import Services
 from dyneval.state.config import RunConfig
 from dyneval.state.context import BaseContext, Option, options
@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 
 #: Statuses that end a unit for good; anything else is redone on resume. ``diverged``: in a re-score
-#: (``--rescore``), the new judge led the unit to a request its source run never made (:mod:`runtime.rescore`).
-FINAL_STATUSES = frozenset({"ok", "model_error", "diverged"})
+#: (``--rescore``), the new judge led the unit to a request its source run never made (:mod:`results.rescore`).
+#: The status of a unit whose path under the new judge left the source run's recorded requests.
+DIVERGED = "diverged"
+FINAL_STATUSES = frozenset({"ok", "model_error", DIVERGED})
 #: Statuses whose record holds the unit's results: ``ungraded`` = the graph reached END but some verdicts are
 #: ungraded (a judge failed after retries and one repair); those units are re-judged on resume.
 RESULT_STATUSES = frozenset({"ok", "ungraded"})

@@ -1,10 +1,10 @@
-"""A chat model that answers only from a finished run's event log (for ``--rescore``, :mod:`runtime.rescore`).
+"""A chat model that answers only from a finished run's event log (for ``--rescore``, :mod:`results.rescore`).
 
 :class:`ReplayLog` indexes the source run's accepted replies (no error; fresh or cached) of the replayed roles
 by unit, role and exact messages; identical requests of one unit are answered in the order they were logged.
 :class:`ReplayChat` serves one role through :class:`runtime.llm.RoleLLM` like any chat model: a plain request
 gets the recorded text, a structured one a tool call of the bound tool with the recorded parsed output. A
-request the log does not hold raises :class:`runtime.rescore.ReplayMissing`; nothing is sent anywhere.
+request the log does not hold raises :class:`state.errors.ReplayMissing`; nothing is sent anywhere.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
 from dyneval.runtime.llm import PING_STEP, current_unit, message_dicts
-from dyneval.runtime.rescore import ReplayMissing
-from dyneval.runtime.rundir import RunDir
+from dyneval.state.errors import ReplayMissing
+from dyneval.stores.rundir import RunDir
 from dyneval.state.config import ROLES
 
 #: The ``response_metadata`` key a replayed reply carries (RoleLLM logs it as a reply not sent, like a cache hit).

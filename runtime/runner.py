@@ -10,7 +10,7 @@ may start a build in the background (``Services.start_background``: JudgeAgent's
 context graph); the units start at once on an executor (``runtime.executors``),
 the live display (``runtime.display``) shows the build's stages and the units
 waiting for it, its failure ends the run with its error, and the summary
-(``runtime.summary``) waits for it.
+(``results.summary``) waits for it.
 
 Resume skips final units; every other one continues from its last checkpoint, or
 is re-judged from before its first ungraded verdict (``runtime.unit``).
@@ -38,23 +38,20 @@ from typing import Any, Iterator
 from rich.console import Console
 from rich.panel import Panel
 
+from dyneval.results.finish import finish_run, preload_plotting
 from dyneval.runtime import stop
 from dyneval.runtime.budget import check_priced
 from dyneval.runtime.concurrency import parallel_map
-from dyneval.runtime.display import WRITING, await_background, live_status, print_plan, print_summary, \
-    progress_bar, step
+from dyneval.runtime.display import await_background, live_status, print_plan, progress_bar
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.executors import Executor, ExecutorChoice, open_session
 from dyneval.runtime.llm import PING_STEP
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
 from dyneval.runtime.reach import reach_stores
-from dyneval.runtime.report import preload_plotting, write_report
 from dyneval.runtime.services import Services
 from dyneval.runtime.signals import signals_ignored, stop_on_signals
 from dyneval.runtime.stop import RunInterrupted
-from dyneval.runtime.summary import build_summary, header_blocks
-from dyneval.runtime.view import write_index, write_view
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InfraError, InputError
 from dyneval.stores.files import read_records, write_atomic
@@ -335,7 +332,6 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
             wall_started: float, warning: str | None, interrupted: dict[str, Any] | None) -> dict[str, Any]:
     """Write summary.json and the report from the records so far (a partial one after Ctrl-C), shown as a step."""
     latest = results.latest()
-    records = [latest[u.id] for u in units if u.id in latest]  # plan order, whatever order units ended in
     # the plan against the records, whatever the executor: a run that ended (not stopped) with a planned unit
     # that has no record lost it somewhere; it is counted and named, never left out of the denominator quietly
     missing = [] if interrupted else [u.id for u in units if u.id not in latest]
@@ -345,17 +341,10 @@ def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStor
     notes = list(dict.fromkeys([*notes, *results.notes, *run.services.events.notes]))
     for note in notes:
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
-    with step(run, WRITING):
-        summary = build_summary(protocol, run, records, wall_s=time.perf_counter() - wall_started,
-                                warning=warning, interrupted=interrupted, notes=notes, missing=missing)
-        write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
-        blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
-        del latest, records  # not needed to render: the report and the view reuse their memory (bench/atad_memory.py)
-        write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
-        write_view(run.run_dir)
-        write_index(run.run_dir.parent)
-    print_summary(run, summary)
-    return summary
+    # popped, so that only the results hold the records while the report is rendered (bench/atad_memory.py)
+    return finish_run(protocol, run, [latest.pop(u.id) for u in units if u.id in latest],
+                      wall_s=time.perf_counter() - wall_started, warning=warning, interrupted=interrupted,
+                      notes=notes, missing=missing)
 
 
 def _listed(ids: list[str], shown: int = 5) -> str:

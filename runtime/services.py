@@ -120,7 +120,7 @@ class Services:
     #: ``None`` = unlimited.
     budget: Budget | None = field(default=None, init=False)
     #: Where the run's preparation maps its heavy work (:mod:`runtime.spread`): here, or the Ray workers'.
-    spread: Spread = field(init=False)
+    spread: Spread[Services] = field(init=False)
     #: The count of requests in flight where they are sent from other processes (a Ray session's coordinator).
     remote_in_flight: Callable[[], int] | None = field(default=None, init=False)
 

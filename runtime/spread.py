@@ -17,37 +17,38 @@ compute, not append.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from dyneval.runtime import stop
 
-if TYPE_CHECKING:
-    from dyneval.runtime.services import Services
-
+#: The services ``fn`` is called with (``runtime.services.Services``, which holds its run's spread: a type
+#: parameter, so that this module needs nothing from that one).
+S = TypeVar("S")
+S_co = TypeVar("S_co", covariant=True)
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class Spread(Protocol):
-    """Where a preparation's items are worked on."""
+class Spread(Protocol[S_co]):
+    """Where a preparation's items are worked on, each by ``fn(services, item)``."""
 
     #: Whether the items leave this process (a caller may then size its items for shipping).
     remote: bool
 
-    def map(self, fn: Callable[[Services, T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
+    def map(self, fn: Callable[[S_co, T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
         """``(index, fn(services, item))`` for every item, as each ends (in order here, in any order on Ray);
         raises what ``fn`` raised, and ``StopRequested`` once the run is stopped."""
 
 
-class LocalSpread:
+class LocalSpread(Generic[S]):
     """The items in this process, in order, with this run's services: a plain loop."""
 
     remote = False
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: S) -> None:
         self.services = services
 
-    def map(self, fn: Callable[[Services, Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def map(self, fn: Callable[[S, T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
         for i, item in enumerate(items):
             stop.raise_if_stopped()
             yield i, fn(self.services, item)

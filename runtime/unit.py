@@ -24,7 +24,8 @@ from typing import Any
 from dyneval.runtime import stop
 from dyneval.runtime.llm import is_endpoint_fault
 from dyneval.runtime.protocol import Protocol, Run, Unit
-from dyneval.runtime.rescore import DIVERGED, ReplayMissing
+from dyneval.runtime.protocol import DIVERGED
+from dyneval.state.errors import ReplayMissing
 from dyneval.state.errors import InfraError, ModelError
 
 def _reached_end(snapshot: Any) -> bool:

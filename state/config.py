@@ -237,7 +237,7 @@ class RunConfig(BaseModel):
     stores: StoreConfig = Field(default_factory=StoreConfig)
     params: dict[str, Any] = Field(default_factory=dict, description="protocol-specific parameters")
     rescored_from: str | None = Field(None, description="the run whose non-judging replies this run replays "
-                                                        "(--rescore RUN_ID, runtime/rescore.py)")
+                                                        "(--rescore RUN_ID, results/rescore.py)")
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -75,6 +75,14 @@ class ModelError(Exception):
     """The model answered, but its output was unusable (e.g. invalid after one repair)."""
 
 
+class ReplayMissing(BaseException):
+    """A replayed role was asked something the source run never asked (the unit's path changed).
+
+    A ``BaseException``, like :class:`runtime.stop.StopRequested`: a node's ``except Exception`` must not turn it
+    into a verdict or a failed answer that would then be scored.
+    """
+
+
 def retry_after(exc: BaseException) -> float:
     """Seconds the endpoint asked to wait (``Retry-After``: seconds or an HTTP date); 0 when it did not say."""
     headers = getattr(getattr(exc, "response", None), "headers", None) or {}

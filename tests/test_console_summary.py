@@ -11,9 +11,9 @@ import re
 import pytest
 from rich.console import Console
 
-from dyneval.runtime.console_summary import render_summary
-from dyneval.runtime.headline import headlines, interval_text, number
-from dyneval.runtime.view.adapters import leaves
+from dyneval.results.console_summary import render_summary
+from dyneval.results.headline import headlines, interval_text, number
+from dyneval.results.view.adapters import leaves
 from tests.standin_runs import RUNS, run, summary
 
 #: A dotted metric path as summary.json spells it (``validation.overall.acc1``, ``raters.m0.measures.kappa``);

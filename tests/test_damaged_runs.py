@@ -1,4 +1,4 @@
-"""Foreign and damaged run folders beside real ones (:class:`runtime.rundir.DamagedRun`).
+"""Foreign and damaged run folders beside real ones (:class:`stores.rundir.DamagedRun`).
 
 Each damaged folder is a copy of one real interview run (made through the CLI against the stand-in endpoint) with
 one file spoiled as a kill, a disk or another tool could spoil it. The run index notes each damaged run it reads
@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pytest
 
 from dyneval.cli import main
-from dyneval.runtime.rundir import MAX_JSON_BYTES, DamagedRun
+from dyneval.stores.rundir import MAX_JSON_BYTES, DamagedRun
 from tests.standin_endpoint import StandIn
 
 
@@ -256,8 +256,8 @@ def test_irt_calibration_from_a_damaged_run_is_refused_naming_its_file(tmp_path)
     ("judgecheck", {"raters": ["m0"]}),  # each judge's measures under its key
 ])
 def test_a_headline_over_a_mapping_that_is_not_one_has_no_value_instead_of_a_crash(protocol, metrics):
-    from dyneval.runtime.view.adapters import adapter
-    from dyneval.runtime.view.data import headline_metrics
+    from dyneval.results.view.adapters import adapter
+    from dyneval.results.view.data import headline_metrics
 
     assert headline_metrics(adapter(protocol), metrics) == []
 

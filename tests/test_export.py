@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from dyneval.cli import main
-from dyneval.runtime.rundir import RunDir
+from dyneval.stores.rundir import RunDir
 from tests.standin_endpoint import StandIn
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from scipy.stats import beta, bootstrap, norm
 
-from dyneval.runtime import stats
-from dyneval.runtime.view.adapters import adapter, interval_of
-from dyneval.runtime.view.data import headline_metrics
+from dyneval.results import stats
+from dyneval.results.view.adapters import adapter, interval_of
+from dyneval.results.view.data import headline_metrics
 from tests.standin_runs import records, run, summary
 
 Z = norm.ppf(0.975) + norm.ppf(0.8)

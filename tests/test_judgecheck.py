@@ -213,7 +213,7 @@ def test_the_report_plots_agreement_against_cost_for_each_judge_and_the_jury(tmp
 
 
 def test_scatter_draws_a_point_whose_interval_does_not_contain_it(tmp_path):
-    from dyneval.runtime.report import scatter
+    from dyneval.results.report import scatter
 
     path = scatter(tmp_path / "s.png", {"a": (10.0, 0.5), "b": (30.0, 0.9)}, errors={"a": (0.55, 0.7)},
                    title="t", xlabel="x", ylabel="y")

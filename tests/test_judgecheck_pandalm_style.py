@@ -19,8 +19,8 @@ from sklearn.metrics import cohen_kappa_score, precision_recall_fscore_support
 from dyneval.cli import main
 from dyneval.protocols.judgecheck.data import load_labelled
 from dyneval.protocols.judgecheck.metrics import Obs, per_class
-from dyneval.runtime.view.adapters import adapter, dig, interval_of
-from dyneval.runtime.view.data import headline_metrics
+from dyneval.results.view.adapters import adapter, dig, interval_of
+from dyneval.results.view.data import headline_metrics
 from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat
 from tests.standin_endpoint import StandIn

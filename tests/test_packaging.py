@@ -23,8 +23,8 @@ from tests.standin_endpoint import StandIn
 from tests.test_readme_examples import LOOPBACK, MODEL_AT_LOOPBACK, _clean_env, python_blocks
 
 REPO = Path(__file__).resolve().parents[1]
-#: The repository folders the wheel maps into the namespace (pyproject's package-dir).
-FOLDERS = ("graphs", "nodes", "tools", "state", "prompts", "stores", "runtime", "protocols", "samples")
+#: The repository folders installed as `dyneval.<folder>` (each linked from `dyneval/<folder>`).
+FOLDERS = ("graphs", "nodes", "tools", "state", "prompts", "stores", "runtime", "results", "protocols", "samples")
 SHIPPED = {".py", ".yaml", ".j2", ".jsonl", ".md"}
 
 #: A host application's own modules, named like ours; importing any of ours in their place would show.
@@ -134,12 +134,14 @@ def test_the_installed_wheel_works_from_a_host_app_folder_with_its_own_state_too
 
 
 def test_the_editable_install_works_from_a_host_app_folder(tmp_path):
-    """``make``'s install (``pip install -e``) maps the same folders: the host's modules stay its own."""
+    """``make``'s install (``pip install -e``) is a path entry to the repository, whose ``dyneval/<folder>`` links
+    lead to the card's folders: the host's modules (``state``, ``nodes``...) stay its own."""
     host = _host(tmp_path / "host")
     env = _clean_env("http://127.0.0.1:9/v1")
     probe = _run(sys.executable, ["-c", PROBE], host, env)
     assert probe.returncode == 0, probe.stderr[-3000:]
-    assert probe.stdout.split("NODE ")[1].startswith(str(REPO / "nodes")), probe.stdout
+    node = Path(probe.stdout.split("NODE ")[1].splitlines()[0])
+    assert node.resolve().is_relative_to(REPO / "nodes"), probe.stdout
     dry = _run(sys.executable, ["-m", "dyneval", "--protocol", "interview", "--dry-run", "--out", "runs"], host, env)
     assert dry.returncode == 0 and "units:" in dry.stdout, dry.stdout[-2000:] + dry.stderr[-2000:]
     assert not (host / "runs").exists()  # a plan leaves nothing behind

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dyneval.runtime import report
-from dyneval.runtime.report import (Code, Details, Figure, Heading, Table, Text, render_html, render_markdown,
-                                    write_report)
+from dyneval.results import report
+from dyneval.state.blocks import Code, Details, Figure, Heading, Table, Text
+from dyneval.results.report import render_html, render_markdown, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTILE = "<script>alert('x')</script> & \"quoted\""
@@ -116,5 +116,5 @@ def test_write_report_writes_both_files_from_the_same_blocks(tmp_path: Path):
 def test_the_report_template_is_package_data():
     """An installed (non-editable) dyneval must ship the template the renderer loads."""
     data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
-    shipped = {p for pattern in data["dyneval.runtime"] for p in (REPO / "runtime").glob(pattern)}
-    assert Path(report.__file__).parent / "templates" / "report.html.j2" in shipped
+    shipped = {p for pattern in data["dyneval.results"] for p in (REPO / "results").glob(pattern)}
+    assert Path(report.__file__).resolve().parent / "templates" / "report.html.j2" in shipped

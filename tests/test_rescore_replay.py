@@ -10,8 +10,8 @@ from pydantic import BaseModel
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.replay import ReplayChat, ReplayLog, replay_models
-from dyneval.runtime.rundir import RunDir
-from dyneval.runtime.rescore import ReplayMissing
+from dyneval.stores.rundir import RunDir
+from dyneval.state.errors import ReplayMissing
 from tests.fakes import ScriptedChat
 
 

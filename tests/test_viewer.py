@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from dyneval import cli
-from dyneval.runtime.view import write_view
-from dyneval.runtime.view.compare import compare_payload, mean_difference_ci
-from dyneval.runtime.view.data import MAX_TEXT, run_payload
-from dyneval.runtime.view.page import embed, render
+from dyneval.results.view import write_view
+from dyneval.results.view.compare import compare_payload, mean_difference_ci
+from dyneval.results.view.data import MAX_TEXT, run_payload
+from dyneval.results.view.page import embed, render
 
 ATTACK = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> &amp;"
 
@@ -353,7 +353,7 @@ def cli_page(argv: list[str], out: Path, pattern: str) -> Path:
 
 
 def test_relative_paths_leave_urls_relative_paths_and_fractions_alone(tmp_path):
-    from dyneval.runtime.view.paths import Relative
+    from dyneval.results.view.paths import Relative
 
     rel = Relative(tmp_path / "out" / "run", cwd=tmp_path / "cwd")
     assert rel(f"at {tmp_path}/out/run/x.json") == "at ./x.json"
@@ -363,7 +363,7 @@ def test_relative_paths_leave_urls_relative_paths_and_fractions_alone(tmp_path):
 
 
 def test_run_index_lists_every_run_newest_first_with_status_headline_interval_and_cost(tmp_path, capsys):
-    from dyneval.runtime.view.index import index_payload
+    from dyneval.results.view.index import index_payload
 
     interval = {"estimate": 0.5, "low": 0.25, "high": 0.75, "n": 2, "level": 0.95, "method": "clopper-pearson"}
     d = make_run(tmp_path, "20260101-000000-atad-aaaa", "atad", [atad_answer("T1-a", True)],
@@ -387,7 +387,7 @@ def test_run_index_lists_every_run_newest_first_with_status_headline_interval_an
 
 
 def test_run_dir_reads_the_latest_record_of_each_unit_in_plan_order_skipping_torn_lines(tmp_path):
-    from dyneval.runtime.rundir import RunDir
+    from dyneval.stores.rundir import RunDir
 
     d = make_run(tmp_path, "r", "atad", [atad_answer("T2-b", False), atad_answer("T1-a", False)],
                  units=[{"id": "T1-a"}, {"id": "T2-b"}, {"id": "T3-c"}])

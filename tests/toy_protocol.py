@@ -11,7 +11,7 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
 from dyneval.runtime.protocol import Protocol, Run, Unit
-from dyneval.runtime.report import Table
+from dyneval.state.blocks import Table
 from dyneval.runtime.services import services_of
 from dyneval.state.context import BaseContext, described
 from dyneval.state.errors import InputError, ModelError

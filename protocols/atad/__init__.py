@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from dyneval.protocols.atad.benchmark import item_record, write_benchmark
 from dyneval.protocols.atad.metrics import generation_intervals, generation_stats, mean
-from dyneval.runtime.headline import report_blocks as headline_blocks
+from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.runtime.protocol import Protocol, Run, Unit
-from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, bar_chart, figure_path
+from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
+from dyneval.results.report import bar_chart, figure_path
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
 from dyneval.state.context import described
 

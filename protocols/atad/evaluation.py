@@ -32,9 +32,10 @@ from dyneval.protocols.atad.benchmark import load_benchmark
 from dyneval.samples import sample, shown
 from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, evaluation_intervals,
                                             per_task_accuracy, review_summary)
-from dyneval.runtime.headline import report_blocks as headline_blocks
+from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
-from dyneval.runtime.report import Block, Figure, Table, Text, bar_chart, figure_path, heatmap, line_chart
+from dyneval.state.blocks import Block, Figure, Table, Text
+from dyneval.results.report import bar_chart, figure_path, heatmap, line_chart
 from dyneval.state.atad import TASK_IDS, EvalContext
 from dyneval.state.errors import InfraError, InputError
 

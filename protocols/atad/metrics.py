@@ -9,8 +9,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from dyneval.runtime.stats import Estimate, bootstrap, proportion, summary_entries
-from dyneval.runtime.stats import mean as mean_estimate
+from dyneval.results.stats import Estimate, bootstrap, proportion, summary_entries
+from dyneval.results.stats import mean as mean_estimate
 from dyneval.state.atad import TASK_IDS
 
 
@@ -123,7 +123,7 @@ def generation_stats(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-# -- intervals (runtime.stats) -------------------------------------------------------------------
+# -- intervals (results.stats) -------------------------------------------------------------------
 
 def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """95 % intervals and separable differences of the generation headline metrics. Each unit generates its own

@@ -16,7 +16,7 @@ from dyneval.protocols.interview.data import CANONICAL, SAMPLE, load_seeds
 from dyneval.protocols.interview.report import report_blocks
 from dyneval.protocols.interview.terminal import ask
 from dyneval.runtime.protocol import Protocol, Run, Unit
-from dyneval.runtime.report import Block, Text
+from dyneval.state.blocks import Block, Text
 from dyneval.state.context import described
 from dyneval.state.errors import InfraError, ModelError
 from dyneval.state.interview import InterviewContext, TaskType

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 from dyneval.runtime.protocol import with_results
-from dyneval.runtime.stats import Estimate, clustered, summary_entries
+from dyneval.results.stats import Estimate, clustered, summary_entries
 from dyneval.state.interview import ERROR_TYPES
 from dyneval.state.verdicts import is_ungraded, rate
 
@@ -269,7 +269,7 @@ def by_level(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return dict(sorted(groups.items()))
 
 
-# -- intervals (runtime.stats) -------------------------------------------------------------------
+# -- intervals (results.stats) -------------------------------------------------------------------
 
 def _by_seed(records: list[dict[str, Any]], values: Any, unit: str) -> Estimate | None:
     """``sum / count`` of the values ``values(record)`` yields, clustered by seed question: the sessions of one

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from dyneval.protocols.interview import metrics
-from dyneval.runtime.headline import report_blocks as headline_blocks
+from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.runtime.protocol import Run
-from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
+from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
+from dyneval.results.report import figure_path, line_chart
 
 
 def _f(x: Any) -> Any:

@@ -37,7 +37,7 @@ from dyneval.nodes.judgeagent.judging import answer_format
 from dyneval.protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, intervals,
                                                   overall_score, ungraded_answers, unvalidated, validation_by_label)
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
-from dyneval.runtime.report import Block, Text
+from dyneval.state.blocks import Block, Text
 from dyneval.state.context import described
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, DifficultyConfigError, JudgeAgentContext

@@ -34,7 +34,7 @@ import numpy as np
 from dyneval.nodes import irt
 from dyneval.protocols.judgeagent.data import split_batches
 from dyneval.runtime.protocol import Run, Unit
-from dyneval.runtime.rundir import RESULTS, RunDir, is_run
+from dyneval.stores.rundir import RESULTS, RunDir, is_run
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext
 from dyneval.state.verdicts import is_ungraded

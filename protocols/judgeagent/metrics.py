@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from dyneval.runtime.stats import Estimate, clustered, proportion, summary_entries
+from dyneval.results.stats import Estimate, clustered, proportion, summary_entries
 from dyneval.state.judgeagent import DIFFICULTIES
 from dyneval.state.verdicts import is_ungraded, rate
 
@@ -137,7 +137,7 @@ def ungraded_answers(records: Iterable[dict[str, Any]]) -> int:
 
 
 def intervals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """95 % intervals and separable differences of the headline metrics (:mod:`runtime.stats`).
+    """95 % intervals and separable differences of the headline metrics (:mod:`results.stats`).
 
     The JudgeAgent score and the validation rates after the suggestions (ACC2, CR, CtE) are clustered by batch:
     the extension rounds grow from the batch's own questions and one feedback serves the whole batch (Algorithms

@@ -7,9 +7,10 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
-from dyneval.runtime.headline import report_blocks
+from dyneval.results.headline import report_blocks
 from dyneval.runtime.protocol import Run, with_results
-from dyneval.runtime.report import Block, Code, Details, Figure, Heading, Table, Text, figure_path, line_chart
+from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
+from dyneval.results.report import figure_path, line_chart
 from dyneval.state.judgeagent import DIFFICULTIES
 from dyneval.state.verdicts import show
 

@@ -21,7 +21,7 @@ from dyneval.protocols.judgecheck import metrics
 from dyneval.protocols.judgecheck.data import CANONICAL, load_labelled, sample_path
 from dyneval.protocols.judgecheck.report import report_blocks
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
-from dyneval.runtime.report import Block
+from dyneval.state.blocks import Block
 from dyneval.state.config import parse_model_ref
 from dyneval.state.context import described
 from dyneval.state.errors import InfraError, InputError
@@ -183,10 +183,10 @@ def display_names(models: dict[str, str]) -> dict[str, str]:
 
 
 def headline_intervals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each headline metric's 95 % interval (:func:`runtime.view.adapters.interval_of`'s shape), keyed by its
+    """Each headline metric's 95 % interval (:func:`results.view.adapters.interval_of`'s shape), keyed by its
     path with ``*`` expanded: the percentile bootstrap over items (units) of :func:`metrics.bootstrap`."""
-    from dyneval.runtime.view.adapters import adapter, dig
-    from dyneval.runtime.view.data import headline_metrics
+    from dyneval.results.view.adapters import adapter, dig
+    from dyneval.results.view.data import headline_metrics
 
     out = {}
     for h in headline_metrics(adapter("judgecheck"), summary):

@@ -9,7 +9,8 @@ from typing import Any
 
 from dyneval.protocols.judgecheck.metrics import Obs, repeat_sets
 from dyneval.runtime.protocol import Run
-from dyneval.runtime.report import Block, Details, Figure, Heading, Table, Text, figure_path, heatmap, scatter
+from dyneval.state.blocks import Block, Details, Figure, Heading, Table, Text
+from dyneval.results.report import figure_path, heatmap, scatter
 
 EXAMPLES = 5
 

@@ -25,8 +25,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from dyneval.runtime.stats import mean as mean_estimate
-from dyneval.runtime.stats import summary_entries
+from dyneval.results.stats import mean as mean_estimate
+from dyneval.results.stats import summary_entries
 
 
 def mean(xs: Sequence[float]) -> float:

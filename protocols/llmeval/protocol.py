@@ -23,19 +23,19 @@ from dyneval.nodes.llmeval.bankio import (BATCH, ImportReport, LoadedFile, NearD
                                           export_bank, import_file, index_name, load_file)
 from dyneval.nodes.llmeval.common import bank_location, bank_of, chroma_folder
 from dyneval.protocols.llmeval.metrics import intervals, mean, population_variance
-from dyneval.runtime.headline import report_blocks as headline_blocks
+from dyneval.protocols.llmeval.options import LLMEvalBatch, pair, sizes
+from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.runtime.spread import in_order
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
-from dyneval.runtime.report import (Block, Code, Figure, Heading, Table, Text, bar_chart, figure_path, heatmap,
-                                    write_report)
-from dyneval.state.context import described
+from dyneval.state.blocks import Block, Code, Figure, Heading, Table, Text
+from dyneval.results.report import bar_chart, figure_path, heatmap, write_report
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
-from dyneval.stores.choices import AnswerForm
 from dyneval.stores.private_files import FOLDER_MODE, private_file, write_private
 from dyneval.samples import sample, shown
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
     from dyneval.protocols.llmeval.server import ExamServer
     from rich.console import Console
@@ -45,90 +45,6 @@ BANK_NOTE = "bank_source.txt"
 #: What an adaptive session adds to its result (nodes.llmeval.scoring.adaptive_scores).
 ADAPTIVE_FIELDS = ("theta", "se", "expected_S", "expected_S_low", "expected_S_high", "items", "stopped",
                    "S_asked", "irt_model")  # where the run's questions came from (shown in the report)
-
-
-def _sizes(text: str) -> list[int]:
-    """``"1000,2000"`` -> ``[1000, 2000]`` (``--sizes``); ``ValueError`` unless positive integers."""
-    try:
-        sizes = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"must be comma-separated integers, got {text!r}") from None
-    if not sizes or any(s < 1 for s in sizes):
-        raise ValueError("needs positive integers")
-    if len(sizes) > 20 or max(sizes) > 1_000_000:
-        raise ValueError("at most 20 sizes, each at most 1000000")
-    return sizes
-
-
-def _pair(text: str) -> tuple[str, str]:
-    """``"a,b"`` -> ``("a", "b")`` (``--compare``); ``ValueError`` unless two different names."""
-    names = [x.strip() for x in str(text).split(",")]
-    if len(names) != 2 or not all(names) or names[0] == names[1]:
-        raise ValueError(f"needs two different model names separated by a comma, got {text!r}")
-    return names[0], names[1]
-
-
-def _named(value: str) -> None:
-    if not str(value).strip():
-        raise ValueError("must not be empty")
-
-
-def _positive(value: float) -> None:
-    if value <= 0:
-        raise ValueError("must be greater than 0")
-
-
-@dataclass(kw_only=True)
-class LLMEvalBatch:
-    """Batch-only options: importing the bank, sessions, and the modes that are not a batch of sessions."""
-
-    bank: str | None = described(None, "import a JSONL/JSON/CSV/TSV question file into the bank (native or LLMEval "
-                                       "record layout) before the run", metavar="FILE")
-    fields: str | None = described(None, "column names of --bank: NAME=COLUMN,... for uuid, discipline, "
-                                         "sub_discipline, qtype, question, options, answer, explanation, source "
-                                         "(e.g. question=Question,answer=Answer); question may join columns, "
-                                         "e.g. question=passage+question", metavar="MAP")
-    discipline: str | None = described(None, "the discipline of every --bank record that has none (a file without a "
-                                              "discipline column, e.g. MMLU-Redux); a record's own discipline wins",
-                                       check=_named, metavar="NAME")
-    answer_form: AnswerForm = described("any", "how a multiple-choice answer of --bank is read: any (an option "
-                                               "letter, a 0-based index or an option's text; refused when two name "
-                                               "different options), or only as letter, index or text")
-    skip_invalid: bool = described(False, "import the valid records of --bank and report each invalid one with its "
-                                          "reason (default: an invalid record stops the run)")
-    augment: bool = described(False, "on import, expand each multiple-choice question into true/false variants "
-                                     "(A.2)")
-    rewrite: bool = described(False, "on import, let the teacher rewrite material-analysis questions into "
-                                     "true/false")
-    near_dup_threshold: float = described(0.95, "cosine similarity from which an imported question is a near "
-                                                "duplicate (0 = exact-hash check only)", minimum=0, maximum=1,
-                                          metavar="COS")
-    import_only: bool = described(False, "import --bank and exit")
-    sessions: int = described(1, "sessions per paradigm", minimum=1, maximum=1000, metavar="K")
-    serve: bool = described(False, "start the exam server (FastAPI) on 127.0.0.1 instead of a batch run")
-    port: int = described(8765, "exam server port", minimum=1, maximum=65535)
-    workers: int = described(1, "exam server processes sharing the port (--serve); more than 1 needs a PostgreSQL "
-                                "bank, which holds everything they share", minimum=1, maximum=64, metavar="N")
-    admin_token: bool = described(False, "print a fresh exam-server admin token for the bank (tokens expire after "
-                                         "an hour) and exit")
-    rate_limit: float = described(20.0, "exam server requests per second per user", check=_positive)
-    max_request_body: int = described(1 << 20, "exam server: largest request body in bytes (413 beyond, before "
-                                                "any parsing or token check)", minimum=1024, metavar="BYTES")
-    max_request_headers: int = described(16 << 10, "exam server: largest request line and headers in bytes (431 "
-                                                    "beyond)", minimum=1024, metavar="BYTES")
-    leaderboard: bool = described(False, "print the leaderboard over every model and run in the bank")
-    stability: bool = described(False, "ranking stability by resampling (variance, Spearman, Elo)")
-    sizes: str = described("1000,2000,4000", "resample sizes for --stability", check=_sizes, metavar="N,N,..")
-    trials: int = described(3, "resamples per size for --stability", minimum=1, maximum=1000)
-    kappa: str | None = described(None, "Cohen's kappa of the judge against human labels", metavar="LABELS")
-    contamination: str | None = described(None, "replay test: a public question set vs the bank", metavar="PUBLIC")
-    export: str | None = described(None, "export the bank to JSONL or CSV and exit", metavar="FILE")
-    export_layout: Literal["native", "llmeval"] = described("native", "layout of --export JSONL")
-    calibrate: bool = described(False, "fit the IRT item parameters (--irt-model) on every judged answer in the "
-                                       "bank, store them, print the IRT ranking and exit")
-    compare: str | None = described(None, "paired comparison of two models by IRT ability: the difference with its "
-                                           "95 percent interval, or that they cannot be distinguished",
-                                     check=_pair, metavar="MODEL_A,MODEL_B")
 
 
 def check_workers(p: dict[str, Any], location: Callable[[], str]) -> None:
@@ -480,7 +396,7 @@ class LLMEvalProtocol(Protocol):
             blocks += leaderboard_blocks(run, rows)
         if p.get("stability"):
             result = analyses.stability_from_bank(
-                bank, sizes=_sizes(options.sizes), trials=options.trials,
+                bank, sizes=sizes(options.sizes), trials=options.trials,
                 reference=self._reference_label(run), seed=run.config.seed)
             summary["stability"] = result
             blocks += stability_blocks(run, result)
@@ -517,7 +433,7 @@ class LLMEvalProtocol(Protocol):
                                   f"[{r['expected_S_low']:.1f}, {r['expected_S_high']:.1f}]", highlight=False,
                                   soft_wrap=True)
             if p.get("compare"):
-                result = analyses.paired_comparison(bank, irt_model, *_pair(p["compare"]))
+                result = analyses.paired_comparison(bank, irt_model, *pair(p["compare"]))
                 summary["comparison"] = result
                 run.console.print(f"{result['first']} - {result['second']}: theta {result['theta_diff']:+.2f} "
                                   f"[{result['theta_diff_low']:+.2f}, {result['theta_diff_high']:+.2f}], expected S "
@@ -586,6 +502,17 @@ class LLMEvalProtocol(Protocol):
         run.console.print(f"admin token for {server.bank.url.split('://')[0]} bank, valid {server.ttl // 60} "
                           "minutes:", highlight=False)
         print(server.admin_token(), flush=True)
+
+
+def worker_app() -> FastAPI:
+    """The exam server application of one ``--serve --workers N`` process (uvicorn imports it by path:
+    :data:`protocols.llmeval.workers.APP`), over the run its supervisor handed over."""
+    from dyneval.protocols.llmeval.server import create_app
+    from dyneval.protocols.llmeval.workers import access_log_part, worker_run
+
+    run = worker_run()
+    server = LLMEvalProtocol().exam_server(run)
+    return create_app(server, on_stop=lambda: server.shut_down(access_log_part(run)))
 
 
 @contextlib.contextmanager
@@ -664,7 +591,7 @@ def irt_blocks(rows: list[dict[str, Any]]) -> list[Block]:
 
 
 def stability_blocks(run: Run, result: dict[str, Any]) -> list[Block]:
-    from dyneval.runtime.report import line_chart
+    from dyneval.results.report import line_chart
 
     models = sorted(result["full"])
     blocks: list[Block] = [Heading("Ranking stability (appendix D.1, Table 9, Figure 5)"),

@@ -76,7 +76,7 @@ from dyneval.nodes.llmeval.common import bank_of, secret_file
 from dyneval.nodes.llmeval.examinee import build_messages, fewshot_examples
 from dyneval.nodes.llmeval.judge import judge_session, judges
 from dyneval.nodes.llmeval.session import open_session
-from dyneval.protocols.llmeval.protocol import LLMEvalBatch
+from dyneval.protocols.llmeval.options import LLMEvalBatch
 from dyneval.runtime import stop
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import InputError

@@ -3,7 +3,7 @@
 The LLMEval-3 exam (seed 002, section 2.2) is served by processes that share nothing but the bank: uvicorn's own
 multi-process mode (what ``uvicorn.run(APP, workers=N)`` runs) binds 127.0.0.1:PORT once in the parent, whose
 supervisor starts N workers sharing that socket; each imports the application by path, :data:`APP` (the
-factory :func:`app_from_env`), and builds its :class:`ExamServer` from the run's configuration, handed over in the
+factory :func:`protocols.llmeval.protocol.worker_app`), and builds its :class:`ExamServer` from the run's configuration, handed over in the
 environment variable :data:`SETTINGS_ENV`. Sessions, examinees, answers (one per slot, by a conditional update)
 and the rate buckets live in the bank (:mod:`stores.question_bank`), so any worker may answer any request; the
 token signing secret comes from the same variable or file in every worker, and a token carries all it needs.
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from uvicorn.supervisors import Multiprocess
 
 #: The worker application, by import path (a factory: ``uvicorn --factory``).
-APP = "dyneval.protocols.llmeval.workers:app_from_env"
+APP = "dyneval.protocols.llmeval.protocol:worker_app"
 #: The HTTP protocol, by import path: a worker imports it once it answers the supervisor's health checks (the
 #: configuration handed to a new process holds no class whose unpickling would import the application first).
 HTTP = "dyneval.protocols.llmeval.server:H11Limited"
@@ -52,21 +52,23 @@ SETTINGS_ENV = "DYNEVAL_EXAM_WORKER_SETTINGS"
 PART = "{name}.worker-{pid}.jsonl"
 
 
-def app_from_env() -> FastAPI:
-    """The exam server application of one worker process, from :data:`SETTINGS_ENV`."""
+def worker_run() -> Run:
+    """The run of this worker process, from :data:`SETTINGS_ENV`: the run's configuration and folder, and an event
+    log part of its own (:data:`PART`)."""
     from rich.console import Console
-
-    from dyneval.protocols.llmeval.protocol import LLMEvalProtocol
-    from dyneval.protocols.llmeval.server import create_app
 
     settings = json.loads(os.environ[SETTINGS_ENV])
     config = RunConfig.model_validate(settings["config"])
-    run_dir, pid = Path(settings["run_dir"]), os.getpid()
-    events = EventLog(private_file(run_dir / PART.format(name="events", pid=pid)), pricing=Pricing.for_run(config))
-    run = Run(config=config, run_dir=run_dir, services=Services(config=config, run_dir=run_dir, events=events),
-              console=Console(stderr=True), resumed=True)
-    server = LLMEvalProtocol().exam_server(run)
-    return create_app(server, on_stop=lambda: server.shut_down(run_dir / PART.format(name="access_log", pid=pid)))
+    run_dir = Path(settings["run_dir"])
+    events = EventLog(private_file(run_dir / PART.format(name="events", pid=os.getpid())),
+                      pricing=Pricing.for_run(config))
+    return Run(config=config, run_dir=run_dir, services=Services(config=config, run_dir=run_dir, events=events),
+               console=Console(stderr=True), resumed=True)
+
+
+def access_log_part(run: Run) -> Path:
+    """This worker's part of the run's access log."""
+    return run.run_dir / PART.format(name="access_log", pid=os.getpid())
 
 
 def serve_workers(run: Run, listener: socket.socket, workers: int, max_headers: int) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dyneval.runtime.runfiles import ConfigFile
+from dyneval.stores.runfiles import ConfigFile
 
 
 @dataclass(frozen=True)

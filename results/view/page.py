@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from dyneval.runtime.view.data import run_parts
+from dyneval.results.view.data import run_parts
 from dyneval.stores.files import write_atomic
 
 if TYPE_CHECKING:

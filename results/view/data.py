@@ -1,11 +1,11 @@
 """A run directory read into the viewer's payload: metrics, the unit table, and each unit's drill-down.
 
-The run is read through :class:`runtime.rundir.RunDir`. The unit table's columns are the unit id, its outcome
-(the protocol's outcome columns from :mod:`runtime.view.adapters`, then record fields named like an outcome), its
+The run is read through :class:`stores.rundir.RunDir`. The unit table's columns are the unit id, its outcome
+(the protocol's outcome columns from :mod:`results.view.adapters`, then record fields named like an outcome), its
 status, every other short scalar field of the records, its usage, and last the unit's ``meta`` keys from the plan
 (hidden until chosen in the page's column chooser). A unit's drill-down holds the protocol's sections, every list
 or mapping field of its record as a table, and every LLM exchange of the unit in the order of ``events.jsonl``.
-No absolute path reaches the page (:mod:`runtime.view.paths`).
+No absolute path reaches the page (:mod:`results.view.paths`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from dyneval.runtime.rundir import EVENTS, NOT_FINISHED, RunDir
-from dyneval.runtime.runfiles import SummaryFile
-from dyneval.runtime.view.adapters import Adapter, Section, adapter, dig, interval_of, leaves, llmeval_answers
-from dyneval.runtime.view.paths import Relative
+from dyneval.stores.rundir import EVENTS, NOT_FINISHED, RunDir
+from dyneval.stores.runfiles import SummaryFile
+from dyneval.results.view.adapters import Adapter, Section, adapter, dig, interval_of, leaves, llmeval_answers
+from dyneval.results.view.paths import Relative
 
 #: Longest text kept in the page per string (the page stays small; the run's files keep everything).
 MAX_TEXT = 20_000
@@ -200,7 +200,7 @@ def _exchange(event: dict[str, Any], texts: Texts) -> dict[str, Any]:
 
 def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:
     """Everything ``view.html`` shows of one run, as JSON-ready data; the units and the long texts are iterators
-    that read the run's files a unit at a time, so :func:`runtime.view.page.write_page` writes a page of any size
+    that read the run's files a unit at a time, so :func:`results.view.page.write_page` writes a page of any size
     in bounded memory (an exchange's place in ``events.jsonl`` is kept per unit, not the exchange)."""
     run = RunDir(run_dir)
     summary, config = run.summary() or SummaryFile(), run.config()

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from dyneval.runtime.rundir import finished_run
-from dyneval.runtime.view.adapters import adapter, leaves
+from dyneval.stores.rundir import finished_run
+from dyneval.results.view.adapters import adapter, leaves
 from dyneval.state.errors import InputError
 from dyneval.stores.files import writable
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from dyneval.runtime.events import Usage, usd
 from dyneval.runtime.protocol import Protocol, Run
-from dyneval.runtime.report import Heading, Table, Text
-from dyneval.runtime.rescore import report_text as rescore_text, summary_fields as rescore_fields
+from dyneval.state.blocks import Heading, Table, Text
+from dyneval.results.rescore import report_text as rescore_text, summary_fields as rescore_fields
 from dyneval.state.config import ROLES
 
 #: The status counted for a planned unit that has no record when its run ended (not stopped).

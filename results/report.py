@@ -2,70 +2,23 @@
 
 Protocols return a list of blocks (headings, text, tables, figures); plots are
 drawn with matplotlib (Agg) into ``<run_dir>/figures`` and referenced from both files.
-The HTML page is the Jinja2 template ``runtime/templates/report.html.j2`` (autoescaped).
+The HTML page is the Jinja2 template ``results/templates/report.html.j2`` (autoescaped).
 matplotlib and Jinja2 are imported on first use, so a process that writes no report never loads them.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence
+
+from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
 
 if TYPE_CHECKING:
     import jinja2
 
 
-@dataclass
-class Heading:
-    kind: ClassVar[str] = "heading"
-    text: str
-    level: int = 2
-
-
-@dataclass
-class Text:
-    """A paragraph (plain text; rendered escaped in HTML)."""
-
-    kind: ClassVar[str] = "text"
-    text: str
-
-
-@dataclass
-class Table:
-    kind: ClassVar[str] = "table"
-    headers: list[str]
-    rows: list[list[Any]]
-    caption: str = ""
-
-
-@dataclass
-class Figure:
-    kind: ClassVar[str] = "figure"
-    path: Path
-    caption: str
-
-
-@dataclass
-class Code:
-    """Preformatted text (transcripts, raw feedback)."""
-
-    kind: ClassVar[str] = "code"
-    text: str
-
-
-@dataclass
-class Details:
-    """A collapsible section in HTML (plain section in Markdown)."""
-
-    kind: ClassVar[str] = "details"
-    summary: str
-    blocks: list[Block] = field(default_factory=list)
-
-
-Block = Union[Heading, Text, Table, Figure, Code, Details]
 
 
 def fmt(value: Any) -> str:
@@ -142,8 +95,8 @@ def _rel(path: Path, base: Path) -> str:
 
 def write_report(run_dir: Path, title: str, blocks: Sequence[Block]) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` into ``run_dir``; the HTML page (made to be shared) names no
-    absolute path of this machine (:mod:`runtime.view.paths`)."""
-    from dyneval.runtime.view.paths import Relative
+    absolute path of this machine (:mod:`results.view.paths`)."""
+    from dyneval.results.view.paths import Relative
 
     md, page = run_dir / "report.md", run_dir / "report.html"
     md.write_text(render_markdown(title, blocks, run_dir), encoding="utf-8")

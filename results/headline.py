@@ -1,9 +1,9 @@
 """A run's headline metrics as a person reads them: ``value [low, high] (n=..., method)`` and the smallest
 difference a run of this size separates. The console summary and every protocol's report show them this way.
 
-Values come from ``summary["metrics"]`` as the protocol's :class:`runtime.view.adapters.Adapter` names them, their
+Values come from ``summary["metrics"]`` as the protocol's :class:`results.view.adapters.Adapter` names them, their
 intervals and separable differences from ``metrics["intervals"]`` / ``metrics["separable"]``
-(:mod:`runtime.stats`); a metric whose record holds its own ``low``/``high`` (judgecheck's measures) shows those.
+(:mod:`results.stats`); a metric whose record holds its own ``low``/``high`` (judgecheck's measures) shows those.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dyneval.runtime.report import Block, Table, Text
-from dyneval.runtime.view.adapters import adapter, dig
-from dyneval.runtime.view.data import headline_metrics
+from dyneval.state.blocks import Block, Table, Text
+from dyneval.results.view.adapters import adapter, dig
+from dyneval.results.view.data import headline_metrics
 
 SEPARABILITY = ("Smallest separable difference: how far apart two targets must be for two runs of this size to "
                 "tell them apart (two-sided test at 95 % confidence with 80 % power), from this run's own "

@@ -1,6 +1,6 @@
 """``dyneval --compare RUN_A RUN_B ...``: one page for several runs of one protocol.
 
-The page opens with the paired differences: for each per-unit numeric outcome (:mod:`runtime.view.adapters`), the
+The page opens with the paired differences: for each per-unit numeric outcome (:mod:`results.view.adapters`), the
 mean difference between each run and the first over the units both hold results for, with a seeded 95 % bootstrap
 interval of the mean difference (``scipy.stats.bootstrap``, percentile method, units resampled). Runs are named by
 short labels (A, B, ...) with a legend (run id, date, what differs between them); the units whose status or outcome
@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from dyneval.runtime.protocol import RESULT_STATUSES
-from dyneval.runtime.rundir import RunDir, finished_run
-from dyneval.runtime.runfiles import ConfigFile, SummaryFile
-from dyneval.runtime.view.adapters import adapter
-from dyneval.runtime.view.data import _flat, headline_metrics
-from dyneval.runtime.view.page import VIEW_FILE, write_page
-from dyneval.runtime.view.paths import Relative
+from dyneval.stores.rundir import RunDir, finished_run
+from dyneval.stores.runfiles import ConfigFile, SummaryFile
+from dyneval.results.view.adapters import adapter
+from dyneval.results.view.data import _flat, headline_metrics
+from dyneval.results.view.page import VIEW_FILE, write_page
+from dyneval.results.view.paths import Relative
 from dyneval.state.errors import InputError
 from dyneval.stores.files import writable
 

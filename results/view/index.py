@@ -1,6 +1,6 @@
 """``<out>/index.html``: every run under a folder on one page, opened from disk (no server, no network).
 
-One row per run (a folder holding a ``config.json``, read through :class:`runtime.rundir.RunDir`), newest first:
+One row per run (a folder holding a ``config.json``, read through :class:`stores.rundir.RunDir`), newest first:
 its start time (from the run id), protocol, models, status (finished, interrupted, or no summary yet: running or
 stopped before its end), the headline metrics with their 95 % intervals and n, the LLM calls and cost, and links
 to its ``view.html`` and report. Ticking two or more runs of one protocol shows the ``dyneval --compare`` command
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from dyneval.runtime.events import usd
-from dyneval.runtime.rundir import RESULTS, DamagedRun, RunDir, runs_under
-from dyneval.runtime.runfiles import SummaryFile
-from dyneval.runtime.view.adapters import adapter
-from dyneval.runtime.view.data import headline_metrics
-from dyneval.runtime.view.page import VIEW_FILE, write_page
-from dyneval.runtime.view.paths import Relative
+from dyneval.stores.rundir import RESULTS, DamagedRun, RunDir, runs_under
+from dyneval.stores.runfiles import SummaryFile
+from dyneval.results.view.adapters import adapter
+from dyneval.results.view.data import headline_metrics
+from dyneval.results.view.page import VIEW_FILE, write_page
+from dyneval.results.view.paths import Relative
 from dyneval.state.errors import InputError
 
 INDEX_FILE = "index.html"

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dyneval.runtime.events import usd
-from dyneval.runtime.headline import headlines, interval_text, method_text, number
+from dyneval.results.headline import headlines, interval_text, method_text, number
 from dyneval.state.atad import TASKS
 
 

@@ -7,7 +7,7 @@ configuration, no secrets), ``units.jsonl`` (the plan: one line per unit with it
 run index, ``--compare``, ``--export``, ``--rescore``, ``--detect`` and JudgeAgent's IRT calibration read runs only
 through :class:`RunDir`.
 
-Every file is checked as it is read against what a run writes (:mod:`runtime.runfiles`): a file that is not JSON,
+Every file is checked as it is read against what a run writes (:mod:`stores.runfiles`): a file that is not JSON,
 not an object, or holds a field the readers use with another type raises :class:`DamagedRun`, one line naming the
 file, the line and the field; a reader never crashes on a foreign or damaged folder. A last line of a JSONL file
 that is not a whole record and has no newline was cut by a kill and is skipped, as the runner's resume drops it
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from dyneval.runtime.runfiles import ConfigFile, Exchange, Read, SummaryFile, plan_model, record_model
+from dyneval.stores.runfiles import ConfigFile, Exchange, Read, SummaryFile, plan_model, record_model
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
 

@@ -1,11 +1,11 @@
-"""What a run folder's files hold, as the readers read them (:mod:`runtime.rundir` validates every file with these).
+"""What a run folder's files hold, as the readers read them (:mod:`stores.rundir` validates every file with these).
 
 A model lists the fields the viewer, the run index, ``--compare``, ``--export``, ``--rescore``, ``--detect`` and
 JudgeAgent's IRT calibration read, with the types the runner writes; any other field a run holds is kept as it is,
-unchecked. A field read with another type makes the file damaged (:class:`runtime.rundir.DamagedRun`, naming the
+unchecked. A field read with another type makes the file damaged (:class:`stores.rundir.DamagedRun`, naming the
 file, line and field) instead of crashing the reader. A unit record and a plan line are checked with their
 protocol's model (:func:`record_model`, :func:`plan_model`): the fields its viewer adapter
-(:mod:`runtime.view.adapters`) and the IRT calibration read inside them.
+(:mod:`results.view.adapters`) and the IRT calibration read inside them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def shaped(model: type[Read]) -> AfterValidator:
 # -- summary.json and config.json ---------------------------------------------------------------------------
 
 class Interval(Read):
-    """A headline metric's 95 % interval (``metrics.intervals[path]``, :mod:`runtime.stats`)."""
+    """A headline metric's 95 % interval (``metrics.intervals[path]``, :mod:`results.stats`)."""
 
     low: Number | None = None
     high: Number | None = None
@@ -63,7 +63,7 @@ class Separable(Read):
 
 class Figures(Read):
     """The parts of ``summary["metrics"]`` every protocol writes alike; the protocol's own figures are free-form
-    (read through :func:`runtime.view.adapters.dig`, which finds nothing where a mapping is not one)."""
+    (read through :func:`results.view.adapters.dig`, which finds nothing where a mapping is not one)."""
 
     intervals: dict[str, Interval] = {}
     separable: dict[str, Separable] = {}
@@ -74,7 +74,7 @@ Few = Field(max_length=64)
 
 
 class SummaryFile(Read):
-    """``summary.json`` (:func:`runtime.summary.build_summary`; its protocol is config.json's)."""
+    """``summary.json`` (:func:`results.summary.build_summary`; its protocol is config.json's)."""
 
     protocol: str | None = None
     models: Annotated[dict[str, str], Few] = {}

@@ -1,6 +1,6 @@
 """``dyneval --detect D --pilot RUN``: how many units per target a run needs to separate two targets whose headline
 metric differs by ``D``, from the pilot run's own variance (its ``summary["metrics"]["separable"]``, written by
-:mod:`runtime.stats`): ``n = ceil(2 * ((z_0.975 + z_0.8) * sd / D) ** 2)`` (95 % confidence, 80 % power).
+:mod:`results.stats`): ``n = ceil(2 * ((z_0.975 + z_0.8) * sd / D) ** 2)`` (95 % confidence, 80 % power).
 
 ``D`` is in each metric's own units (a share: 0.05 = five points; ATAD's accuracy and LLMEval's S and R are in
 percent: 5 = five points); a count (ATAD's finalized problems) is sized on its share, as its label says.
@@ -13,10 +13,10 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from dyneval.runtime.headline import headlines, number
-from dyneval.runtime.rundir import finished_run
-from dyneval.runtime.runfiles import SummaryFile
-from dyneval.runtime.stats import ALPHA, POWER, units_needed
+from dyneval.results.headline import headlines, number
+from dyneval.stores.rundir import finished_run
+from dyneval.stores.runfiles import SummaryFile
+from dyneval.results.stats import ALPHA, POWER, units_needed
 from dyneval.state.errors import InputError
 
 

@@ -15,30 +15,17 @@ for this run, listed in the summary and report as needing a full re-run with the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dyneval.runtime.rundir import CONFIG, EVENTS, RunDir
+from dyneval.runtime.protocol import DIVERGED, Protocol
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
-
-if TYPE_CHECKING:
-    from dyneval.runtime.protocol import Protocol
-
-#: The status of a unit whose path under the new judge left the source run's recorded requests.
-DIVERGED = "diverged"
-
-
-class ReplayMissing(BaseException):
-    """A replayed role was asked something the source run never asked (the unit's path changed).
-
-    A ``BaseException``, like :class:`runtime.stop.StopRequested`: a node's ``except Exception`` must not turn it
-    into a verdict or a failed answer that would then be scored.
-    """
+from dyneval.stores.rundir import CONFIG, EVENTS, RunDir
 
 
 def source_dir(protocol: type[Protocol], out: str, run_id: str) -> Path:
     """The source run's folder; ``InputError`` naming ``--rescore`` when the protocol has no judging role to ask
-    again or there is no run there, :class:`runtime.rundir.DamagedRun` when its ``config.json`` is not a run's."""
+    again or there is no run there, :class:`stores.rundir.DamagedRun` when its ``config.json`` is not a run's."""
     if not protocol.judge_roles:
         raise InputError(f"{protocol.name} has no stored target answers to re-judge (every role judges); start a "
                          "new run instead", field="--rescore")

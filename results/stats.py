@@ -2,7 +2,7 @@
 
 Every protocol's metrics code turns its per-unit outcomes into an :class:`Estimate` with one of these methods and
 writes :func:`summary_entries` into ``summary["metrics"]`` (``intervals`` and ``separable``, keyed by the metric's
-path; read with :func:`runtime.view.adapters.interval_of`). ``docs/statistics.md`` says which method each metric
+path; read with :func:`results.view.adapters.interval_of`). ``docs/statistics.md`` says which method each metric
 uses and why.
 
 * ``clopper-pearson``: a share of independent units (each 0 or 1): the exact binomial interval
