@@ -29,9 +29,22 @@ from bench.tables import table  # noqa: E402
 def peak_rss(problems: int, url: str, concurrency: int) -> tuple[float, float]:
     """Peak RSS (MB) and wall seconds of one ATAD run of ``problems`` problems."""
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryFile("w+") as stderr:
-        argv = [sys.executable, "run.py", "--protocol", "atad", "--per-task", str(-(-problems // 7)),
-                "--limit", str(problems), "--concurrency", str(concurrency), "--skip-preflight", "--out", out,
-                *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")]]
+        argv = [
+            sys.executable,
+            "run.py",
+            "--protocol",
+            "atad",
+            "--per-task",
+            str(-(-problems // 7)),
+            "--limit",
+            str(problems),
+            "--concurrency",
+            str(concurrency),
+            "--skip-preflight",
+            "--out",
+            out,
+            *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")],
+        ]
         started = time.time()
         proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         _, status, usage = os.wait4(proc.pid, 0)

@@ -30,10 +30,48 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-DISCIPLINES = ("Engineering", "Economics", "Education", "Law", "Literature", "Management", "Science", "History",
-               "Medicine", "Military", "Agriculture", "Philosophy", "Art")
-_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "be", "do", "fu", "ga", "hi", "jo", "pe", "qua",
-              "ri", "so", "tu", "ze", "an", "el", "or", "um", "is")
+DISCIPLINES = (
+    "Engineering",
+    "Economics",
+    "Education",
+    "Law",
+    "Literature",
+    "Management",
+    "Science",
+    "History",
+    "Medicine",
+    "Military",
+    "Agriculture",
+    "Philosophy",
+    "Art",
+)
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "to",
+    "vi",
+    "be",
+    "do",
+    "fu",
+    "ga",
+    "hi",
+    "jo",
+    "pe",
+    "qua",
+    "ri",
+    "so",
+    "tu",
+    "ze",
+    "an",
+    "el",
+    "or",
+    "um",
+    "is",
+)
 #: Words a near duplicate adds to its original (a different one each time, so two near duplicates of one
 #: original are not exact duplicates of each other).
 ADDED_WORDS = ("concisely", "briefly", "clearly", "precisely", "exactly", "fully", "carefully", "plainly")
@@ -47,8 +85,9 @@ def _words(rng: random.Random, count: int) -> list[str]:
     return list(words)
 
 
-def synthetic_bank(n: int, *, seed: int = 0, exact: float = 0.02, near: float = 0.03) -> tuple[list[dict[str, Any]],
-                                                                                                 int, int]:
+def synthetic_bank(
+    n: int, *, seed: int = 0, exact: float = 0.02, near: float = 0.03
+) -> tuple[list[dict[str, Any]], int, int]:
     """``n`` question records (native layout) and the numbers of exact and near duplicates planted among them.
 
     A duplicate repeats a random earlier original: half the time one of the 50 just before it (often in the same
@@ -78,8 +117,11 @@ def synthetic_bank(n: int, *, seed: int = 0, exact: float = 0.02, near: float = 
         originals.append(i)
         body = " ".join(rng.sample(vocabulary, 20))
         kind = rng.random()
-        record: dict[str, Any] = {"uuid": f"syn-{i:07d}", "discipline": DISCIPLINES[i % len(DISCIPLINES)],
-                                  "sub_discipline": f"area {i % 53}"}
+        record: dict[str, Any] = {
+            "uuid": f"syn-{i:07d}",
+            "discipline": DISCIPLINES[i % len(DISCIPLINES)],
+            "sub_discipline": f"area {i % 53}",
+        }
         if kind < 0.25:
             options = rng.sample(vocabulary, 4)
             record.update(qtype="mcq", question=f"Which fits {body} ( )?", options=options, answer="ABCD"[i % 4])
@@ -101,8 +143,19 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 TITLE = "llmeval question bank at LLMEval-3's scale (synthetic)"
-HEADERS = ["embedding", "questions", "imported", "validate s", "import s", "questions/s", "exact found/planted",
-           "near found/planted", "session size", "session ms (median)", "stratified ms (median)"]
+HEADERS = [
+    "embedding",
+    "questions",
+    "imported",
+    "validate s",
+    "import s",
+    "questions/s",
+    "exact found/planted",
+    "near found/planted",
+    "session size",
+    "session ms (median)",
+    "stratified ms (median)",
+]
 
 
 def _session_ms(bank: Any, model: str, count: int, size: int, stratified: bool) -> tuple[float, list[list[str]]]:
@@ -144,9 +197,21 @@ def part_bank(questions: int = 220_000, *, real_embedding: bool = False, session
             assert all(len(s) == size for s in group) and len(set(met)) == len(met)
         bank.close()
     found = {kind: sum(d.kind == kind for d in report.duplicates) for kind in ("exact", "near")}
-    return [["all-MiniLM-L6-v2" if real_embedding else "fake (hashed words)", report.read, report.imported,
-             f"{validated - started:.1f}", f"{imported - validated:.1f}", f"{report.read / (imported - started):.0f}",
-             f"{found['exact']}/{exact}", f"{found['near']}/{near}", size, f"{plain:.1f}", f"{strat:.1f}"]]
+    return [
+        [
+            "all-MiniLM-L6-v2" if real_embedding else "fake (hashed words)",
+            report.read,
+            report.imported,
+            f"{validated - started:.1f}",
+            f"{imported - validated:.1f}",
+            f"{report.read / (imported - started):.0f}",
+            f"{found['exact']}/{exact}",
+            f"{found['near']}/{near}",
+            size,
+            f"{plain:.1f}",
+            f"{strat:.1f}",
+        ]
+    ]
 
 
 def main() -> None:

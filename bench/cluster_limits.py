@@ -28,6 +28,7 @@ from dyneval.state.config import ModelSpec  # noqa: E402
 def per_call(slots: object, calls: int, threads: int) -> tuple[float, float]:
     """Seconds of wall time and of this process's CPU time per acquire + release pair, ``calls`` pairs spread
     over ``threads`` threads."""
+
     def work(n: int) -> None:
         for _ in range(n):
             slots.release(slots.acquire())  # type: ignore[attr-defined]
@@ -64,8 +65,10 @@ def main() -> None:
         spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1", concurrency=8)
         cluster = ClusterLimits(run_id).slots(spec.model_dump_json(), spec)
         per_call(cluster, 200, 1)  # warm-up: the actor's first calls
-        print(f"{'threads':>8} {'in-process us/call':>19} {'cluster us/call':>16} {'ratio':>7} "
-              f"{'cluster CPU us/call (caller)':>29}")
+        print(
+            f"{'threads':>8} {'in-process us/call':>19} {'cluster us/call':>16} {'ratio':>7} "
+            f"{'cluster CPU us/call (caller)':>29}"
+        )
         for threads in (1, 8):
             local, _ = per_call(InFlight(8), args.calls, threads)
             remote, cpu = per_call(cluster, args.calls, threads)

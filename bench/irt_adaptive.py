@@ -42,8 +42,9 @@ def answers(rng: np.random.Generator, theta: np.ndarray, a: np.ndarray, b: np.nd
     return np.where(flip, rng.random(y.shape) < 0.5, y).astype(int)
 
 
-def adaptive_path(y: np.ndarray, a: np.ndarray, b: np.ndarray, steps: int, k: int, rng: np.random.Generator,
-                  stops: tuple[float, ...]) -> tuple[list[irt.Ability], dict[float, irt.Ability]]:
+def adaptive_path(
+    y: np.ndarray, a: np.ndarray, b: np.ndarray, steps: int, k: int, rng: np.random.Generator, stops: tuple[float, ...]
+) -> tuple[list[irt.Ability], dict[float, irt.Ability]]:
     """One adaptive session of ``steps`` questions: the ability after each answer, and where each SE stop
     rule would have ended it."""
     eligible = np.ones(a.size, bool)
@@ -82,9 +83,12 @@ def one_population(seed: int, args: argparse.Namespace) -> dict[str, dict[str, f
     true = theta[test]
 
     def record(name: str, estimate: np.ndarray, calls: float, thetas: np.ndarray | None) -> None:
-        rows[name] = {"tau_full": kendalltau(estimate, full).statistic, "tau_true": kendalltau(estimate, true).statistic,
-                      "rmse": float(np.sqrt(np.mean((thetas - true) ** 2))) if thetas is not None else float("nan"),
-                      "calls": calls}
+        rows[name] = {
+            "tau_full": kendalltau(estimate, full).statistic,
+            "tau_true": kendalltau(estimate, true).statistic,
+            "rmse": float(np.sqrt(np.mean((thetas - true) ** 2))) if thetas is not None else float("nan"),
+            "calls": calls,
+        }
 
     for n, f in zip(budgets, ("10%", "25%", "50%", "100%")):
         est = np.array([p[n - 1].theta for p in paths])
@@ -112,9 +116,11 @@ def main() -> None:
     args = ap.parse_args()
     start = time.perf_counter()
     runs = [one_population(seed, args) for seed in range(args.seeds)]
-    print(f"{args.items} items, {args.models} models ({args.models // 2} calibrate, {args.models - args.models // 2} "
-          f"tested), fixed length {args.length}, misfit {args.misfit}, {args.irt_model}, randomesque k = "
-          f"{args.exposure}; mean (min-max) over {args.seeds} populations; {time.perf_counter() - start:.0f} s")
+    print(
+        f"{args.items} items, {args.models} models ({args.models // 2} calibrate, {args.models - args.models // 2} "
+        f"tested), fixed length {args.length}, misfit {args.misfit}, {args.irt_model}, randomesque k = "
+        f"{args.exposure}; mean (min-max) over {args.seeds} populations; {time.perf_counter() - start:.0f} s"
+    )
     head = f"{'session':<26}{'calls vs full':>14}{'tau vs full':>22}{'tau vs true':>22}{'theta RMSE':>12}"
     print(head)
     print("-" * len(head))
@@ -125,8 +131,10 @@ def main() -> None:
     for name in runs[0]:
         vals = {k: [r[name][k] for r in runs] for k in ("tau_full", "tau_true", "rmse", "calls")}
         rmse = "-" if np.isnan(vals["rmse"][0]) else f"{np.mean(vals['rmse']):.3f}"
-        print(f"{name:<26}{np.mean(vals['calls']):>13.0%} {cell(vals['tau_full']):>21} {cell(vals['tau_true']):>21}"
-              f"{rmse:>12}")
+        print(
+            f"{name:<26}{np.mean(vals['calls']):>13.0%} {cell(vals['tau_full']):>21} {cell(vals['tau_true']):>21}"
+            f"{rmse:>12}"
+        )
 
 
 if __name__ == "__main__":

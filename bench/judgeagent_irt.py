@@ -94,16 +94,20 @@ def main() -> None:
     args = p.parse_args()
     start = time.perf_counter()
     runs = [population(np.random.default_rng(s), args) for s in range(args.seeds)]
-    print(f"{args.items} questions, {args.earlier} earlier targets, pools of {args.pool}, {args.targets} targets, "
-          f"{args.model}, {args.seeds} populations, {time.perf_counter() - start:.1f} s")
+    print(
+        f"{args.items} questions, {args.earlier} earlier targets, pools of {args.pool}, {args.targets} targets, "
+        f"{args.model}, {args.seeds} populations, {time.perf_counter() - start:.1f} s"
+    )
     print("| first level decided by | base answers per batch | = true level | = whole-pool level |")
     print("| --- | --- | --- | --- |")
     names = [k for k in runs[0] if not k.endswith(" | whole pool")]
     for name in names:
         n = args.pool if name == "whole pool" else int(name.split()[1])
         same, pool_same = (np.array([r[k] for r in runs]) for k in (name, name + " | whole pool"))
-        print(f"| {name} | {n} ({n / args.pool:.0%}) | {same.mean():.3f} ({same.min():.2f}-{same.max():.2f}) "
-              f"| {pool_same.mean():.3f} |")
+        print(
+            f"| {name} | {n} ({n / args.pool:.0%}) | {same.mean():.3f} ({same.min():.2f}-{same.max():.2f}) "
+            f"| {pool_same.mean():.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -58,9 +59,18 @@ def synthetic_kb(folder: Path, chunks: int, seed: int = 0) -> Path:
                     f"The {trade} of {place} was run by {person} {rng.choice(_PLACES)}son for {rng.randint(3, 40)} "
                     f"years. Its goods went by road to {other}, where the {second} bought them at the autumn "
                     f"fair. In {rng.randint(1700, 1900)} a flood closed the road, and {person} moved the {trade} "
-                    f"closer to the {rng.choice(_TRADES)} of {rng.choice(_PLACES)}.")
-            fh.write(json.dumps({"id": f"doc{d}", "title": f"Records of {_PLACES[d % len(_PLACES)]} {d}",
-                                 "text": "\n\n".join(paragraphs)}) + "\n")
+                    f"closer to the {rng.choice(_TRADES)} of {rng.choice(_PLACES)}."
+                )
+            fh.write(
+                json.dumps(
+                    {
+                        "id": f"doc{d}",
+                        "title": f"Records of {_PLACES[d % len(_PLACES)]} {d}",
+                        "text": "\n\n".join(paragraphs),
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -105,11 +115,20 @@ def timed_run(url: str, kb: Path | None, concurrency: int, limit: int, mode: str
     from dyneval import cli
 
     with tempfile.TemporaryDirectory() as out:
-        argv = ["--protocol", "judgeagent", "--limit", str(limit), "--concurrency", str(concurrency), "--out", out,
-                *(["--kb", str(kb)] if kb else []), *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")]]
+        argv = [
+            "--protocol",
+            "judgeagent",
+            "--limit",
+            str(limit),
+            "--concurrency",
+            str(concurrency),
+            "--out",
+            out,
+            *(["--kb", str(kb)] if kb else []),
+            *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")],
+        ]
         started = time.time()
-        with MODES[mode](), \
-                contextlib.redirect_stdout(io.StringIO()) as console:
+        with MODES[mode](), contextlib.redirect_stdout(io.StringIO()) as console:
             code = cli.main(argv)
         wall = time.time() - started
         if code != 0:
@@ -138,13 +157,33 @@ def main() -> None:
             for _ in range(args.repeats):
                 runs = {mode: timed_run(url, kb, args.concurrency, args.limit, mode) for mode in MODES}
                 before, held, overlapped = runs.values()
-                rows.append([name, before["chunks"], *(f"{r['wall']:.1f}" for r in runs.values()),
-                             f"{before['wall'] / overlapped['wall']:.2f}x", f"{held['wall'] / overlapped['wall']:.2f}x",
-                             f"{before['first_unit']:.1f}", f"{overlapped['first_unit']:.1f}"])
-    table(f"judgeagent, --limit {args.limit} batches, --concurrency {args.concurrency}, latency {args.latency}s: "
-          "graph built before the batches vs overlapped (waiting batches keeping their slot vs giving it back)",
-          ["knowledge base", "chunks", "wall before s", "slots held s", "overlapped s", "before / overlapped",
-           "held / overlapped", "first batch request before s", "overlapped s"], rows)
+                rows.append(
+                    [
+                        name,
+                        before["chunks"],
+                        *(f"{r['wall']:.1f}" for r in runs.values()),
+                        f"{before['wall'] / overlapped['wall']:.2f}x",
+                        f"{held['wall'] / overlapped['wall']:.2f}x",
+                        f"{before['first_unit']:.1f}",
+                        f"{overlapped['first_unit']:.1f}",
+                    ]
+                )
+    table(
+        f"judgeagent, --limit {args.limit} batches, --concurrency {args.concurrency}, latency {args.latency}s: "
+        "graph built before the batches vs overlapped (waiting batches keeping their slot vs giving it back)",
+        [
+            "knowledge base",
+            "chunks",
+            "wall before s",
+            "slots held s",
+            "overlapped s",
+            "before / overlapped",
+            "held / overlapped",
+            "first batch request before s",
+            "overlapped s",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

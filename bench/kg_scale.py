@@ -50,8 +50,10 @@ sys.path.insert(0, str(REPO))
 
 from bench.tables import table  # noqa: E402
 
-_WORDS = ("quarter revenue income margin segment liability asset equity cash flow operating expense tax share "
-          "dividend lease debt interest rate customer product market risk growth cost goodwill inventory").split()
+_WORDS = (
+    "quarter revenue income margin segment liability asset equity cash flow operating expense tax share "
+    "dividend lease debt interest rate customer product market risk growth cost goodwill inventory"
+).split()
 
 
 def peak_rss_mb() -> float:
@@ -92,6 +94,7 @@ def knowledge_base(n_docs: int, chunks: int, common: int, own: int, seed: int = 
 
 # -- the replaced code, as reference --------------------------------------------------------------
 
+
 def old_construct(docs: list[Any], labels: dict) -> Any:
     """The materialized Algorithm 3 of the replaced ``ContextGraph.construct``: networkx clique edges."""
     import networkx as nx
@@ -131,7 +134,8 @@ def old_rank(query: np.ndarray, vecs: dict[str, np.ndarray], k: int) -> list[str
     matrix = np.stack([vecs[i] for i in ids])
     norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
     sims = (matrix @ query) / np.where(norms == 0, 1.0, norms).astype(np.float32)
-    return sorted(ids, key=lambda i, s=dict(zip(ids, sims.tolist())): (-round(s[i], 6), i))[:k]
+    sim = dict(zip(ids, sims.tolist()))
+    return sorted(ids, key=lambda i: (-round(sim[i], 6), i))[:k]
 
 
 def old_edges_estimate(docs: list[Any], labels: dict) -> int:
@@ -144,6 +148,7 @@ def old_edges_estimate(docs: list[Any], labels: dict) -> int:
 
 
 # -- children ----------------------------------------------------------------------------------------
+
 
 def _args_kb(args: argparse.Namespace, n_docs: int) -> tuple[list[Any], dict]:
     return knowledge_base(n_docs, args.chunks, args.common, args.own)
@@ -159,13 +164,27 @@ def _open(docs: list[Any], labels: dict, cache: Path, dims: int) -> Any:
     from dyneval.stores.vectors import chroma_client
     from tests.fake_embedding import HashEmbedding
 
-    return open_context_graph(docs, cache_dir=cache, extractor_label="bench", extract=_extract(labels),
-                              chroma=chroma_client, embed=HashEmbedding(dims), label_slice=10_000)
+    return open_context_graph(
+        docs,
+        cache_dir=cache,
+        extractor_label="bench",
+        extract=_extract(labels),
+        chroma=chroma_client,
+        embed=HashEmbedding(dims),
+        label_slice=10_000,
+    )
 
 
 def _folder_mb(folder: Path, pattern: str) -> float:
-    return sum(p.stat().st_size for f in folder.glob(pattern) for p in ([f] if f.is_file() else f.rglob("*"))
-               if p.is_file()) / 1e6
+    return (
+        sum(
+            p.stat().st_size
+            for f in folder.glob(pattern)
+            for p in ([f] if f.is_file() else f.rglob("*"))
+            if p.is_file()
+        )
+        / 1e6
+    )
 
 
 def _timed_open(args: argparse.Namespace, n_docs: int, cache: Path) -> tuple[Any, float, float]:
@@ -180,9 +199,15 @@ def _timed_open(args: argparse.Namespace, n_docs: int, cache: Path) -> tuple[Any
 def child_new_build(args: argparse.Namespace, n_docs: int, cache: Path) -> dict[str, Any]:
     graph, input_rss, wall = _timed_open(args, n_docs, cache)
     folder = graph.folder
-    return {"build_s": wall, "peak_rss_mb": peak_rss_mb(), "input_rss_mb": input_rss, **graph.stats(),
-            "store_mb": _folder_mb(folder, "incidence.sqlite*"), "vectors_mb": _folder_mb(folder, "vectors-*"),
-            "chroma_mb": _folder_mb(folder, "chroma")}
+    return {
+        "build_s": wall,
+        "peak_rss_mb": peak_rss_mb(),
+        "input_rss_mb": input_rss,
+        **graph.stats(),
+        "store_mb": _folder_mb(folder, "incidence.sqlite*"),
+        "vectors_mb": _folder_mb(folder, "vectors-*"),
+        "chroma_mb": _folder_mb(folder, "chroma"),
+    }
 
 
 def child_new_open(args: argparse.Namespace, n_docs: int, cache: Path) -> dict[str, Any]:
@@ -191,9 +216,14 @@ def child_new_open(args: argparse.Namespace, n_docs: int, cache: Path) -> dict[s
     rng = random.Random(0)
     pool = graph.keys if len(graph.keys) <= 40_000 else rng.sample(graph.keys, 20_000)  # degrees of a sample
     degrees = np.array([graph.degree(k) for k in pool])
-    out: dict[str, Any] = {"open_s": open_s, "open_peak_rss_mb": open_peak, "rss_before_open_mb": before,
-                           "degree_p50": float(np.percentile(degrees, 50)),
-                           "degree_p99": float(np.percentile(degrees, 99)), "degree_max": int(degrees.max())}
+    out: dict[str, Any] = {
+        "open_s": open_s,
+        "open_peak_rss_mb": open_peak,
+        "rss_before_open_mb": before,
+        "degree_p50": float(np.percentile(degrees, 50)),
+        "degree_p99": float(np.percentile(degrees, 99)),
+        "degree_max": int(degrees.max()),
+    }
     targets = {"p50": out["degree_p50"], "p99": out["degree_p99"]}
     if out["degree_max"] >= 10_000:
         targets["10k"] = 10_000
@@ -210,8 +240,11 @@ def child_new_open(args: argparse.Namespace, n_docs: int, cache: Path) -> dict[s
                 first = ms
             else:
                 times.append(ms)
-        out[f"hop_{name}"] = {"degree": int(np.median([graph.degree(e) for e in entities])),
-                              "median_ms": statistics.median(times), "first_ms": first}
+        out[f"hop_{name}"] = {
+            "degree": int(np.median([graph.degree(e) for e in entities])),
+            "median_ms": statistics.median(times),
+            "first_ms": first,
+        }
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
@@ -243,8 +276,14 @@ def child_old(args: argparse.Namespace, n_docs: int, cache: Path) -> dict[str, A
     entity_vecs = dict(zip(keys, embed([g.nodes[k]["name"] for k in keys])))
     chunk_vecs = dict(zip(chunks, embed([c["text"] for c in chunks.values()])))
     degrees = np.array([g.degree[k] for k in keys])
-    out: dict[str, Any] = {"build_s": build_s, "build_peak_rss_mb": build_peak, "input_rss_mb": input_rss,
-                           "edges": edges, "json_mb": path.stat().st_size / 1e6, "open_s": open_s}
+    out: dict[str, Any] = {
+        "build_s": build_s,
+        "build_peak_rss_mb": build_peak,
+        "input_rss_mb": input_rss,
+        "edges": edges,
+        "json_mb": path.stat().st_size / 1e6,
+        "open_s": open_s,
+    }
     for name, target in (("p50", np.percentile(degrees, 50)), ("p99", np.percentile(degrees, 99))):
         entities = [keys[i] for i in np.argsort(np.abs(degrees - target), kind="stable")[:10]]
         times = []
@@ -256,8 +295,10 @@ def child_old(args: argparse.Namespace, n_docs: int, cache: Path) -> dict[str, A
             query = np.asarray(embed([f"What was the {_WORDS[h % len(_WORDS)]} in the quarter?"])[0])
             old_rank(query, {c: chunk_vecs[c] for c in g.nodes[best[0]]["chunks"]}, 5)
             times.append((time.perf_counter() - t0) * 1000)
-        out[f"hop_{name}"] = {"degree": int(np.median([g.degree[e] for e in entities])),
-                              "median_ms": statistics.median(times)}
+        out[f"hop_{name}"] = {
+            "degree": int(np.median([g.degree[e] for e in entities])),
+            "median_ms": statistics.median(times),
+        }
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
@@ -266,11 +307,28 @@ CHILDREN = {"new-build": child_new_build, "new-open": child_new_open, "old": chi
 
 
 def run_child(args: argparse.Namespace, what: str, n_docs: int, cache: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.kg_scale", "--child", what, str(n_docs), str(cache), "--chunks",
-           str(args.chunks), "--common", str(args.common), "--own", str(args.own), "--dims", str(args.dims),
-           "--hops", str(args.hops)]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ,
-                                                                                "ANONYMIZED_TELEMETRY": "False"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.kg_scale",
+        "--child",
+        what,
+        str(n_docs),
+        str(cache),
+        "--chunks",
+        str(args.chunks),
+        "--common",
+        str(args.common),
+        "--own",
+        str(args.own),
+        "--dims",
+        str(args.dims),
+        "--hops",
+        str(args.hops),
+    ]
+    done = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    )
     if done.returncode != 0:
         raise SystemExit(f"{what} {n_docs}: failed\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -293,8 +351,10 @@ def main() -> None:
             importlib.import_module(module)  # the process's cost, not the figure's
         print(json.dumps(CHILDREN[what](args, int(n_docs), Path(cache)), default=float))
         return
-    print(f"machine: {os.cpu_count()} cores; {args.chunks} chunks per document, {args.common} shared + {args.own} "
-          f"own entities per chunk, {args.dims}-dimensional hashed embeddings")
+    print(
+        f"machine: {os.cpu_count()} cores; {args.chunks} chunks per document, {args.common} shared + {args.own} "
+        f"own entities per chunk, {args.dims}-dimensional hashed embeddings"
+    )
     rows_build, rows_open, rows_hop = [], [], []
     for n_docs in [int(x) for x in args.docs.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -308,33 +368,75 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 old = run_child(args, "old", n_docs, Path(tmp))
         label = f"{n_docs} docs"
-        rows_build.append([label, build["chunks"], build["entities"], build["mentions"],
-                           old["edges"] if old else f"~{edges:,} (not built)",
-                           f"{build['build_s']:.1f}", f"{old['build_s']:.1f}" if old else "-",
-                           f"{build['peak_rss_mb']:.0f} (input {build['input_rss_mb']:.0f})",
-                           f"{old['build_peak_rss_mb']:.0f}" if old else "-",
-                           f"{build['store_mb']:.1f} + {build['vectors_mb']:.1f} + {build['chroma_mb']:.1f}",
-                           f"{old['json_mb']:.1f}" if old else "-"])
-        rows_open.append([label, f"{opened['open_s']:.2f}", f"{old['open_s']:.2f}" if old else "-",
-                          f"{opened['open_peak_rss_mb']:.0f} (before {opened['rss_before_open_mb']:.0f})",
-                          f"{old['peak_rss_mb']:.0f}" if old else "-"])
+        rows_build.append(
+            [
+                label,
+                build["chunks"],
+                build["entities"],
+                build["mentions"],
+                old["edges"] if old else f"~{edges:,} (not built)",
+                f"{build['build_s']:.1f}",
+                f"{old['build_s']:.1f}" if old else "-",
+                f"{build['peak_rss_mb']:.0f} (input {build['input_rss_mb']:.0f})",
+                f"{old['build_peak_rss_mb']:.0f}" if old else "-",
+                f"{build['store_mb']:.1f} + {build['vectors_mb']:.1f} + {build['chroma_mb']:.1f}",
+                f"{old['json_mb']:.1f}" if old else "-",
+            ]
+        )
+        rows_open.append(
+            [
+                label,
+                f"{opened['open_s']:.2f}",
+                f"{old['open_s']:.2f}" if old else "-",
+                f"{opened['open_peak_rss_mb']:.0f} (before {opened['rss_before_open_mb']:.0f})",
+                f"{old['peak_rss_mb']:.0f}" if old else "-",
+            ]
+        )
         for name in ("p50", "p99", "10k"):
             if f"hop_{name}" not in opened:
                 continue
             hop = opened[f"hop_{name}"]
             old_hop = old.get(f"hop_{name}") if old else None
-            rows_hop.append([label, name, hop["degree"], f"{hop['median_ms']:.2f}", f"{hop['first_ms']:.2f}",
-                             f"{old_hop['median_ms']:.2f}" if old_hop else "-",
-                             f"{old_hop['median_ms'] / hop['median_ms']:.0f}x" if old_hop else "-"])
+            rows_hop.append(
+                [
+                    label,
+                    name,
+                    hop["degree"],
+                    f"{hop['median_ms']:.2f}",
+                    f"{hop['first_ms']:.2f}",
+                    f"{old_hop['median_ms']:.2f}" if old_hop else "-",
+                    f"{old_hop['median_ms'] / hop['median_ms']:.0f}x" if old_hop else "-",
+                ]
+            )
         print(f"{label}: build {build}\n  open {opened}\n  old {old}", file=sys.stderr)
-    table("Build (seconds, peak RSS MB of the build process; store MB = incidence + vector rows + Chroma; "
-          "old s = cliques + graph.json only, no embedding)",
-          ["KB", "chunks", "entities", "mentions", "clique edges", "new s", "old s", "new peak MB", "old peak MB",
-           "new store MB", "old graph.json MB"], rows_build)
-    table("Open a built graph in a fresh process (seconds; peak RSS MB of that process)",
-          ["KB", "new s", "old s", "new peak MB", "old peak MB"], rows_open)
-    table("One hop of Algorithm 4 (lines 13-16), ms: median over hops, first hop after opening; old = warm",
-          ["KB", "degree", "value", "new ms", "new first ms", "old ms", "old/new"], rows_hop)
+    table(
+        "Build (seconds, peak RSS MB of the build process; store MB = incidence + vector rows + Chroma; "
+        "old s = cliques + graph.json only, no embedding)",
+        [
+            "KB",
+            "chunks",
+            "entities",
+            "mentions",
+            "clique edges",
+            "new s",
+            "old s",
+            "new peak MB",
+            "old peak MB",
+            "new store MB",
+            "old graph.json MB",
+        ],
+        rows_build,
+    )
+    table(
+        "Open a built graph in a fresh process (seconds; peak RSS MB of that process)",
+        ["KB", "new s", "old s", "new peak MB", "old peak MB"],
+        rows_open,
+    )
+    table(
+        "One hop of Algorithm 4 (lines 13-16), ms: median over hops, first hop after opening; old = warm",
+        ["KB", "degree", "value", "new ms", "new first ms", "old ms", "old/new"],
+        rows_hop,
+    )
 
 
 if __name__ == "__main__":

@@ -53,10 +53,12 @@ class Outcome:
     seconds: float = 0.0
 
     def line(self) -> str:
-        return (f"{self.kills} kills in {self.chains} chains ({self.sessions} sessions, {self.seconds:.0f} s): "
-                f"{len(self.wrong_units)} of {self.units} units ended differently from the uninterrupted run, "
-                f"{self.metric_mismatches} summaries with other metrics, "
-                f"{self.unknown_requests} request contents the reference never sent")
+        return (
+            f"{self.kills} kills in {self.chains} chains ({self.sessions} sessions, {self.seconds:.0f} s): "
+            f"{len(self.wrong_units)} of {self.units} units ended differently from the uninterrupted run, "
+            f"{self.metric_mismatches} summaries with other metrics, "
+            f"{self.unknown_requests} request contents the reference never sent"
+        )
 
 
 class Standin:
@@ -64,8 +66,12 @@ class Standin:
 
     def __init__(self, log: Path, latency: float) -> None:
         self.log = log
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.standin_endpoint", "--log", str(log),
-                                      "--latency", str(latency)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.standin_endpoint", "--log", str(log), "--latency", str(latency)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.url = self.proc.stdout.readline().strip()
 
     def count(self) -> int:
@@ -80,12 +86,18 @@ class Standin:
         self.proc.wait(timeout=10)
 
 
-def session(repo: Path, args: list[str], standin: Standin, kill_after: int | None, pause_s: float,
-            timeout_s: float = 120) -> bool:
+def session(
+    repo: Path, args: list[str], standin: Standin, kill_after: int | None, pause_s: float, timeout_s: float = 120
+) -> bool:
     """Run ``run.py args``; kill -9 it once the stand-in saw ``kill_after`` more requests. True if it was killed."""
     start = standin.count()
-    proc = subprocess.Popen([sys.executable, "run.py", *args], cwd=repo, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "300"})
+    proc = subprocess.Popen(
+        [sys.executable, "run.py", *args],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     deadline = time.monotonic() + timeout_s
     try:
         while proc.poll() is None and time.monotonic() < deadline:
@@ -141,15 +153,30 @@ def unit_view(run_dir: Path) -> tuple[dict[str, list[dict]], dict[str, list[str]
     return finals, calls, metrics
 
 
-def run_trials(trials: int, budget_s: float, work: Path, repo: Path = REPO, kills_per_chain: int = 6,
-               seed: int = 0, latency: float = 0.01) -> Outcome:
+def run_trials(
+    trials: int,
+    budget_s: float,
+    work: Path,
+    repo: Path = REPO,
+    kills_per_chain: int = 6,
+    seed: int = 0,
+    latency: float = 0.01,
+) -> Outcome:
     rng = random.Random(seed)
     outcome = Outcome()
     started = time.monotonic()
     standin = Standin(work / "standin.jsonl", latency)
     try:
-        base = ["--protocol", "interview", "--target", f"target@{standin.url}", "--evaluator",
-                f"judge@{standin.url}", "--concurrency", "2"]
+        base = [
+            "--protocol",
+            "interview",
+            "--target",
+            f"target@{standin.url}",
+            "--evaluator",
+            f"judge@{standin.url}",
+            "--concurrency",
+            "2",
+        ]
         ref_out = work / "reference"
         first = standin.count()
         session(repo, [*base, "--out", str(ref_out)], standin, None, 0)

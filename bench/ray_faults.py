@@ -66,10 +66,24 @@ def repetition(n: int, args: argparse.Namespace, url: str, admin_dsn: str, work:
         env = {k: v for k, v in cluster.env.items() if k != SLOW_SETUP}  # the driver sets up at once
         if slow:
             env["DYNEVAL_PROTOCOLS"] = "interview=tests.slow_setup:SlowSetupInterview"
-        driver = subprocess.Popen(driver_command(url, dsn, out, "--data", data, "--concurrency",
-                                                 str(args.concurrency), "--ray-address", cluster.address,
-                                                 "--skip-preflight"),
-                                  cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        driver = subprocess.Popen(
+            driver_command(
+                url,
+                dsn,
+                out,
+                "--data",
+                data,
+                "--concurrency",
+                str(args.concurrency),
+                "--ray-address",
+                cluster.address,
+                "--skip-preflight",
+            ),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         killed = False
         while driver.poll() is None:
             run_dirs = list(out.glob("*/units.jsonl"))
@@ -85,9 +99,16 @@ def repetition(n: int, args: argparse.Namespace, url: str, admin_dsn: str, work:
     recorded = {r["unit_id"] for r in lines}
     once = len(lines) == len(recorded) == len(units) and recorded == set(units) == set(finals)
     exit_right = (driver.returncode == 0) == (statuses.get("ok", 0) == len(units))
-    return {"planned": len(units), "recorded": len(recorded), "ok": statuses.get("ok", 0), "finals": len(finals),
-            "exit": driver.returncode, "killed": killed, "holds": once and exit_right,
-            "lost": len(set(units) - recorded)}
+    return {
+        "planned": len(units),
+        "recorded": len(recorded),
+        "ok": statuses.get("ok", 0),
+        "finals": len(finals),
+        "exit": driver.returncode,
+        "killed": killed,
+        "holds": once and exit_right,
+        "lost": len(set(units) - recorded),
+    }
 
 
 def main() -> None:
@@ -97,11 +118,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="units in flight (default 4)")
     parser.add_argument("--burners", type=int, default=2, help="busy Python loops during each run (default 2)")
     parser.add_argument("--latency", type=float, default=0.05, help="stand-in seconds per request (default 0.05)")
-    parser.add_argument("--slow-setup", type=float, default=0.0,
-                        help="seconds each unit runner's graph takes longer to build (default 0)")
+    parser.add_argument(
+        "--slow-setup",
+        type=float,
+        default=0.0,
+        help="seconds each unit runner's graph takes longer to build (default 0)",
+    )
     args = parser.parse_args()
-    print(f"{'rep':>3} {'planned':>7} {'recorded':>8} {'ok':>4} {'finals':>6} {'exit':>4} {'killed':>6}  holds",
-          flush=True)
+    print(
+        f"{'rep':>3} {'planned':>7} {'recorded':>8} {'ok':>4} {'finals':>6} {'exit':>4} {'killed':>6}  holds",
+        flush=True,
+    )
     rows = []
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ray-faults-")))
@@ -110,11 +137,16 @@ def main() -> None:
         for n in range(1, args.repetitions + 1):
             row = repetition(n, args, url, admin_dsn, work)
             rows.append(row)
-            print(f"{n:>3} {row['planned']:>7} {row['recorded']:>8} {row['ok']:>4} {row['finals']:>6} "
-                  f"{row['exit']:>4} {str(row['killed']):>6}  {'yes' if row['holds'] else 'NO'}", flush=True)
+            print(
+                f"{n:>3} {row['planned']:>7} {row['recorded']:>8} {row['ok']:>4} {row['finals']:>6} "
+                f"{row['exit']:>4} {str(row['killed']):>6}  {'yes' if row['holds'] else 'NO'}",
+                flush=True,
+            )
     lost = sum(int(r["lost"]) for r in rows)
-    print(f"{sum(bool(r['holds']) for r in rows)} of {len(rows)} repetitions hold; units lost: {lost} of "
-          f"{sum(int(r['planned']) for r in rows)}")
+    print(
+        f"{sum(bool(r['holds']) for r in rows)} of {len(rows)} repetitions hold; units lost: {lost} of "
+        f"{sum(int(r['planned']) for r in rows)}"
+    )
 
 
 if __name__ == "__main__":

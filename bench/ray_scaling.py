@@ -59,7 +59,7 @@ def _cpu_ticks(pid: int) -> int | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return sum(int(f) for f in text[text.rindex(")") + 2:].split()[11:15])  # utime stime cutime cstime
+    return sum(int(f) for f in text[text.rindex(")") + 2 :].split()[11:15])  # utime stime cutime cstime
 
 
 class TreeCPU:
@@ -111,8 +111,10 @@ def postgres() -> Iterator[tuple[str, Path]]:
     """A throw-away PostgreSQL server on 127.0.0.1 (as ``tests/conftest.py``'s fixture starts one): its DSN and
     data directory; stopped and removed on exit."""
     debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
-    initdb, pg_ctl = (shutil.which(name) or next((str(d / name) for d in debian if (d / name).exists()), None)
-                      for name in ("initdb", "pg_ctl"))
+    initdb, pg_ctl = (
+        shutil.which(name) or next((str(d / name) for d in debian if (d / name).exists()), None)
+        for name in ("initdb", "pg_ctl")
+    )
     if not (initdb and pg_ctl):
         sys.exit("bench.ray_scaling: PostgreSQL server binaries (initdb, pg_ctl) are not installed")
     folder = Path(tempfile.mkdtemp(prefix="dyneval-pg-"))
@@ -121,11 +123,15 @@ def postgres() -> Iterator[tuple[str, Path]]:
         as_user = ["runuser", "-u", "postgres" if shutil.which("runuser") else "nobody", "--"]
         shutil.chown(folder, user=as_user[2])
     port, data = free_port(), folder / "data"
-    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"], check=True, capture_output=True
+    )
     options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections={MAX_CONNECTIONS}"
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-w", "-l", str(folder / "log"), "-o", options, "start"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*as_user, pg_ctl, "-D", str(data), "-w", "-l", str(folder / "log"), "-o", options, "start"],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres", data
     finally:
@@ -147,8 +153,9 @@ def fresh_db(dsn: str, name: str) -> str:
 @contextlib.contextmanager
 def standin(latency: float) -> Iterator[tuple[str, int]]:
     """The stand-in with the golden runs' replies in its own process (``bench.speed --serve``): URL and pid."""
-    proc = subprocess.Popen([sys.executable, "-m", "bench.speed", "--serve", str(latency), ""], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.speed", "--serve", str(latency), ""], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     try:
         yield proc.stdout.readline().strip(), proc.pid  # type: ignore[union-attr]
     finally:
@@ -156,12 +163,27 @@ def standin(latency: float) -> Iterator[tuple[str, int]]:
         proc.wait()
 
 
-def one_run(label: str, data: str, url: str, dsn: str, out: Path, concurrency: int, choice: ExecutorChoice,
-            parties: dict[str, list[int]]) -> dict[str, Any]:
+def one_run(
+    label: str,
+    data: str,
+    url: str,
+    dsn: str,
+    out: Path,
+    concurrency: int,
+    choice: ExecutorChoice,
+    parties: dict[str, list[int]],
+) -> dict[str, Any]:
     """One interview batch on ``choice``; wall, calls and each party's CPU seconds over ``execute``."""
     models = {role: ModelSpec(model=role, base_url=url, concurrency=256) for role in ("target", "evaluator")}
-    config = RunConfig(protocol="interview", out=str(out), models=models, roles={r: r for r in models},
-                       concurrency=concurrency, stores=StoreConfig(postgres_dsn=dsn), params={"data": data})
+    config = RunConfig(
+        protocol="interview",
+        out=str(out),
+        models=models,
+        roles={r: r for r in models},
+        concurrency=concurrency,
+        stores=StoreConfig(postgres_dsn=dsn),
+        params={"data": data},
+    )
     protocol = InterviewProtocol()
     run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
     sampler = TreeCPU({name: pid for name, pid in parties.items() if name != "driver"})
@@ -176,20 +198,27 @@ def one_run(label: str, data: str, url: str, dsn: str, out: Path, concurrency: i
         records = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()]
         failed = next(r for r in records if r["status"] != "ok")
         print(f"{label}: {counts}; first not ok: {failed['unit_id']} {failed.get('error')}", file=sys.stderr)
-    return {"label": label, "wall": wall, "calls": summary["usage"]["calls"], "units": sum(counts.values()),
-            "ok": counts.get("ok", 0), "cpu": cpu}
+    return {
+        "label": label,
+        "wall": wall,
+        "calls": summary["usage"]["calls"],
+        "units": sum(counts.values()),
+        "ok": counts.get("ok", 0),
+        "cpu": cpu,
+    }
 
 
 def cluster_parties(cluster: RayCluster) -> dict[str, int]:
-    return {("ray head" if name == "head" else f"ray {name}"): node.process.pid
-            for name, node in cluster.nodes.items()}
+    return {("ray head" if name == "head" else f"ray {name}"): node.process.pid for name, node in cluster.nodes.items()}
 
 
 def report(rows: list[dict[str, Any]], latency: float) -> None:
     base = next(r for r in rows if r["label"] == "threads")
     print(f"\nstand-in latency {latency:g} s")
-    print(f"{'executor':<16} {'ok/units':>9} {'calls':>6} {'wall s':>7} {'calls/s':>8} {'x threads':>9} "
-          f"{'CPU ms/unit':>11} {'x threads':>9}  CPU seconds by process (tree)")
+    print(
+        f"{'executor':<16} {'ok/units':>9} {'calls':>6} {'wall s':>7} {'calls/s':>8} {'x threads':>9} "
+        f"{'CPU ms/unit':>11} {'x threads':>9}  CPU seconds by process (tree)"
+    )
     for r in rows:
         rate = r["calls"] / r["wall"]
         own = sum(v for k, v in r["cpu"].items() if k != "stand-in")
@@ -198,9 +227,11 @@ def report(rows: list[dict[str, Any]], latency: float) -> None:
         base_unit = sum(v for k, v in base["cpu"].items() if k != "stand-in") / max(base["units"], 1) * 1000
         parts = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items())
         total = sum(r["cpu"].values())
-        print(f"{r['label']:<16} {r['ok']:>4}/{r['units']:<4} {r['calls']:>6} {r['wall']:>7.1f} {rate:>8.1f} "
-              f"{rate / base_rate:>9.2f} {per_unit:>11.1f} {per_unit / base_unit:>9.2f}  {parts}; "
-              f"all {total:.1f} = {total / r['wall']:.2f} of 2 cores' {2 * r['wall']:.0f} s")
+        print(
+            f"{r['label']:<16} {r['ok']:>4}/{r['units']:<4} {r['calls']:>6} {r['wall']:>7.1f} {rate:>8.1f} "
+            f"{rate / base_rate:>9.2f} {per_unit:>11.1f} {per_unit / base_unit:>9.2f}  {parts}; "
+            f"all {total:.1f} = {total / r['wall']:.2f} of 2 cores' {2 * r['wall']:.0f} s"
+        )
 
 
 def main() -> None:
@@ -230,20 +261,40 @@ def main() -> None:
         one_run("warm-up", warm, first_url, db(), work / "warm", args.concurrency, ExecutorChoice(), {"driver": 0})
         for lat, (url, pid) in standins.items():
             parties = {"driver": 0, "postgres": pg_pid, "stand-in": pid}
-            rows[lat].append(one_run("threads", data, url, db(), work / f"t{n}", args.concurrency,
-                                     ExecutorChoice(), parties))
+            rows[lat].append(
+                one_run("threads", data, url, db(), work / f"t{n}", args.concurrency, ExecutorChoice(), parties)
+            )
         for workers in (1, 2):
             with ray_cluster(workers=workers, cpus_per_worker=1) as cluster:
                 # not measured: the worker processes start and import dyneval on their first units
-                one_run("warm-up", warm, first_url, db(), work / f"warm{n}", args.concurrency,
-                        ExecutorChoice("ray", cluster.address), {"driver": 0})
+                one_run(
+                    "warm-up",
+                    warm,
+                    first_url,
+                    db(),
+                    work / f"warm{n}",
+                    args.concurrency,
+                    ExecutorChoice("ray", cluster.address),
+                    {"driver": 0},
+                )
                 for lat, (url, pid) in standins.items():
                     parties = {"driver": 0, **cluster_parties(cluster), "postgres": pg_pid, "stand-in": pid}
-                    rows[lat].append(one_run(f"ray, {workers} worker{'s' * (workers > 1)}", data, url, db(),
-                                             work / f"r{n}", args.concurrency,
-                                             ExecutorChoice("ray", cluster.address), parties))
-    print(f"interview, {args.units} units, --concurrency {args.concurrency}, {os.cpu_count()} cores; "
-          f"1-min load average at the start: {load:.2f}")
+                    rows[lat].append(
+                        one_run(
+                            f"ray, {workers} worker{'s' * (workers > 1)}",
+                            data,
+                            url,
+                            db(),
+                            work / f"r{n}",
+                            args.concurrency,
+                            ExecutorChoice("ray", cluster.address),
+                            parties,
+                        )
+                    )
+    print(
+        f"interview, {args.units} units, --concurrency {args.concurrency}, {os.cpu_count()} cores; "
+        f"1-min load average at the start: {load:.2f}"
+    )
     for lat in latencies:
         report(rows[lat], lat)
 

@@ -51,8 +51,9 @@ def main() -> None:
         checkouts = {}
         for i, rev in enumerate(args.revisions):
             checkouts[rev] = Path(trees) / f"rev{i}"
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(checkouts[rev]), rev],
-                           check=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(checkouts[rev]), rev], check=True
+            )
         try:
             with speed.standin(0.0) as url:
                 for _ in range(args.runs):
@@ -65,10 +66,20 @@ def main() -> None:
     rows: list[list[Any]] = []
     for rev, runs in results.items():
         median = statistics.median(r["calls_per_s"] for r in runs)
-        rows.append([rev, " ".join(f"{r['calls_per_s']:.0f}" for r in runs), f"{median:.0f}",
-                     f"{statistics.median(r['cpu_ms_per_call'] for r in runs):.2f}", f"{median / reference:.2f}"])
-    table(f"ATAD calls/s at zero latency, --concurrency {args.concurrency}, {args.runs} rounds",
-                ["revision", "calls/s per run", "median", "CPU ms/call (median)", "ratio"], rows)
+        rows.append(
+            [
+                rev,
+                " ".join(f"{r['calls_per_s']:.0f}" for r in runs),
+                f"{median:.0f}",
+                f"{statistics.median(r['cpu_ms_per_call'] for r in runs):.2f}",
+                f"{median / reference:.2f}",
+            ]
+        )
+    table(
+        f"ATAD calls/s at zero latency, --concurrency {args.concurrency}, {args.runs} rounds",
+        ["revision", "calls/s per run", "median", "CPU ms/call (median)", "ratio"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

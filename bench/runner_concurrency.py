@@ -34,8 +34,15 @@ def serve_with_latency(latency: float) -> ThreadingHTTPServer:
         time.sleep(latency)
         if body.get("tools"):
             name = body["tools"][0]["function"]["name"]
-            return 200, completion({"role": "assistant", "content": None, "tool_calls": [{
-                "id": "c1", "type": "function", "function": {"name": name, "arguments": '{"correct": true}'}}]})
+            return 200, completion(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": name, "arguments": '{"correct": true}'}}
+                    ],
+                }
+            )
         return 200, completion("an answer")
 
     return serve(respond)
@@ -52,8 +59,14 @@ def main() -> None:
     timings: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as out:
         for concurrency in (1, 2, 4, 8):
-            config = RunConfig(protocol="toy", out=out, models=models, roles={"target": "fake", "evaluator": "fake"},
-                               concurrency=concurrency, params={"units": args.units})
+            config = RunConfig(
+                protocol="toy",
+                out=out,
+                models=models,
+                roles={"target": "fake", "evaluator": "fake"},
+                concurrency=concurrency,
+                params={"units": args.units},
+            )
             run = open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True))
             started = time.perf_counter()
             summary = execute(ToyProtocol(), run, skip_preflight=True)

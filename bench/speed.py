@@ -42,8 +42,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -62,6 +63,7 @@ PROTOCOL_ARGS: dict[str, tuple[str, list[str]]] = {
 
 
 # -- the stand-in in its own process ------------------------------------------------------------
+
 
 def serve(latency: float, log: str | None) -> None:
     """``--serve``: the stand-in with the golden runs' replies; every request body appended to ``log``."""
@@ -102,8 +104,12 @@ def embeddings_endpoint(latency: float) -> Iterator[str]:
 
 @contextlib.contextmanager
 def standin(latency: float, log: Path | None = None) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.speed", "--serve", str(latency), str(log or "")],
-                            cwd=REPO, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.speed", "--serve", str(latency), str(log or "")],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         yield proc.stdout.readline().strip()
     finally:
@@ -113,17 +119,27 @@ def standin(latency: float, log: Path | None = None) -> Iterator[str]:
 
 # -- one CLI run ---------------------------------------------------------------------------------
 
+
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")}
 
 
-def run_cli(protocol: str, args: list[str], url: str, concurrency: int, out: Path,
-            embed_url: str = "") -> dict[str, Any]:
+def run_cli(
+    protocol: str, args: list[str], url: str, concurrency: int, out: Path, embed_url: str = ""
+) -> dict[str, Any]:
     """Run one protocol; its wall, CPU seconds and the events of its run directory."""
-    argv = [sys.executable, "run.py", "--protocol", protocol,
-            *[a.replace("{URL}", url).replace("{EMBED}", embed_url) for a in args],
-            "--concurrency", str(concurrency), "--out", str(out),
-            *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")]]
+    argv = [
+        sys.executable,
+        "run.py",
+        "--protocol",
+        protocol,
+        *[a.replace("{URL}", url).replace("{EMBED}", embed_url) for a in args],
+        "--concurrency",
+        str(concurrency),
+        "--out",
+        str(out),
+        *[x for role in ROLES for x in (f"--{role}", f"{role}@{url}")],
+    ]
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
@@ -137,8 +153,14 @@ def run_cli(protocol: str, args: list[str], url: str, concurrency: int, out: Pat
         raise RuntimeError(f"{protocol} exited {proc.returncode}: {errors[-2000:]}")
     run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_"))
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-    return {"wall": wall, "started": started, "events": events, "run_dir": run_dir, "cpu_trace": trace,
-            "cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)}
+    return {
+        "wall": wall,
+        "started": started,
+        "events": events,
+        "run_dir": run_dir,
+        "cpu_trace": trace,
+        "cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+    }
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -186,23 +208,31 @@ def phases(run: dict[str, Any], latency: float, concurrency: int) -> dict[str, f
     unit_end = max(e["ts"] for e in units)
     chains = [chain([e for e in units if e["unit"] == u]) for u in {e["unit"] for e in units}]
     floor = latency * max(max(chains), sum(chains) / concurrency)
-    return {"wall": run["wall"], "startup": first - run["started"], "units": unit_end - unit_start, "floor": floor,
-            "calls": len(events), "unit_calls": len(units)}
+    return {
+        "wall": run["wall"],
+        "startup": first - run["started"],
+        "units": unit_end - unit_start,
+        "floor": floor,
+        "calls": len(events),
+        "unit_calls": len(units),
+    }
 
 
 # -- parts ---------------------------------------------------------------------------------------
 
+
 def part_startup() -> list[list[Any]]:
     rows = []
     with tempfile.TemporaryDirectory() as out:
-        for label, argv in (("run.py --help", ["--help"]), ("run.py --protocol atad --help", ["--protocol", "atad",
-                                                                                           "--help"]),
-                            ("atad --dry-run", ["--protocol", "atad", "--dry-run", "--out", out])):
+        for label, argv in (
+            ("run.py --help", ["--help"]),
+            ("run.py --protocol atad --help", ["--protocol", "atad", "--help"]),
+            ("atad --dry-run", ["--protocol", "atad", "--dry-run", "--out", out]),
+        ):
             best = float("inf")
             for _ in range(3):
                 started = time.perf_counter()
-                subprocess.run([sys.executable, "run.py", *argv], cwd=REPO, env=_env(), capture_output=True,
-                               check=True)
+                subprocess.run([sys.executable, "run.py", *argv], cwd=REPO, env=_env(), capture_output=True, check=True)
                 best = min(best, time.perf_counter() - started)
             rows.append([label, f"{best:.2f}"])
     return rows
@@ -217,11 +247,19 @@ def part_protocols(latency: float) -> list[list[Any]]:
                 with tempfile.TemporaryDirectory() as out:
                     got[c] = phases(run_cli(protocol, args, url, c, Path(out), embed_url), latency, c)
             one, many = got[1], got[16]
-            rows.append([label, one["unit_calls"], f"{one['wall']:.1f}", f"{many['wall']:.1f}",
-                         f"{many['startup'] / many['wall']:.0%}", f"{one['units'] / many['units']:.1f}x",
-                         f"{one['wall'] / many['wall']:.1f}x",
-                         f"{(one['wall'] / many['wall']) / (one['units'] / many['units']):.2f}",
-                         f"{many['units'] / many['floor']:.2f}"])
+            rows.append(
+                [
+                    label,
+                    one["unit_calls"],
+                    f"{one['wall']:.1f}",
+                    f"{many['wall']:.1f}",
+                    f"{many['startup'] / many['wall']:.0%}",
+                    f"{one['units'] / many['units']:.1f}x",
+                    f"{one['wall'] / many['wall']:.1f}x",
+                    f"{(one['wall'] / many['wall']) / (one['units'] / many['units']):.2f}",
+                    f"{many['units'] / many['floor']:.2f}",
+                ]
+            )
     return rows
 
 
@@ -243,16 +281,32 @@ def part_atad(latency: float, sizes: list[tuple[int, int]]) -> list[list[Any]]:
             log = Path(out) / "requests.jsonl"
             with standin(latency, log) as url:
                 per_task = -(-problems // 7)
-                run = run_cli("atad", ["--per-task", str(per_task), "--limit", str(problems)], url, concurrency,
-                              Path(out) / "runs")
+                run = run_cli(
+                    "atad",
+                    ["--per-task", str(per_task), "--limit", str(problems)],
+                    url,
+                    concurrency,
+                    Path(out) / "runs",
+                )
                 bodies = [json.loads(line) for line in log.read_text().splitlines()]
                 sample = bodies if len(bodies) <= 300 else bodies[:150]
                 base = replay(sample, url) * len(bodies) / len(sample)
         ours = run["wall"]
         p = phases(run, latency, concurrency)
-        rows.append([problems, concurrency, len(bodies), f"{base:.1f}{'' if sample is bodies else ' (est.)'}",
-                     f"{ours:.1f}", f"{problems / base * 60:.0f}", f"{problems / ours * 60:.0f}",
-                     f"{base / ours:.1f}x", f"{p['floor']:.1f}", f"{ours / (1.3 * p['floor'] + 1):.2f}"])
+        rows.append(
+            [
+                problems,
+                concurrency,
+                len(bodies),
+                f"{base:.1f}{'' if sample is bodies else ' (est.)'}",
+                f"{ours:.1f}",
+                f"{problems / base * 60:.0f}",
+                f"{problems / ours * 60:.0f}",
+                f"{base / ours:.1f}x",
+                f"{p['floor']:.1f}",
+                f"{ours / (1.3 * p['floor'] + 1):.2f}",
+            ]
+        )
     return rows
 
 
@@ -265,9 +319,14 @@ def units_phase_cpu(run: dict[str, Any], concurrency: int) -> dict[str, float]:
     inside = [ts for ts, _ in run["cpu_trace"] if unit_start <= ts <= unit_start + p["units"]]
     calls_inside = sum(1 for e in units if inside and inside[0] <= e["ts"] <= inside[-1])
     cpu = cpu_between(run["cpu_trace"], unit_start, unit_start + p["units"])
-    return {"calls": p["unit_calls"], "seconds": p["units"], "calls_per_s": p["unit_calls"] / p["units"],
-            "cpu_ms_per_call": cpu / max(1, calls_inside) * 1000, "cpu_use": cpu / (inside[-1] - inside[0]),
-            "process_cpu_ms_per_call": run["cpu"] / p["calls"] * 1000}
+    return {
+        "calls": p["unit_calls"],
+        "seconds": p["units"],
+        "calls_per_s": p["unit_calls"] / p["units"],
+        "cpu_ms_per_call": cpu / max(1, calls_inside) * 1000,
+        "cpu_use": cpu / (inside[-1] - inside[0]),
+        "process_cpu_ms_per_call": run["cpu"] / p["calls"] * 1000,
+    }
 
 
 def part_calls(per_task: int, repeats: int) -> list[list[Any]]:
@@ -278,8 +337,17 @@ def part_calls(per_task: int, repeats: int) -> list[list[Any]]:
             with tempfile.TemporaryDirectory() as out:
                 run = run_cli("atad", ["--per-task", str(per_task)], url, 16, Path(out))
             u = units_phase_cpu(run, 16)
-            rows.append([u["calls"], f"{u['seconds']:.1f}", f"{u['calls_per_s']:.0f}", f"{u['cpu_ms_per_call']:.1f}",
-                         f"{u['cpu_use']:.0%}", f"{u['process_cpu_ms_per_call']:.1f}", f"{run['wall']:.1f}"])
+            rows.append(
+                [
+                    u["calls"],
+                    f"{u['seconds']:.1f}",
+                    f"{u['calls_per_s']:.0f}",
+                    f"{u['cpu_ms_per_call']:.1f}",
+                    f"{u['cpu_use']:.0%}",
+                    f"{u['process_cpu_ms_per_call']:.1f}",
+                    f"{run['wall']:.1f}",
+                ]
+            )
     return rows
 
 
@@ -306,20 +374,40 @@ def part_kg(sizes: list[int]) -> list[list[Any]]:
                 chunks.append(text)
             docs.append(Document(id=f"d{d}", title=f"doc {d}", chunks=chunks))
 
-        def extract(texts: list[str]) -> list[tuple[list[str], str]]:
+        def extract(texts: list[str], labels: dict[str, list[str]] = labels) -> list[tuple[list[str], str]]:
             return [(labels[t], "llm") for t in texts]
 
         with tempfile.TemporaryDirectory() as cache:
             started = time.perf_counter()
-            graph = open_context_graph(docs, cache_dir=Path(cache), extractor_label="bench", extract=extract,
-                                       chroma=chroma_client, embed=HashEmbedding())
+            graph = open_context_graph(
+                docs,
+                cache_dir=Path(cache),
+                extractor_label="bench",
+                extract=extract,
+                chroma=chroma_client,
+                embed=HashEmbedding(),
+            )
             build = time.perf_counter() - started
             fresh = _hop_ms(graph)
-            reopened = open_context_graph(docs, cache_dir=Path(cache), extractor_label="bench", extract=extract,
-                                          chroma=chroma_client, embed=HashEmbedding())
+            reopened = open_context_graph(
+                docs,
+                cache_dir=Path(cache),
+                extractor_label="bench",
+                extract=extract,
+                chroma=chroma_client,
+                embed=HashEmbedding(),
+            )
             again = _hop_ms(reopened)
-        rows.append([len(graph.keys), len(graph.chunks), graph.stats()["mentions"],
-                     f"{build * 1000 / len(graph.chunks):.2f}", f"{fresh:.2f}", f"{again:.2f}"])
+        rows.append(
+            [
+                len(graph.keys),
+                len(graph.chunks),
+                graph.stats()["mentions"],
+                f"{build * 1000 / len(graph.chunks):.2f}",
+                f"{fresh:.2f}",
+                f"{again:.2f}",
+            ]
+        )
     return rows
 
 
@@ -342,8 +430,9 @@ def main() -> None:
     parser.add_argument("--kg", default="1000,10000,100000", help="entity counts of the context-graph part")
     parser.add_argument("--calls-per-task", type=int, default=30, help="ATAD problems per task, calls part")
     parser.add_argument("--calls-repeats", type=int, default=3, help="runs of the calls part (a row each)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["startup", "protocols", "atad", "calls", "kg",
-                                                                 "bank"])
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["startup", "protocols", "atad", "calls", "kg", "bank"]
+    )
     parser.add_argument("--serve", nargs=2, metavar=("LATENCY", "LOG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -353,26 +442,62 @@ def main() -> None:
     if "startup" not in args.skip:
         table("start-up (best of 3)", ["command", "wall s"], part_startup())
     if "protocols" not in args.skip:
-        table(f"protocols at --concurrency 1 vs 16 (latency {args.latency}s)",
-              ["protocol", "unit calls", "wall c=1", "wall c=16", "start-up share c=16", "units speed-up",
-               "process speed-up", "process/units", "units / chain floor c=16"], part_protocols(args.latency))
+        table(
+            f"protocols at --concurrency 1 vs 16 (latency {args.latency}s)",
+            [
+                "protocol",
+                "unit calls",
+                "wall c=1",
+                "wall c=16",
+                "start-up share c=16",
+                "units speed-up",
+                "process speed-up",
+                "process/units",
+                "units / chain floor c=16",
+            ],
+            part_protocols(args.latency),
+        )
     if "atad" not in args.skip:
         sizes = [(24, 16)] + ([(args.large, 64)] if args.large else [])
-        table(f"ATAD vs one call at a time (latency {args.latency}s)",
-              ["problems", "concurrency", "requests", "baseline wall s", "atad wall s", "baseline /min",
-               "atad /min", "atad rate ratio", "chain floor s", "wall / (1.3 floor + 1s)"],
-              part_atad(args.latency, sizes))
+        table(
+            f"ATAD vs one call at a time (latency {args.latency}s)",
+            [
+                "problems",
+                "concurrency",
+                "requests",
+                "baseline wall s",
+                "atad wall s",
+                "baseline /min",
+                "atad /min",
+                "atad rate ratio",
+                "chain floor s",
+                "wall / (1.3 floor + 1s)",
+            ],
+            part_atad(args.latency, sizes),
+        )
     if "calls" not in args.skip:
-        table("calls per second at zero endpoint latency (ATAD, --concurrency 16)",
-              ["unit calls", "units phase s", "calls/s", "units-phase CPU ms/call", "units-phase CPU use",
-               "process CPU ms/call", "wall s"],
-              part_calls(args.calls_per_task, args.calls_repeats))
+        table(
+            "calls per second at zero endpoint latency (ATAD, --concurrency 16)",
+            [
+                "unit calls",
+                "units phase s",
+                "calls/s",
+                "units-phase CPU ms/call",
+                "units-phase CPU use",
+                "process CPU ms/call",
+                "wall s",
+            ],
+            part_calls(args.calls_per_task, args.calls_repeats),
+        )
     if "kg" not in args.skip:
-        table("context graph with a fake fast embedding (no LLM)",
-              ["entities", "chunks", "mentions", "build ms/chunk", "hop ms (after build)", "hop ms (reopened)"],
-              part_kg([int(x) for x in args.kg.split(",") if x]))
+        table(
+            "context graph with a fake fast embedding (no LLM)",
+            ["entities", "chunks", "mentions", "build ms/chunk", "hop ms (after build)", "hop ms (reopened)"],
+            part_kg([int(x) for x in args.kg.split(",") if x]),
+        )
     if "bank" not in args.skip:  # bench/bank_scale.py: llmeval's bank import rate and session sampling at 220k
         from bench.bank_scale import HEADERS, TITLE, part_bank
+
         table(TITLE, HEADERS, part_bank())
 
 

@@ -57,7 +57,8 @@ def run() -> None:
         code = EXIT_TERMINATED if isinstance(stopped_by, Terminated) else EXIT_INTERRUPTED
     gc.freeze()  # exit without the final collections' walk over every library object (1-2 s of a run's end)
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and any(
-            t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()
+    ):
         exit_now(code)  # stopped: a thread still in an import or a request must not hold the exit up
     sys.exit(code)
 

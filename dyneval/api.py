@@ -1,7 +1,7 @@
 """The Python API: :func:`evaluate` runs a protocol as the ``dyneval`` command does and returns a :class:`RunResult`.
 
-    from dyneval import evaluate
-    result = evaluate("atad", evaluate_models=["local"], benchmark="...")
+from dyneval import evaluate
+result = evaluate("atad", evaluate_models=["local"], benchmark="...")
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from dyneval.cli import build_parser, start
 from dyneval.protocols import protocol_class
 from dyneval.runtime.stop import RunInterrupted
 from dyneval.state.errors import InputError
-from rich.console import Console
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,9 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     the partial report. ``quiet=False`` prints the progress and summary as the command line does.
     """
     parser, dests = build_parser(protocol)
-    known = {k: v for k, v in vars(parser.parse_args(["--protocol", protocol])).items()
-             if k not in ("protocol", "dry_run")}  # every option by name, with its "not given" default
+    known = {
+        k: v for k, v in vars(parser.parse_args(["--protocol", protocol])).items() if k not in ("protocol", "dry_run")
+    }  # every option by name, with its "not given" default
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise InputError(f"unknown option(s) {', '.join(unknown)} of {protocol}; options: {', '.join(sorted(known))}")
@@ -80,8 +82,9 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     from dyneval.runtime.runner import execute
 
     try:
-        execute(chosen, run, skip_preflight=args.skip_preflight,
-                executor=ExecutorChoice(args.executor, args.ray_address))
+        execute(
+            chosen, run, skip_preflight=args.skip_preflight, executor=ExecutorChoice(args.executor, args.ray_address)
+        )
     except RunInterrupted as exc:
         if not exc.budget:
             raise

@@ -21,23 +21,30 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 from rich.console import Console  # noqa: E402
 from rich.text import Text  # noqa: E402
 
-from dyneval.gate import (EXIT_BAD_INPUT, EXIT_BELOW_THRESHOLD, EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK,  # noqa: E402
-                          EXIT_INFRA, EXIT_TERMINATED, EXIT_UNITS_FAILED, Threshold, parse_thresholds,
-                          unfinished_units)
+from dyneval.gate import (  # noqa: E402
+    EXIT_BAD_INPUT,
+    EXIT_BELOW_THRESHOLD,
+    EXIT_BUDGET,
+    EXIT_INFRA,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_UNITS_FAILED,
+    Threshold,
+    parse_thresholds,
+    unfinished_units,
+)
 from dyneval.protocols import REGISTRY, available, protocol_class  # noqa: E402
-from dyneval.runtime.config_loader import (ParamSchema, check_resume_unchanged, load_config,  # noqa: E402
-                                           read_config_file)
-from dyneval.runtime import stop  # noqa: E402
-from dyneval.runtime.executors.ray_address import REACH_S  # noqa: E402
 from dyneval.results.rescore import check_rescore, source_dir  # noqa: E402
-from dyneval.stores.rundir import RunDir  # noqa: E402
-from dyneval.runtime.signals import stopped_line  # noqa: E402
+from dyneval.runtime import stop  # noqa: E402
+from dyneval.runtime.config_loader import ParamSchema, check_resume_unchanged, load_config, read_config_file  # noqa: E402
+from dyneval.runtime.executors.ray_address import REACH_S  # noqa: E402
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run  # noqa: E402
+from dyneval.runtime.signals import stopped_line  # noqa: E402
 from dyneval.runtime.stop import RunInterrupted  # noqa: E402
 from dyneval.state.config import ROLES, RunConfig  # noqa: E402
 from dyneval.state.errors import InfraError, InputError  # noqa: E402
-
-
+from dyneval.stores.rundir import RunDir  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,13 +68,14 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dyneval",
         description="Evaluate LLMs with dynamic protocols (JudgeAgent, ATAD, LLM-as-an-Interviewer, LLMEval-3). "
-                    "Without --protocol, 'dyneval --compare RUN_A RUN_B ... [--out DIR]' writes one page comparing "
-                    "finished runs of one protocol, and 'dyneval --export RUN [--format csv|jsonl|parquet] "
-                    "[--out DIR]' writes a run's units (and items) as tables in RUN/export/ (run ids under --out, or "
-                    "run folders), 'dyneval --detect D --pilot RUN' prints the units per target that separate a "
-                    "difference D in each headline metric, from the pilot run's variance, and 'dyneval --index DIR' "
-                    "writes DIR/index.html listing every run in DIR.",
-        formatter_class=_HelpFormatter, **kwargs,
+        "Without --protocol, 'dyneval --compare RUN_A RUN_B ... [--out DIR]' writes one page comparing "
+        "finished runs of one protocol, and 'dyneval --export RUN [--format csv|jsonl|parquet] "
+        "[--out DIR]' writes a run's units (and items) as tables in RUN/export/ (run ids under --out, or "
+        "run folders), 'dyneval --detect D --pilot RUN' prints the units per target that separate a "
+        "difference D in each headline metric, from the pilot run's variance, and 'dyneval --index DIR' "
+        "writes DIR/index.html listing every run in DIR.",
+        formatter_class=_HelpFormatter,
+        **kwargs,
     )
     parser.add_argument("--protocol", required=True, help=f"one of: {', '.join(REGISTRY)}")
     parser.add_argument("--config", help="TOML or YAML config file (models, roles, stores, params)")
@@ -79,44 +87,87 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     default = {name: f.default for name, f in RunConfig.model_fields.items()}
     run.add_argument("--concurrency", type=int, help=f"units in flight at once (default {default['concurrency']})")
     run.add_argument("--seed", type=int, help=f"seed for every random choice (default {default['seed']})")
-    run.add_argument("--max-calls", type=int, metavar="N", help="budget: start no request once the run sent N "
-                     f"(then stop like Ctrl-C: partial report, exit code {EXIT_BUDGET}, resumable with a higher "
-                     "budget)")
-    run.add_argument("--max-tokens", type=int, metavar="N", help="budget: start no request once the run's requests "
-                     "used N prompt + completion tokens (as --max-calls)")
-    run.add_argument("--max-cost", type=float, metavar="USD", help="budget: start no request once the run's requests "
-                     "cost USD, priced by --pricing (as --max-calls; refused if a model has no price)")
-    run.add_argument("--max-tokens-per-role", metavar="ROLE=N,...", help="budget per role (as logged, e.g. "
-                     "evaluator=100000): stop as --max-tokens once one role's requests used N tokens")
+    run.add_argument(
+        "--max-calls",
+        type=int,
+        metavar="N",
+        help="budget: start no request once the run sent N "
+        f"(then stop like Ctrl-C: partial report, exit code {EXIT_BUDGET}, resumable with a higher "
+        "budget)",
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="budget: start no request once the run's requests used N prompt + completion tokens (as --max-calls)",
+    )
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="budget: start no request once the run's requests "
+        "cost USD, priced by --pricing (as --max-calls; refused if a model has no price)",
+    )
+    run.add_argument(
+        "--max-tokens-per-role",
+        metavar="ROLE=N,...",
+        help="budget per role (as logged, e.g. "
+        "evaluator=100000): stop as --max-tokens once one role's requests used N tokens",
+    )
     run.add_argument("--max-cost-per-role", metavar="ROLE=USD,...", help="budget per role in USD (as --max-cost)")
     run.add_argument("--out", help=f"folder holding run directories (default {default['out']})")
     run.add_argument("--resume", metavar="RUN_ID", help="continue the run in OUT/RUN_ID, skipping finished units")
-    run.add_argument("--rescore", metavar="RUN_ID", help="a new run that re-judges run OUT/RUN_ID with the judging "
-                     "role(s) given (e.g. --evaluator), replaying every other role's recorded replies (no target "
-                     "call); a unit the new verdicts lead elsewhere ends 'diverged'")
+    run.add_argument(
+        "--rescore",
+        metavar="RUN_ID",
+        help="a new run that re-judges run OUT/RUN_ID with the judging "
+        "role(s) given (e.g. --evaluator), replaying every other role's recorded replies (no target "
+        "call); a unit the new verdicts lead elsewhere ends 'diverged'",
+    )
     run.add_argument("--dry-run", action="store_true", help="print the plan (units, models, calls) and exit")
-    run.add_argument("--fail-under", action="append", metavar="METRIC=VALUE",
-                     help=f"exit {EXIT_BELOW_THRESHOLD} when a headline metric (its name in summary.json's metrics, "
-                          "e.g. score@1, S, table1.*.avg) is below VALUE or has no value; repeatable")
+    run.add_argument(
+        "--fail-under",
+        action="append",
+        metavar="METRIC=VALUE",
+        help=f"exit {EXIT_BELOW_THRESHOLD} when a headline metric (its name in summary.json's metrics, "
+        "e.g. score@1, S, table1.*.avg) is below VALUE or has no value; repeatable",
+    )
     run.add_argument("--skip-preflight", action="store_true", help="do not ping each endpoint before the run")
-    run.add_argument("--executor", choices=("threads", "ray"), default="threads",
-                     help="where units run: threads of this process (default), or Ray tasks on a cluster (needs "
-                          "--postgres-dsn and the [ray] extra; see docs/scale-out.md)")
-    run.add_argument("--ray-address", metavar="ADDR",
-                     help="the Ray cluster of --executor ray (HOST:PORT or auto; default: a cluster started on this "
-                          f"machine, on 127.0.0.1); one that does not answer within {REACH_S:g} s stops the run "
-                          f"before it starts (exit {EXIT_INFRA})")
+    run.add_argument(
+        "--executor",
+        choices=("threads", "ray"),
+        default="threads",
+        help="where units run: threads of this process (default), or Ray tasks on a cluster (needs "
+        "--postgres-dsn and the [ray] extra; see docs/scale-out.md)",
+    )
+    run.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster of --executor ray (HOST:PORT or auto; default: a cluster started on this "
+        f"machine, on 127.0.0.1); one that does not answer within {REACH_S:g} s stops the run "
+        f"before it starts (exit {EXIT_INFRA})",
+    )
     stores = parser.add_argument_group("stores")
     stores.add_argument("--chroma-url", help="Chroma server URL (default: on-disk PersistentClient)")
     stores.add_argument("--postgres-dsn", help="PostgreSQL DSN for checkpoints (default: SQLite in the run dir)")
-    stores.add_argument("--embedding-model", help="sentence-transformers model name or path, or MODEL@BASE_URL (an "
-                        "OpenAI-compatible embeddings endpoint)")
-    stores.add_argument("--cache", action=argparse.BooleanOptionalAction, default=None,
-                        help="reuse the accepted reply of an identical request from earlier runs (default: off)")
+    stores.add_argument(
+        "--embedding-model",
+        help="sentence-transformers model name or path, or MODEL@BASE_URL (an OpenAI-compatible embeddings endpoint)",
+    )
+    stores.add_argument(
+        "--cache",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="reuse the accepted reply of an identical request from earlier runs (default: off)",
+    )
     stores.add_argument("--cache-dir", help="response cache folder (default ~/.cache/dyneval)")
     stores.add_argument("--cache-expiry-hours", type=float, help="ignore cached replies older than this")
-    stores.add_argument("--pricing", metavar="FILE", help="YAML of USD per million input/output tokens per model "
-                        "(default: the shipped example prices, runtime/pricing.yaml)")
+    stores.add_argument(
+        "--pricing",
+        metavar="FILE",
+        help="YAML of USD per million input/output tokens per model "
+        "(default: the shipped example prices, runtime/pricing.yaml)",
+    )
     return parser
 
 
@@ -140,8 +191,9 @@ def build_parser(protocol: str | None) -> tuple[argparse.ArgumentParser, list[st
             return parser, _protocol_group(parser, protocol, cls)
     sections = []
     for name, cls in available().items():
-        sub = argparse.ArgumentParser(prog=f"dyneval --protocol {name}", add_help=False, usage=argparse.SUPPRESS,
-                                      formatter_class=_HelpFormatter)
+        sub = argparse.ArgumentParser(
+            prog=f"dyneval --protocol {name}", add_help=False, usage=argparse.SUPPRESS, formatter_class=_HelpFormatter
+        )
         _protocol_group(sub, name, cls)
         sections.append(sub.format_help().strip())
     return _common_parser(epilog="\n\n".join(sections)), []
@@ -192,14 +244,17 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
     flag = "--compare" if args.compare is not None else "--export"
     if rest or (args.compare is not None and args.export is not None):
         extra = " ".join(rest) or "both --compare and --export"
-        raise InputError(f"{flag} takes run ids and --out{' and --format' if flag == '--export' else ''} only, "
-                         f"not {extra}", setting=flag)
+        raise InputError(
+            f"{flag} takes run ids and --out{' and --format' if flag == '--export' else ''} only, not {extra}",
+            setting=flag,
+        )
     if args.compare is not None:
         from dyneval.results.view import write_compare  # loaded only when a comparison is asked for
         from dyneval.results.view.index import INDEX_FILE, write_index
 
-        console.print(f"comparison: {write_compare(args.compare, args.out)}", markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"comparison: {write_compare(args.compare, args.out)}", markup=False, highlight=False, soft_wrap=True
+        )
         if (Path(args.out) / INDEX_FILE).is_file():  # the folder's run index lists the new comparison page
             write_index(Path(args.out))
     else:
@@ -222,9 +277,15 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
         "max_tokens_per_role": args.max_tokens_per_role,
         "max_cost_per_role": args.max_cost_per_role,
         "out": args.out,
-        "stores": {"chroma_url": args.chroma_url, "postgres_dsn": args.postgres_dsn,
-                   "embedding_model": args.embedding_model, "cache": args.cache, "cache_dir": args.cache_dir,
-                   "cache_expiry_hours": args.cache_expiry_hours, "pricing": args.pricing},
+        "stores": {
+            "chroma_url": args.chroma_url,
+            "postgres_dsn": args.postgres_dsn,
+            "embedding_model": args.embedding_model,
+            "cache": args.cache,
+            "cache_dir": args.cache_dir,
+            "cache_expiry_hours": args.cache_expiry_hours,
+            "pricing": args.pricing,
+        },
         "params": {d: getattr(args, d) for d in protocol_dests if getattr(args, d) is not None},
     }
 
@@ -232,8 +293,11 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
 def _check_run_id(run_id: str, flag: str) -> None:
     """A run id names a folder right under ``--out``, never a path that would lead elsewhere (``../x``, ``a/b``)."""
     if run_id in ("", ".", "..") or Path(run_id).name != run_id:
-        raise InputError(f"{run_id!r} is not a run id: give the name of a run's folder under --out, as the run "
-                         "printed it, not a path", field=flag)
+        raise InputError(
+            f"{run_id!r} is not a run id: give the name of a run's folder under --out, as the run "
+            "printed it, not a path",
+            field=flag,
+        )
 
 
 def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple[Protocol, RunConfig, Run]:
@@ -243,12 +307,18 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
     flags = flags_from_args(args, dests)
     config_file = args.config
     if args.resume and args.rescore:
-        raise InputError("--rescore makes a new run: it cannot --resume one (a re-score interrupted is "
-                         "resumed by its own run id alone)", field="--rescore")
+        raise InputError(
+            "--rescore makes a new run: it cannot --resume one (a re-score interrupted is "
+            "resumed by its own run id alone)",
+            field="--rescore",
+        )
     if args.resume or args.rescore:
         _check_run_id(args.resume or args.rescore, "--resume" if args.resume else "--rescore")
-        out = (args.out or (read_config_file(args.config).get("out") if args.config else None)
-               or RunConfig.model_fields["out"].default)
+        out = (
+            args.out
+            or (read_config_file(args.config).get("out") if args.config else None)
+            or RunConfig.model_fields["out"].default
+        )
         if args.rescore:
             config_file = str(source_dir(cls, out, args.rescore) / "config.json")
             flags["rescored_from"] = args.rescore
@@ -258,8 +328,11 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
                 raise InputError(f"no run {args.resume!r} under {out}", field="--resume")
             made_by = RunDir(Path(out) / args.resume, flag="--resume").run_config().protocol  # damaged: one line
             if made_by != args.protocol:
-                raise InputError(f"run {args.resume!r} is a run of {made_by}, not {args.protocol}; resume it with "
-                                 f"--protocol {made_by}", field="--resume")
+                raise InputError(
+                    f"run {args.resume!r} is a run of {made_by}, not {args.protocol}; resume it with "
+                    f"--protocol {made_by}",
+                    field="--resume",
+                )
     config = load_config(args.protocol, config_file=config_file, flags=flags, params=ParamSchema.of(cls))
     try:
         if args.resume or args.rescore:
@@ -290,14 +363,22 @@ def main(argv: list[str] | None = None) -> int:
         from dyneval.runtime.executors import ExecutorChoice
         from dyneval.runtime.runner import execute, resume_command
 
-        summary = execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight,
-                          executor=ExecutorChoice(args.executor, args.ray_address))
+        summary = execute(
+            protocol,
+            run,
+            dry_run=args.dry_run,
+            skip_preflight=args.skip_preflight,
+            executor=ExecutorChoice(args.executor, args.ray_address),
+        )
         if args.dry_run:
             return EXIT_OK
         return _verdict(summary, thresholds, protocol.name, resume_command(protocol, run), console)
     except InputError as exc:
-        errors.print(Text.assemble(("error:", "red"), f" {exc.blamed(config.sources) if config else exc}"),
-                     highlight=False, soft_wrap=True)
+        errors.print(
+            Text.assemble(("error:", "red"), f" {exc.blamed(config.sources) if config else exc}"),
+            highlight=False,
+            soft_wrap=True,
+        )
         return EXIT_BAD_INPUT
     except InfraError as exc:  # a unit's fault ends that unit; this one stopped the run itself (e.g. a store down)
         errors.print(Text.assemble(("error:", "red"), f" {exc}"), highlight=False, soft_wrap=True)
@@ -305,8 +386,13 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"once it is back, resume with: {resume}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_INFRA
     except RunInterrupted as exc:
-        console.print(f"{exc}; the partial report is in {run.run_dir}", style="yellow",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"{exc}; the partial report is in {run.run_dir}",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         more = " with a higher --max-calls / --max-tokens / --max-cost" if exc.budget else ""
         console.print(f"resume{more} with: {exc.resume}", markup=False, highlight=False, soft_wrap=True)
         code = EXIT_BUDGET if exc.budget else EXIT_TERMINATED if exc.terminated else EXIT_INTERRUPTED
@@ -314,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
             stop.exit_now(code)  # a request still in flight must not hold the exit up
         return code
     except KeyboardInterrupt as exc:
-        console.print(stopped_line(exc, _resume(protocol, run)), style="yellow", markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(
+            stopped_line(exc, _resume(protocol, run)), style="yellow", markup=False, highlight=False, soft_wrap=True
+        )
         return EXIT_TERMINATED if isinstance(exc, stop.Terminated) else EXIT_INTERRUPTED
 
 
@@ -328,8 +415,7 @@ def _resume(protocol: Protocol | None, run: Run | None) -> str | None:
     return resume_command(protocol, run)
 
 
-def _verdict(summary: dict[str, Any], thresholds: list[Threshold], protocol: str, resume: str,
-             console: Console) -> int:
+def _verdict(summary: dict[str, Any], thresholds: list[Threshold], protocol: str, resume: str, console: Console) -> int:
     """The exit code of a run that ended, said in a line: a missed ``--fail-under`` threshold first (the
     question a CI job asks), then units that did not finish ok (named by status, with the resume command)."""
     misses = [line for t in thresholds for line in t.misses(summary, protocol)]
@@ -338,9 +424,14 @@ def _verdict(summary: dict[str, Any], thresholds: list[Threshold], protocol: str
         counts = ", ".join(f"{n} {status}" for status, n in sorted(failed.items()))
         retried = sum(n for status, n in failed.items() if status not in FINAL_STATUSES)
         again = f"; {resume} retries {retried} of them" if retried else " (final: resume does not retry them)"
-        console.print(f"{sum(failed.values())} of {summary.get('units', '?')} units did not finish ok ({counts}); "
-                      f"each reason is in the report{again}", style="yellow", markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"{sum(failed.values())} of {summary.get('units', '?')} units did not finish ok ({counts}); "
+            f"each reason is in the report{again}",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for line in misses:
         console.print(f"--fail-under: {line}", style="red", markup=False, highlight=False, soft_wrap=True)
     if misses:

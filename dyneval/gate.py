@@ -18,7 +18,9 @@ EXIT_OK = 0  # every unit finished ok (and every --fail-under threshold met)
 EXIT_INTERNAL = 1  # an internal error (a traceback: please report it)
 EXIT_BAD_INPUT = 2  # bad input: one line naming the file, record, field or flag; nothing was spent
 EXIT_BUDGET = 3  # --max-calls / --max-tokens / --max-cost reached: partial report, resumable
-EXIT_UNITS_FAILED = 4  # the run ended, but some units ended failed (infra_error, error, model_error), ungraded or missing
+EXIT_UNITS_FAILED = (
+    4  # the run ended, but some units ended failed (infra_error, error, model_error), ungraded or missing
+)
 EXIT_BELOW_THRESHOLD = 5  # a --fail-under threshold was not met (or its metric has no value)
 EXIT_INFRA = 6  # an endpoint or store failed after its retries outside any unit (e.g. a knowledge-graph build)
 EXIT_INTERRUPTED = 130  # Ctrl-C: partial report, resumable
@@ -39,8 +41,11 @@ class Threshold:
 
     def misses(self, summary: dict[str, Any], protocol: str) -> list[str]:
         """One line per headline value below the threshold (or absent: a metric without a value is not met)."""
-        found = [m for m in headline_metrics(adapter(protocol), summary.get("metrics") or {})
-                 if fnmatch.fnmatchcase(m["path"], self.metric)]
+        found = [
+            m
+            for m in headline_metrics(adapter(protocol), summary.get("metrics") or {})
+            if fnmatch.fnmatchcase(m["path"], self.metric)
+        ]
         if not found:
             return [f"{self.metric} has no value in this run (nothing graded?), needed >= {self.minimum:g}"]
         out = []
@@ -66,8 +71,7 @@ def parse_thresholds(specs: list[str] | None, protocol: str) -> list[Threshold]:
             raise InputError(f"{spec!r} is not METRIC=NUMBER", field="--fail-under")
         if not any(name == path or fnmatch.fnmatchcase(name, path) for path in names):
             known = ", ".join(names) or "none"
-            raise InputError(f"{name!r} is not a headline metric of {protocol} (one of: {known})",
-                             field="--fail-under")
+            raise InputError(f"{name!r} is not a headline metric of {protocol} (one of: {known})", field="--fail-under")
         out.append(Threshold(name, minimum))
     return out
 

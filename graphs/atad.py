@@ -32,8 +32,9 @@ def after_rejection(state: AtadState, runtime: Runtime[AtadContext]) -> Literal[
     return "discard" if init else "finalize"
 
 
-def after_check(state: AtadState, runtime: Runtime[AtadContext]
-                ) -> Literal["validate", "accept", "generate", "discard", "finalize"]:
+def after_check(
+    state: AtadState, runtime: Runtime[AtadContext]
+) -> Literal["validate", "accept", "generate", "discard", "finalize"]:
     """A malformed candidate is rejected in code; a well-formed one goes to the orchestrator (or, in the
     no-orchestrator ablation, straight to acceptance)."""
     if state.get("candidate_errors"):
@@ -41,8 +42,9 @@ def after_check(state: AtadState, runtime: Runtime[AtadContext]
     return "accept" if runtime.context.no_orchestrator else "validate"
 
 
-def after_validate(state: AtadState, runtime: Runtime[AtadContext]
-                   ) -> Literal["accept", "generate", "discard", "finalize", "__end__"]:
+def after_validate(
+    state: AtadState, runtime: Runtime[AtadContext]
+) -> Literal["accept", "generate", "discard", "finalize", "__end__"]:
     """Approved -> accept (label a); rejected -> after_rejection (label e); no usable verdict -> END."""
     approved = state.get("approved")
     if approved is None:

@@ -19,8 +19,9 @@ from dyneval.state.interview import InterviewContext, InterviewInput, InterviewO
 from dyneval.state.verdicts import is_ungraded
 
 
-def after_grade(state: InterviewState, runtime: Runtime[InterviewContext]
-                ) -> Literal["give_feedback", "ask_followup", "summarize_session", "__end__"]:
+def after_grade(
+    state: InterviewState, runtime: Runtime[InterviewContext]
+) -> Literal["give_feedback", "ask_followup", "summarize_session", "__end__"]:
     """Wrong and retries left -> feedback (lines 17-23); else a follow-up while questions remain (25-28); else end.
 
     ``attempt`` is 1-based, so ``attempt <= max_retries`` means a retry is still allowed.
@@ -42,8 +43,7 @@ def after_grade(state: InterviewState, runtime: Runtime[InterviewContext]
     return "summarize_session"
 
 
-def after_followup(state: InterviewState,
-                   runtime: Runtime[InterviewContext]) -> Literal["answer", "summarize_session"]:
+def after_followup(state: InterviewState, runtime: Runtime[InterviewContext]) -> Literal["answer", "summarize_session"]:
     """Ask the new follow-up, or end the session when none could be generated."""
     followups = state.get("followups", [])
     return "answer" if followups and followups[-1].get("status") == "asked" else "summarize_session"
@@ -51,8 +51,9 @@ def after_followup(state: InterviewState,
 
 def build_graph() -> StateGraph:
     """A new, uncompiled interview graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(InterviewState, context_schema=InterviewContext, input_schema=InterviewInput,
-                         output_schema=InterviewOutput)
+    builder = StateGraph(
+        InterviewState, context_schema=InterviewContext, input_schema=InterviewInput, output_schema=InterviewOutput
+    )
     builder.add_node("check_input", check_input(InterviewInput))
     builder.add_node("single_turn_judge", single_turn_judge)
     builder.add_node("modify_question", modify_question)

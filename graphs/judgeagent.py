@@ -33,8 +33,9 @@ def after_select(state: JudgeAgentState) -> Literal["ask_base", "close_grading"]
     return "ask_base" if state.get("pick") else "close_grading"
 
 
-def after_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
-                  ) -> Literal["extract_question_entities", "sample_knowledge", "feedback"]:
+def after_grading(
+    state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
+) -> Literal["extract_question_entities", "sample_knowledge", "feedback"]:
     """Extension rounds unless disabled; the base questions' entities seed the graph paths, except in the
     no-context-graph ablation (random knowledge-base chunks)."""
     ctx = runtime.context
@@ -43,8 +44,7 @@ def after_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
     return "sample_knowledge" if ctx.no_context_graph else "extract_question_entities"
 
 
-def after_round(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
-                ) -> Literal["sample_knowledge", "feedback"]:
+def after_round(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> Literal["sample_knowledge", "feedback"]:
     """Another extension round until ``rounds`` are done, then feedback."""
     return "sample_knowledge" if len(state.get("rounds", [])) < runtime.context.rounds else "feedback"
 
@@ -59,8 +59,9 @@ def after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) 
 
 def build_graph() -> StateGraph:
     """A new, uncompiled judgeagent graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(JudgeAgentState, context_schema=JudgeAgentContext, input_schema=JudgeAgentInput,
-                         output_schema=JudgeAgentOutput)
+    builder = StateGraph(
+        JudgeAgentState, context_schema=JudgeAgentContext, input_schema=JudgeAgentInput, output_schema=JudgeAgentOutput
+    )
     builder.add_node("check_input", check_input(JudgeAgentInput))
     builder.add_node("grade_benchmark", grade_benchmark)
     builder.add_node("select_base", select_base)

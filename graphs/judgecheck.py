@@ -22,8 +22,9 @@ def after_judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> 
 
 def build_graph() -> StateGraph:
     """A new, uncompiled judgecheck graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(JudgeCheckState, context_schema=JudgeCheckContext, input_schema=JudgeCheckInput,
-                         output_schema=JudgeCheckOutput)
+    builder = StateGraph(
+        JudgeCheckState, context_schema=JudgeCheckContext, input_schema=JudgeCheckInput, output_schema=JudgeCheckOutput
+    )
     builder.add_node("check_input", check_input(JudgeCheckInput))
     builder.add_node("judge", judge)
     builder.add_node("vote", vote)

@@ -23,8 +23,9 @@ from dyneval.nodes.llmeval.session import open_session
 from dyneval.state.llmeval import LLMEvalContext, LLMEvalInput, LLMEvalOutput, LLMEvalState
 
 
-def after_target(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
-                 ) -> Literal["answer_questions", "answer_reference", "judge_answers"]:
+def after_target(
+    state: LLMEvalState, runtime: Runtime[LLMEvalContext]
+) -> Literal["answer_questions", "answer_reference", "judge_answers"]:
     """Keep answering until the quota is used up; then the reference replay (if any), then the judge."""
     if state.get("answered", 0) < state.get("allocated", 0):
         return "answer_questions"
@@ -33,28 +34,28 @@ def after_target(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
     return "judge_answers"
 
 
-def after_open(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
-               ) -> Literal["select_question", "answer_questions", "answer_reference", "judge_answers"]:
+def after_open(
+    state: LLMEvalState, runtime: Runtime[LLMEvalContext]
+) -> Literal["select_question", "answer_questions", "answer_reference", "judge_answers"]:
     """An adaptive session first chooses its question; a fixed one answers its allocation."""
     if state.get("adaptive"):
         return "select_question"
     return after_target(state, runtime)
 
 
-def after_select(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
-                 ) -> Literal["answer_questions", "score_session"]:
+def after_select(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> Literal["answer_questions", "score_session"]:
     """The chosen question is answered; a stopped adaptive session is scored."""
     return "score_session" if state.get("stopped") else "answer_questions"
 
 
-def after_judge(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
-                ) -> Literal["select_question", "score_session"]:
+def after_judge(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> Literal["select_question", "score_session"]:
     """An adaptive session updates its ability and chooses again; a fixed one is scored."""
     return "select_question" if state.get("adaptive") else "score_session"
 
 
-def after_reference(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
-                    ) -> Literal["answer_reference", "judge_answers"]:
+def after_reference(
+    state: LLMEvalState, runtime: Runtime[LLMEvalContext]
+) -> Literal["answer_reference", "judge_answers"]:
     """The reference model answers the same questions until its quota is used up; then the judge."""
     if state.get("reference_answered", 0) < state.get("allocated", 0):
         return "answer_reference"
@@ -63,8 +64,9 @@ def after_reference(state: LLMEvalState, runtime: Runtime[LLMEvalContext]
 
 def build_graph() -> StateGraph:
     """A new, uncompiled llmeval graph: compile it with your own checkpointer, or extend it first."""
-    builder = StateGraph(LLMEvalState, context_schema=LLMEvalContext, input_schema=LLMEvalInput,
-                         output_schema=LLMEvalOutput)
+    builder = StateGraph(
+        LLMEvalState, context_schema=LLMEvalContext, input_schema=LLMEvalInput, output_schema=LLMEvalOutput
+    )
     builder.add_node("check_input", check_input(LLMEvalInput))
     builder.add_node("open_session", open_session)
     builder.add_node("answer_questions", answer_questions)

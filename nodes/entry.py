@@ -15,7 +15,8 @@ read typed values. An input the batch runner planned is already valid and is wri
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails

@@ -26,8 +26,8 @@ JudgeAgent (seed 000) grades correct / wrong in code or by its judge: a response
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import optimize, sparse
@@ -70,7 +70,7 @@ class Ability:
 
 def eap(a: Sequence[float], b: Sequence[float], y: Sequence[int], grid: np.ndarray = GRID) -> Ability:
     """EAP ability under a N(0, 1) prior and its posterior SD; with no response the prior (0 +/- 1)."""
-    log_post = -0.5 * grid ** 2
+    log_post = -0.5 * grid**2
     if len(y):
         log_post = log_post + log_likelihood(grid, np.asarray(a, float), np.asarray(b, float), np.asarray(y))
     w = np.exp(log_post - log_post.max())
@@ -79,8 +79,9 @@ def eap(a: Sequence[float], b: Sequence[float], y: Sequence[int], grid: np.ndarr
     return Ability(theta, float(np.sqrt(w @ (grid - theta) ** 2)), len(y))
 
 
-def select_item(theta: float, a: np.ndarray, b: np.ndarray, eligible: np.ndarray, rng: np.random.Generator,
-                k: int = 1) -> int | None:
+def select_item(
+    theta: float, a: np.ndarray, b: np.ndarray, eligible: np.ndarray, rng: np.random.Generator, k: int = 1
+) -> int | None:
     """Index of the next item: a random one among the ``k`` most informative eligible items at ``theta``
     (``k = 1``: plain maximum information); ``None`` when nothing is eligible."""
     idx = np.flatnonzero(eligible)
@@ -108,13 +109,24 @@ class Calibration:
 
 def _quadrature(n: int = 41) -> tuple[np.ndarray, np.ndarray]:
     nodes = np.linspace(-4.0, 4.0, n)
-    w = np.exp(-0.5 * nodes ** 2)
+    w = np.exp(-0.5 * nodes**2)
     return nodes, w / w.sum()
 
 
-def calibrate(examinee: np.ndarray, item: np.ndarray, y: np.ndarray, n_items: int, *, model: str = "2pl",
-              a0: np.ndarray | None = None, b0: np.ndarray | None = None, prior_sd_b: float | None = 3.0,
-              prior_sd_log_a: float = 0.5, max_iter: int = 500, tol: float = 1e-4) -> Calibration:
+def calibrate(
+    examinee: np.ndarray,
+    item: np.ndarray,
+    y: np.ndarray,
+    n_items: int,
+    *,
+    model: str = "2pl",
+    a0: np.ndarray | None = None,
+    b0: np.ndarray | None = None,
+    prior_sd_b: float | None = 3.0,
+    prior_sd_log_a: float = 0.5,
+    max_iter: int = 500,
+    tol: float = 1e-4,
+) -> Calibration:
     """Item parameters from sparse responses (``examinee[r]`` answered ``item[r]`` with ``y[r]`` in {0, 1}).
 
     Bock-Aitkin EM with N(0, 1) abilities on 41 quadrature nodes; priors b ~ N(0, prior_sd_b^2)
@@ -144,11 +156,11 @@ def calibrate(examinee: np.ndarray, item: np.ndarray, y: np.ndarray, n_items: in
             g_b = (resid * aa[:, None]).sum(axis=1)
             grads = [g_b]
             if prior_sd_b:
-                value += 0.5 * (bb ** 2).sum() / prior_sd_b ** 2
-                grads[0] = g_b + bb / prior_sd_b ** 2
+                value += 0.5 * (bb**2).sum() / prior_sd_b**2
+                grads[0] = g_b + bb / prior_sd_b**2
             if two:
-                value += 0.5 * (la ** 2).sum() / prior_sd_log_a ** 2
-                grads.append(-(resid * z).sum(axis=1) + la / prior_sd_log_a ** 2)
+                value += 0.5 * (la**2).sum() / prior_sd_log_a**2
+                grads.append(-(resid * z).sum(axis=1) + la / prior_sd_log_a**2)
             return float(value), np.concatenate(grads)
 
         x0 = np.concatenate([b, np.log(a)] if two else [b])
@@ -157,16 +169,16 @@ def calibrate(examinee: np.ndarray, item: np.ndarray, y: np.ndarray, n_items: in
         return (np.exp(res.x[n_items:]) if two else np.ones(n_items)), res.x[:n_items]
 
     converged, log_marginal, it = False, float("nan"), 0
-    for it in range(1, max_iter + 1):
-        z = a[item][:, None] * (nodes[None, :] - b[item][:, None])          # responses x nodes
+    for it in range(1, max_iter + 1):  # noqa: B007 (the iterations taken are reported after the loop)
+        z = a[item][:, None] * (nodes[None, :] - b[item][:, None])  # responses x nodes
         contrib = y[:, None] * log_expit(z) + (1 - y[:, None]) * log_expit(-z)
-        log_post = by_exam @ contrib + np.log(weights)[None, :]             # examinees x nodes
+        log_post = by_exam @ contrib + np.log(weights)[None, :]  # examinees x nodes
         top = log_post.max(axis=1, keepdims=True)
         post = np.exp(log_post - top)
         marginal = post.sum(axis=1, keepdims=True)
         log_marginal = float((np.log(marginal) + top).sum())
         post /= marginal
-        per_resp = post[examinee]                                          # responses x nodes
+        per_resp = post[examinee]  # responses x nodes
         n_k = np.asarray(by_item @ per_resp)
         r_k = np.asarray(by_item_y @ per_resp)
         a_new, b_new = m_step(n_k, r_k, a, b)
@@ -178,8 +190,9 @@ def calibrate(examinee: np.ndarray, item: np.ndarray, y: np.ndarray, n_items: in
     return Calibration(a=a, b=b, iterations=it, converged=converged, log_marginal=log_marginal)
 
 
-def expected_score(theta: float, a: np.ndarray, b: np.ndarray, stars_correct: float, stars_wrong: float,
-                   s_max: int = 3) -> float:
+def expected_score(
+    theta: float, a: np.ndarray, b: np.ndarray, stars_correct: float, stars_wrong: float, s_max: int = 3
+) -> float:
     """Expected absolute score (equation 1, 0-100) on the calibrated items at ``theta``: each item's
     ``P`` times the mean stars of correct answers plus ``1 - P`` times the mean stars of wrong ones."""
     p = probability(theta, a, b)

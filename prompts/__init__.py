@@ -8,7 +8,7 @@ Templates use ``{name}`` placeholders (literal braces are doubled).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,7 @@ class Prompt:
         return self.template.format_messages(**values)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_prompt(name: str) -> Prompt:
     """Load ``prompts/<name>.yaml`` (e.g. ``"atad/teacher_generate"``)."""
     from langchain_core.prompts import ChatPromptTemplate

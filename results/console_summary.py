@@ -9,13 +9,14 @@ Every column folds a long cell (a ``model@http://host/v1`` name) onto further li
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from dyneval.runtime.events import usd
 from dyneval.results.headline import headlines, interval_text, method_text, number
+from dyneval.runtime.events import usd
 from dyneval.state.atad import TASKS
 
 
@@ -40,15 +41,21 @@ def _run_table(summary: dict[str, Any]) -> Table:
     if summary.get("ungraded_verdicts"):
         table.add_row("ungraded verdicts", f"{summary['ungraded_verdicts']} (resume re-judges them)")
     if summary.get("rescored_from"):
-        table.add_row("re-scored from", f"{summary['rescored_from']} ({len(summary.get('diverged_units') or [])} "
-                                        "unit(s) diverged: need a full re-run)")
+        table.add_row(
+            "re-scored from",
+            f"{summary['rescored_from']} ({len(summary.get('diverged_units') or [])} "
+            "unit(s) diverged: need a full re-run)",
+        )
     if summary.get("interrupted"):
         table.add_row("interrupted", f"{summary['interrupted']['unfinished_units']} units unfinished (partial)")
     usage = summary["usage"]
     table.add_row("LLM calls", str(usage["calls"]))
     table.add_row("tokens", str(usage["prompt_tokens"] + usage["completion_tokens"]))
-    table.add_row("cost", usd(usage) + (f", {usd(usage, 'cost_saved_by_cache_usd')} saved by the cache"
-                                        if usage.get("cache_hits") else ""))
+    table.add_row(
+        "cost",
+        usd(usage)
+        + (f", {usd(usage, 'cost_saved_by_cache_usd')} saved by the cache" if usage.get("cache_hits") else ""),
+    )
     return table
 
 
@@ -59,12 +66,16 @@ def _headline_table(summary: dict[str, Any]) -> Table | None:
     table = _table("Headline metrics", "metric", "value [95 % interval]", "denominator; interval method")
     for h in rows:
         method = method_text(h.interval).partition(", ")[2]
-        table.add_row(h.label, f"{number(h.value)} {interval_text(h.interval)}",
-                      "; ".join(x for x in (h.denominator, method) if x))
+        table.add_row(
+            h.label,
+            f"{number(h.value)} {interval_text(h.interval)}",
+            "; ".join(x for x in (h.denominator, method) if x),
+        )
     return table
 
 
 # -- one or two small tables per protocol -------------------------------------------------------------------
+
 
 def _judgeagent(m: dict[str, Any]) -> list[Table]:
     out = []
@@ -73,8 +84,12 @@ def _judgeagent(m: dict[str, Any]) -> list[Table]:
         table = _table("Running score per round (Algorithm 1)", "after", "score", "graded", "ungraded")
         for key, value in rounds.items():
             den = (m.get("dynamic_denominators") or {}).get(key) or {}
-            table.add_row("base questions" if key == "base" else f"round {key.lstrip('@')}", _cell(value),
-                          str(den.get("n", "")), str(den.get("ungraded", "")))
+            table.add_row(
+                "base questions" if key == "base" else f"round {key.lstrip('@')}",
+                _cell(value),
+                str(den.get("n", "")),
+                str(den.get("ungraded", "")),
+            )
         out.append(table)
     validation = {k: v for k, v in (m.get("validation") or {}).items() if k != "overall"}
     if validation:
@@ -125,8 +140,11 @@ def _llmeval(m: dict[str, Any]) -> list[Table]:
 
 
 #: judgecheck measures shown per judge, first found: the pairwise mode's names, then the label modes'.
-_ACCURACY = (("accuracy_mean", "accuracy (mean of both orders)"), ("accuracy_original", "accuracy"),
-             ("accuracy", "accuracy"))
+_ACCURACY = (
+    ("accuracy_mean", "accuracy (mean of both orders)"),
+    ("accuracy_original", "accuracy"),
+    ("accuracy", "accuracy"),
+)
 _KAPPA = (("kappa_original", "kappa"), ("kappa", "kappa"))
 
 
@@ -147,18 +165,31 @@ def _judgecheck(m: dict[str, Any]) -> list[Table]:
     first = next(iter(raters.values())).get("measures") or {}
     acc_label, _ = _measure(first, _ACCURACY)
     kappa_label, _ = _measure(first, _KAPPA)
-    table = _table(f"Per judge ({m.get('judge')} verdicts against the human labels; 95 % bootstrap intervals)",
-                   "judge", "items", f"{acc_label} [95 %]", f"{kappa_label} [95 %]")
+    table = _table(
+        f"Per judge ({m.get('judge')} verdicts against the human labels; 95 % bootstrap intervals)",
+        "judge",
+        "items",
+        f"{acc_label} [95 %]",
+        f"{kappa_label} [95 %]",
+    )
     for name, r in raters.items():
         measures = r.get("measures") or {}
-        table.add_row(str(r.get("model") or name), str(r.get("items")), _measure(measures, _ACCURACY)[1],
-                      _measure(measures, _KAPPA)[1])
+        table.add_row(
+            str(r.get("model") or name),
+            str(r.get("items")),
+            _measure(measures, _ACCURACY)[1],
+            _measure(measures, _KAPPA)[1],
+        )
     return [table]
 
 
 TABLES: dict[str, Callable[[dict[str, Any]], list[Table]]] = {
-    "judgeagent": _judgeagent, "atad": _atad, "interview": _interview, "llmeval": _llmeval,
-    "judgecheck": _judgecheck}
+    "judgeagent": _judgeagent,
+    "atad": _atad,
+    "interview": _interview,
+    "llmeval": _llmeval,
+    "judgecheck": _judgecheck,
+}
 
 
 def render_summary(summary: dict[str, Any], console: Console) -> None:
@@ -170,5 +201,9 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(headline)
     for table in TABLES.get(summary["protocol"], lambda m: [])(summary.get("metrics") or {}):
         console.print(table)
-    console.print("More (every metric, smallest separable differences, per-unit drill-downs): summary.json, "
-                  "report.md and view.html in the run directory.", markup=False, highlight=False)
+    console.print(
+        "More (every metric, smallest separable differences, per-unit drill-downs): summary.json, "
+        "report.md and view.html in the run directory.",
+        markup=False,
+        highlight=False,
+    )

@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from dyneval.results.headline import headlines, number
-from dyneval.stores.rundir import finished_run
-from dyneval.stores.runfiles import SummaryFile
 from dyneval.results.stats import ALPHA, POWER, units_needed
 from dyneval.state.errors import InputError
+from dyneval.stores.rundir import finished_run
+from dyneval.stores.runfiles import SummaryFile
 
 
 def parse_difference(text: str | None) -> float:
@@ -27,8 +27,9 @@ def parse_difference(text: str | None) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise InputError(f"--detect needs a positive difference in the metric's units (e.g. 0.05), not {text!r}",
-                         setting="--detect")
+        raise InputError(
+            f"--detect needs a positive difference in the metric's units (e.g. 0.05), not {text!r}", setting="--detect"
+        )
     return value
 
 
@@ -37,8 +38,11 @@ def needed(protocol: str, summary: SummaryFile, difference: float) -> list[list[
     pilot's size, units per target for ``difference``."""
     metrics = summary.metrics
     if not metrics.get("separable"):
-        raise InputError("the pilot run's summary.json has no separable differences (a run from before they were "
-                         "written, or one with nothing graded): run the pilot again", setting="--pilot")
+        raise InputError(
+            "the pilot run's summary.json has no separable differences (a run from before they were "
+            "written, or one with nothing graded): run the pilot again",
+            setting="--pilot",
+        )
     rows = []
     for h in headlines(protocol, metrics):
         sep = h.separable or {}
@@ -48,8 +52,16 @@ def needed(protocol: str, summary: SummaryFile, difference: float) -> list[list[
             units = f"n/a: {sep.get('note') or 'no variance in the pilot'}" if sep else "n/a: no pilot variance"
         smallest = number(sep["difference"]) if sep.get("difference") is not None else "n/a"
         label = h.label + (f" (as a {sep['scale']})" if sep.get("scale") else "")
-        rows.append([label, number(h.value), number(sep.get("sd")) if sep.get("sd") is not None else "n/a",
-                     f"{sep.get('n', '-')}", smallest, units])
+        rows.append(
+            [
+                label,
+                number(h.value),
+                number(sep.get("sd")) if sep.get("sd") is not None else "n/a",
+                f"{sep.get('n', '-')}",
+                smallest,
+                units,
+            ]
+        )
     return rows
 
 
@@ -57,18 +69,31 @@ def print_units_needed(detect: str | None, pilot: str | None, out: str, console:
     """Check both flags, read the pilot and print the table (``InputError`` before anything else)."""
     difference = parse_difference(detect)
     if not pilot:
-        raise InputError("--detect needs --pilot RUN (a finished run whose variance sizes the new one)",
-                         setting="--pilot")
+        raise InputError(
+            "--detect needs --pilot RUN (a finished run whose variance sizes the new one)", setting="--pilot"
+        )
     run = finished_run(pilot, out, "--pilot")
     rows = needed(run.protocol, run.summary() or SummaryFile(), difference)  # finished: it has one
-    table = Table(title=f"Units per target to separate a difference of {difference:g} (two-sided, "
-                        f"{1 - ALPHA:.0%} confidence, {POWER:.0%} power; pilot {run.name})", title_justify="left")
-    for header in ("metric", "pilot value", "sd per unit", "pilot units", "separable at pilot size",
-                   f"units for {difference:g}"):
+    table = Table(
+        title=f"Units per target to separate a difference of {difference:g} (two-sided, "
+        f"{1 - ALPHA:.0%} confidence, {POWER:.0%} power; pilot {run.name})",
+        title_justify="left",
+    )
+    for header in (
+        "metric",
+        "pilot value",
+        "sd per unit",
+        "pilot units",
+        "separable at pilot size",
+        f"units for {difference:g}",
+    ):
         table.add_column(header, overflow="fold")
     for row in rows:
         table.add_row(*row)
     console.print(table)
-    console.print("The difference is in each metric's own units (shares 0-1; ATAD accuracy, S and R in percent). "
-                  "Units are clusters where the pilot's units share questions (batches, seed questions).",
-                  markup=False, highlight=False)
+    console.print(
+        "The difference is in each metric's own units (shares 0-1; ATAD accuracy, S and R in percent). "
+        "Units are clusters where the pilot's units share questions (batches, seed questions).",
+        markup=False,
+        highlight=False,
+    )

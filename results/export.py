@@ -12,21 +12,24 @@ import contextlib
 import csv
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from dyneval.stores.rundir import finished_run
 from dyneval.results.view.adapters import adapter, leaves
 from dyneval.state.errors import InputError
 from dyneval.stores.files import writable
+from dyneval.stores.rundir import finished_run
 
 FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet")
 
 
 def flatten(record: dict[str, Any]) -> dict[str, Any]:
     """``{"a": {"b": 1}, "c": [1]}`` -> ``{"a.b": 1, "c": "[1]"}``: scalars kept, lists as JSON text."""
-    return {name: json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, list) else value
-            for name, value in leaves(record)}
+    return {
+        name: json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, list) else value
+        for name, value in leaves(record)
+    }
 
 
 def export_run(ref: str, out: str, fmt: str) -> list[Path]:
@@ -40,8 +43,10 @@ def export_run(ref: str, out: str, fmt: str) -> list[Path]:
         _pyarrow()  # refused before anything is written
     records = run.records()
     items_of = adapter(run.protocol).items
-    tables = {"units": [flatten(r) for r in records],
-              "items": [flatten({"unit_id": r["unit_id"], **item}) for r in records for item in items_of(r)]}
+    tables = {
+        "units": [flatten(r) for r in records],
+        "items": [flatten({"unit_id": r["unit_id"], **item}) for r in records for item in items_of(r)],
+    }
     dest = run.path / "export"
     written: dict[Path, Path] = {}  # each file is written beside its place, then moved there once all are written
     with writable(dest, "--export"), cleared(written):
@@ -106,8 +111,9 @@ def _pyarrow() -> Any:
     try:
         import pyarrow
     except ImportError:
-        raise InputError("parquet needs pyarrow: pip install 'dyneval[parquet]' (or use --format csv or jsonl)",
-                         setting="--format") from None
+        raise InputError(
+            "parquet needs pyarrow: pip install 'dyneval[parquet]' (or use --format csv or jsonl)", setting="--format"
+        ) from None
     return pyarrow
 
 

@@ -21,13 +21,30 @@ from dyneval.stores.files import write_atomic
 __all__ = ["finish_run", "preload_plotting"]
 
 
-def finish_run(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float, warning: str | None,
-               interrupted: dict[str, Any] | None, notes: list[str], missing: list[str]) -> dict[str, Any]:
+def finish_run(
+    protocol: Protocol,
+    run: Run,
+    records: list[dict[str, Any]],
+    *,
+    wall_s: float,
+    warning: str | None,
+    interrupted: dict[str, Any] | None,
+    notes: list[str],
+    missing: list[str],
+) -> dict[str, Any]:
     """Write summary.json, the report, the viewer and the index from ``records`` (in plan order; the caller keeps
     no other reference to them, so rendering reuses their memory), shown as a step; then print the summary."""
     with step(run, WRITING):
-        summary = build_summary(protocol, run, records, wall_s=wall_s, warning=warning, interrupted=interrupted,
-                                notes=notes, missing=missing)
+        summary = build_summary(
+            protocol,
+            run,
+            records,
+            wall_s=wall_s,
+            warning=warning,
+            interrupted=interrupted,
+            notes=notes,
+            missing=missing,
+        )
         write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
         blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
         del records  # not needed to render: the report and the view reuse their memory (bench/atad_memory.py)
@@ -35,6 +52,8 @@ def finish_run(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, w
         write_view(run.run_dir)
         write_index(run.run_dir.parent)
     render_summary(summary, run.console)
-    run.console.print(f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'}, "
-                      f"viewer: {run.run_dir / 'view.html'}, all runs: {run.run_dir.parent / 'index.html'})")
+    run.console.print(
+        f"run directory: [bold]{run.run_dir}[/]  (report: {run.run_dir / 'report.md'}, "
+        f"viewer: {run.run_dir / 'view.html'}, all runs: {run.run_dir.parent / 'index.html'})"
+    )
     return summary

@@ -11,15 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dyneval.state.blocks import Block, Table, Text
 from dyneval.results.view.adapters import adapter, dig
 from dyneval.results.view.data import headline_metrics
+from dyneval.state.blocks import Block, Table, Text
 
-SEPARABILITY = ("Smallest separable difference: how far apart two targets must be for two runs of this size to "
-                "tell them apart (two-sided test at 95 % confidence with 80 % power), from this run's own "
-                "variance: (z_0.975 + z_0.8) x sqrt(2) x sd / sqrt(n), n = the independent units (clusters where "
-                "units share questions). For the units a difference you name needs: dyneval --detect D --pilot "
-                "RUN_DIR (docs/statistics.md).")
+SEPARABILITY = (
+    "Smallest separable difference: how far apart two targets must be for two runs of this size to "
+    "tell them apart (two-sided test at 95 % confidence with 80 % power), from this run's own "
+    "variance: (z_0.975 + z_0.8) x sqrt(2) x sd / sqrt(n), n = the independent units (clusters where "
+    "units share questions). For the units a difference you name needs: dyneval --detect D --pilot "
+    "RUN_DIR (docs/statistics.md)."
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,14 @@ def _own_interval(metrics: dict[str, Any], path: str) -> dict[str, Any] | None:
         return None
     found = dig(metrics, path[: -len(".value")])
     if isinstance(found, dict) and found.get("low") is not None and found.get("high") is not None:
-        return {"estimate": found.get("value"), "low": found["low"], "high": found["high"], "n": found.get("n"),
-                "level": 0.95, "method": "bootstrap-units (percentile)"}
+        return {
+            "estimate": found.get("value"),
+            "low": found["low"],
+            "high": found["high"],
+            "n": found.get("n"),
+            "level": 0.95,
+            "method": "bootstrap-units (percentile)",
+        }
     return None
 
 
@@ -55,9 +63,17 @@ def headlines(protocol: str, metrics: dict[str, Any]) -> list[Headline]:
     """The protocol's headline metrics present in ``metrics``, each with its interval and separable difference."""
     out = []
     for m in headline_metrics(adapter(protocol), metrics):
-        out.append(Headline(m["name"], m["path"], m["value"], m["definition"], m["denominator"],
-                            m["interval"] or _own_interval(metrics, m["path"]),
-                            (metrics.get("separable") or {}).get(m["path"])))
+        out.append(
+            Headline(
+                m["name"],
+                m["path"],
+                m["value"],
+                m["definition"],
+                m["denominator"],
+                m["interval"] or _own_interval(metrics, m["path"]),
+                (metrics.get("separable") or {}).get(m["path"]),
+            )
+        )
     return out
 
 
@@ -93,17 +109,32 @@ def separable_text(separable: dict[str, Any] | None) -> str:
     if separable.get("difference") is None:
         return f"n/a: {separable.get('note', 'no variance')}"
     scale = f", as a {separable['scale']}" if separable.get("scale") else ""
-    return (f"{number(separable['difference'])} (sd {number(separable['sd'])}, {separable['n']} "
-            f"{separable.get('unit', 'units')}{scale})")
+    return (
+        f"{number(separable['difference'])} (sd {number(separable['sd'])}, {separable['n']} "
+        f"{separable.get('unit', 'units')}{scale})"
+    )
 
 
 def report_blocks(protocol: str, metrics: dict[str, Any]) -> list[Block]:
     """The headline table of a protocol's report: value with its 95 % interval, n and method, the smallest
     separable difference and the definition, then how the separable difference is computed."""
-    rows = [[h.label, value_text(h), h.denominator, separable_text(h.separable), h.definition]
-            for h in headlines(protocol, metrics)]
+    rows = [
+        [h.label, value_text(h), h.denominator, separable_text(h.separable), h.definition]
+        for h in headlines(protocol, metrics)
+    ]
     if not rows:
         return [Text("No headline metric has a value in this run (nothing graded).")]
-    return [Table(["metric", "value [95 % interval] (n, method)", "denominator", "smallest separable difference",
-                   "definition"], rows, caption="Headline metrics with their 95 % intervals"),
-            Text(SEPARABILITY)]
+    return [
+        Table(
+            [
+                "metric",
+                "value [95 % interval] (n, method)",
+                "denominator",
+                "smallest separable difference",
+                "definition",
+            ],
+            rows,
+            caption="Headline metrics with their 95 % intervals",
+        ),
+        Text(SEPARABILITY),
+    ]

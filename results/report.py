@@ -9,16 +9,15 @@ matplotlib and Jinja2 are imported on first use, so a process that writes no rep
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
 
 if TYPE_CHECKING:
     import jinja2
-
-
 
 
 def fmt(value: Any) -> str:
@@ -65,9 +64,14 @@ def _md_block(block: Block, base: Path) -> list[str]:
 def _template() -> jinja2.Template:
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["fmt"] = fmt
     env.filters["rel"] = _rel
     return env.get_template("report.html.j2")
@@ -145,8 +149,9 @@ def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], *, tit
     return path
 
 
-def heatmap(path: Path, rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float]], *,
-            title: str) -> Path:
+def heatmap(
+    path: Path, rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float]], *, title: str
+) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(4, 0.7 * len(cols) + 2), max(2.5, 0.5 * len(rows) + 1.5)))
     im = ax.imshow([list(r) for r in values], cmap="viridis", vmin=0, aspect="auto")
@@ -163,9 +168,16 @@ def heatmap(path: Path, rows: Sequence[str], cols: Sequence[str], values: Sequen
     return path
 
 
-def line_chart(path: Path, series: dict[str, Sequence[float]], *, title: str, xlabel: str, ylabel: str,
-               x: Sequence[Any] | None = None, band: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
-               ) -> Path:
+def line_chart(
+    path: Path,
+    series: dict[str, Sequence[float]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    x: Sequence[Any] | None = None,
+    band: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for name, ys in series.items():
@@ -185,8 +197,15 @@ def line_chart(path: Path, series: dict[str, Sequence[float]], *, title: str, xl
     return path
 
 
-def scatter(path: Path, points: dict[str, tuple[float, float]], *, title: str, xlabel: str, ylabel: str,
-            errors: dict[str, tuple[float, float]] | None = None) -> Path:
+def scatter(
+    path: Path,
+    points: dict[str, tuple[float, float]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    errors: dict[str, tuple[float, float]] | None = None,
+) -> Path:
     """One labelled point per name at (x, y); ``errors``: a name's (low, high) y interval, drawn as a bar."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.8))

@@ -27,8 +27,10 @@ def source_dir(protocol: type[Protocol], out: str, run_id: str) -> Path:
     """The source run's folder; ``InputError`` naming ``--rescore`` when the protocol has no judging role to ask
     again or there is no run there, :class:`stores.rundir.DamagedRun` when its ``config.json`` is not a run's."""
     if not protocol.judge_roles:
-        raise InputError(f"{protocol.name} has no stored target answers to re-judge (every role judges); start a "
-                         "new run instead", field="--rescore")
+        raise InputError(
+            f"{protocol.name} has no stored target answers to re-judge (every role judges); start a new run instead",
+            field="--rescore",
+        )
     source = RunDir(Path(out) / run_id, "--rescore")
     if not source.has(CONFIG, EVENTS):
         raise InputError(f"no run {run_id!r} with a config.json and events.jsonl under {out}", field="--rescore")
@@ -48,27 +50,36 @@ def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig
     changed = source.model_changes(config)
     if not any(r in changed for r in protocol.judge_roles) and source.params == config.params:
         flags = " or ".join(f"--{r}" for r in protocol.judge_roles)
-        raise InputError(f"a re-score needs another judge: give {flags} a model other than the source run's, "
-                         "or change a judging parameter such as a jury", field="--rescore")
+        raise InputError(
+            f"a re-score needs another judge: give {flags} a model other than the source run's, "
+            "or change a judging parameter such as a jury",
+            field="--rescore",
+        )
     for role in protocol.roles:
         if role not in protocol.judge_roles and role in changed:
             flag = f"--{role}"
-            raise InputError(f"the {role} answers are replayed from run {config.rescored_from}; its model cannot "
-                             "change in a re-score (--rescore); start a new run",
-                             setting=config.sources.get(flag, flag))
+            raise InputError(
+                f"the {role} answers are replayed from run {config.rescored_from}; its model cannot "
+                "change in a re-score (--rescore); start a new run",
+                setting=config.sources.get(flag, flag),
+            )
     if source.seed != config.seed:
-        raise InputError(f"run {config.rescored_from} was made with seed {source.seed}, not {config.seed}; a "
-                         "re-score keeps it", setting=config.sources.get("--seed", "--seed"))
+        raise InputError(
+            f"run {config.rescored_from} was made with seed {source.seed}, not {config.seed}; a re-score keeps it",
+            setting=config.sources.get("--seed", "--seed"),
+        )
 
 
 def summary_fields(protocol: Protocol, config: RunConfig, records: list[dict[str, Any]]) -> dict[str, Any]:
     """What a re-scored run's summary says about its source and its diverged units (nothing for other runs)."""
     if not config.rescored_from:
         return {}
-    return {"rescored_from": config.rescored_from,
-            "judge_roles": list(protocol.judge_roles),
-            "diverged_units": [r["unit_id"] for r in records if r["status"] == DIVERGED],
-            "rescore_note": protocol.rescore_note}
+    return {
+        "rescored_from": config.rescored_from,
+        "judge_roles": list(protocol.judge_roles),
+        "diverged_units": [r["unit_id"] for r in records if r["status"] == DIVERGED],
+        "rescore_note": protocol.rescore_note,
+    }
 
 
 def report_text(summary: dict[str, Any]) -> str | None:
@@ -76,13 +87,17 @@ def report_text(summary: dict[str, Any]) -> str | None:
     if not summary.get("rescored_from"):
         return None
     diverged = summary["diverged_units"]
-    text = (f"RE-SCORED from run {summary['rescored_from']}: the judging roles ({', '.join(summary['judge_roles'])}) "
-            "were asked again; every other role's replies were replayed from that run's event log (no request "
-            f"sent). {summary['rescore_note']} ")
+    text = (
+        f"RE-SCORED from run {summary['rescored_from']}: the judging roles ({', '.join(summary['judge_roles'])}) "
+        "were asked again; every other role's replies were replayed from that run's event log (no request "
+        f"sent). {summary['rescore_note']} "
+    )
     if diverged:
-        text += (f"{len(diverged)} unit(s) diverged: the new judge led them to a request the source run never made, "
-                 f"so they are not scored and need a full re-run with the new judge: {', '.join(diverged)}. The "
-                 "metrics cover the other units only.")
+        text += (
+            f"{len(diverged)} unit(s) diverged: the new judge led them to a request the source run never made, "
+            f"so they are not scored and need a full re-run with the new judge: {', '.join(diverged)}. The "
+            "metrics cover the other units only."
+        )
     else:
         text += "No unit diverged: every unit followed its source path, so all metrics are re-scored."
     return text

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,15 +78,28 @@ class Estimate:
         """The same estimate on another scale (percent: 100). With ``scale`` (a count out of ``n``: factor ``n``)
         only the value and interval move; ``sd`` and the separable difference stay on the scale so named, since
         a count's spread depends on the run's size."""
+
         def times(x: float | None) -> float | None:
             return None if x is None else x * factor
 
-        return replace(self, estimate=self.estimate * factor, low=times(self.low), high=times(self.high),
-                       sd=self.sd if scale else times(self.sd), scale=scale)
+        return replace(
+            self,
+            estimate=self.estimate * factor,
+            low=times(self.low),
+            high=times(self.high),
+            sd=self.sd if scale else times(self.sd),
+            scale=scale,
+        )
 
     def interval(self) -> dict[str, Any]:
-        out = {"estimate": self.estimate, "low": self.low, "high": self.high, "n": self.n, "level": LEVEL,
-               "method": self.method}
+        out = {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "n": self.n,
+            "level": LEVEL,
+            "method": self.method,
+        }
         if self.units != self.n:
             out["units"] = self.units
             out["unit"] = self.unit
@@ -94,23 +108,34 @@ class Estimate:
         return out
 
     def separable(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"difference": None, "sd": self.sd, "n": self.units, "unit": self.unit,
-                               "alpha": ALPHA, "power": POWER}
+        out: dict[str, Any] = {
+            "difference": None,
+            "sd": self.sd,
+            "n": self.units,
+            "unit": self.unit,
+            "alpha": ALPHA,
+            "power": POWER,
+        }
         if self.scale:
             out["scale"] = self.scale
         if self.sd and self.units >= 2:
             out["difference"] = smallest_difference(self.sd, self.units)
         else:
-            out["note"] = (f"needs two or more {self.unit}" if self.units < 2 else
-                           f"no variance among the {self.units} {self.unit} of this run")
+            out["note"] = (
+                f"needs two or more {self.unit}"
+                if self.units < 2
+                else f"no variance among the {self.units} {self.unit} of this run"
+            )
         return out
 
 
 def summary_entries(estimates: dict[str, Estimate | None]) -> dict[str, dict[str, Any]]:
     """``{"intervals": {path: ...}, "separable": {path: ...}}`` for ``summary["metrics"]`` (None: no data)."""
     kept = {path: e for path, e in estimates.items() if e is not None}
-    return {"intervals": {p: e.interval() for p, e in kept.items()},
-            "separable": {p: e.separable() for p, e in kept.items()}}
+    return {
+        "intervals": {p: e.interval() for p, e in kept.items()},
+        "separable": {p: e.separable() for p, e in kept.items()},
+    }
 
 
 def proportion(successes: int, n: int, unit: str) -> Estimate | None:
@@ -124,8 +149,15 @@ def proportion(successes: int, n: int, unit: str) -> Estimate | None:
     return Estimate(p, float(ci.low), float(ci.high), n, "clopper-pearson", math.sqrt(p * (1 - p)), n, unit)
 
 
-def bootstrap(data: Sequence[Sequence[float]], statistic: Callable[..., Any], *, n: int, unit: str, method: str,
-              sd: Callable[[float], float] | None = None) -> Estimate | None:
+def bootstrap(
+    data: Sequence[Sequence[float]],
+    statistic: Callable[..., Any],
+    *,
+    n: int,
+    unit: str,
+    method: str,
+    sd: Callable[[float], float] | None = None,
+) -> Estimate | None:
     """``statistic(*data, axis=-1)`` with its interval from resampling the units (the positions of ``data``'s
     aligned arrays) together; ``sd`` from the bootstrap standard error unless given a function of it."""
     arrays = [np.asarray(d, dtype=float) for d in data]
@@ -136,22 +168,48 @@ def bootstrap(data: Sequence[Sequence[float]], statistic: Callable[..., Any], *,
     if units < 2:
         return Estimate(estimate, None, None, n, method, None, units, unit, note=f"needs two or more {unit}")
     if all(np.ptp(a) == 0 for a in arrays):  # every unit alike: every resample gives the estimate, which
-        return Estimate(estimate, None, None, n, method, 0.0, units, unit,  # is no evidence of certainty
-                        note=f"all {units} {unit} alike: resampling gives no interval")
+        return Estimate(
+            estimate,
+            None,
+            None,
+            n,
+            method,
+            0.0,
+            units,
+            unit,  # is no evidence of certainty
+            note=f"all {units} {unit} alike: resampling gives no interval",
+        )
     from scipy.stats import bootstrap as scipy_bootstrap
 
     def run(how: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return scipy_bootstrap(arrays, statistic, n_resamples=RESAMPLES, paired=True, vectorized=True,
-                                   axis=-1, confidence_level=LEVEL, method=how, rng=np.random.default_rng(SEED))
+            return scipy_bootstrap(
+                arrays,
+                statistic,
+                n_resamples=RESAMPLES,
+                paired=True,
+                vectorized=True,
+                axis=-1,
+                confidence_level=LEVEL,
+                method=how,
+                rng=np.random.default_rng(SEED),
+            )
 
     res = run("BCa")
     if not (np.isfinite(res.confidence_interval.low) and np.isfinite(res.confidence_interval.high)):
         res = run("percentile")
     se = float(res.standard_error)
-    return Estimate(estimate, float(res.confidence_interval.low), float(res.confidence_interval.high), n, method,
-                    sd(se) if sd else se * math.sqrt(units), units, unit)
+    return Estimate(
+        estimate,
+        float(res.confidence_interval.low),
+        float(res.confidence_interval.high),
+        n,
+        method,
+        sd(se) if sd else se * math.sqrt(units),
+        units,
+        unit,
+    )
 
 
 def _mean(values: np.ndarray, axis: int = -1) -> Any:
@@ -162,8 +220,9 @@ def mean(values: Sequence[float], unit: str) -> Estimate | None:
     """The mean of independent units' values, bootstrapped over the units; ``sd`` the sample standard
     deviation."""
     values = [float(v) for v in values]
-    return bootstrap([values], _mean, n=len(values), unit=unit, method="bootstrap-units",
-                     sd=lambda se: float(np.std(values, ddof=1)))
+    return bootstrap(
+        [values], _mean, n=len(values), unit=unit, method="bootstrap-units", sd=lambda se: float(np.std(values, ddof=1))
+    )
 
 
 def _ratio(nums: np.ndarray, dens: np.ndarray, axis: int = -1) -> Any:
@@ -189,7 +248,17 @@ def clustered(nums: Sequence[float], dens: Sequence[int], unit: str, cluster: st
     n = sum(b for _, b in pairs)
     ratios = {a / b for a, b in pairs}
     if len(ratios) == 1 and len(pairs) >= 2:  # every cluster alike: every resample gives the estimate, which is
-        return Estimate(ratios.pop(), None, None, n, "bootstrap-clustered", 0.0, len(pairs), cluster,  # no
-                        note=f"all {len(pairs)} {cluster} alike: resampling gives no interval")  # certainty
-    return bootstrap([[a for a, _ in pairs], [b for _, b in pairs]], _ratio, n=n, unit=cluster,
-                     method="bootstrap-clustered")
+        return Estimate(
+            ratios.pop(),
+            None,
+            None,
+            n,
+            "bootstrap-clustered",
+            0.0,
+            len(pairs),
+            cluster,  # no
+            note=f"all {len(pairs)} {cluster} alike: resampling gives no interval",
+        )  # certainty
+    return bootstrap(
+        [[a for a, _ in pairs], [b for _, b in pairs]], _ratio, n=n, unit=cluster, method="bootstrap-clustered"
+    )

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dyneval.results.rescore import report_text as rescore_text
+from dyneval.results.rescore import summary_fields as rescore_fields
 from dyneval.runtime.events import Usage, usd
 from dyneval.runtime.protocol import Protocol, Run
 from dyneval.state.blocks import Heading, Table, Text
-from dyneval.results.rescore import report_text as rescore_text, summary_fields as rescore_fields
 from dyneval.state.config import ROLES
 
 #: The status counted for a planned unit that has no record when its run ended (not stopped).
@@ -25,9 +26,17 @@ def _models_called(protocol: Protocol, run: Run) -> dict[str, str]:
     return models
 
 
-def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *, wall_s: float,
-                  warning: str | None, interrupted: dict[str, Any] | None = None,
-                  notes: list[str] | None = None, missing: list[str] | None = None) -> dict[str, Any]:
+def build_summary(
+    protocol: Protocol,
+    run: Run,
+    records: list[dict[str, Any]],
+    *,
+    wall_s: float,
+    warning: str | None,
+    interrupted: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+    missing: list[str] | None = None,
+) -> dict[str, Any]:
     """Generic run figures plus the protocol's metrics.
 
     ``usage`` counts every call of the run (pre-flight and preparation included,
@@ -71,8 +80,9 @@ def build_summary(protocol: Protocol, run: Run, records: list[dict[str, Any]], *
     }
 
 
-def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning: str | None,
-                  records: list[dict[str, Any]]) -> list:
+def header_blocks(
+    protocol: Protocol, run: Run, summary: dict[str, Any], warning: str | None, records: list[dict[str, Any]]
+) -> list:
     blocks: list = []
     if warning:
         blocks.append(Text("WARNING: " + warning))
@@ -80,41 +90,102 @@ def header_blocks(protocol: Protocol, run: Run, summary: dict[str, Any], warning
         stopped = summary["interrupted"]
         cause = f"the budget is spent: {stopped['budget']}" if stopped.get("budget") else "Ctrl-C"
         head = "TERMINATED (SIGTERM)" if stopped.get("signal") == "SIGTERM" else f"INTERRUPTED ({cause})"
-        blocks.append(Text(f"{head}: a partial report; {stopped['unfinished_units']} units are not "
-                           f"finished. Continue with: {stopped['resume']}"))
+        blocks.append(
+            Text(
+                f"{head}: a partial report; {stopped['unfinished_units']} units are not "
+                f"finished. Continue with: {stopped['resume']}"
+            )
+        )
     if rescored := rescore_text(summary):
         blocks.append(Text(rescored))
     for note in summary.get("file_notes") or []:
         blocks.append(Text("Repaired run file: " + note))
     blocks.append(Table(["role", "model"], [[k, v] for k, v in summary["models"].items()], caption="Models"))
     usage = summary["usage"]
-    blocks.append(Table(
-        ["units", "statuses", "LLM calls", "prompt tokens", "completion tokens", "cost", "LLM seconds",
-         "wall s / unit"],
-        [[summary["units"], ", ".join(f"{k}={v}" for k, v in sorted(summary["status_counts"].items())),
-          usage["calls"], usage["prompt_tokens"], usage["completion_tokens"], usd(usage), usage["llm_seconds"],
-          summary["per_unit"]["wall_s"]]],
-        caption="Run"))
+    blocks.append(
+        Table(
+            [
+                "units",
+                "statuses",
+                "LLM calls",
+                "prompt tokens",
+                "completion tokens",
+                "cost",
+                "LLM seconds",
+                "wall s / unit",
+            ],
+            [
+                [
+                    summary["units"],
+                    ", ".join(f"{k}={v}" for k, v in sorted(summary["status_counts"].items())),
+                    usage["calls"],
+                    usage["prompt_tokens"],
+                    usage["completion_tokens"],
+                    usd(usage),
+                    usage["llm_seconds"],
+                    summary["per_unit"]["wall_s"],
+                ]
+            ],
+            caption="Run",
+        )
+    )
     if usage["cache_hits"]:
-        blocks.append(Text(f"Response cache: {usage['cache_hits']} replies reused, {usage['tokens_saved_by_cache']} "
-                           f"tokens and {usd(usage, 'cost_saved_by_cache_usd')} saved."))
-    blocks.append(Table(
-        ["role", "calls", "failed attempts", "retries", "retry tokens", "retry cost", "prompt tokens",
-         "completion tokens", "cost", "cache hits"],
-        [[role, u["calls"], u["failed_calls"], u["retries"], u["retry_tokens"], usd(u, "retry_cost_usd"),
-          u["prompt_tokens"], u["completion_tokens"], usd(u), u["cache_hits"]]
-         for role, u in (summary.get("usage_by_role") or {}).items()],
-        caption="Calls per role. Failed attempts: requests the endpoint failed (errors, timeouts; retried or not), "
-                "which report no tokens. Retries: requests sent only because an earlier one failed (a retry after "
-                "a failed attempt, or a repair of a malformed structured reply), with their tokens and cost; all "
-                "are included in calls, tokens and cost"))
-    failed = [[r["unit_id"], r["status"], (r.get("error") or "")[:300]] for r in records
-              if r["status"] not in ("ok", "ungraded")]
+        blocks.append(
+            Text(
+                f"Response cache: {usage['cache_hits']} replies reused, {usage['tokens_saved_by_cache']} "
+                f"tokens and {usd(usage, 'cost_saved_by_cache_usd')} saved."
+            )
+        )
+    blocks.append(
+        Table(
+            [
+                "role",
+                "calls",
+                "failed attempts",
+                "retries",
+                "retry tokens",
+                "retry cost",
+                "prompt tokens",
+                "completion tokens",
+                "cost",
+                "cache hits",
+            ],
+            [
+                [
+                    role,
+                    u["calls"],
+                    u["failed_calls"],
+                    u["retries"],
+                    u["retry_tokens"],
+                    usd(u, "retry_cost_usd"),
+                    u["prompt_tokens"],
+                    u["completion_tokens"],
+                    usd(u),
+                    u["cache_hits"],
+                ]
+                for role, u in (summary.get("usage_by_role") or {}).items()
+            ],
+            caption="Calls per role. Failed attempts: requests the endpoint failed (errors, timeouts; retried or not), "
+            "which report no tokens. Retries: requests sent only because an earlier one failed (a retry after "
+            "a failed attempt, or a repair of a malformed structured reply), with their tokens and cost; all "
+            "are included in calls, tokens and cost",
+        )
+    )
+    failed = [
+        [r["unit_id"], r["status"], (r.get("error") or "")[:300]]
+        for r in records
+        if r["status"] not in ("ok", "ungraded")
+    ]
     if failed:
         blocks.append(Table(["unit", "status", "reason"], failed, caption="Units that did not finish"))
     ungraded = [[r["unit_id"], r["ungraded_verdicts"]] for r in records if r["status"] == "ungraded"]
     if ungraded:
-        blocks.append(Table(["unit", "ungraded verdicts"], ungraded,
-                            caption="Units with ungraded verdicts (a judge failed); resume re-judges them"))
+        blocks.append(
+            Table(
+                ["unit", "ungraded verdicts"],
+                ungraded,
+                caption="Units with ungraded verdicts (a judge failed); resume re-judges them",
+            )
+        )
     blocks.append(Heading(protocol.description))
     return blocks

@@ -53,9 +53,11 @@ class Budget:
 
     def _spent(self, total: Usage) -> bool:
         tokens = total.prompt_tokens + total.completion_tokens
-        return (self.max_calls is not None and total.calls >= self.max_calls) or \
-            (self.max_tokens is not None and tokens >= self.max_tokens) or \
-            (self.max_cost is not None and (total.cost_usd >= self.max_cost or total.unpriced > 0))
+        return (
+            (self.max_calls is not None and total.calls >= self.max_calls)
+            or (self.max_tokens is not None and tokens >= self.max_tokens)
+            or (self.max_cost is not None and (total.cost_usd >= self.max_cost or total.unpriced > 0))
+        )
 
     def _role_spent(self) -> str | None:
         """Which role's own budget is spent, e.g. ``evaluator: 300 tokens of --max-tokens-per-role 250``."""
@@ -76,11 +78,13 @@ class Budget:
         """What was spent against which limit, e.g. ``12 calls of --max-calls 12, 300 tokens``."""
         calls = f"{total.calls} calls" + (f" of --max-calls {self.max_calls}" if self.max_calls is not None else "")
         tokens = total.prompt_tokens + total.completion_tokens
-        tokens_text = f"{tokens} tokens" + (f" of --max-tokens {self.max_tokens}" if self.max_tokens is not None
-                                            else "")
+        tokens_text = f"{tokens} tokens" + (
+            f" of --max-tokens {self.max_tokens}" if self.max_tokens is not None else ""
+        )
         unknown = f" + {total.unpriced} exchange(s) of models without a price" if total.unpriced else ""
-        cost = f"${total.cost_usd:.6g}{unknown}" + (f" of --max-cost {self.max_cost}" if self.max_cost is not None
-                                                     else "")
+        cost = f"${total.cost_usd:.6g}{unknown}" + (
+            f" of --max-cost {self.max_cost}" if self.max_cost is not None else ""
+        )
         return f"{calls}, {tokens_text}, {cost}"
 
 
@@ -91,6 +95,8 @@ def check_priced(flag: str | None, pricing: Pricing, labels: dict[str, str]) -> 
         return
     unpriced = sorted({f"{label} ({role})" for role, label in labels.items() if pricing.price(label) is None})
     if unpriced:
-        raise InputError(f"cannot hold the run to a cost budget: no price for {', '.join(unpriced)}; add it to a "
-                         "--pricing file or set price_in / price_out in its [models.NAME] spec",
-                         setting=flag)
+        raise InputError(
+            f"cannot hold the run to a cost budget: no price for {', '.join(unpriced)}; add it to a "
+            "--pricing file or set price_in / price_out in its [models.NAME] spec",
+            setting=flag,
+        )

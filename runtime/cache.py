@@ -67,12 +67,14 @@ class ResponseCache:
         self._seen: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
-    def key(self, *, endpoint: dict[str, Any], request: dict[str, Any], messages: list[BaseMessage], unit: str,
-            step: str) -> CacheKey:
+    def key(
+        self, *, endpoint: dict[str, Any], request: dict[str, Any], messages: list[BaseMessage], unit: str, step: str
+    ) -> CacheKey:
         """The key of this request, counting it as the next repeat of an identical request in ``unit`` and ``step``."""
         prompt = json.dumps([_message_record(m) for m in messages], sort_keys=True, ensure_ascii=False)
-        base = json.dumps({"endpoint": endpoint, "request": request, "unit": unit, "step": step}, sort_keys=True,
-                          ensure_ascii=False)
+        base = json.dumps(
+            {"endpoint": endpoint, "request": request, "unit": unit, "step": step}, sort_keys=True, ensure_ascii=False
+        )
         with self._lock:
             repeat = self._seen[base, prompt]
             self._seen[base, prompt] += 1

@@ -33,8 +33,9 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from dyneval.runtime import stop
 from dyneval.runtime.budget import Budget, BudgetSpent
@@ -69,8 +70,13 @@ class RunLimits:
 
     @classmethod
     def of(cls, config: RunConfig) -> RunLimits:
-        return cls(config.max_calls, config.max_tokens, config.max_cost, dict(config.max_tokens_per_role),
-                   dict(config.max_cost_per_role))
+        return cls(
+            config.max_calls,
+            config.max_tokens,
+            config.max_cost,
+            dict(config.max_tokens_per_role),
+            dict(config.max_cost_per_role),
+        )
 
     def any(self) -> bool:
         return any(dataclasses.astuple(self))
@@ -140,33 +146,51 @@ class Coordinator:
     def __init__(self, run_id: str, limits: RunLimits, spent: dict[str, Usage] | None = None) -> None:
         self.run_id = run_id
         self._tally = _Tally(spent)
-        self._budget = Budget(self._tally, limits.max_calls, limits.max_tokens, limits.max_cost,  # type: ignore
-                              dict(limits.max_tokens_per_role), dict(limits.max_cost_per_role)) \
-            if limits.any() else None
+        self._budget = (
+            Budget(
+                self._tally,
+                limits.max_calls,
+                limits.max_tokens,
+                limits.max_cost,  # type: ignore
+                dict(limits.max_tokens_per_role),
+                dict(limits.max_cost_per_role),
+            )
+            if limits.any()
+            else None
+        )
         self._endpoints: dict[str, _Endpoint] = {}
         self._grants: dict[int, _Grant] = {}
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task[None] | None = None
 
-    async def register(self, key: str, concurrency: int | None, requests_per_second: float | None,
-                       timeout_s: float) -> str | None:
+    async def register(
+        self, key: str, concurrency: int | None, requests_per_second: float | None, timeout_s: float
+    ) -> str | None:
         """Declare endpoint ``key`` with its spec's limits (the first declaration wins); a later one with
         different limits is refused with the reason (workers configured differently)."""
         settings = (concurrency, requests_per_second)
         known = self._endpoints.get(key)
         if known is None:
-            self._endpoints[key] = _Endpoint(InFlight(concurrency), 1.0 / requests_per_second
-                                             if requests_per_second else 0.0, timeout_s, settings)
+            self._endpoints[key] = _Endpoint(
+                InFlight(concurrency), 1.0 / requests_per_second if requests_per_second else 0.0, timeout_s, settings
+            )
             return None
         if known.settings != settings:
-            return (f"endpoint {key} is limited to concurrency={known.settings[0]}, requests_per_second="
-                    f"{known.settings[1]} by another worker, not concurrency={concurrency}, "
-                    f"requests_per_second={requests_per_second}: every worker needs the same configuration")
+            return (
+                f"endpoint {key} is limited to concurrency={known.settings[0]}, requests_per_second="
+                f"{known.settings[1]} by another worker, not concurrency={concurrency}, "
+                f"requests_per_second={requests_per_second}: every worker needs the same configuration"
+            )
         return None
 
-    async def acquire(self, key: str, node: str, reporter: str | None = None,
-                      usage: dict[str, Usage] | None = None, blocking: bool = True
-                      ) -> tuple[str, int, float] | tuple[str, str]:
+    async def acquire(
+        self,
+        key: str,
+        node: str,
+        reporter: str | None = None,
+        usage: dict[str, Usage] | None = None,
+        blocking: bool = True,
+    ) -> tuple[str, int, float] | tuple[str, str]:
         """Wait for a slot of ``key``, then check the run's stop flag and budget (after recording ``reporter``'s
         cumulative ``usage`` per role): ``("granted", grant_id, delay_s)``, where the request may start
         ``delay_s`` from now (the rate limit); ``("busy", "")`` without ``blocking``; ``("stopped", reason)`` or
@@ -204,8 +228,9 @@ class Coordinator:
             return "stopped", "the run was stopped: no new request is sent"
         return None
 
-    async def release(self, grant: int, overloaded: bool = False, reporter: str | None = None,
-                      usage: dict[str, Usage] | None = None) -> None:
+    async def release(
+        self, grant: int, overloaded: bool = False, reporter: str | None = None, usage: dict[str, Usage] | None = None
+    ) -> None:
         """Free ``grant`` (``overloaded``: the endpoint refused the request as overloaded, 429 or timeout), after
         recording ``reporter``'s cumulative ``usage``."""
         if reporter is not None and usage is not None:
@@ -231,11 +256,24 @@ class Coordinator:
     async def stats(self) -> dict[str, Any]:
         """Per endpoint: requests in flight now, the most ever in flight at once, grants, the adaptive limit,
         overloads and grants taken back from gone holders; the usage reported and what spent the budget."""
-        endpoints = {key: {"in_flight": e.slots.in_flight, "peak_in_flight": e.peak, "granted": e.granted,
-                           "limit": e.slots.limit, "overloads": e.slots.overloads, "reclaimed": e.reclaimed}
-                     for key, e in self._endpoints.items()}
-        return {"endpoints": endpoints, "usage": self._tally.total(), "by_role": self._tally.by_role(),
-                "budget_reached": self._budget.reached if self._budget else None, "stopped": stop.stopped()}
+        endpoints = {
+            key: {
+                "in_flight": e.slots.in_flight,
+                "peak_in_flight": e.peak,
+                "granted": e.granted,
+                "limit": e.slots.limit,
+                "overloads": e.slots.overloads,
+                "reclaimed": e.reclaimed,
+            }
+            for key, e in self._endpoints.items()
+        }
+        return {
+            "endpoints": endpoints,
+            "usage": self._tally.total(),
+            "by_role": self._tally.by_role(),
+            "budget_reached": self._budget.reached if self._budget else None,
+            "stopped": stop.stopped(),
+        }
 
     async def reclaim(self) -> int:
         """Take back the grants of nodes Ray reports dead and grants held past their deadline; how many."""
@@ -259,8 +297,7 @@ class Coordinator:
             await self.reclaim()
 
 
-def start_coordinator(run_id: str, limits: RunLimits | None = None,
-                      spent: dict[str, Usage] | None = None) -> Any:
+def start_coordinator(run_id: str, limits: RunLimits | None = None, spent: dict[str, Usage] | None = None) -> Any:
     """The coordinator of ``run_id``: created (on this process's node, with no CPU) or, if this process made it
     already, that one. Keep the handle while the run goes on: the actor is owned by this process and ends when
     the process does (killed or not) or holds no handle to it any more. A resumed run makes its own, from
@@ -270,9 +307,15 @@ def start_coordinator(run_id: str, limits: RunLimits | None = None,
 
     # on the driver's node: with no CPU asked, Ray may place it on any node, which may die mid-run
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    actor = ray.remote(Coordinator).options(name=coordinator_name(run_id), namespace=NAMESPACE,
-                                            get_if_exists=True, num_cpus=0,
-                                            max_restarts=0, max_concurrency=10_000, scheduling_strategy=here)
+    actor = ray.remote(Coordinator).options(
+        name=coordinator_name(run_id),
+        namespace=NAMESPACE,
+        get_if_exists=True,
+        num_cpus=0,
+        max_restarts=0,
+        max_concurrency=10_000,
+        scheduling_strategy=here,
+    )
     return actor.remote(run_id, limits or RunLimits(), spent)
 
 
@@ -305,8 +348,10 @@ class ClusterLimits:
         try:
             self.actor = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
         except ValueError:
-            raise RuntimeError(f"run {run_id} has no coordinator in this Ray cluster: the driver starts it "
-                               "(start_coordinator) before any worker asks for a slot") from None
+            raise RuntimeError(
+                f"run {run_id} has no coordinator in this Ray cluster: the driver starts it "
+                "(start_coordinator) before any worker asks for a slot"
+            ) from None
         self.node = ray.get_runtime_context().get_node_id()
         self.reporter = f"{self.node[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._sent: dict[str, Usage] | None = None
@@ -322,8 +367,7 @@ class ClusterLimits:
         it with other limits); ``key``."""
         import ray
 
-        problem = ray.get(self.actor.register.remote(key, spec.concurrency, spec.requests_per_second,
-                                                     spec.timeout_s))
+        problem = ray.get(self.actor.register.remote(key, spec.concurrency, spec.requests_per_second, spec.timeout_s))
         if problem:
             raise RuntimeError(problem)
         return key
@@ -381,8 +425,9 @@ class ClusterSlots:
 
         c = self.client
         usage = c.changed_usage()
-        answer = ray.get(c.actor.acquire.remote(self.key, c.node, c.reporter if usage is not None else None,
-                                                usage, blocking))
+        answer = ray.get(
+            c.actor.acquire.remote(self.key, c.node, c.reporter if usage is not None else None, usage, blocking)
+        )
         if answer[0] == "busy":
             return 0
         if answer[0] != "granted":

@@ -37,13 +37,26 @@ from dyneval.stores.inputs import TooDeep, parse_bounded
 
 ENV_PREFIX = "DYNEVAL_"
 #: env var -> top-level config key (roles are DYNEVAL_TARGET, DYNEVAL_EVALUATOR, ...).
-_ENV_SCALARS = {"LIMIT": "limit", "CONCURRENCY": "concurrency", "SEED": "seed", "OUT": "out",
-                "MAX_CALLS": "max_calls", "MAX_TOKENS": "max_tokens",
-                "MAX_COST": "max_cost", "MAX_TOKENS_PER_ROLE": "max_tokens_per_role",
-                "MAX_COST_PER_ROLE": "max_cost_per_role"}
-_ENV_STORES = {"CHROMA_URL": "chroma_url", "POSTGRES_DSN": "postgres_dsn", "EMBEDDING_MODEL": "embedding_model",
-               "CACHE": "cache", "CACHE_DIR": "cache_dir", "CACHE_EXPIRY_HOURS": "cache_expiry_hours",
-               "PRICING": "pricing"}
+_ENV_SCALARS = {
+    "LIMIT": "limit",
+    "CONCURRENCY": "concurrency",
+    "SEED": "seed",
+    "OUT": "out",
+    "MAX_CALLS": "max_calls",
+    "MAX_TOKENS": "max_tokens",
+    "MAX_COST": "max_cost",
+    "MAX_TOKENS_PER_ROLE": "max_tokens_per_role",
+    "MAX_COST_PER_ROLE": "max_cost_per_role",
+}
+_ENV_STORES = {
+    "CHROMA_URL": "chroma_url",
+    "POSTGRES_DSN": "postgres_dsn",
+    "EMBEDDING_MODEL": "embedding_model",
+    "CACHE": "cache",
+    "CACHE_DIR": "cache_dir",
+    "CACHE_EXPIRY_HOURS": "cache_expiry_hours",
+    "PRICING": "pricing",
+}
 
 Loc = tuple[str, ...]
 
@@ -135,18 +148,31 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 # -- provenance --------------------------------------------------------------------------------------------------
 
 #: Settings that have a command-line flag of their own (besides roles, stores and protocol params).
-_FLAGGED = frozenset({("limit",), ("concurrency",), ("seed",), ("out",), ("max_calls",), ("max_tokens",),
-                      ("max_cost",), ("max_tokens_per_role",), ("max_cost_per_role",)})
+_FLAGGED = frozenset(
+    {
+        ("limit",),
+        ("concurrency",),
+        ("seed",),
+        ("out",),
+        ("max_calls",),
+        ("max_tokens",),
+        ("max_cost",),
+        ("max_tokens_per_role",),
+        ("max_cost_per_role",),
+    }
+)
 
 
 def _flag_namer(param_flags: Mapping[str, str]) -> Callable[[Loc], str | None]:
     """Loc -> its command-line flag (``roles.target`` -> ``--target``), or ``None`` for a key without one."""
+
     def flag(loc: Loc) -> str | None:
         if loc[:1] == ("params",) and len(loc) == 2:
             return param_flags.get(loc[1], "--" + loc[1].replace("_", "-"))
         if loc in _FLAGGED or (len(loc) == 2 and loc[0] in ("roles", "stores")):
             return "--" + loc[-1].replace("_", "-")
         return None
+
     return flag
 
 
@@ -160,6 +186,7 @@ def _env_var(loc: Loc) -> str:
 def _file_key(path: str, data: dict[str, Any]) -> Callable[[Loc], str]:
     """``eval.toml: [models.gpt] temperature`` or ``eval.toml: [models.gpt]`` (TOML), or
     ``eval.yaml: models.gpt.temperature`` (YAML, JSON)."""
+
     def key(loc: Loc) -> str:
         if not path.endswith(".toml"):
             return f"{path}: {'.'.join(loc)}"
@@ -169,6 +196,7 @@ def _file_key(path: str, data: dict[str, Any]) -> Callable[[Loc], str]:
         if isinstance(value, dict):
             return f"{path}: [{'.'.join(loc)}]"
         return f"{path}: [{'.'.join(loc[:-1])}] {loc[-1]}" if len(loc) > 1 else f"{path}: {loc[0]}"
+
     return key
 
 
@@ -206,6 +234,7 @@ class _Sources:
 
 
 # -- protocol parameters -----------------------------------------------------------------------------------------
+
 
 @dataclass
 class ParamSchema:
@@ -274,8 +303,14 @@ def _loc(err: Mapping[str, Any]) -> Loc:
     return (*loc, error.key) if isinstance(error, KeyedError) else loc
 
 
-def load_config(protocol: str, *, config_file: str | None, flags: dict[str, Any],
-                environ: Mapping[str, str] | None = None, params: ParamSchema | None = None) -> RunConfig:
+def load_config(
+    protocol: str,
+    *,
+    config_file: str | None,
+    flags: dict[str, Any],
+    environ: Mapping[str, str] | None = None,
+    params: ParamSchema | None = None,
+) -> RunConfig:
     """Resolve the run configuration; any problem becomes one :class:`InputError` naming its real source.
 
     ``params`` (the protocol's :class:`ParamSchema`) checks ``[params]`` of the config file; without it
@@ -287,8 +322,9 @@ def load_config(protocol: str, *, config_file: str | None, flags: dict[str, Any]
         file_data = read_config_file(config_file)
         sources.add(file_data, _file_key(config_file, file_data))
         if file_data.get("protocol", protocol) != protocol:
-            raise InputError(f"is {file_data['protocol']!r}, but --protocol is {protocol!r}",
-                             setting=sources.of(("protocol",)))
+            raise InputError(
+                f"is {file_data['protocol']!r}, but --protocol is {protocol!r}", setting=sources.of(("protocol",))
+            )
         if params is not None and isinstance(file_data.get("params"), dict):
             file_data["params"] = params.check(file_data["params"], sources)
         data = merge(data, file_data)
@@ -328,8 +364,10 @@ def _check_pricing(config: RunConfig, sources: _Sources) -> None:
     """A pricing file that cannot be read is bad input, found now; a spec may not set one price of two."""
     for name, spec in config.models.items():
         if (spec.price_in is None) != (spec.price_out is None):
-            raise InputError("set both price_in and price_out (USD per million tokens), or neither",
-                             setting=sources.of(("models", name, "price_in" if spec.price_in is None else "price_out")))
+            raise InputError(
+                "set both price_in and price_out (USD per million tokens), or neither",
+                setting=sources.of(("models", name, "price_in" if spec.price_in is None else "price_out")),
+            )
     try:
         Pricing.for_run(config)
     except InputError as exc:
@@ -338,25 +376,33 @@ def _check_pricing(config: RunConfig, sources: _Sources) -> None:
 
 # -- resuming ----------------------------------------------------------------------------------------------------
 
+
 def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSchema) -> None:
     """Refuse a resume whose models, seed or protocol parameters differ from the run's own (``config.json``).
 
     Finished units would keep their old answers and verdicts and the rest would get new ones: one run, two
     setups, one number. Concurrency, ``--limit`` and retries may change; anything that changes an answer may not.
     """
-    hint = ("a resumed run keeps its settings; start a new run (without --resume) to change them, or re-judge "
-            "it with --rescore RUN_ID and another judge")
+    hint = (
+        "a resumed run keeps its settings; start a new run (without --resume) to change them, or re-judge "
+        "it with --rescore RUN_ID and another judge"
+    )
     for role, changed in stored.model_changes(config).items():
         was = ", ".join(f"{f} {before!r}" for f, (before, _) in changed.items())
         now = ", ".join(f"{f} {after!r}" for f, (_, after) in changed.items())
-        raise InputError(f"the {role} model of this run has {was}, not {now}; {hint}",
-                         setting=config.sources.get(f"--{role}", f"--{role}"))
+        raise InputError(
+            f"the {role} model of this run has {was}, not {now}; {hint}",
+            setting=config.sources.get(f"--{role}", f"--{role}"),
+        )
     if stored.seed != config.seed:
-        raise InputError(f"this run was made with seed {stored.seed}, not {config.seed}; {hint}",
-                         setting=config.sources.get("--seed", "--seed"))
+        raise InputError(
+            f"this run was made with seed {stored.seed}, not {config.seed}; {hint}",
+            setting=config.sources.get("--seed", "--seed"),
+        )
     for name in sorted(set(stored.params) | set(config.params)):
         before, after = stored.params.get(name), config.params.get(name)
         if before != after:
             flag = params.flags.get(name, name)
-            raise InputError(f"this run was made with {before!r}, not {after!r}; {hint}",
-                             setting=config.sources.get(flag, flag))
+            raise InputError(
+                f"this run was made with {before!r}, not {after!r}; {hint}", setting=config.sources.get(flag, flag)
+            )

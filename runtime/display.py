@@ -10,12 +10,19 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import wait
 from contextlib import contextmanager
-from typing import Any, Iterator
 
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table as RichTable
 
 from dyneval.runtime.protocol import Protocol, Run, Unit
@@ -33,8 +40,10 @@ def print_plan(protocol: Protocol, run: Run, units: list[Unit]) -> None:
     for role in protocol.roles:
         table.add_row(role, run.services.model_label(role))
     run.console.print(table)
-    run.console.print(f"units: {len(units)}   concurrency: {run.config.concurrency}   "
-                      f"expected LLM calls per unit: {protocol.expected_calls(run)}")
+    run.console.print(
+        f"units: {len(units)}   concurrency: {run.config.concurrency}   "
+        f"expected LLM calls per unit: {protocol.expected_calls(run)}"
+    )
     for unit in units[:10]:
         run.console.print(f"  {unit.id}  {json.dumps(unit.meta, ensure_ascii=False)[:100]}")
     if len(units) > 10:
@@ -44,9 +53,17 @@ def print_plan(protocol: Protocol, run: Run, units: list[Unit]) -> None:
 def progress_bar(run: Run) -> Progress:
     """The run's live display: a row per task with n/total, elapsed time, ETA and a status text; redrawn 4 times a
     second, not rich's 10 (3.5 % of the unit threads' CPU at zero endpoint latency)."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
-                    console=run.console, transient=False, refresh_per_second=4)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(bar_width=12),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=run.console,
+        transient=False,
+        refresh_per_second=4,
+    )
 
 
 class BackgroundRows:
@@ -78,8 +95,11 @@ class BackgroundRows:
                 task = next(t for t in self.progress.tasks if t.id == task_id)
                 if plain and not task.finished:
                     eta = f", ETA {int(task.time_remaining)} s" if task.time_remaining is not None else ""
-                    self.run.console.print(f"{job.label}: {stage} {count}/{total}{eta}"
-                                           + (f" ({waiting})" if waiting else ""), markup=False, highlight=False)
+                    self.run.console.print(
+                        f"{job.label}: {stage} {count}/{total}{eta}" + (f" ({waiting})" if waiting else ""),
+                        markup=False,
+                        highlight=False,
+                    )
 
 
 def await_background(run: Run) -> None:
@@ -109,8 +129,11 @@ def live_status(run: Run, progress: Progress, name: str, *, total: int, complete
 
     def show() -> None:
         total = run.services.events.total()
-        progress.update(task, status=f"in flight {run.services.in_flight()}, calls {total.calls}, "
-                                     f"failed {total.failed_calls}, cached {total.cache_hits}")
+        progress.update(
+            task,
+            status=f"in flight {run.services.in_flight()}, calls {total.calls}, "
+            f"failed {total.failed_calls}, cached {total.cache_hits}",
+        )
         background.refresh()
 
     def refresh() -> None:
@@ -140,5 +163,6 @@ def step(run: Run, text: str) -> Iterator[None]:
     else:
         run.console.print(text, markup=False, highlight=False)
         yield
-    run.console.print(f"{text.rstrip('…')}: done in {time.perf_counter() - started:.1f} s", markup=False,
-                      highlight=False)
+    run.console.print(
+        f"{text.rstrip('…')}: done in {time.perf_counter() - started:.1f} s", markup=False, highlight=False
+    )

@@ -18,10 +18,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -73,16 +74,31 @@ class EmbeddedServer:
                 self.process.kill()
 
 
-def start_server(model_path: Path | None = None, *, n_ctx: int = 4096, startup_timeout_s: float = 120.0,
-                 port: int | None = None) -> EmbeddedServer:
+def start_server(
+    model_path: Path | None = None, *, n_ctx: int = 4096, startup_timeout_s: float = 120.0, port: int | None = None
+) -> EmbeddedServer:
     """Start ``llama_cpp.server`` on a free loopback port and wait until it answers."""
     model_path = model_path or embedded_gguf_path()
     port = port or free_port()
     log_path = Path(tempfile.gettempdir()) / f"dyneval-llama-{port}.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", str(n_ctx), "--model_alias", "smollm2-135m-instruct",
-           "--n_threads", str(max(1, os.cpu_count() or 1))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--model_alias",
+        "smollm2-135m-instruct",
+        "--n_threads",
+        str(max(1, os.cpu_count() or 1)),
+    ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = EmbeddedServer(process, port, log_path)
@@ -122,8 +138,9 @@ def shown_as_step(console: Console | None, what: str) -> Iterator[None]:
     else:
         console.print(f"{what}...", markup=False, highlight=False, soft_wrap=True)
         yield
-    console.print(f"{what}: done in {time.perf_counter() - started:.1f} s", markup=False, highlight=False,
-                  soft_wrap=True)
+    console.print(
+        f"{what}: done in {time.perf_counter() - started:.1f} s", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def shared_server(console: Console | None = None) -> EmbeddedServer:

@@ -68,15 +68,28 @@ class Usage:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Usage:
         """The inverse of :meth:`as_dict` (a unit record's ``usage``); an unknown cost stays unknown."""
+
         def known(value: float | None, unpriced: int) -> tuple[float, int]:
             return (0.0, max(1, unpriced)) if value is None else (value, unpriced)
 
         cost, unpriced = known(data.get("cost_usd"), data.get("unpriced_calls", 0))
         saved, unpriced_saved = known(data.get("cost_saved_by_cache_usd"), data.get("unpriced_cache_hits", 0))
-        return cls(data.get("calls", 0), data.get("failed_calls", 0), data.get("prompt_tokens", 0),
-                   data.get("completion_tokens", 0), data.get("llm_seconds", 0.0), data.get("cache_hits", 0),
-                   data.get("tokens_saved_by_cache", 0), cost, saved, unpriced, unpriced_saved,
-                   data.get("retries", 0), data.get("retry_tokens", 0), data.get("retry_cost_usd") or 0.0)
+        return cls(
+            data.get("calls", 0),
+            data.get("failed_calls", 0),
+            data.get("prompt_tokens", 0),
+            data.get("completion_tokens", 0),
+            data.get("llm_seconds", 0.0),
+            data.get("cache_hits", 0),
+            data.get("tokens_saved_by_cache", 0),
+            cost,
+            saved,
+            unpriced,
+            unpriced_saved,
+            data.get("retries", 0),
+            data.get("retry_tokens", 0),
+            data.get("retry_cost_usd") or 0.0,
+        )
 
     def add(self, other: Usage) -> None:
         for f in dataclasses.fields(self):
@@ -134,9 +147,23 @@ class EventLog:
         if self.path is not None and (note := drop_torn_tail(self.path)):
             self.notes.append(note)
 
-    def record(self, *, unit: str, role: str, model: str, step: str, messages: list[dict[str, Any]],
-               output: Any, prompt_tokens: int, completion_tokens: int, latency_s: float,
-               error: str | None = None, attempt: int = 1, queue_s: float = 0.0, cached: bool = False) -> None:
+    def record(
+        self,
+        *,
+        unit: str,
+        role: str,
+        model: str,
+        step: str,
+        messages: list[dict[str, Any]],
+        output: Any,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency_s: float,
+        error: str | None = None,
+        attempt: int = 1,
+        queue_s: float = 0.0,
+        cached: bool = False,
+    ) -> None:
         """Append one exchange: ``latency_s`` = the endpoint's time from request to reply, ``queue_s`` = the
         wait before the request went out (the model's in-flight ceiling and rate limit), ``cached`` = the reply
         came from the response cache (no request was sent)."""
@@ -220,6 +247,7 @@ class EventLog:
         with self._lock:
             for e in read_records(self.path, self.notes):
                 if "cost_usd" not in e:
-                    e["cost_usd"] = self._cost(e.get("model", ""), e.get("prompt_tokens") or 0,
-                                               e.get("completion_tokens") or 0)
+                    e["cost_usd"] = self._cost(
+                        e.get("model", ""), e.get("prompt_tokens") or 0, e.get("completion_tokens") or 0
+                    )
                 self._count(e)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -27,10 +28,11 @@ from dyneval.state.errors import InfraError, ModelError, RetryPolicy
 
 if TYPE_CHECKING:  # LangChain is imported with the first call, not with the module (`dyneval --help` stays fast)
     from langchain_core.language_models import BaseChatModel
-    from dyneval.runtime.budget import Budget
-    from dyneval.runtime.cache import CacheKey, ResponseCache
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.rate_limiters import BaseRateLimiter
+
+    from dyneval.runtime.budget import Budget
+    from dyneval.runtime.cache import CacheKey, ResponseCache
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -148,8 +150,9 @@ class RoleLLM:
             return parsed
         raise ModelError(f"{self.role} ({self.model_label}) gave no valid {schema.__name__} at step {step}: {problem}")
 
-    def _structured_once(self, schema: type[T], messages: list[BaseMessage], step: str
-                         ) -> tuple[T | None, dict[str, Any], str]:
+    def _structured_once(
+        self, schema: type[T], messages: list[BaseMessage], step: str
+    ) -> tuple[T | None, dict[str, Any], str]:
         """One structured request (or its cached accepted reply): ``(parsed or None, raw result, problem)``.
 
         Only a reply that validated is stored, so an unusable one is asked again on the next run or resume.
@@ -164,8 +167,9 @@ class RoleLLM:
             self.cache.put(key, result["raw"], parsed=parsed.model_dump(mode="json"))
         return parsed, result, problem
 
-    def _cached(self, request: dict[str, Any], messages: list[BaseMessage], step: str
-                ) -> tuple[CacheKey | None, tuple[AIMessage, dict[str, Any]] | None]:
+    def _cached(
+        self, request: dict[str, Any], messages: list[BaseMessage], step: str
+    ) -> tuple[CacheKey | None, tuple[AIMessage, dict[str, Any]] | None]:
         """The cache key of this request and the stored reply, logged as a cached exchange (no cache: both None)."""
         if self.cache is None or self.cache_endpoint is None:
             return None, None
@@ -175,9 +179,18 @@ class RoleLLM:
         if hit is not None:
             message, info = hit
             p_tok, c_tok = _tokens(message)
-            self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
-                               messages=message_dicts(messages), output=info.get("parsed", message.content),
-                               prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=0.0, cached=True)
+            self.events.record(
+                unit=unit,
+                role=self.role,
+                model=self.model_label,
+                step=step,
+                messages=message_dicts(messages),
+                output=info.get("parsed", message.content),
+                prompt_tokens=p_tok,
+                completion_tokens=c_tok,
+                latency_s=0.0,
+                cached=True,
+            )
         return key, hit
 
     def _structured_call(self, schema: type[BaseModel]) -> Callable[[list[BaseMessage]], dict[str, Any]]:
@@ -197,8 +210,9 @@ class RoleLLM:
             model, parser = chain.first, chain.last
             bound = getattr(model, "kwargs", None)
             if isinstance(bound, dict) and "ls_structured_output_format" in bound:
-                model = model.model_copy(update={"kwargs": {k: v for k, v in bound.items()
-                                                            if k != "ls_structured_output_format"}})
+                model = model.model_copy(
+                    update={"kwargs": {k: v for k, v in bound.items() if k != "ls_structured_output_format"}}
+                )
             parse = _parse_message(parser)
 
             def ask(messages: list[BaseMessage]) -> dict[str, Any]:
@@ -212,8 +226,14 @@ class RoleLLM:
         return self._structured[schema]
 
     # -- core -------------------------------------------------------------------------------
-    def _call(self, invoke: Callable[[], Any], messages: list[BaseMessage], step: str,
-              describe: Callable[[Any], Any], raw: Callable[[Any], Any] = lambda r: r) -> Any:
+    def _call(
+        self,
+        invoke: Callable[[], Any],
+        messages: list[BaseMessage],
+        step: str,
+        describe: Callable[[Any], Any],
+        raw: Callable[[Any], Any] = lambda r: r,
+    ) -> Any:
         unit = current_unit()
         attempt = 0
         while True:
@@ -237,23 +257,44 @@ class RoleLLM:
                 ended = time.perf_counter()
                 if not is_endpoint_fault(failure):
                     raise failure
-                self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
-                                   messages=message_dicts(messages), output=None, prompt_tokens=0,
-                                   completion_tokens=0, latency_s=ended - (started or ended),
-                                   queue_s=(started or ended) - queued,
-                                   error=f"{type(failure).__name__}: {failure}", attempt=attempt)
+                self.events.record(
+                    unit=unit,
+                    role=self.role,
+                    model=self.model_label,
+                    step=step,
+                    messages=message_dicts(messages),
+                    output=None,
+                    prompt_tokens=0,
+                    completion_tokens=0,
+                    latency_s=ended - (started or ended),
+                    queue_s=(started or ended) - queued,
+                    error=f"{type(failure).__name__}: {failure}",
+                    attempt=attempt,
+                )
                 if is_transient(failure) and attempt <= self.policy.max_retries:
                     self.policy.sleep(self.policy.delay(attempt, failure))
                     continue
-                raise InfraError(f"{self.role} ({self.model_label}) failed at step {step} after "
-                                 f"{attempt} attempt(s): {type(failure).__name__}: {failure}") from failure
+                raise InfraError(
+                    f"{self.role} ({self.model_label}) failed at step {step} after "
+                    f"{attempt} attempt(s): {type(failure).__name__}: {failure}"
+                ) from failure
             ended = time.perf_counter()
             p_tok, c_tok = _tokens(raw(result))
             replayed = "replayed_from" in (getattr(raw(result), "response_metadata", None) or {})  # runtime.replay
-            self.events.record(unit=unit, role=self.role, model=self.model_label, step=step,
-                               messages=message_dicts(messages), output=describe(result),
-                               prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=ended - started,
-                               queue_s=started - queued, attempt=attempt, cached=replayed)
+            self.events.record(
+                unit=unit,
+                role=self.role,
+                model=self.model_label,
+                step=step,
+                messages=message_dicts(messages),
+                output=describe(result),
+                prompt_tokens=p_tok,
+                completion_tokens=c_tok,
+                latency_s=ended - started,
+                queue_s=started - queued,
+                attempt=attempt,
+                cached=replayed,
+            )
             return result
 
 
@@ -287,11 +328,13 @@ def _sent(result: dict[str, Any]) -> str:
     if text.strip():
         parts.append(f"text: {text.strip()[:2000]}")
     for call in getattr(raw, "tool_calls", None) or []:
-        parts.append(f"tool call {call.get('name')} with arguments "
-                     f"{json.dumps(call.get('args'), ensure_ascii=False)[:2000]}")
+        parts.append(
+            f"tool call {call.get('name')} with arguments {json.dumps(call.get('args'), ensure_ascii=False)[:2000]}"
+        )
     for call in getattr(raw, "invalid_tool_calls", None) or []:
-        parts.append(f"tool call {call.get('name')} with arguments that are not valid JSON: "
-                     f"{str(call.get('args'))[:2000]}")
+        parts.append(
+            f"tool call {call.get('name')} with arguments that are not valid JSON: {str(call.get('args'))[:2000]}"
+        )
     return "\n".join(parts) or "(an empty reply: no text and no tool call)"
 
 
@@ -320,9 +363,11 @@ def _parsed_or_problem(schema: type[T], result: dict[str, Any]) -> tuple[T | Non
     invalid = getattr(raw, "invalid_tool_calls", None) or []
     if invalid:
         why = str(invalid[0].get("error") or "").splitlines()[0][:300] if invalid[0].get("error") else ""
-        return None, (f"the arguments of your {invalid[0].get('name') or schema.__name__} tool call are not valid "
-                      f"JSON{f' ({why})' if why else ''}; call the {schema.__name__} tool with a JSON object "
-                      "holding all fields")
+        return None, (
+            f"the arguments of your {invalid[0].get('name') or schema.__name__} tool call are not valid "
+            f"JSON{f' ({why})' if why else ''}; call the {schema.__name__} tool with a JSON object "
+            "holding all fields"
+        )
     if raw is not None and not getattr(raw, "tool_calls", None):
         return None, f"you replied without calling the {schema.__name__} tool; call it with all fields"
     return None, f"no {schema.__name__} object was returned (call the {schema.__name__} tool with all fields)"

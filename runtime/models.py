@@ -81,15 +81,19 @@ class _Reply:
         except ValueError:
             body = None
         choices = body.get("choices") if isinstance(body, dict) else None
-        if isinstance(choices, list) and choices and all(isinstance(c, dict) and isinstance(c.get("message"), dict)
-                                                         for c in choices):
+        if (
+            isinstance(choices, list)
+            and choices
+            and all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices)
+        ):
             return body
         import openai
 
         kind = response.headers.get("content-type", "").split(";")[0].strip() or "without a content type"
         seen = " ".join(response.text.split())[:120]
-        raise openai.APIResponseValidationError(response, body, message=(
-            f"HTTP {response.status_code} {kind}, not a chat completion: {seen!r}"))
+        raise openai.APIResponseValidationError(
+            response, body, message=(f"HTTP {response.status_code} {kind}, not a chat completion: {seen!r}")
+        )
 
 
 class ChatCompletionsPost:
@@ -118,11 +122,19 @@ class _RawPost:
     def __init__(self, owner: ChatCompletionsPost) -> None:
         self._owner = owner
 
-    def create(self, *, extra_body: dict[str, Any] | None = None, extra_headers: dict[str, str] | None = None,
-               extra_query: dict[str, Any] | None = None, timeout: Any = None, **body: Any) -> Any:
+    def create(
+        self,
+        *,
+        extra_body: dict[str, Any] | None = None,
+        extra_headers: dict[str, str] | None = None,
+        extra_query: dict[str, Any] | None = None,
+        timeout: Any = None,
+        **body: Any,
+    ) -> Any:
         if body.get("stream"):
             return self._owner._completions.with_raw_response.create(
-                extra_body=extra_body, extra_headers=extra_headers, extra_query=extra_query, timeout=timeout, **body)
+                extra_body=extra_body, extra_headers=extra_headers, extra_query=extra_query, timeout=timeout, **body
+            )
         import httpx
 
         options: dict[str, Any] = {}
@@ -158,11 +170,18 @@ def open_endpoint(spec: ModelSpec, *, chat: BaseChatModel | None = None, label: 
     """The endpoint of ``spec``; ``chat`` replaces the real chat model (a fake in tests, labelled ``label``)."""
     from langchain_core.rate_limiters import InMemoryRateLimiter
 
-    limiter = (InMemoryRateLimiter(requests_per_second=spec.requests_per_second, max_bucket_size=1)
-               if spec.requests_per_second else None)
-    return Endpoint(spec=spec, label=label or model_label(spec), chat=build_chat_model(spec) if chat is None else chat,
-                    slots=InFlight(spec.concurrency),
-                    limiter=limiter)
+    limiter = (
+        InMemoryRateLimiter(requests_per_second=spec.requests_per_second, max_bucket_size=1)
+        if spec.requests_per_second
+        else None
+    )
+    return Endpoint(
+        spec=spec,
+        label=label or model_label(spec),
+        chat=build_chat_model(spec) if chat is None else chat,
+        slots=InFlight(spec.concurrency),
+        limiter=limiter,
+    )
 
 
 def model_label(spec: ModelSpec) -> str:

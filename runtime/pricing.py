@@ -79,5 +79,8 @@ def read_prices(path: str) -> dict[str, Price]:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "top level"
-        raise InputError(f"{where}: {err['msg']} (a pricing file is models: {{NAME: {{input: USD, output: USD}}}}, "
-                         "per million tokens)", file=path) from None
+        raise InputError(
+            f"{where}: {err['msg']} (a pricing file is models: {{NAME: {{input: USD, output: USD}}}}, "
+            "per million tokens)",
+            file=path,
+        ) from None

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 
-from dyneval.state.blocks import Block
 from dyneval.runtime.services import Services
+from dyneval.state.blocks import Block
 from dyneval.state.config import RunConfig
 from dyneval.state.context import BaseContext, Option, options
 
@@ -130,7 +130,7 @@ class Protocol(ABC):
         """Expected LLM calls per unit, for ``--dry-run`` (a short phrase)."""
         return "unknown"
 
-    def prepare(self, run: Run, units: list[Unit]) -> None:
+    def prepare(self, run: Run, units: list[Unit]) -> None:  # noqa: B027 (optional hook: most protocols prepare nothing)
         """Work before the units run (e.g. build a knowledge graph); skipped by --dry-run."""
 
     def custom_run(self, run: Run) -> bool:

@@ -21,7 +21,8 @@ from dyneval.stores.postgres import CONNECT_TIMEOUT_S, is_disconnect, server_of
 START = RetryPolicy(max_retries=2, base_delay_s=1.0, max_delay_s=2.0)
 #: Seconds the reach of one store takes at most: its attempts at their timeout, and the longest waits between them.
 BOUND_S = (START.max_retries + 1) * CONNECT_TIMEOUT_S + sum(
-    min(START.max_delay_s, START.base_delay_s * 2 ** k) for k in range(START.max_retries))
+    min(START.max_delay_s, START.base_delay_s * 2**k) for k in range(START.max_retries)
+)
 
 #: Words of libpq's and the server's messages that say the server answered and refused us: bad input, not a fault.
 _REFUSALS = ("password", "authentication", "pg_hba.conf", "does not exist", "permission denied")
@@ -56,23 +57,34 @@ def reach_postgres(flag: str, dsn: str) -> None:
         ports = str(conninfo_to_dict(dsn).get("port") or "")
     except psycopg.ProgrammingError as exc:  # its message may quote the DSN, password and all, unless it names a key
         said = str(exc).strip() if "invalid connection option" in str(exc) else "a missing '=', quote or bracket"
-        raise InputError(f"not a PostgreSQL DSN libpq can read ({said}): use postgresql://USER@HOST:PORT/DB or "
-                         "'host=HOST dbname=DB'", field=flag) from None
+        raise InputError(
+            f"not a PostgreSQL DSN libpq can read ({said}): use postgresql://USER@HOST:PORT/DB or "
+            "'host=HOST dbname=DB'",
+            field=flag,
+        ) from None
     if any(not (port.isdigit() and 0 < int(port) < 65536) for port in ports.split(",") if port):
         raise InputError(f"the port of a PostgreSQL DSN is a number from 1 to 65535, not {ports!r}", field=flag)
     server = server_of(dsn)
 
     def give_up(attempts: int, exc: Exception) -> InfraError:
-        return InfraError(f"PostgreSQL {server} ({flag}) does not answer after {attempts} attempts: "
-                          f"{_libpq_said(exc)}")
+        return InfraError(f"PostgreSQL {server} ({flag}) does not answer after {attempts} attempts: {_libpq_said(exc)}")
 
     try:
-        START.call(lambda _: psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close(),
-                   retry_on=lambda exc: is_disconnect(exc) and not _refused(exc), give_up=give_up)
+        START.call(
+            lambda _: psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close(),
+            retry_on=lambda exc: is_disconnect(exc) and not _refused(exc),
+            give_up=give_up,
+        )
     except psycopg.OperationalError as exc:  # not retried: the server refused us
         said = _libpq_said(exc)
-        hint = ("; give the password in PGPASSWORD, in a password file (~/.pgpass, or the file PGPASSFILE names) "
-                f"or in {flag} given again: dyneval never writes it to the run folder") if "password" in said else ""
+        hint = (
+            (
+                "; give the password in PGPASSWORD, in a password file (~/.pgpass, or the file PGPASSFILE names) "
+                f"or in {flag} given again: dyneval never writes it to the run folder"
+            )
+            if "password" in said
+            else ""
+        )
         raise InputError(f"PostgreSQL {server} refused the connection: {said}{hint}", field=flag) from None
 
 
@@ -87,15 +99,22 @@ def reach_chroma(url: str) -> None:
     where = f"{parts.scheme}://{host}:{parts.port or 8000}"  # as stores.vectors.chroma_client connects
 
     def give_up(attempts: int, exc: Exception) -> InfraError:
-        return InfraError(f"Chroma server {where} (--chroma-url) does not answer after {attempts} attempts: "
-                          f"{one_line(exc)}")
+        return InfraError(
+            f"Chroma server {where} (--chroma-url) does not answer after {attempts} attempts: {one_line(exc)}"
+        )
 
     try:
-        START.call(lambda _: httpx.get(f"{where}/api/v2/heartbeat", timeout=CONNECT_TIMEOUT_S).raise_for_status(),
-                   retry_on=is_server_fault, give_up=give_up)
+        START.call(
+            lambda _: httpx.get(f"{where}/api/v2/heartbeat", timeout=CONNECT_TIMEOUT_S).raise_for_status(),
+            retry_on=is_server_fault,
+            give_up=give_up,
+        )
     except httpx.HTTPStatusError as exc:  # an answer that no retry changes (e.g. 404: not a Chroma server)
-        raise InputError(f"{where} is not a Chroma server this client can use: GET /api/v2/heartbeat answered "
-                         f"{exc.response.status_code}", field="--chroma-url") from None
+        raise InputError(
+            f"{where} is not a Chroma server this client can use: GET /api/v2/heartbeat answered "
+            f"{exc.response.status_code}",
+            field="--chroma-url",
+        ) from None
 
 
 def _refused(exc: BaseException) -> bool:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -23,9 +24,9 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
 from dyneval.runtime.llm import PING_STEP, current_unit, message_dicts
+from dyneval.state.config import ROLES
 from dyneval.state.errors import ReplayMissing
 from dyneval.stores.rundir import RunDir
-from dyneval.state.config import ROLES
 
 #: The ``response_metadata`` key a replayed reply carries (RoleLLM logs it as a reply not sent, like a cache hit).
 REPLAYED = "replayed_from"
@@ -62,9 +63,11 @@ class ReplayLog:
             found = self._replies.get(key)
             if found:
                 return found.popleft()
-        raise ReplayMissing(f"the {role} role was asked something run {self.run_id} never asked it in unit {unit} "
-                            "(the new judge changed this unit's path, or the source unit ended before this "
-                            "request); it needs a full re-run with the new judge")
+        raise ReplayMissing(
+            f"the {role} role was asked something run {self.run_id} never asked it in unit {unit} "
+            "(the new judge changed this unit's path, or the source unit ended before this "
+            "request); it needs a full re-run with the new judge"
+        )
 
 
 class ReplayChat(BaseChatModel):
@@ -88,8 +91,9 @@ class ReplayChat(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         tools = kwargs.get("tools") or []
         event = self.log.take(current_unit(), self.role, bool(tools), messages)
         output = event.get("output")
@@ -97,9 +101,19 @@ class ReplayChat(BaseChatModel):
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         meta = {REPLAYED: self.log.run_id}
         if tools and "unparsed" not in output:
-            message = AIMessage(content="", tool_calls=[{"name": tools[0]["function"]["name"], "args": output,
-                                                         "id": f"replay_{id(event)}", "type": "tool_call"}],
-                                usage_metadata=usage, response_metadata=meta)
+            message = AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": tools[0]["function"]["name"],
+                        "args": output,
+                        "id": f"replay_{id(event)}",
+                        "type": "tool_call",
+                    }
+                ],
+                usage_metadata=usage,
+                response_metadata=meta,
+            )
         else:  # text, or a structured reply the source could not use (its repair then differs: diverged)
             text = output.get("unparsed", "") if isinstance(output, dict) else str(output or "")
             message = AIMessage(content=text, usage_metadata=usage, response_metadata=meta)

@@ -29,11 +29,12 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -67,13 +68,20 @@ SMOKE_TEST_WARNING = (
 
 
 def new_run_id(protocol: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     # 32 random bits: run ids name the checkpoint threads of runs that share a database (thread_id)
     return f"{stamp}-{protocol}-{secrets.token_hex(4)}"
 
 
-def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, console: Console,
-             chat_overrides: dict[str, Any] | None = None, retry_sleep: Any = None) -> Run:
+def open_run(
+    protocol: Protocol,
+    config: RunConfig,
+    *,
+    run_id: str | None,
+    console: Console,
+    chat_overrides: dict[str, Any] | None = None,
+    retry_sleep: Any = None,
+) -> Run:
     """The run and its services; a resumed run's directory must exist, a new one is made by :func:`execute`.
 
     A re-score (``config.rescored_from``) serves every role but the protocol's judges from its source run's log.
@@ -88,14 +96,18 @@ def open_run(protocol: Protocol, config: RunConfig, *, run_id: str | None, conso
     if config.rescored_from:
         from dyneval.runtime.replay import replay_models  # LangChain: loaded for a re-score only, not for `--help`
 
-        chat_overrides = {**replay_models(Path(config.out) / config.rescored_from, protocol.judge_roles),
-                          **(chat_overrides or {})}
-    services = Services(config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {},
-                        retry_sleep=retry_sleep)
+        chat_overrides = {
+            **replay_models(Path(config.out) / config.rescored_from, protocol.judge_roles),
+            **(chat_overrides or {}),
+        }
+    services = Services(
+        config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {}, retry_sleep=retry_sleep
+    )
     run = Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
     called = protocol.judge_roles if config.rescored_from else protocol.roles_in(run)  # a re-score replays others
-    cost_flag = "--max-cost" if config.max_cost is not None else "--max-cost-per-role" if config.max_cost_per_role \
-        else None
+    cost_flag = (
+        "--max-cost" if config.max_cost is not None else "--max-cost-per-role" if config.max_cost_per_role else None
+    )
     check_priced(cost_flag, pricing, {role: services.model_label(role) for role in called})
     return run
 
@@ -104,8 +116,7 @@ def resume_command(protocol: Protocol, run: Run) -> str:
     """The command that continues ``run``, spelled as this one was started: ``python run.py`` in the repository,
     else the installed ``dyneval`` command (also for the Python API)."""
     command = ["python", "run.py"] if Path(sys.argv[0]).name == "run.py" else ["dyneval"]
-    return shlex.join([*command, "--protocol", protocol.name, "--resume", run.run_dir.name,
-                       "--out", run.config.out])
+    return shlex.join([*command, "--protocol", protocol.name, "--resume", run.run_dir.name, "--out", run.config.out])
 
 
 @contextmanager
@@ -126,8 +137,9 @@ def _kept_only_if_accepted(run: Run) -> Iterator[list[Path]]:
             run.run_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(run.run_dir / "config.json", json.dumps(run.config.masked(), indent=2))
         except OSError as exc:
-            raise InputError(f"cannot create the run directory {run.run_dir}: {exc.strerror or exc}",
-                             field="--out") from None
+            raise InputError(
+                f"cannot create the run directory {run.run_dir}: {exc.strerror or exc}", field="--out"
+            ) from None
         except KeyboardInterrupt:  # a folder without its config.json could not be resumed: none is left
             _remove_made(made)
             raise
@@ -177,10 +189,12 @@ def plan_units(protocol: Protocol, run: Run, notes: list[str]) -> list[Unit]:
     if problem:
         whole = [u for u in saved if set(u) == {"id", "input", "meta"}]
         if planned[: len(whole)] != whole:
-            raise InputError(f"{problem}, and the inputs no longer give the same units: the run cannot be resumed",
-                             file=str(path))
-        notes.append(f"{problem}; planned again from the inputs ({len(units)} units; the {len(whole)} whole "
-                     "lines agree)")
+            raise InputError(
+                f"{problem}, and the inputs no longer give the same units: the run cannot be resumed", file=str(path)
+            )
+        notes.append(
+            f"{problem}; planned again from the inputs ({len(units)} units; the {len(whole)} whole lines agree)"
+        )
     write_atomic(path, "".join(json.dumps(u, ensure_ascii=False) + "\n" for u in planned))
     return units
 
@@ -208,10 +222,14 @@ def preflight(protocol: Protocol, run: Run) -> None:
         except (InfraError, InputError) as exc:
             raise PreflightRefused(f"endpoint for role {role} ({label}) does not answer: {exc}") from None
         if run.services.spec(role).provider == "embedded":
-            run.console.print(f"{label} runs on this machine's CPU: a one-word reply took "
-                              f"{time.perf_counter() - started:.1f} s (server start included), a long answer takes "
-                              "tens of seconds, so a unit can take minutes; the ETA follows the finished units",
-                              style="yellow", markup=False, highlight=False)
+            run.console.print(
+                f"{label} runs on this machine's CPU: a one-word reply took "
+                f"{time.perf_counter() - started:.1f} s (server start included), a long answer takes "
+                "tens of seconds, so a unit can take minutes; the ETA follows the finished units",
+                style="yellow",
+                markup=False,
+                highlight=False,
+            )
 
     parallel_map(ping, first_role.items(), workers=len(first_role))
 
@@ -225,8 +243,14 @@ def warn_if_smoke_test(protocol: Protocol, run: Run) -> str | None:
     return text
 
 
-def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflight: bool = False,
-            executor: ExecutorChoice = ExecutorChoice()) -> dict[str, Any]:
+def execute(
+    protocol: Protocol,
+    run: Run,
+    *,
+    dry_run: bool = False,
+    skip_preflight: bool = False,
+    executor: ExecutorChoice = ExecutorChoice(),
+) -> dict[str, Any]:
     """Validate the inputs, then run every unfinished unit concurrently (on ``executor``: threads of this process
     by default) and write summary.json and the report."""
     executor.check(run.config)
@@ -249,8 +273,7 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
                 preflight(protocol, run)
     resume = resume_command(protocol, run)
     if not dry_run:
-        run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False,
-                          soft_wrap=True)
+        run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False, soft_wrap=True)
     for note in run.services.ceiling_notes(protocol.roles):
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     if dry_run:
@@ -280,14 +303,17 @@ def execute(protocol: Protocol, run: Run, *, dry_run: bool = False, skip_preflig
             latest = results.latest()
             unfinished = sum(latest.get(u.id, {}).get("status") not in FINAL_STATUSES for u in units)
             terminated = isinstance(exc, stop.Terminated)
-            interrupted = {"unfinished_units": unfinished, "resume": resume, "budget": budget,
-                           "signal": "SIGTERM" if terminated else None if budget else "SIGINT"}
+            interrupted = {
+                "unfinished_units": unfinished,
+                "resume": resume,
+                "budget": budget,
+                "signal": "SIGTERM" if terminated else None if budget else "SIGINT",
+            }
             with stop.refused_as_infra_error():
                 _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
         if budget and not isinstance(exc, KeyboardInterrupt):
             stop.clear()  # the spent budget refuses this run's requests still; an app's next call goes out
-        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget,
-                             terminated=terminated) from None
+        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget, terminated=terminated) from None
     with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would
         return _finish(protocol, run, units, results, notes, wall_started, warning, None)
 
@@ -298,8 +324,10 @@ def _run_all(protocol: Protocol, run: Run, executor: Executor, todo: list[Unit],
     Ctrl-C (or any exception reaching this loop) stops the executor: nothing more is launched, units in flight
     get ``STOP_GRACE_S`` to end (their next request is refused), then this returns by re-raising.
     """
-    with progress_bar(run) as progress, \
-            live_status(run, progress, protocol.name, total=len(todo) + already, completed=already) as task:
+    with (
+        progress_bar(run) as progress,
+        live_status(run, progress, protocol.name, total=len(todo) + already, completed=already) as task,
+    ):
 
         def keep(record: dict[str, Any]) -> None:
             """Show a unit that ended."""
@@ -307,9 +335,12 @@ def _run_all(protocol: Protocol, run: Run, executor: Executor, todo: list[Unit],
                 return
             progress.update(task, advance=1)
             if record["status"] not in FINAL_STATUSES:
-                run.console.print(f"{record['unit_id']} {record['status']}: {record.get('error', '')}",
-                                  style="red" if record["status"] != "ungraded" else "yellow",
-                                  markup=False, highlight=False)
+                run.console.print(
+                    f"{record['unit_id']} {record['status']}: {record.get('error', '')}",
+                    style="red" if record["status"] != "ungraded" else "yellow",
+                    markup=False,
+                    highlight=False,
+                )
 
         try:
             executor.submit(todo)
@@ -328,23 +359,40 @@ def _run_all(protocol: Protocol, run: Run, executor: Executor, todo: list[Unit],
             raise
 
 
-def _finish(protocol: Protocol, run: Run, units: list[Unit], results: ResultStore, notes: list[str],
-            wall_started: float, warning: str | None, interrupted: dict[str, Any] | None) -> dict[str, Any]:
+def _finish(
+    protocol: Protocol,
+    run: Run,
+    units: list[Unit],
+    results: ResultStore,
+    notes: list[str],
+    wall_started: float,
+    warning: str | None,
+    interrupted: dict[str, Any] | None,
+) -> dict[str, Any]:
     """Write summary.json and the report from the records so far (a partial one after Ctrl-C), shown as a step."""
     latest = results.latest()
     # the plan against the records, whatever the executor: a run that ended (not stopped) with a planned unit
     # that has no record lost it somewhere; it is counted and named, never left out of the denominator quietly
     missing = [] if interrupted else [u.id for u in units if u.id not in latest]
     if missing:
-        notes.append(f"{len(missing)} of {len(units)} planned units have no record ({_listed(missing)}): the "
-                     "executor lost them; resume runs them")
+        notes.append(
+            f"{len(missing)} of {len(units)} planned units have no record ({_listed(missing)}): the "
+            "executor lost them; resume runs them"
+        )
     notes = list(dict.fromkeys([*notes, *results.notes, *run.services.events.notes]))
     for note in notes:
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     # popped, so that only the results hold the records while the report is rendered (bench/atad_memory.py)
-    return finish_run(protocol, run, [latest.pop(u.id) for u in units if u.id in latest],
-                      wall_s=time.perf_counter() - wall_started, warning=warning, interrupted=interrupted,
-                      notes=notes, missing=missing)
+    return finish_run(
+        protocol,
+        run,
+        [latest.pop(u.id) for u in units if u.id in latest],
+        wall_s=time.perf_counter() - wall_started,
+        warning=warning,
+        interrupted=interrupted,
+        notes=notes,
+        missing=missing,
+    )
 
 
 def _listed(ids: list[str], shown: int = 5) -> str:

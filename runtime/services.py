@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dyneval.runtime import stop
 from dyneval.runtime.budget import Budget
@@ -31,9 +32,10 @@ from dyneval.stores.vectors import chroma_client, embedding_function
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
-    from dyneval.runtime.cache import ResponseCache
     from langchain_core.language_models import BaseChatModel
     from rich.console import Console
+
+    from dyneval.runtime.cache import ResponseCache
 
 
 class Background:
@@ -44,8 +46,9 @@ class Background:
     to a context manager that gives the unit's worker slot back (another unit works meanwhile) and takes a slot
     again before the unit goes on; elsewhere it does nothing."""
 
-    idle: ClassVar[ContextVar[Callable[[], AbstractContextManager[Any]]]] = ContextVar("background_idle",
-                                                                                      default=nullcontext)
+    idle: ClassVar[ContextVar[Callable[[], AbstractContextManager[Any]]]] = ContextVar(
+        "background_idle", default=nullcontext
+    )
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -126,9 +129,13 @@ class Services:
 
     def __post_init__(self) -> None:
         self.spread = LocalSpread(self)
-        limits = {"max_calls": self.config.max_calls, "max_tokens": self.config.max_tokens,
-                  "max_cost": self.config.max_cost, "max_tokens_per_role": self.config.max_tokens_per_role,
-                  "max_cost_per_role": self.config.max_cost_per_role}
+        limits = {
+            "max_calls": self.config.max_calls,
+            "max_tokens": self.config.max_tokens,
+            "max_cost": self.config.max_cost,
+            "max_tokens_per_role": self.config.max_tokens_per_role,
+            "max_cost_per_role": self.config.max_cost_per_role,
+        }
         if any(limits.values()):  # limits are > 0: unset = None or {}
             self.budget = Budget(self.events, **limits)
 
@@ -156,13 +163,19 @@ class Services:
                 if self.retry_sleep is not None:
                     policy.sleep = self.retry_sleep
                 cached = self.config.stores.cache and self._override(ref, role) is None  # fakes: never cached
-                self._llms[role, ref] = RoleLLM(role=role, model_label=endpoint.label, chat=endpoint.chat,
-                                                events=self.events, policy=policy, slots=endpoint.slots,
-                                                limiter=endpoint.limiter,
-                                                structured_method=endpoint.spec.structured_method,
-                                                cache=self._response_cache() if cached else None,
-                                                budget=self.budget,
-                                                cache_endpoint=endpoint.spec.answer_identity())
+                self._llms[role, ref] = RoleLLM(
+                    role=role,
+                    model_label=endpoint.label,
+                    chat=endpoint.chat,
+                    events=self.events,
+                    policy=policy,
+                    slots=endpoint.slots,
+                    limiter=endpoint.limiter,
+                    structured_method=endpoint.spec.structured_method,
+                    cache=self._response_cache() if cached else None,
+                    budget=self.budget,
+                    cache_endpoint=endpoint.spec.answer_identity(),
+                )
             return self._llms[role, ref]
 
     def _endpoint(self, ref: str, role: str) -> Endpoint:
@@ -222,8 +235,11 @@ class Services:
             spec = self.spec(role)
             if spec.concurrency is not None and spec.concurrency < self.config.concurrency:
                 ceilings.setdefault(self.model_label(role), spec.concurrency)
-        return [f"{label}: at most {n} request(s) in flight (its `concurrency` ceiling), below --concurrency "
-                f"{self.config.concurrency}; units queue for it" for label, n in ceilings.items()]
+        return [
+            f"{label}: at most {n} request(s) in flight (its `concurrency` ceiling), below --concurrency "
+            f"{self.config.concurrency}; units queue for it"
+            for label, n in ceilings.items()
+        ]
 
     def cached(self, key: str, build: Any) -> Any:
         """A per-run lazily built resource (vector store, graph, bank), built once under a lock; one that
@@ -288,14 +304,19 @@ def services_of(context: Any) -> Services:
     with _studio_lock:
         if key not in _studio_services:
             file_data = read_config_file(context.config_file) if context.config_file else {}
-            config = load_config("studio", config_file=None, environ={},
-                                 flags={"models": file_data.get("models", {}), "roles": refs,
-                                        "stores": file_data.get("stores", {})})
+            config = load_config(
+                "studio",
+                config_file=None,
+                environ={},
+                flags={"models": file_data.get("models", {}), "roles": refs, "stores": file_data.get("stores", {})},
+            )
             run_dir = Path(context.run_dir or os.path.join("runs", "studio"))
             run_dir.mkdir(parents=True, exist_ok=True)
             from dyneval.runtime.pricing import Pricing
 
-            _studio_services[key] = Services(config=config, run_dir=run_dir,
-                                             events=EventLog(run_dir / "events.jsonl",
-                                                             pricing=Pricing.for_run(config)))
+            _studio_services[key] = Services(
+                config=config,
+                run_dir=run_dir,
+                events=EventLog(run_dir / "events.jsonl", pricing=Pricing.for_run(config)),
+            )
         return _studio_services[key]

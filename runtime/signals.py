@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any
 
 from dyneval.runtime import stop
 
@@ -66,8 +67,12 @@ def stop_on_signals() -> Iterator[None]:
         yield
         return
     _received.clear()
-    ours = [sig for sig in STOPPING if signal.getsignal(sig) is not signal.SIG_IGN and
-            (sig == signal.SIGINT or signal.getsignal(sig) in (signal.SIG_DFL, on_stop_signal))]
+    ours = [
+        sig
+        for sig in STOPPING
+        if signal.getsignal(sig) is not signal.SIG_IGN
+        and (sig == signal.SIGINT or signal.getsignal(sig) in (signal.SIG_DFL, on_stop_signal))
+    ]
     previous = {sig: signal.signal(sig, on_stop_signal) for sig in ours}
     try:
         yield

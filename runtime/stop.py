@@ -13,8 +13,9 @@ import contextvars
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, NoReturn
+from typing import NoReturn
 
 from dyneval.state.errors import InfraError
 
@@ -30,10 +31,10 @@ class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C, SIGTERM (``terminated``) or the spent budget (``budget``: what was spent) ended the run: a partial
     summary and report are written; ``resume`` continues it."""
 
-    def __init__(self, run_id: str, resume: str, unfinished: int, total: int, budget: str | None = None,
-                 terminated: bool = False) -> None:
-        cause = f"its budget is spent ({budget})" if budget else "terminated (SIGTERM)" if terminated \
-            else "interrupted"
+    def __init__(
+        self, run_id: str, resume: str, unfinished: int, total: int, budget: str | None = None, terminated: bool = False
+    ) -> None:
+        cause = f"its budget is spent ({budget})" if budget else "terminated (SIGTERM)" if terminated else "interrupted"
         super().__init__(f"run {run_id} stopped, {cause}: {unfinished} of {total} units unfinished")
         self.run_id, self.resume, self.unfinished, self.total = run_id, resume, unfinished, total
         self.budget, self.terminated = budget, terminated

@@ -23,10 +23,9 @@ from typing import Any
 
 from dyneval.runtime import stop
 from dyneval.runtime.llm import is_endpoint_fault
-from dyneval.runtime.protocol import Protocol, Run, Unit
-from dyneval.runtime.protocol import DIVERGED
-from dyneval.state.errors import ReplayMissing
-from dyneval.state.errors import InfraError, ModelError
+from dyneval.runtime.protocol import DIVERGED, Protocol, Run, Unit
+from dyneval.state.errors import InfraError, ModelError, ReplayMissing
+
 
 def _reached_end(snapshot: Any) -> bool:
     """The thread has a checkpoint and no task pending in it (finished, or saved but not yet committed)."""
@@ -52,16 +51,18 @@ def _before_first_ungraded(protocol: Protocol, graph: Any, config: dict[str, Any
 _DONE = object()
 
 
-
 def thread_id(run: Run, unit: Unit, graph: Any) -> str:
     """The checkpoint thread of ``unit`` in ``run``: ``RUN_ID/UNIT_ID``, so runs sharing one PostgreSQL database (or
     one SQLite file) never continue each other's threads. A run directory made before run-scoped threads keeps
     its units' threads under their bare unit ids in its own SQLite file: a resume continues those (read, never
     migrated); a database shared with other runs is never searched for bare ids."""
     scoped = f"{run.run_dir.name}/{unit.id}"
-    if run.resumed and not run.config.stores.postgres_dsn and \
-            graph.get_state({"configurable": {"thread_id": scoped}}).metadata is None and \
-            graph.get_state({"configurable": {"thread_id": unit.id}}).metadata is not None:
+    if (
+        run.resumed
+        and not run.config.stores.postgres_dsn
+        and graph.get_state({"configurable": {"thread_id": scoped}}).metadata is None
+        and graph.get_state({"configurable": {"thread_id": unit.id}}).metadata is not None
+    ):
         return unit.id
     return scoped
 
@@ -72,8 +73,10 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
     record: dict[str, Any] = {"unit_id": unit.id, "meta": unit.meta}
     try:
         # the event log files each call under the unit id, not the thread id (runtime.llm.current_unit)
-        config: dict[str, Any] = {"configurable": {"thread_id": thread_id(run, unit, graph), "unit_id": unit.id},
-                                  "recursion_limit": 200}
+        config: dict[str, Any] = {
+            "configurable": {"thread_id": thread_id(run, unit, graph), "unit_id": unit.id},
+            "recursion_limit": 200,
+        }
         snapshot = graph.get_state(config)
         start = config
         if snapshot.metadata is None:
@@ -104,8 +107,9 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
             raise RuntimeError(f"the graph stopped before END (next: {snapshot.next})")
         values = dict(snapshot.values)
         ungraded = protocol.ungraded(values)
-        record.update(status="ungraded" if ungraded else "ok", ungraded_verdicts=ungraded,
-                      **protocol.result(unit, values))
+        record.update(
+            status="ungraded" if ungraded else "ok", ungraded_verdicts=ungraded, **protocol.result(unit, values)
+        )
     except stop.StopRequested:
         record.update(status="interrupted")
     except ReplayMissing as exc:
@@ -116,8 +120,7 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
         record.update(status="infra_error", error=str(exc))
     except Exception as exc:  # noqa: BLE001 - a failed unit is recorded and the run goes on
         status = "infra_error" if is_endpoint_fault(exc) else "error"
-        record.update(status=status, error=f"{type(exc).__name__}: {exc}",
-                      traceback=traceback.format_exc(limit=6))
+        record.update(status=status, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=6))
     record["wall_s"] = round(time.perf_counter() - started, 3)
     record["usage"] = run.services.events.usage(unit.id).as_dict()
     return record

@@ -17,9 +17,9 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 
 from dyneval.state.context import BaseContext, described
 from dyneval.state.graph_io import GraphInput
@@ -46,29 +46,85 @@ class TaskSpec:
 
 
 TASKS: dict[str, TaskSpec] = {
-    "T1": TaskSpec("T1", "Sentence Context Anomaly", "contextual reasoning", "sentences", 5, 6,
-                   "one sentence drifts away from the paragraph's main theme (semantically inconsistent or "
-                   "conceptually off-topic) while staying grammatical",
-                   ("minor topic shift", "semantic deviation"), ("philosophy", "society", "psychology")),
-    "T2": TaskSpec("T2", "Paragraph Order Consistency", "discourse coherence", "order", 5, 5,
-                   "the sentences may be in an order that breaks topic flow or causal and temporal dependencies",
-                   ("sentence reordering",), ("science", "economics", "politics")),
-    "T3": TaskSpec("T3", "Blank-based Choice Anomaly", "lexical and pragmatic reasoning", "blank", 1, 1,
-                   "one of five candidate words or phrases for the blank is grammatical but contextually "
-                   "inappropriate", ("lexical fit", "collocation"), ("literature", "psychology", "philosophy")),
-    "T4": TaskSpec("T4", "Bridge Sentence Evaluation", "logical bridging and topic shift detection", "bridge", 5, 5,
-                   "one of five candidate bridge sentences fails to connect the two paragraphs coherently",
-                   ("weak logical connection", "abrupt topic shift"), ("economics", "society", "policy")),
-    "T5": TaskSpec("T5", "Referential Ambiguity", "coreference resolution", "sentences", 5, 5,
-                   "one sentence uses a pronoun or referring expression whose referent is ambiguous or misleading",
-                   ("ambiguous pronouns", "unclear referents"), ("psychology", "literature", "philosophy")),
-    "T6": TaskSpec("T6", "Logical Contradiction", "causal and contradiction reasoning", "sentences", 5, 5,
-                   "one sentence contradicts the others, e.g. a violated cause-effect relation or a correlation "
-                   "misread as causation", ("contradictory claims", "causal reversal"),
-                   ("science", "economics", "politics")),
-    "T7": TaskSpec("T7", "Tone / Style Violation", "stylistic reasoning", "sentences", 5, 5,
-                   "one sentence breaks the paragraph's tone or register (e.g. informal in a formal text)",
-                   ("tone shift", "register mismatch"), ("literature", "philosophy")),
+    "T1": TaskSpec(
+        "T1",
+        "Sentence Context Anomaly",
+        "contextual reasoning",
+        "sentences",
+        5,
+        6,
+        "one sentence drifts away from the paragraph's main theme (semantically inconsistent or "
+        "conceptually off-topic) while staying grammatical",
+        ("minor topic shift", "semantic deviation"),
+        ("philosophy", "society", "psychology"),
+    ),
+    "T2": TaskSpec(
+        "T2",
+        "Paragraph Order Consistency",
+        "discourse coherence",
+        "order",
+        5,
+        5,
+        "the sentences may be in an order that breaks topic flow or causal and temporal dependencies",
+        ("sentence reordering",),
+        ("science", "economics", "politics"),
+    ),
+    "T3": TaskSpec(
+        "T3",
+        "Blank-based Choice Anomaly",
+        "lexical and pragmatic reasoning",
+        "blank",
+        1,
+        1,
+        "one of five candidate words or phrases for the blank is grammatical but contextually inappropriate",
+        ("lexical fit", "collocation"),
+        ("literature", "psychology", "philosophy"),
+    ),
+    "T4": TaskSpec(
+        "T4",
+        "Bridge Sentence Evaluation",
+        "logical bridging and topic shift detection",
+        "bridge",
+        5,
+        5,
+        "one of five candidate bridge sentences fails to connect the two paragraphs coherently",
+        ("weak logical connection", "abrupt topic shift"),
+        ("economics", "society", "policy"),
+    ),
+    "T5": TaskSpec(
+        "T5",
+        "Referential Ambiguity",
+        "coreference resolution",
+        "sentences",
+        5,
+        5,
+        "one sentence uses a pronoun or referring expression whose referent is ambiguous or misleading",
+        ("ambiguous pronouns", "unclear referents"),
+        ("psychology", "literature", "philosophy"),
+    ),
+    "T6": TaskSpec(
+        "T6",
+        "Logical Contradiction",
+        "causal and contradiction reasoning",
+        "sentences",
+        5,
+        5,
+        "one sentence contradicts the others, e.g. a violated cause-effect relation or a correlation "
+        "misread as causation",
+        ("contradictory claims", "causal reversal"),
+        ("science", "economics", "politics"),
+    ),
+    "T7": TaskSpec(
+        "T7",
+        "Tone / Style Violation",
+        "stylistic reasoning",
+        "sentences",
+        5,
+        5,
+        "one sentence breaks the paragraph's tone or register (e.g. informal in a formal text)",
+        ("tone shift", "register mismatch"),
+        ("literature", "philosophy"),
+    ),
 }
 
 #: Number of choices of T3 and T4 (Table 6).
@@ -84,6 +140,7 @@ N_CHOICES = 5
 Line = Annotated[str, StringConstraints(max_length=300)]
 Para = Annotated[str, StringConstraints(max_length=900)]
 Note = Annotated[str, StringConstraints(max_length=600)]
+
 
 class T1Problem(BaseModel):
     """T1 Sentence Context Anomaly: a 5-6 sentence paragraph with one off-topic sentence."""
@@ -138,12 +195,18 @@ class T7Problem(BaseModel):
 
 
 PROBLEM_SCHEMAS: dict[str, type[BaseModel]] = {
-    "T1": T1Problem, "T2": T2Problem, "T3": T3Problem, "T4": T4Problem,
-    "T5": T5Problem, "T6": T6Problem, "T7": T7Problem,
+    "T1": T1Problem,
+    "T2": T2Problem,
+    "T3": T3Problem,
+    "T4": T4Problem,
+    "T5": T5Problem,
+    "T6": T6Problem,
+    "T7": T7Problem,
 }
 
 
 # -- orchestrator, student and reviewer schemas (Appendix D) ------------------------------------
+
 
 class Verdict(BaseModel):
     """Orchestrator validation (D.2.1 / D.2.3): approved, or feedback for the teacher."""
@@ -247,16 +310,22 @@ class EvalState(TypedDict, total=False):
 class AtadInput(GraphInput):
     """What one generation thread is given: the problem to write (section 2.2.1; Tables 6 and 7)."""
 
-    task: TaskId = Field(description="Task type of the problem, T1-T7 (Table 6): T1 sentence context anomaly, T2 "
-                                     "paragraph order, T3 blank-based choice, T4 bridge sentence, T5 referential "
-                                     "ambiguity, T6 logical contradiction, T7 tone / style violation.")
+    task: TaskId = Field(
+        description="Task type of the problem, T1-T7 (Table 6): T1 sentence context anomaly, T2 "
+        "paragraph order, T3 blank-based choice, T4 bridge sentence, T5 referential "
+        "ambiguity, T6 logical contradiction, T7 tone / style violation."
+    )
     topic: str = Field("", description="Domain topic of the problem (Table 7); empty = the task's first topic.")
-    challenge: str | None = Field(None, description="Challenge factor the anomaly is built on (Table 7); empty = "
-                                                    "none in particular.")
+    challenge: str | None = Field(
+        None, description="Challenge factor the anomaly is built on (Table 7); empty = none in particular."
+    )
     style: str = Field("", description="Exam style the problem is written in; empty = GRE.")
-    target_coherent: bool | None = Field(None, description="T2 only: whether the order shown should be coherent "
-                                                           "(batch runs draw it 50/50); empty = the teacher's "
-                                                           "choice.")
+    target_coherent: bool | None = Field(
+        None,
+        description="T2 only: whether the order shown should be coherent "
+        "(batch runs draw it 50/50); empty = the teacher's "
+        "choice.",
+    )
 
 
 class AtadOutput(TypedDict, total=False):
@@ -267,37 +336,57 @@ class AtadOutput(TypedDict, total=False):
     topic: Annotated[str, Field(description="Domain topic, as given.")]
     challenge: Annotated[str | None, Field(description="Challenge factor, as given.")]
     style: Annotated[str, Field(description="Exam style, as given.")]
-    status: Annotated[Literal["finalized", "discarded"], Field(
-        description="finalized (a validated problem the benchmark keeps) or discarded (no valid base problem "
-                    "within max_init_loops).")]
-    acceptance: Annotated[str | None, Field(description="Why a finalized problem was accepted: student_failed, "
-                                                        "student_loop_cap or escalation_rejected.")]
+    status: Annotated[
+        Literal["finalized", "discarded"],
+        Field(
+            description="finalized (a validated problem the benchmark keeps) or discarded (no valid base problem "
+            "within max_init_loops)."
+        ),
+    ]
+    acceptance: Annotated[
+        str | None,
+        Field(
+            description="Why a finalized problem was accepted: student_failed, student_loop_cap or escalation_rejected."
+        ),
+    ]
     discard_reason: Annotated[str | None, Field(description="Why the item was discarded.")]
-    ungraded: Annotated[str | None, Field(description="Why the thread stopped unjudged (the orchestrator gave no "
-                                                      "usable verdict); resume redoes that validation.")]
-    current: Annotated[dict[str, Any] | None, Field(description="The final problem: the last one validated, with "
-                                                                "its answer.")]
-    current_level: Annotated[int, Field(description="Difficulty tier of the final problem (index into the "
-                                                    "difficulty ladder).")]
-    base: Annotated[dict[str, Any] | None, Field(description="The validated base problem the escalation started "
-                                                             "from.")]
+    ungraded: Annotated[
+        str | None,
+        Field(
+            description="Why the thread stopped unjudged (the orchestrator gave no "
+            "usable verdict); resume redoes that validation."
+        ),
+    ]
+    current: Annotated[
+        dict[str, Any] | None, Field(description="The final problem: the last one validated, with its answer.")
+    ]
+    current_level: Annotated[
+        int, Field(description="Difficulty tier of the final problem (index into the difficulty ladder).")
+    ]
+    base: Annotated[dict[str, Any] | None, Field(description="The validated base problem the escalation started from.")]
     student_loops: Annotated[int, Field(description="Student attempts made (one per validated problem).")]
-    successes: Annotated[int, Field(description="The student's consecutive successes, which set the difficulty "
-                                                "tier.")]
-    history: Annotated[list[dict[str, Any]], Field(description="Every step: candidates, structure checks, "
-                                                               "validations, student answers, escalations.")]
+    successes: Annotated[int, Field(description="The student's consecutive successes, which set the difficulty tier.")]
+    history: Annotated[
+        list[dict[str, Any]],
+        Field(description="Every step: candidates, structure checks, validations, student answers, escalations."),
+    ]
 
 
 class EvalInput(GraphInput):
     """What one evaluation unit is given: a model and one benchmark problem (section 2.2.3; Table 3 review)."""
 
-    kind: Literal["answer", "review"] = Field("answer", description="answer: the model solves the problem; "
-                                                                    "review: it scores the problem (Table 3).")
-    model: str = Field(min_length=1, description="The evaluated model or reviewer: 'local', a name from the config "
-                                                 "file, openai/MODEL or MODEL@BASE_URL.")
+    kind: Literal["answer", "review"] = Field(
+        "answer", description="answer: the model solves the problem; review: it scores the problem (Table 3)."
+    )
+    model: str = Field(
+        min_length=1,
+        description="The evaluated model or reviewer: 'local', a name from the config "
+        "file, openai/MODEL or MODEL@BASE_URL.",
+    )
     task: TaskId = Field(description="Task type of the problem, T1-T7 (Table 6).")
-    problem: dict[str, Any] = Field(description="The problem in its task's Table 6 fields, with its answer (a "
-                                                "benchmark item's problem).")
+    problem: dict[str, Any] = Field(
+        description="The problem in its task's Table 6 fields, with its answer (a benchmark item's problem)."
+    )
 
     @field_validator("problem")
     @classmethod
@@ -309,8 +398,11 @@ class EvalInput(GraphInput):
                 PROBLEM_SCHEMAS[task].model_validate(problem)
             except ValidationError as exc:
                 error = exc.errors()[0]
-                raise PydanticCustomError("problem_fields", "{field}: {msg} (a {task} problem's fields)", {
-                    "field": ".".join(str(part) for part in error["loc"]), "msg": error["msg"], "task": task}) from None
+                raise PydanticCustomError(
+                    "problem_fields",
+                    "{field}: {msg} (a {task} problem's fields)",
+                    {"field": ".".join(str(part) for part in error["loc"]), "msg": error["msg"], "task": task},
+                ) from None
         return problem
 
 
@@ -323,8 +415,10 @@ class EvalOutput(TypedDict, total=False):
     predicted: Annotated[Any, Field(description="The model's answer: a 1-based option number, or T2's coherent.")]
     explanation: Annotated[str, Field(description="The model's explanation of its answer.")]
     parse_error: Annotated[str | None, Field(description="Why the model's reply was unusable, if it was.")]
-    review: Annotated[dict[str, Any] | None, Field(description="Review units: validity, coherence, fairness (1-5) "
-                                                               "and approval (Table 3).")]
+    review: Annotated[
+        dict[str, Any] | None,
+        Field(description="Review units: validity, coherence, fairness (1-5) and approval (Table 3)."),
+    ]
 
 
 # -- context -----------------------------------------------------------------------------------
@@ -337,23 +431,37 @@ class AtadContext(BaseContext):
     """ATAD protocol parameters (section 2.2): loop caps, difficulty ladder, orchestrator switch."""
 
     max_init_loops: int = described(
-        3, "Teacher attempts for a base problem before the item is discarded (section 2.2.1, max_init_loops).",
-        minimum=1, maximum=20)
+        3,
+        "Teacher attempts for a base problem before the item is discarded (section 2.2.1, max_init_loops).",
+        minimum=1,
+        maximum=20,
+    )
     max_student_loops: int = described(
-        5, "Student attempts before the item is finalized even if the student keeps succeeding (max_student_loops).",
-        minimum=1, maximum=50)
+        5,
+        "Student attempts before the item is finalized even if the student keeps succeeding (max_student_loops).",
+        minimum=1,
+        maximum=50,
+    )
     max_level_attempts: int = described(
-        2, "Harder variants the teacher may write for one escalation step (first try plus slightly easier "
-           "retries within the tier) before the last validated problem is finalized (section 2.2.2).", minimum=1,
-        maximum=20)
+        2,
+        "Harder variants the teacher may write for one escalation step (first try plus slightly easier "
+        "retries within the tier) before the last validated problem is finalized (section 2.2.2).",
+        minimum=1,
+        maximum=20,
+    )
     difficulty_ladder: str = described(
-        DEFAULT_LADDER, "Difficulty tiers as NAME:MIN_CONSECUTIVE_SUCCESSES, comma separated; the first is the "
-                        "base level.", check=lambda text: parse_ladder(text))
+        DEFAULT_LADDER,
+        "Difficulty tiers as NAME:MIN_CONSECUTIVE_SUCCESSES, comma separated; the first is the base level.",
+        check=lambda text: parse_ladder(text),
+    )
     lenient_escalation: bool = described(
-        True, "Validate difficulty-scaled problems with the lenient prompt of Appendix D.2.3.")
+        True, "Validate difficulty-scaled problems with the lenient prompt of Appendix D.2.3."
+    )
     no_orchestrator: bool = described(
-        False, "Ablation of section 4.4: skip orchestrator validation (structure is still checked in code) "
-               "and give the teacher the student's explanation directly as escalation feedback.")
+        False,
+        "Ablation of section 4.4: skip orchestrator validation (structure is still checked in code) "
+        "and give the teacher the student's explanation directly as escalation feedback.",
+    )
 
 
 @dataclass(kw_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -59,4 +59,4 @@ class Details:
     blocks: list[Block] = field(default_factory=list)
 
 
-Block = Union[Heading, Text, Table, Figure, Code, Details]
+Block = Heading | Text | Table | Figure | Code | Details

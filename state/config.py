@@ -74,8 +74,10 @@ def embedding_model_problem(model: str) -> str | None:
     names = [model] if "/" in model else [model, f"sentence-transformers/{model}"]
     if any((Path(cache) / f"models--{name.replace('/', '--')}").is_dir() for cache in caches for name in names):
         return None
-    return (f"embedding model {model!r} is neither a folder nor in the Hugging Face cache ({' or '.join(caches)}); "
-            "nothing is downloaded: give the model's folder, or MODEL@BASE_URL for an embeddings endpoint")
+    return (
+        f"embedding model {model!r} is neither a folder nor in the Hugging Face cache ({' or '.join(caches)}); "
+        "nothing is downloaded: give the model's folder, or MODEL@BASE_URL for an embeddings endpoint"
+    )
 
 
 class ModelSpec(BaseModel):
@@ -92,20 +94,34 @@ class ModelSpec(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int | None = Field(512, gt=0)
     timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(4, ge=0, le=MAX_RETRIES, description="retries on timeouts, 429 and 5xx, with "
-                                                                   "exponential backoff")
+    max_retries: int = Field(
+        4, ge=0, le=MAX_RETRIES, description="retries on timeouts, 429 and 5xx, with exponential backoff"
+    )
     requests_per_second: float | None = Field(None, gt=0)
     concurrency: int | None = Field(
-        None, ge=1, le=MAX_CONCURRENCY, description="ceiling on requests in flight to this model (all roles "
-        "together); unset = as many as the run sends (its --concurrency units and their parallel calls)")
+        None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="ceiling on requests in flight to this model (all roles "
+        "together); unset = as many as the run sends (its --concurrency units and their parallel calls)",
+    )
     structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
-    price_in: float | None = Field(None, ge=0, description="USD per million input tokens (with price_out: "
-                                                           "overrides the pricing file for this model)")
+    price_in: float | None = Field(
+        None,
+        ge=0,
+        description="USD per million input tokens (with price_out: overrides the pricing file for this model)",
+    )
     price_out: float | None = Field(None, ge=0, description="USD per million output tokens")
 
     #: What this spec contributes to an answer (timeouts, retries and limits do not change one).
-    ANSWER_FIELDS: ClassVar[tuple[str, ...]] = ("provider", "model", "base_url", "temperature", "max_tokens",
-                                                "structured_method")
+    ANSWER_FIELDS: ClassVar[tuple[str, ...]] = (
+        "provider",
+        "model",
+        "base_url",
+        "temperature",
+        "max_tokens",
+        "structured_method",
+    )
 
     def answer_identity(self) -> dict[str, Any]:
         """The fields that change an answer: the response cache's endpoint key, what a resume may not change."""
@@ -170,16 +186,23 @@ class StoreConfig(BaseModel):
     chroma_url: str | None = Field(None, description="Chroma server URL; unset = PersistentClient on disk")
     postgres_dsn: str | None = Field(None, description="PostgreSQL DSN for checkpoints (and llmeval's bank)")
     embedding_model: str | None = Field(
-        None, description="sentence-transformers model name or path, or MODEL@BASE_URL for an OpenAI-compatible "
+        None,
+        description="sentence-transformers model name or path, or MODEL@BASE_URL for an OpenAI-compatible "
         "embeddings endpoint (key from OPENAI_API_KEY); unset = the offline all-MiniLM-L6-v2 package",
     )
-    cache: bool = Field(False, description="response cache: reuse the accepted reply of an identical request, "
-                                           "across runs (runtime/cache.py)")
-    cache_dir: str | None = Field(None, description="response cache folder; unset = $XDG_CACHE_HOME/dyneval "
-                                                    "or ~/.cache/dyneval")
+    cache: bool = Field(
+        False,
+        description="response cache: reuse the accepted reply of an identical request, across runs (runtime/cache.py)",
+    )
+    cache_dir: str | None = Field(
+        None, description="response cache folder; unset = $XDG_CACHE_HOME/dyneval or ~/.cache/dyneval"
+    )
     cache_expiry_hours: float | None = Field(None, gt=0, description="ignore cached replies older than this")
-    pricing: str | None = Field(None, description="YAML file of USD per million input/output tokens per model; "
-                                                  "unset = the shipped example prices (runtime/pricing.yaml)")
+    pricing: str | None = Field(
+        None,
+        description="YAML file of USD per million input/output tokens per model; "
+        "unset = the shipped example prices (runtime/pricing.yaml)",
+    )
 
     @field_validator("embedding_model")
     @classmethod
@@ -223,21 +246,31 @@ class RunConfig(BaseModel):
     roles: dict[str, str] = Field(default_factory=lambda: {"target": EMBEDDED, "evaluator": EMBEDDED})
     limit: int | None = Field(None, ge=1, le=MAX_UNITS, description="process at most this many units")
     concurrency: int = Field(2, ge=1, le=MAX_CONCURRENCY, description="units in flight at once")
-    max_calls: int | None = Field(None, ge=1, description="budget: no request starts once the run sent this many "
-                                                          "(runtime/budget.py)")
-    max_tokens: int | None = Field(None, ge=1, description="budget: no request starts once the run's requests "
-                                                           "used this many prompt + completion tokens")
-    max_cost: float | None = Field(None, gt=0, description="budget: no request starts once the run's requests "
-                                                           "cost this many USD (runtime/pricing.py)")
-    max_tokens_per_role: dict[str, int] = Field(default_factory=dict, description="budget per role as logged: "
-                                                "ROLE=N,... (no request starts once one role used N tokens)")
+    max_calls: int | None = Field(
+        None, ge=1, description="budget: no request starts once the run sent this many (runtime/budget.py)"
+    )
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="budget: no request starts once the run's requests used this many prompt + completion tokens",
+    )
+    max_cost: float | None = Field(
+        None,
+        gt=0,
+        description="budget: no request starts once the run's requests cost this many USD (runtime/pricing.py)",
+    )
+    max_tokens_per_role: dict[str, int] = Field(
+        default_factory=dict,
+        description="budget per role as logged: ROLE=N,... (no request starts once one role used N tokens)",
+    )
     max_cost_per_role: dict[str, float] = Field(default_factory=dict, description="budget per role: ROLE=USD,...")
     seed: int = 0
     out: str = "runs"
     stores: StoreConfig = Field(default_factory=StoreConfig)
     params: dict[str, Any] = Field(default_factory=dict, description="protocol-specific parameters")
-    rescored_from: str | None = Field(None, description="the run whose non-judging replies this run replays "
-                                                        "(--rescore RUN_ID, results/rescore.py)")
+    rescored_from: str | None = Field(
+        None, description="the run whose non-judging replies this run replays (--rescore RUN_ID, results/rescore.py)"
+    )
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -258,7 +291,7 @@ class RunConfig(BaseModel):
             if any(not sep for _, sep, _ in pairs):
                 raise ValueError(f"expected ROLE=LIMIT[,ROLE=LIMIT...], got {value!r}")
             value = {k.strip(): v.strip() for k, _, v in pairs}
-        for role, limit in (value.items() if isinstance(value, dict) else ()):
+        for role, limit in value.items() if isinstance(value, dict) else ():
             if role not in ROLES:
                 raise KeyedError(role, f"unknown role {role!r}; roles are {', '.join(ROLES)}")
             try:

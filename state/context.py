@@ -24,9 +24,18 @@ from typing import Any, Literal, get_args, get_origin
 from dyneval.state.errors import InputError
 
 
-def described(default: Any, description: str, env: str | None = None, *,
-              minimum: float | None = None, maximum: float | None = None, check: Callable[[Any], Any] | None = None,
-              cli: bool = True, negatable: bool = False, metavar: str | None = None) -> Any:
+def described(
+    default: Any,
+    description: str,
+    env: str | None = None,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    check: Callable[[Any], Any] | None = None,
+    cli: bool = True,
+    negatable: bool = False,
+    metavar: str | None = None,
+) -> Any:
     """A documented parameter field (Studio shows the description), optionally env-backed.
 
     ``minimum``, ``maximum`` and ``check`` (a function raising ``ValueError`` with the reason) are the
@@ -34,8 +43,15 @@ def described(default: Any, description: str, env: str | None = None, *,
     the command line; ``negatable`` gives a boolean that defaults to off a ``--no-`` flag
     too; ``metavar`` names the flag's value in ``--help``.
     """
-    metadata = {"description": description, "minimum": minimum, "maximum": maximum,
-                "check": check, "cli": cli, "negatable": negatable, "metavar": metavar}
+    metadata = {
+        "description": description,
+        "minimum": minimum,
+        "maximum": maximum,
+        "check": check,
+        "cli": cli,
+        "negatable": negatable,
+        "metavar": metavar,
+    }
     if env:
         return field(default_factory=lambda: _from_env(f"DYNEVAL_{env.upper()}", default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -56,10 +72,12 @@ def _from_env(name: str, default: Any) -> Any:
 class BaseContext:
     """Models, stores and seed shared by every protocol."""
 
-    target: str = described("local", "Model under test: 'local', a name from the config file, openai/MODEL or "
-                                     "MODEL@BASE_URL.", env="target")
-    evaluator: str = described("local", "Evaluator / judge / interviewer model (same forms as target).",
-                               env="evaluator")
+    target: str = described(
+        "local", "Model under test: 'local', a name from the config file, openai/MODEL or MODEL@BASE_URL.", env="target"
+    )
+    evaluator: str = described(
+        "local", "Evaluator / judge / interviewer model (same forms as target).", env="evaluator"
+    )
     teacher: str = described("", "Teacher model; empty = evaluator.", env="teacher")
     orchestrator: str = described("", "Orchestrator model; empty = evaluator.", env="orchestrator")
     student: str = described("", "Student model; empty = target.", env="student")

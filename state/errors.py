@@ -27,15 +27,24 @@ class InputError(Exception):
     (``eval.toml: [models.gpt] temperature``).
     """
 
-    def __init__(self, message: str, *, file: str | None = None, record: int | str | None = None,
-                 field: str | None = None, setting: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        record: int | str | None = None,
+        field: str | None = None,
+        setting: str | None = None,
+    ) -> None:
         self.message, self.file, self.record, self.field, self.setting = message, file, record, field, setting
         where = ", ".join(
-            part for part in (
+            part
+            for part in (
                 file and f"{file}",
                 record is not None and f"record {record}",
                 field and f"field {field!r}",
-            ) if part
+            )
+            if part
         )
         if setting:
             where = f"{where} (from {setting})" if where else setting
@@ -116,8 +125,13 @@ class RetryPolicy:
         asked = min(self.max_retry_after_s, retry_after(exc)) if exc is not None else 0.0
         return max(asked, random.uniform(cap / 2, cap))
 
-    def call(self, fn: Callable[[int], T], *, retry_on: Callable[[Exception], bool],
-             give_up: Callable[[int, Exception], Exception]) -> T:
+    def call(
+        self,
+        fn: Callable[[int], T],
+        *,
+        retry_on: Callable[[Exception], bool],
+        give_up: Callable[[int, Exception], Exception],
+    ) -> T:
         """``fn(attempt)`` (``attempt`` 1-based), tried again after :meth:`delay` while what it raises is a fault
         (``retry_on``), at most ``max_retries`` times; then ``give_up(attempts, last_error)`` is raised."""
         attempt = 0

@@ -16,12 +16,12 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 
+from dyneval.samples import sample
 from dyneval.state.context import BaseContext, described
 from dyneval.state.graph_io import GraphInput
-from dyneval.samples import sample
 
 #: The knowledge base a run without --kb (and without reference texts) uses.
 SAMPLE_KB = sample("judgeagent", "kb")
@@ -36,6 +36,7 @@ ANSWER_FORMATS: tuple[str, ...] = ("auto", "phrase", "free")
 
 
 # -- difficulty control (Appendix B) -----------------------------------------------------------
+
 
 class DifficultyConfigError(ValueError):
     """Gains / thresholds that break the conditions of Appendix B, Eq. 4."""
@@ -106,6 +107,7 @@ class DifficultyControl:
 
 # -- base questions ----------------------------------------------------------------------------
 
+
 class BaseQuestion(BaseModel):
     """One question of the base benchmark (Algorithm 1 input: question, answer, difficulty)."""
 
@@ -115,8 +117,9 @@ class BaseQuestion(BaseModel):
     question: str = Field(description="the question as the target sees it")
     answer: str = Field(description="gold answer: an option letter for multiple choice, else free text")
     options: list[str] | None = Field(None, description="multiple-choice options, in order (none = free-form)")
-    difficulty: Difficulty | None = Field(None, description="easy, medium or hard (Appendix B's gains); none = "
-                                                            "unlabeled, which gains c2")
+    difficulty: Difficulty | None = Field(
+        None, description="easy, medium or hard (Appendix B's gains); none = unlabeled, which gains c2"
+    )
     references: list[str] = Field(default_factory=list, description="reference texts (knowledge base source)")
 
     @property
@@ -125,6 +128,7 @@ class BaseQuestion(BaseModel):
 
 
 # -- structured outputs (kept small and flat for the 135M model) --------------------------------
+
 
 class ChunkEntities(BaseModel):
     """Entities of one numbered text (Table 11: entity list per sentence group)."""
@@ -168,6 +172,7 @@ class Feedback(BaseModel):
 
 # -- graph state -------------------------------------------------------------------------------
 
+
 class JudgeAgentState(TypedDict, total=False):
     """One batch (Algorithm 1, loop body)."""
 
@@ -196,80 +201,137 @@ class JudgeAgentInput(GraphInput):
     """What one batch is given (Algorithm 1's input): its base questions, and item parameters for adaptive
     grading."""
 
-    batch: list[BaseQuestion] = Field(min_length=1, description="The batch's base questions (Benchmark Grading, "
-                                                                "section 3.1), each with its gold answer.")
+    batch: list[BaseQuestion] = Field(
+        min_length=1,
+        description="The batch's base questions (Benchmark Grading, section 3.1), each with its gold answer.",
+    )
     irt: dict[str, Annotated[list[float], Field(min_length=2, max_length=2)]] | None = Field(
-        None, description="Adaptive grading (--irt-runs): question id -> [a, b], its calibrated discrimination and "
-                          "difficulty; the batch is then the pool the asked questions are chosen from by "
-                          "information. Empty = every question is asked.")
+        None,
+        description="Adaptive grading (--irt-runs): question id -> [a, b], its calibrated discrimination and "
+        "difficulty; the batch is then the pool the asked questions are chosen from by "
+        "information. Empty = every question is asked.",
+    )
 
 
 class JudgeAgentOutput(TypedDict, total=False):
     """What a finished batch gives (the fields its unit record is made of); the whole state stays in the thread."""
 
-    batch: Annotated[list[dict[str, Any]], Field(description="The base questions asked (with adaptive grading, "
-                                                             "the ones chosen from the pool).")]
-    answer_format: Annotated[str, Field(description="How questions without options were asked and judged: "
-                                                    "phrase or free.")]
-    base: Annotated[list[dict[str, Any]], Field(description="Benchmark Grading: per base question the target's "
-                                                            "reply and its verdict (correct / wrong / ungraded).")]
-    score: Annotated[float, Field(description="sc_B: the capability score, the gains of the correct answers "
-                                              "(Appendix B).")]
-    answered: Annotated[int, Field(description="RND_total: the graded answers the score is over (ungraded ones "
-                                               "count neither way).")]
-    trajectory: Annotated[list[dict[str, Any]], Field(description="Difficulty trajectory: the running average and "
-                                                                  "the next difficulty after each step.")]
-    rounds: Annotated[list[dict[str, Any]], Field(description="Interactive Extension rounds: knowledge path, "
-                                                              "generated question, the target's answer, verdict.")]
-    question_entities: Annotated[list[dict[str, str]], Field(description="Entities of the base questions that "
-                                                                         "seed the knowledge paths (Algorithm 4).")]
-    feedback: Annotated[dict[str, Any], Field(description="Evaluation Feedback (Table 13): flaws in knowledge and "
-                                                          "capability, overall performance, suggestions.")]
-    validation: Annotated[list[dict[str, Any]], Field(description="Validation (Algorithm 2): per question the "
-                                                                  "verdicts before and after the suggestions.")]
+    batch: Annotated[
+        list[dict[str, Any]],
+        Field(description="The base questions asked (with adaptive grading, the ones chosen from the pool)."),
+    ]
+    answer_format: Annotated[
+        str, Field(description="How questions without options were asked and judged: phrase or free.")
+    ]
+    base: Annotated[
+        list[dict[str, Any]],
+        Field(
+            description="Benchmark Grading: per base question the target's "
+            "reply and its verdict (correct / wrong / ungraded)."
+        ),
+    ]
+    score: Annotated[
+        float, Field(description="sc_B: the capability score, the gains of the correct answers (Appendix B).")
+    ]
+    answered: Annotated[
+        int, Field(description="RND_total: the graded answers the score is over (ungraded ones count neither way).")
+    ]
+    trajectory: Annotated[
+        list[dict[str, Any]],
+        Field(description="Difficulty trajectory: the running average and the next difficulty after each step."),
+    ]
+    rounds: Annotated[
+        list[dict[str, Any]],
+        Field(
+            description="Interactive Extension rounds: knowledge path, "
+            "generated question, the target's answer, verdict."
+        ),
+    ]
+    question_entities: Annotated[
+        list[dict[str, str]],
+        Field(description="Entities of the base questions that seed the knowledge paths (Algorithm 4)."),
+    ]
+    feedback: Annotated[
+        dict[str, Any],
+        Field(
+            description="Evaluation Feedback (Table 13): flaws in knowledge and "
+            "capability, overall performance, suggestions."
+        ),
+    ]
+    validation: Annotated[
+        list[dict[str, Any]],
+        Field(description="Validation (Algorithm 2): per question the verdicts before and after the suggestions."),
+    ]
     irt: Annotated[dict[str, list[float]], Field(description="Adaptive grading's item parameters, as given.")]
-    ability: Annotated[dict[str, Any], Field(description="Adaptive grading: the final ability (theta +/- SE), "
-                                                         "the asked questions and the first difficulty.")]
-    irt_trace: Annotated[list[dict[str, Any]], Field(description="Adaptive grading: each choice with the ability "
-                                                                 "before it and the question's information.")]
+    ability: Annotated[
+        dict[str, Any],
+        Field(
+            description="Adaptive grading: the final ability (theta +/- SE), "
+            "the asked questions and the first difficulty."
+        ),
+    ]
+    irt_trace: Annotated[
+        list[dict[str, Any]],
+        Field(description="Adaptive grading: each choice with the ability before it and the question's information."),
+    ]
 
 
 # -- context -----------------------------------------------------------------------------------
+
 
 @dataclass(kw_only=True)
 class JudgeAgentContext(BaseContext):
     """Parameters of one JudgeAgent batch (section 4 defaults: N_B = 3, RND_e = 3)."""
 
-    kb: str = described("", "Knowledge base: a .txt/.md file, a JSONL/JSON/CSV/TSV file of documents, or a folder "
-                            "of such files; empty = shipped sample.")
+    kb: str = described(
+        "",
+        "Knowledge base: a .txt/.md file, a JSONL/JSON/CSV/TSV file of documents, or a folder "
+        "of such files; empty = shipped sample.",
+    )
     kb_fields: str = described("", "Field mapping of knowledge-base records, e.g. text=body,title=name,id=doc_id.")
     rounds: int = described(3, "RND_e: interactive extension rounds per batch (Algorithm 1).", minimum=0, maximum=20)
     hops: int = described(3, "H: hops of a sampled knowledge path (Algorithm 4).", minimum=1, maximum=MAX_HOPS)
-    top_k: int = described(5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).", minimum=1,
-                           maximum=MAX_K)
+    top_k: int = described(
+        5, "Candidate set size of Algorithm 4 (5 nearest neighbours / chunks).", minimum=1, maximum=MAX_K
+    )
     gains: str = described("1,1.5,2", "Score gains c1,c2,c3 for easy,medium,hard (Appendix B).")
     thresholds: str = described("0.5,1", "Thresholds t12,t23 between difficulty levels (Appendix B).")
-    extract_batch: int = described(5, "Chunks per entity-extraction call (Table 11 labels many texts at once).",
-                                   minimum=1, maximum=100)
+    extract_batch: int = described(
+        5, "Chunks per entity-extraction call (Table 11 labels many texts at once).", minimum=1, maximum=100
+    )
     no_context_graph: bool = described(False, "Ablation: random knowledge-base chunks instead of graph paths.")
     no_difficulty_adaptation: bool = described(False, "Ablation: every generated question at fixed_difficulty.")
     fixed_difficulty: Difficulty = described("medium", "Difficulty used when difficulty adaptation is off.")
     no_extension: bool = described(False, "Ablation: no interactive extension (grading -> feedback).")
     no_validation: bool = described(False, "Skip the Algorithm 2 re-answer with suggestions.")
     answer_format: AnswerFormat = described(
-        "auto", "Answers to base questions without options: phrase (a word or a phrase, judged as the same "
-                "fact), free (free-form, judged against the full reference), or auto (free as soon as a "
-                "reference answer is longer than a few words or one sentence).")
-    judge_jury: list[str] | None = described(None, "Judge models deciding every answer the evaluator would judge "
-                                                   "(grading, extension, validation), combined by majority vote; "
-                                                   "no majority leaves the answer ungraded as a split (counted, "
-                                                   "never correct or wrong).", metavar="MODEL")
+        "auto",
+        "Answers to base questions without options: phrase (a word or a phrase, judged as the same "
+        "fact), free (free-form, judged against the full reference), or auto (free as soon as a "
+        "reference answer is longer than a few words or one sentence).",
+    )
+    judge_jury: list[str] | None = described(
+        None,
+        "Judge models deciding every answer the evaluator would judge "
+        "(grading, extension, validation), combined by majority vote; "
+        "no majority leaves the answer ungraded as a split (counted, "
+        "never correct or wrong).",
+        metavar="MODEL",
+    )
 
-    irt_items: int = described(3, "With --irt-runs: base questions asked per batch, each chosen from the batch's "
-                                  "pool by maximum information at the target's current ability.", minimum=1)
-    irt_exposure_k: int = described(1, "With --irt-runs: the next base question is drawn at random (seeded) among "
-                                       "this many most informative ones (randomesque exposure control; 1 = the "
-                                       "most informative).", minimum=1)
+    irt_items: int = described(
+        3,
+        "With --irt-runs: base questions asked per batch, each chosen from the batch's "
+        "pool by maximum information at the target's current ability.",
+        minimum=1,
+    )
+    irt_exposure_k: int = described(
+        1,
+        "With --irt-runs: the next base question is drawn at random (seeded) among "
+        "this many most informative ones (randomesque exposure control; 1 = the "
+        "most informative).",
+        minimum=1,
+    )
 
     def control(self) -> DifficultyControl:
         return DifficultyControl.parse(self.gains, self.thresholds)

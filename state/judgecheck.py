@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict  # pydantic, and so Studio's forms, read it on Python < 3.12
 
 from dyneval.state.config import ModelSpec, parse_model_ref
 from dyneval.state.context import BaseContext, described
@@ -22,18 +22,21 @@ from dyneval.state.errors import InputError
 from dyneval.state.graph_io import GraphInput
 
 #: The judging steps that can be checked, by name: ``protocol.step``, plus the pairwise preference judge.
-Judge = Literal["llmeval.judge", "interview.grader", "judgeagent.judge", "atad.orchestrator", "atad.reviewer",
-                "pairwise"]
+Judge = Literal[
+    "llmeval.judge", "interview.grader", "judgeagent.judge", "atad.orchestrator", "atad.reviewer", "pairwise"
+]
 JUDGES: tuple[str, ...] = get_args(Judge)
 #: Each judge's verdict scale, as label strings: 0-3 stars (LLMEval-3 Figure 11), correct/wrong, or the
 #: approved/rejected (ATAD's orchestrator, Appendix D.2), 1-5 (one of ATAD's reviewer scores, Table 3), or the
 #: better output of a pair in the original order (``1``, ``2``) or ``tie``.
-SCALES: dict[str, tuple[str, ...]] = {"llmeval.judge": ("0", "1", "2", "3"),
-                                      "interview.grader": ("correct", "wrong"),
-                                      "judgeagent.judge": ("correct", "wrong"),
-                                      "atad.orchestrator": ("approved", "rejected"),
-                                      "atad.reviewer": ("1", "2", "3", "4", "5"),
-                                      "pairwise": ("1", "2", "tie")}
+SCALES: dict[str, tuple[str, ...]] = {
+    "llmeval.judge": ("0", "1", "2", "3"),
+    "interview.grader": ("correct", "wrong"),
+    "judgeagent.judge": ("correct", "wrong"),
+    "atad.orchestrator": ("approved", "rejected"),
+    "atad.reviewer": ("1", "2", "3", "4", "5"),
+    "pairwise": ("1", "2", "tie"),
+}
 #: Judges whose scale is ordinal (quadratic-weighted kappa and Spearman apply).
 ORDINAL = frozenset({"llmeval.judge", "atad.reviewer"})
 #: Judges of generated problems (ATAD), not of answers: an item is a problem of a task type.
@@ -46,14 +49,45 @@ SPLIT = "split"
 ORDERS = ("original", "swapped")
 
 _ALIASES = {
-    "pairwise": {"1": "1", "2": "2", "a": "1", "b": "2", "output_1": "1", "output_2": "2", "model_a": "1",
-                 "model_b": "2", "tie": "tie"},
-    "correct": {"correct": "correct", "true": "correct", "yes": "correct", "1": "correct", "right": "correct",
-                "wrong": "wrong", "incorrect": "wrong", "false": "wrong", "no": "wrong", "0": "wrong"},
-    "approved": {"approved": "approved", "approve": "approved", "accept": "approved", "accepted": "approved",
-                 "valid": "approved", "true": "approved", "yes": "approved", "1": "approved",
-                 "rejected": "rejected", "reject": "rejected", "invalid": "rejected", "false": "rejected",
-                 "no": "rejected", "0": "rejected"},
+    "pairwise": {
+        "1": "1",
+        "2": "2",
+        "a": "1",
+        "b": "2",
+        "output_1": "1",
+        "output_2": "2",
+        "model_a": "1",
+        "model_b": "2",
+        "tie": "tie",
+    },
+    "correct": {
+        "correct": "correct",
+        "true": "correct",
+        "yes": "correct",
+        "1": "correct",
+        "right": "correct",
+        "wrong": "wrong",
+        "incorrect": "wrong",
+        "false": "wrong",
+        "no": "wrong",
+        "0": "wrong",
+    },
+    "approved": {
+        "approved": "approved",
+        "approve": "approved",
+        "accept": "approved",
+        "accepted": "approved",
+        "valid": "approved",
+        "true": "approved",
+        "yes": "approved",
+        "1": "approved",
+        "rejected": "rejected",
+        "reject": "rejected",
+        "invalid": "rejected",
+        "false": "rejected",
+        "no": "rejected",
+        "0": "rejected",
+    },
 }
 
 
@@ -112,8 +146,9 @@ def parse_label_map(spec: str | None, judge: str) -> dict[str, str] | None:
     try:
         return {value: _on_scale(judge, label) for value, label in split_label_map(spec).items()}
     except ValueError as exc:
-        raise InputError(f"{spec!r}: {exc} (the {judge} judge's labels: {', '.join(SCALES[judge])})",
-                         field="--label-map") from None
+        raise InputError(
+            f"{spec!r}: {exc} (the {judge} judge's labels: {', '.join(SCALES[judge])})", field="--label-map"
+        ) from None
 
 
 def majority(values: list[str | None]) -> str | None:
@@ -164,12 +199,15 @@ class LabelledItem(BaseModel):
     explanation: str = Field("", description="llmeval: explanation of the reference answer")
     options: list[str] = Field(default_factory=list, description="multiple-choice options")
     qtype: str = Field("", description="llmeval question type (inferred when empty)")
-    task: str = Field("generic", description="interview task type (math, factual, instruction, generic) or ATAD "
-                                             "task type (T1-T7)")
+    task: str = Field(
+        "generic", description="interview task type (math, factual, instruction, generic) or ATAD task type (T1-T7)"
+    )
     problem: dict[str, Any] = Field(default_factory=dict, description="ATAD: the problem (Table 6 fields)")
     level: str = Field("", description="ATAD: the difficulty tier of a scaled problem; empty = a base problem")
-    label: str = Field(description="the human label, on the checked judge's scale (0-3 stars, correct / wrong, "
-                                   "approved / rejected, 1-5, or 1 / 2 / tie)")
+    label: str = Field(
+        description="the human label, on the checked judge's scale (0-3 stars, correct / wrong, "
+        "approved / rejected, 1-5, or 1 / 2 / tie)"
+    )
 
 
 class PairwiseVerdict(BaseModel):
@@ -203,26 +241,52 @@ class JudgeCheckOutput(TypedDict, total=False):
     """What a judged item gives: every verdict on it and, with a jury, the majority per repeat and order."""
 
     item: Annotated[dict[str, Any], Field(description="The labelled item, as given.")]
-    verdicts: Annotated[list[dict[str, Any]], Field(description="One per judge model, repeat and order: the value "
-                                                                "on the judge's scale (none = ungraded), reason, "
-                                                                "cost.")]
-    jury: Annotated[list[dict[str, Any]], Field(description="With a jury: per repeat and order the members' votes "
-                                                            "and the majority value (split without one).")]
+    verdicts: Annotated[
+        list[dict[str, Any]],
+        Field(
+            description="One per judge model, repeat and order: the value "
+            "on the judge's scale (none = ungraded), reason, "
+            "cost."
+        ),
+    ]
+    jury: Annotated[
+        list[dict[str, Any]],
+        Field(
+            description="With a jury: per repeat and order the members' votes "
+            "and the majority value (split without one)."
+        ),
+    ]
 
 
 @dataclass(kw_only=True)
 class JudgeCheckContext(BaseContext):
     """Which judging step to check, with which judges, how often and in which orders."""
 
-    judge: Judge = described("pairwise", "Judging step to check: llmeval.judge (0-3 stars), interview.grader and "
-                                       "judgeagent.judge (correct/wrong), pairwise (1, 2 or tie).")
-    jury: list[str] | None = described(None, "Judge models combined by majority vote (local, a config name or "
-                                             "MODEL@BASE_URL each); default: the evaluator role's model alone.",
-                                       metavar="MODEL")
-    repeats: int = described(1, "Judge every item K times per judge and order (repeat consistency; needs a "
-                                "temperature above 0 to differ).", minimum=1, maximum=20)
+    judge: Judge = described(
+        "pairwise",
+        "Judging step to check: llmeval.judge (0-3 stars), interview.grader and "
+        "judgeagent.judge (correct/wrong), pairwise (1, 2 or tie).",
+    )
+    jury: list[str] | None = described(
+        None,
+        "Judge models combined by majority vote (local, a config name or "
+        "MODEL@BASE_URL each); default: the evaluator role's model alone.",
+        metavar="MODEL",
+    )
+    repeats: int = described(
+        1,
+        "Judge every item K times per judge and order (repeat consistency; needs a temperature above 0 to differ).",
+        minimum=1,
+        maximum=20,
+    )
     swap: bool = described(True, "Pairwise: judge each pair in both orders (position-swap consistency).")
-    aspect: Aspect = described("validity", "atad.reviewer: the Table 3 score compared with the labels (read from the "
-                                        "column of that name unless --fields maps label).")
-    lenient_escalation: bool = described(True, "atad.orchestrator: judge problems with a level with the lenient "
-                                               "prompt of Appendix D.2.3, as ATAD does by default.")
+    aspect: Aspect = described(
+        "validity",
+        "atad.reviewer: the Table 3 score compared with the labels (read from the "
+        "column of that name unless --fields maps label).",
+    )
+    lenient_escalation: bool = described(
+        True,
+        "atad.orchestrator: judge problems with a level with the lenient "
+        "prompt of Appendix D.2.3, as ATAD does by default.",
+    )

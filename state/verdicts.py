@@ -8,7 +8,8 @@ recorded with status ``ungraded`` and re-judged on resume (``runtime.protocol.Pr
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 Outcome = Literal["correct", "wrong", "ungraded"]
 

@@ -18,20 +18,52 @@ from dyneval.stores.bank_store import now
 class AdaptiveStore(SessionStore):
     """Adaptive sessions: created, their state read and updated, their slots appended one at a time."""
 
-    def create_adaptive_session(self, session_id: str, *, model: str, paradigm: str, seed: str, irt_model: str,
-                                target_se: float, max_items: int, exposure_k: int, run_id: str = "",
-                                owner: str | None = None) -> dict[str, Any]:
+    def create_adaptive_session(
+        self,
+        session_id: str,
+        *,
+        model: str,
+        paradigm: str,
+        seed: str,
+        irt_model: str,
+        target_se: float,
+        max_items: int,
+        exposure_k: int,
+        run_id: str = "",
+        owner: str | None = None,
+    ) -> dict[str, Any]:
         """An adaptive session: no slot allocated up front, at most ``max_items``; idempotent per id."""
         with self._lock, self.engine.begin() as conn:
             self._serialised(conn, f"model:{model}")
             if conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first():
                 return self.session(session_id) or {}
-            conn.execute(sessions.insert().values(
-                session_id=session_id, model=model, paradigm=paradigm, seed=str(seed), n=max_items,
-                stratified=False, cycle=self._cycle(conn, model), fewshot="[]", mirror_of=None, run_id=run_id,
-                owner=owner, created_at=now()))
-            conn.execute(adaptive.insert().values(session_id=session_id, irt_model=irt_model, target_se=target_se,
-                                                  max_items=max_items, exposure_k=exposure_k, theta=0.0, se=1.0))
+            conn.execute(
+                sessions.insert().values(
+                    session_id=session_id,
+                    model=model,
+                    paradigm=paradigm,
+                    seed=str(seed),
+                    n=max_items,
+                    stratified=False,
+                    cycle=self._cycle(conn, model),
+                    fewshot="[]",
+                    mirror_of=None,
+                    run_id=run_id,
+                    owner=owner,
+                    created_at=now(),
+                )
+            )
+            conn.execute(
+                adaptive.insert().values(
+                    session_id=session_id,
+                    irt_model=irt_model,
+                    target_se=target_se,
+                    max_items=max_items,
+                    exposure_k=exposure_k,
+                    theta=0.0,
+                    se=1.0,
+                )
+            )
         return self.session(session_id) or {}
 
     def adaptive_state(self, session_id: str) -> dict[str, Any] | None:
@@ -47,8 +79,9 @@ class AdaptiveStore(SessionStore):
         """Questions an adaptive session may not ask: those its model met in its current cycle (this
         session's included) - the no-repeat rule of section 2.2."""
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(sessions.c.model, sessions.c.cycle)
-                               .where(sessions.c.session_id == session_id)).first()
+            row = conn.execute(
+                sa.select(sessions.c.model, sessions.c.cycle).where(sessions.c.session_id == session_id)
+            ).first()
             if row is None:
                 raise QuotaError("unknown", f"no session {session_id}")
             return self._seen(conn, row.model, row.cycle)
@@ -59,8 +92,9 @@ class AdaptiveStore(SessionStore):
         (checked in the same transaction, so concurrent sessions of one model cannot both take it;
         :class:`QuotaError` ``repeat``). Returns its position."""
         with self._lock, self.engine.begin() as conn:
-            row = conn.execute(sa.select(sessions.c.n, sessions.c.model, sessions.c.cycle)
-                               .where(sessions.c.session_id == session_id)).first()
+            row = conn.execute(
+                sa.select(sessions.c.n, sessions.c.model, sessions.c.cycle).where(sessions.c.session_id == session_id)
+            ).first()
             if row is None:
                 raise QuotaError("unknown", f"no session {session_id}")
             n = row.n
@@ -72,6 +106,9 @@ class AdaptiveStore(SessionStore):
                 raise QuotaError("out_of_order", f"session {session_id}: the previous question is not answered")
             if len(rows) >= n:
                 raise QuotaError("exhausted", f"session {session_id}: all {n} questions are used")
-            conn.execute(items.insert().values(session_id=session_id, position=len(rows),
-                                               question_uuid=question_uuid, status="allocated"))
+            conn.execute(
+                items.insert().values(
+                    session_id=session_id, position=len(rows), question_uuid=question_uuid, status="allocated"
+                )
+            )
         return len(rows)

@@ -5,7 +5,7 @@ signing secret (appendix F) that older versions kept in the bank, moved out of i
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import sqlalchemy as sa
 

@@ -39,8 +39,10 @@ def bank_server(location: str) -> str | None:
         return "postgresql://" + rest
     if scheme == "sqlite":
         return None
-    raise InputError(f"a question bank is a SQLite file or a PostgreSQL server (postgresql://USER@HOST/DB), not a "
-                     f"{scheme}:// address")
+    raise InputError(
+        f"a question bank is a SQLite file or a PostgreSQL server (postgresql://USER@HOST/DB), not a "
+        f"{scheme}:// address"
+    )
 
 
 def server_dsn(location: str) -> str:
@@ -51,9 +53,14 @@ def server_dsn(location: str) -> str:
         return location
     port = keywords.pop("port", None)
     return sa.engine.URL.create(
-        "postgresql", username=keywords.pop("user", None), password=keywords.pop("password", None),
-        host=keywords.pop("host", None), port=int(port) if port else None, database=keywords.pop("dbname", None),
-        query=keywords).render_as_string(hide_password=False)
+        "postgresql",
+        username=keywords.pop("user", None),
+        password=keywords.pop("password", None),
+        host=keywords.pop("host", None),
+        port=int(port) if port else None,
+        database=keywords.pop("dbname", None),
+        query=keywords,
+    ).render_as_string(hide_password=False)
 
 
 def _libpq_keywords(text: str) -> dict[str, str] | None:

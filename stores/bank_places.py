@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import random
 from bisect import bisect_right
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -34,8 +35,10 @@ class Ranked(NamedTuple):
 
 def ranked(conn: Any, where: Any) -> list[Ranked]:
     """The places of the questions ``where`` selects (a condition on :data:`ranks`)."""
-    return [Ranked(*r) for r in conn.execute(sa.select(ranks.c.uuid, ranks.c.rank, ranks.c.discipline,
-                                                       ranks.c.drank).where(where))]
+    return [
+        Ranked(*r)
+        for r in conn.execute(sa.select(ranks.c.uuid, ranks.c.rank, ranks.c.discipline, ranks.c.drank).where(where))
+    ]
 
 
 def ranked_sizes(conn: Any) -> dict[str, int]:
@@ -51,11 +54,15 @@ def ranked_sizes(conn: Any) -> dict[str, int]:
     conn.execute(ranks.delete())
     place = sa.func.row_number().over(order_by=questions.c.uuid) - 1
     dplace = sa.func.row_number().over(partition_by=questions.c.discipline, order_by=questions.c.uuid) - 1
-    conn.execute(ranks.insert().from_select(
-        ["uuid", "rank", "discipline", "drank"],
-        sa.select(questions.c.uuid, place, questions.c.discipline, dplace).where(questions.c.active.is_(True))))
-    sizes = {d: int(c) for d, c in conn.execute(sa.select(ranks.c.discipline, sa.func.count())
-                                                .group_by(ranks.c.discipline))}
+    conn.execute(
+        ranks.insert().from_select(
+            ["uuid", "rank", "discipline", "drank"],
+            sa.select(questions.c.uuid, place, questions.c.discipline, dplace).where(questions.c.active.is_(True)),
+        )
+    )
+    sizes = {
+        d: int(c) for d, c in conn.execute(sa.select(ranks.c.discipline, sa.func.count()).group_by(ranks.c.discipline))
+    }
     conn.execute(meta.insert().values(key=RANKS_KEY, value=json.dumps(sizes)))
     return sizes
 
@@ -68,9 +75,8 @@ def at_places(conn: Any, keys: list[tuple[str | None, int]]) -> list[Ranked]:
         wanted.setdefault(d, []).append(k)
     for d, places in wanted.items():
         for i in range(0, len(places), 10000):  # within every database's limit of bound parameters
-            chunk = places[i:i + 10000]
-            where = (ranks.c.rank.in_(chunk) if d is None
-                     else sa.and_(ranks.c.discipline == d, ranks.c.drank.in_(chunk)))
+            chunk = places[i : i + 10000]
+            where = ranks.c.rank.in_(chunk) if d is None else sa.and_(ranks.c.discipline == d, ranks.c.drank.in_(chunk))
             for r in ranked(conn, where):
                 found[(d, r.rank if d is None else r.drank)] = r
     return [found[k] for k in keys]

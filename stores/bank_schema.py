@@ -30,7 +30,8 @@ import sqlalchemy as sa
 metadata = sa.MetaData()
 
 questions = sa.Table(
-    "llmeval_questions", metadata,
+    "llmeval_questions",
+    metadata,
     sa.Column("uuid", sa.String(64), primary_key=True),
     sa.Column("discipline", sa.String(128), nullable=False, index=True),
     sa.Column("sub_discipline", sa.String(128), nullable=False, default=""),
@@ -47,7 +48,8 @@ questions = sa.Table(
 )
 
 sessions = sa.Table(
-    "llmeval_sessions", metadata,
+    "llmeval_sessions",
+    metadata,
     sa.Column("session_id", sa.String(200), primary_key=True),
     sa.Column("model", sa.String(256), nullable=False, index=True),
     sa.Column("paradigm", sa.String(32), nullable=False),
@@ -64,7 +66,8 @@ sessions = sa.Table(
 )
 
 items = sa.Table(
-    "llmeval_items", metadata,
+    "llmeval_items",
+    metadata,
     sa.Column("session_id", sa.String(200), sa.ForeignKey("llmeval_sessions.session_id"), primary_key=True),
     sa.Column("position", sa.Integer, primary_key=True),
     sa.Column("question_uuid", sa.String(64), sa.ForeignKey("llmeval_questions.uuid"), nullable=False),
@@ -79,21 +82,23 @@ items = sa.Table(
 )
 
 examinees = sa.Table(  # exam-server users: one examinee name, one session (the admin is never an examinee)
-    "llmeval_examinees", metadata,
+    "llmeval_examinees",
+    metadata,
     sa.Column("name", sa.String(200), primary_key=True),
-    sa.Column("session_id", sa.String(200), sa.ForeignKey("llmeval_sessions.session_id"), nullable=False,
-              unique=True),
+    sa.Column("session_id", sa.String(200), sa.ForeignKey("llmeval_sessions.session_id"), nullable=False, unique=True),
     sa.Column("created_at", sa.String(40), nullable=False),
 )
 
 meta = sa.Table(  # values that identify the bank or must survive a restart: bank id, ranks, pending imports
-    "llmeval_meta", metadata,
+    "llmeval_meta",
+    metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
 )
 
 item_params = sa.Table(  # IRT calibration (nodes/llmeval/calibration.py); absent = uncalibrated
-    "llmeval_item_params", metadata,
+    "llmeval_item_params",
+    metadata,
     sa.Column("question_uuid", sa.String(64), sa.ForeignKey("llmeval_questions.uuid"), primary_key=True),
     sa.Column("irt_model", sa.String(8), primary_key=True),  # 1pl / 2pl
     sa.Column("a", sa.Float, nullable=False),
@@ -103,7 +108,8 @@ item_params = sa.Table(  # IRT calibration (nodes/llmeval/calibration.py); absen
 )
 
 calibrations = sa.Table(  # one row per fit: what it was fitted on
-    "llmeval_calibrations", metadata,
+    "llmeval_calibrations",
+    metadata,
     sa.Column("irt_model", sa.String(8), primary_key=True),
     sa.Column("fitted_at", sa.String(40), primary_key=True),
     sa.Column("responses", sa.Integer, nullable=False),
@@ -113,7 +119,8 @@ calibrations = sa.Table(  # one row per fit: what it was fitted on
 )
 
 adaptive = sa.Table(  # adaptive sessions: settings and the running ability estimate
-    "llmeval_adaptive", metadata,
+    "llmeval_adaptive",
+    metadata,
     sa.Column("session_id", sa.String(200), sa.ForeignKey("llmeval_sessions.session_id"), primary_key=True),
     sa.Column("irt_model", sa.String(8), nullable=False),
     sa.Column("target_se", sa.Float, nullable=False),
@@ -125,7 +132,8 @@ adaptive = sa.Table(  # adaptive sessions: settings and the running ability esti
 )
 
 ranks = sa.Table(  # derived (rebuilt by QuestionBank after questions change): the active questions in UUID order
-    "llmeval_ranks", metadata,
+    "llmeval_ranks",
+    metadata,
     sa.Column("uuid", sa.String(64), primary_key=True),
     sa.Column("rank", sa.Integer, nullable=False, unique=True),  # 0-based place among all active questions
     sa.Column("discipline", sa.String(128), nullable=False),
@@ -134,7 +142,8 @@ ranks = sa.Table(  # derived (rebuilt by QuestionBank after questions change): t
 )
 
 rates = sa.Table(  # the exam server's rate limit: one token bucket per user, shared by all its processes
-    "llmeval_rates", metadata,
+    "llmeval_rates",
+    metadata,
     sa.Column("key", sa.String(200), primary_key=True),
     sa.Column("tokens", sa.Float, nullable=False),
     sa.Column("stamp", sa.Float, nullable=False),  # Unix time of the bucket's last update

@@ -62,13 +62,17 @@ class SessionStore(BankStore):
 
     def _met(self, model: str, cycle: int) -> Any:
         """The query of the questions the model's sessions of ``cycle`` allocated."""
-        return sa.select(items.c.question_uuid).where(items.c.session_id.in_(
-            sa.select(sessions.c.session_id).where(sessions.c.model == model, sessions.c.cycle == cycle)))
+        return sa.select(items.c.question_uuid).where(
+            items.c.session_id.in_(
+                sa.select(sessions.c.session_id).where(sessions.c.model == model, sessions.c.cycle == cycle)
+            )
+        )
 
     def _fewshot_seen(self, conn: Any, model: str, cycle: int) -> set[str]:
         seen: set[str] = set()
-        for fewshot in conn.scalars(sa.select(sessions.c.fewshot)
-                                    .where(sessions.c.model == model, sessions.c.cycle == cycle)):
+        for fewshot in conn.scalars(
+            sa.select(sessions.c.fewshot).where(sessions.c.model == model, sessions.c.cycle == cycle)
+        ):
             seen.update(json.loads(fewshot or "[]"))
         return seen
 
@@ -91,12 +95,28 @@ class SessionStore(BankStore):
             ranked_sizes(conn)
 
     def _cycle(self, conn: Any, model: str) -> int:
-        return int(conn.scalar(sa.select(sa.func.max(sessions.c.cycle))
-                               .where(sessions.c.model == model, sessions.c.mirror_of.is_(None))) or 0)
+        return int(
+            conn.scalar(
+                sa.select(sa.func.max(sessions.c.cycle)).where(
+                    sessions.c.model == model, sessions.c.mirror_of.is_(None)
+                )
+            )
+            or 0
+        )
 
-    def create_session(self, session_id: str, *, model: str, n: int, seed: str, paradigm: str = "zero-shot",
-                       stratified: bool = False, fewshot_k: int = 0, run_id: str = "",
-                       owner: str | None = None) -> dict[str, Any]:
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        model: str,
+        n: int,
+        seed: str,
+        paradigm: str = "zero-shot",
+        stratified: bool = False,
+        fewshot_k: int = 0,
+        run_id: str = "",
+        owner: str | None = None,
+    ) -> dict[str, Any]:
         """Allocate a session's questions (section 2.2, Dynamic Question Sampling); idempotent per id.
 
         Sampling is seeded by ``seed``, without replacement, and skips every question
@@ -140,12 +160,29 @@ class SessionStore(BankStore):
             met = [r for r in fresh.excluded if r.rank not in taken]
             fewshot = rng.sample(met, min(fewshot_k, len(met)))
             fewshot += at_places(conn, Pool(sizes, [*seen, *chosen]).sample(rng, fewshot_k - len(fewshot), False))
-            conn.execute(sessions.insert().values(
-                session_id=session_id, model=model, paradigm=paradigm, seed=str(seed), n=len(chosen),
-                stratified=stratified, cycle=cycle, fewshot=json.dumps([r.uuid for r in fewshot]), mirror_of=None,
-                run_id=run_id, owner=owner, created_at=now()))
-            conn.execute(items.insert(), [{"session_id": session_id, "position": i, "question_uuid": r.uuid,
-                                           "status": "allocated"} for i, r in enumerate(chosen)])
+            conn.execute(
+                sessions.insert().values(
+                    session_id=session_id,
+                    model=model,
+                    paradigm=paradigm,
+                    seed=str(seed),
+                    n=len(chosen),
+                    stratified=stratified,
+                    cycle=cycle,
+                    fewshot=json.dumps([r.uuid for r in fewshot]),
+                    mirror_of=None,
+                    run_id=run_id,
+                    owner=owner,
+                    created_at=now(),
+                )
+            )
+            conn.execute(
+                items.insert(),
+                [
+                    {"session_id": session_id, "position": i, "question_uuid": r.uuid, "status": "allocated"}
+                    for i, r in enumerate(chosen)
+                ],
+            )
         return self.session(session_id) or {}
 
     def create_mirror(self, session_id: str, source_id: str, *, model: str, run_id: str = "") -> dict[str, Any]:
@@ -158,21 +195,39 @@ class SessionStore(BankStore):
             src = conn.execute(sa.select(sessions).where(sessions.c.session_id == source_id)).first()
             if src is None:
                 raise QuotaError("unknown", f"no session {source_id}")
-            conn.execute(sessions.insert().values(  # the replayed questions count as met by the reference model
-                session_id=session_id, model=model, paradigm=src.paradigm, seed=src.seed, n=src.n,
-                stratified=src.stratified, cycle=self._cycle(conn, model), fewshot=src.fewshot, mirror_of=source_id,
-                run_id=run_id,
-                created_at=now()))
-            rows = conn.execute(sa.select(items.c.position, items.c.question_uuid)
-                                .where(items.c.session_id == source_id).order_by(items.c.position)).all()
-            conn.execute(items.insert(), [{"session_id": session_id, "position": p, "question_uuid": u,
-                                           "status": "allocated"} for p, u in rows])
+            conn.execute(
+                sessions.insert().values(  # the replayed questions count as met by the reference model
+                    session_id=session_id,
+                    model=model,
+                    paradigm=src.paradigm,
+                    seed=src.seed,
+                    n=src.n,
+                    stratified=src.stratified,
+                    cycle=self._cycle(conn, model),
+                    fewshot=src.fewshot,
+                    mirror_of=source_id,
+                    run_id=run_id,
+                    created_at=now(),
+                )
+            )
+            rows = conn.execute(
+                sa.select(items.c.position, items.c.question_uuid)
+                .where(items.c.session_id == source_id)
+                .order_by(items.c.position)
+            ).all()
+            conn.execute(
+                items.insert(),
+                [{"session_id": session_id, "position": p, "question_uuid": u, "status": "allocated"} for p, u in rows],
+            )
         return self.session(session_id) or {}
 
     def question_ids(self, session_id: str) -> list[str]:
         with self.engine.connect() as conn:
-            return list(conn.scalars(sa.select(items.c.question_uuid).where(items.c.session_id == session_id)
-                                     .order_by(items.c.position)))
+            return list(
+                conn.scalars(
+                    sa.select(items.c.question_uuid).where(items.c.session_id == session_id).order_by(items.c.position)
+                )
+            )
 
     def quota(self, session_id: str) -> dict[str, int]:
         """Allocated / pending / completed counts of a session (``allocated`` = the whole allocation)."""
@@ -181,12 +236,17 @@ class SessionStore(BankStore):
 
     @staticmethod
     def _quota(conn: Any, session_id: str) -> dict[str, int]:
-        rows = conn.execute(sa.select(items.c.status, sa.func.count()).where(items.c.session_id == session_id)
-                            .group_by(items.c.status)).all()
+        rows = conn.execute(
+            sa.select(items.c.status, sa.func.count()).where(items.c.session_id == session_id).group_by(items.c.status)
+        ).all()
         counts = {s: 0 for s in STATUSES}
         counts.update({s: int(c) for s, c in rows})
-        return {"allocated": sum(counts.values()), "undelivered": counts["allocated"],
-                "pending": counts["pending"], "completed": counts["completed"]}
+        return {
+            "allocated": sum(counts.values()),
+            "undelivered": counts["allocated"],
+            "pending": counts["pending"],
+            "completed": counts["completed"],
+        }
 
     def next_item(self, session_id: str) -> dict[str, Any]:
         """The next question in the fixed order, stripped of answer and explanation.
@@ -195,18 +255,29 @@ class SessionStore(BankStore):
         one; :class:`QuotaError` ``exhausted`` when every slot is completed.
         """
         with self._lock, self.engine.begin() as conn:
-            if conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() \
-                    is None:
+            if (
+                conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first()
+                is None
+            ):
                 raise QuotaError("unknown", f"no session {session_id}")
-            row = conn.execute(sa.select(items.c.position, items.c.question_uuid, items.c.status)
-                               .where(items.c.session_id == session_id, items.c.status != "completed")
-                               .order_by(items.c.position).limit(1)).first()
+            row = conn.execute(
+                sa.select(items.c.position, items.c.question_uuid, items.c.status)
+                .where(items.c.session_id == session_id, items.c.status != "completed")
+                .order_by(items.c.position)
+                .limit(1)
+            ).first()
             if row is None:
                 raise QuotaError("exhausted", f"session {session_id}: every allocated question is answered")
             if row.status == "allocated":
-                conn.execute(items.update().where(items.c.session_id == session_id,
-                                                  items.c.position == row.position, items.c.status == "allocated")
-                             .values(status="pending", delivered_at=now()))
+                conn.execute(
+                    items.update()
+                    .where(
+                        items.c.session_id == session_id,
+                        items.c.position == row.position,
+                        items.c.status == "allocated",
+                    )
+                    .values(status="pending", delivered_at=now())
+                )
             q = conn.execute(sa.select(questions).where(questions.c.uuid == row.question_uuid)).one()
         return stripped_payload(session_id, row.position, q)
 
@@ -216,42 +287,66 @@ class SessionStore(BankStore):
         One conditional update of the slot while it is pending: of concurrent submissions, in any processes, the
         first to commit completes it and the others (their update finds it completed) are refused."""
         with self._lock, self.engine.begin() as conn:
-            done = conn.execute(items.update().where(items.c.session_id == session_id, items.c.position == position,
-                                                     items.c.status == "pending")
-                                .values(status="completed", response=response, answered_at=now()))
+            done = conn.execute(
+                items.update()
+                .where(items.c.session_id == session_id, items.c.position == position, items.c.status == "pending")
+                .values(status="completed", response=response, answered_at=now())
+            )
             if done.rowcount == 1:
                 return self._quota(conn, session_id)
-            row = conn.execute(sa.select(items.c.status).where(items.c.session_id == session_id,
-                                                               items.c.position == position)).first()
+            row = conn.execute(
+                sa.select(items.c.status).where(items.c.session_id == session_id, items.c.position == position)
+            ).first()
             if row is None:
-                if conn.execute(sa.select(sessions.c.session_id)
-                                .where(sessions.c.session_id == session_id)).first() is None:
+                if (
+                    conn.execute(sa.select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first()
+                    is None
+                ):
                     raise QuotaError("unknown", f"no session {session_id}")
                 raise QuotaError("exhausted", f"session {session_id}: position {position} is beyond the quota")
             if row.status == "completed":
                 raise QuotaError("resubmission", f"session {session_id}: position {position} is already answered")
-            raise QuotaError("out_of_order", f"session {session_id}: position {position} was not delivered "
-                                             "yet; answer the questions in the order they are given")
+            raise QuotaError(
+                "out_of_order",
+                f"session {session_id}: position {position} was not delivered "
+                "yet; answer the questions in the order they are given",
+            )
 
     # -- judging -----------------------------------------------------------------------------
     def judged_items(self, session_id: str) -> list[dict[str, Any]]:
         """Every slot of a session with its question (answer included: server side only)."""
-        query = (sa.select(items, questions.c.discipline, questions.c.sub_discipline, questions.c.qtype,
-                           questions.c.question, questions.c.answer, questions.c.explanation)
-                 .join(questions, questions.c.uuid == items.c.question_uuid)
-                 .where(items.c.session_id == session_id).order_by(items.c.position))
+        query = (
+            sa.select(
+                items,
+                questions.c.discipline,
+                questions.c.sub_discipline,
+                questions.c.qtype,
+                questions.c.question,
+                questions.c.answer,
+                questions.c.explanation,
+            )
+            .join(questions, questions.c.uuid == items.c.question_uuid)
+            .where(items.c.session_id == session_id)
+            .order_by(items.c.position)
+        )
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 
     def set_judgement(self, session_id: str, position: int, stars: int | None, reason: str, status: str) -> None:
         with self._lock, self.engine.begin() as conn:
-            conn.execute(items.update().where(items.c.session_id == session_id, items.c.position == position)
-                         .values(stars=stars, reason=reason, judge_status=status))
+            conn.execute(
+                items.update()
+                .where(items.c.session_id == session_id, items.c.position == position)
+                .values(stars=stars, reason=reason, judge_status=status)
+            )
 
     def set_scores(self, session_id: str, scores: dict[str, Any]) -> None:
         with self._lock, self.engine.begin() as conn:
-            conn.execute(sessions.update().where(sessions.c.session_id == session_id)
-                         .values(scores=json.dumps(scores, ensure_ascii=False)))
+            conn.execute(
+                sessions.update()
+                .where(sessions.c.session_id == session_id)
+                .values(scores=json.dumps(scores, ensure_ascii=False))
+            )
 
 
 def stripped_payload(session_id: str, position: int, q: Any) -> dict[str, Any]:
@@ -261,8 +356,15 @@ def stripped_payload(session_id: str, position: int, q: Any) -> dict[str, Any]:
     the answer, explanation and source never are.
     """
     text = question_text(q.question, json.loads(q.options or "[]"))
-    payload = {"session_id": session_id, "position": position, "question_id": q.uuid, "discipline": q.discipline,
-               "sub_discipline": q.sub_discipline, "qtype": q.qtype, "question": text}
+    payload = {
+        "session_id": session_id,
+        "position": position,
+        "question_id": q.uuid,
+        "discipline": q.discipline,
+        "sub_discipline": q.sub_discipline,
+        "qtype": q.qtype,
+        "question": text,
+    }
     assert tuple(payload) == DELIVERED_FIELDS
     return payload
 

@@ -23,10 +23,11 @@ import hashlib
 import inspect
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -44,7 +45,7 @@ _operation = threading.local()  # .running: this thread is inside a retried oper
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def advisory_key(name: str) -> int:
@@ -54,6 +55,7 @@ def advisory_key(name: str) -> int:
 
 def _reconnecting(method: F) -> F:
     """``method`` as one operation of a PostgreSQL bank, tried again when its connection broke."""
+
     @functools.wraps(method)
     def operation(self: BankStore, *args: Any, **kwargs: Any) -> Any:
         if self.server is None or getattr(_operation, "running", False):
@@ -88,6 +90,7 @@ class BankStore:
             kwargs.update(pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
         self.engine: Engine = sa.create_engine(self.url, **kwargs)
         if self.url.startswith("sqlite"):
+
             @sa.event.listens_for(self.engine, "connect")
             def _pragmas(dbapi_conn: Any, _record: Any) -> None:
                 cur = dbapi_conn.cursor()
@@ -95,6 +98,7 @@ class BankStore:
                 cur.execute("PRAGMA busy_timeout=60000")
                 cur.execute("PRAGMA foreign_keys=ON")
                 cur.close()
+
         with _locks_guard:
             self._lock = _locks.setdefault(self.url, threading.RLock())
         with self._lock:
@@ -134,8 +138,9 @@ class BankStore:
         with self._lock, self.engine.begin() as conn:
             insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(rates)
             conn.execute(insert.values(key=key, tokens=float(burst), stamp=stamp).on_conflict_do_nothing())
-            row = conn.execute(sa.select(rates.c.tokens, rates.c.stamp).where(rates.c.key == key)
-                               .with_for_update()).one()
+            row = conn.execute(
+                sa.select(rates.c.tokens, rates.c.stamp).where(rates.c.key == key).with_for_update()
+            ).one()
             tokens = min(float(burst), row.tokens + max(0.0, stamp - row.stamp) * rate)
             allowed = tokens >= 1
             conn.execute(rates.update().where(rates.c.key == key).values(tokens=tokens - allowed, stamp=stamp))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from dyneval.stores.inputs import scalar_text
 
@@ -42,8 +43,7 @@ AnswerForm = Literal["any", "letter", "index", "text"]
 _FORM_NAMES = {"letter": "an option letter", "index": "a 0-based index", "text": "an option's text"}
 
 
-def option_letters(value: Any, options: Sequence[str], *, several: bool = False,
-                   form: AnswerForm = "any") -> list[str]:
+def option_letters(value: Any, options: Sequence[str], *, several: bool = False, form: AnswerForm = "any") -> list[str]:
     """The option letters a multiple-choice answer names (``A`` = the first of ``options``), read every way it can be
     (``form="any"``) or only the one way ``form`` names:
 
@@ -75,13 +75,16 @@ def option_letters(value: Any, options: Sequence[str], *, several: bool = False,
     if len(hits) == 1:
         readings.setdefault((hits[0],), "option text")
     if not readings and form != "any":
-        raise ValueError(f"answer {text[:40]!r} is not {_FORM_NAMES[form]} of the {n} options (--answer-form "
-                         f"{form})")
+        raise ValueError(f"answer {text[:40]!r} is not {_FORM_NAMES[form]} of the {n} options (--answer-form {form})")
     if not readings:
-        raise ValueError(f"answer {text[:40]!r} is not an option letter, 0-based index or option text "
-                         f"(A-{LETTERS[n - 1]} or 0-{n - 1} for {n} options)")
+        raise ValueError(
+            f"answer {text[:40]!r} is not an option letter, 0-based index or option text "
+            f"(A-{LETTERS[n - 1]} or 0-{n - 1} for {n} options)"
+        )
     if len(readings) > 1:
-        raise ValueError(f"answer {text[:40]!r} is ambiguous: "
-                         + ", ".join(f"{how} {' and '.join(found)}" for found, how in readings.items())
-                         + " (--answer-form letter, index or text says which)")
+        raise ValueError(
+            f"answer {text[:40]!r} is ambiguous: "
+            + ", ".join(f"{how} {' and '.join(found)}" for found, how in readings.items())
+            + " (--answer-form letter, index or text says which)"
+        )
     return list(next(iter(readings)))

@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -59,8 +59,9 @@ class PathStep:
     chunk_candidates: list[str] = field(default_factory=list)
 
 
-def top_k(query: np.ndarray, matrix: np.ndarray, name_of: Callable[[int], str], k: int,
-          row_norms: np.ndarray | None = None) -> list[int]:
+def top_k(
+    query: np.ndarray, matrix: np.ndarray, name_of: Callable[[int], str], k: int, row_norms: np.ndarray | None = None
+) -> list[int]:
     """Rows of ``matrix`` by cosine similarity to ``query`` (rounded to 6 places), ties broken by ``name_of(row)``
     (deterministic): the ``k`` first. ``row_norms``: the rows' norms, when known.
 
@@ -134,14 +135,23 @@ class ContextGraph:
 
     # -- construction (Algorithm 3) -------------------------------------------------------------
     @classmethod
-    def construct(cls, docs: Sequence[Document], labels: dict[str, tuple[list[str], str]], key: str = "",
-                  folder: Path | None = None) -> ContextGraph:
+    def construct(
+        cls,
+        docs: Sequence[Document],
+        labels: dict[str, tuple[list[str], str]],
+        key: str = "",
+        folder: Path | None = None,
+    ) -> ContextGraph:
         """Algorithm 3 given the entity labels of every chunk id (``chunk id -> (entities, source)``), stored in
         ``folder`` (in memory without one)."""
         store = Incidence(folder / STORE_FILE if folder else None)
         for doc in docs:
-            store.add_document(doc.id, doc.title, doc.chunks,
-                               [labels.get(f"{doc.id}#{i}", ([], "none")) for i in range(len(doc.chunks))])
+            store.add_document(
+                doc.id,
+                doc.title,
+                doc.chunks,
+                [labels.get(f"{doc.id}#{i}", ([], "none")) for i in range(len(doc.chunks))],
+            )
         store.set_meta("key", key)
         return cls(store, key=key, folder=folder)
 
@@ -160,9 +170,12 @@ class ContextGraph:
         """``N[e]``: the entity's first-seen name and label source, its chunk ids and document ids (in the order
         they were added)."""
         i = self._index[key]
-        return {"name": self._names[i], "source": self._sources[i],
-                "chunks": [self.chunks.names[c] for c in self.mentions.chunks_of(i)],
-                "docs": [self._doc_names[d] for d in self.mentions.docs_of(i)]}
+        return {
+            "name": self._names[i],
+            "source": self._sources[i],
+            "chunks": [self.chunks.names[c] for c in self.mentions.chunks_of(i)],
+            "docs": [self._doc_names[d] for d in self.mentions.docs_of(i)],
+        }
 
     def name(self, key: str) -> str:
         return self._names[self._index[key]]
@@ -194,15 +207,21 @@ class ContextGraph:
         for i, key in enumerate(self.keys):
             for j in np.flatnonzero(self.mentions.neighbour_mask(i)):
                 if j > i:
-                    g.add_edge(key, self.keys[j], relation="chunk" if self.mentions.share_a_chunk(i, int(j))
-                               else "document")
+                    g.add_edge(
+                        key, self.keys[j], relation="chunk" if self.mentions.share_a_chunk(i, int(j)) else "document"
+                    )
             if g.number_of_edges() > max_edges:
                 raise ValueError(f"the context graph has more than {max_edges} edges: too large to export")
         return g
 
     # -- vectors (rows for hops, Chroma for lookups) ----------------------------------------------
-    def attach(self, chroma: Callable[[], Any], embed: Any, vectors: EmbeddingCache | None = None,
-               spread: BuildMap | None = None) -> None:
+    def attach(
+        self,
+        chroma: Callable[[], Any],
+        embed: Any,
+        vectors: EmbeddingCache | None = None,
+        spread: BuildMap | None = None,
+    ) -> None:
         """Bind the Chroma client (``chroma()`` makes it, on first use: a graph whose vectors are all stored
         samples paths without opening Chroma), the embedding function and the content-keyed vector cache (vectors
         filled by :meth:`index`; with ``spread``, :meth:`index` has the texts the cache lacks embedded there)."""
@@ -211,8 +230,9 @@ class ContextGraph:
         self._client, self._collections = None, {}
         model = hashlib.sha256(embedder_label(embed).encode("utf-8")).hexdigest()[:8]
         self._model = model
-        self._rows = {kind: VectorRows(self.folder / f"vectors-{model}" if self.folder else None, kind)
-                      for kind in KINDS}
+        self._rows = {
+            kind: VectorRows(self.folder / f"vectors-{model}" if self.folder else None, kind) for kind in KINDS
+        }
 
     def _collection_name(self, kind: str) -> str:
         return f"ja-{self.key[:20] or 'graph'}-{self._model}-{kind}"  # vectors of another model never mix in
@@ -224,7 +244,8 @@ class ContextGraph:
                     assert self._chroma is not None, "attach() the graph before using its vectors"
                     self._client = self._chroma()
                 self._collections[kind] = self._client.get_or_create_collection(
-                    self._collection_name(kind), embedding_function=self._embed, metadata={"hnsw:space": "cosine"})
+                    self._collection_name(kind), embedding_function=self._embed, metadata={"hnsw:space": "cosine"}
+                )
             return self._collections[kind]
 
     @staticmethod
@@ -270,15 +291,23 @@ class ContextGraph:
                     texts = self.store.texts(kind, start, stop)
                     vecs = np.asarray(rows.matrix()[start:stop])
                     metas = self._metadatas(kind, start, stop)
-                    collection.upsert(ids=[ids[n] for n in part], embeddings=[vecs[n] for n in part],
-                                      documents=[texts[n] for n in part], metadatas=[metas[n] for n in part])
+                    collection.upsert(
+                        ids=[ids[n] for n in part],
+                        embeddings=[vecs[n] for n in part],
+                        documents=[texts[n] for n in part],
+                        metadatas=[metas[n] for n in part],
+                    )
                     progress(f"embedding {kind}", len(part), missing)
             starts = range(stored, total, batch)
             with closing(self._embedded(kind, [(start, min(start + batch, total)) for start in starts])) as vectors:
                 for start, (texts, vecs) in zip(starts, vectors):
                     stop = min(start + batch, total)
-                    collection.upsert(ids=self._ids(kind, start, stop), embeddings=vecs, documents=texts,
-                                      metadatas=self._metadatas(kind, start, stop))
+                    collection.upsert(
+                        ids=self._ids(kind, start, stop),
+                        embeddings=vecs,
+                        documents=texts,
+                        metadatas=self._metadatas(kind, start, stop),
+                    )
                     rows.append(vecs)
                     progress(f"embedding {kind}", stop - start, missing)
             self.store.set_meta(marker, str(total))
@@ -311,15 +340,26 @@ class ContextGraph:
         if not self.keys:
             return []
         exact = entity_key(text)
-        res = self._collection("entities").query(query_embeddings=[self.embed_text(text)],
-                                                n_results=min(k, len(self.keys)))
-        found = [(m["key"], round(1 - d, 4)) for m, d in zip(res["metadatas"][0], res["distances"][0])
-                 if m["key"] in self._index]
+        res = self._collection("entities").query(
+            query_embeddings=[self.embed_text(text)], n_results=min(k, len(self.keys))
+        )
+        found = [
+            (m["key"], round(1 - d, 4))
+            for m, d in zip(res["metadatas"][0], res["distances"][0])
+            if m["key"] in self._index
+        ]
         if exact in self._index and (not found or found[0][0] != exact):
             found = [(exact, 1.0)] + [f for f in found if f[0] != exact][: k - 1]
-        return [{"entity": key, "name": self.name(key), "similarity": sim,
-                 "chunks": len(self.mentions.chunks_of(self._index[key])), "neighbours": self.degree(key)}
-                for key, sim in found]
+        return [
+            {
+                "entity": key,
+                "name": self.name(key),
+                "similarity": sim,
+                "chunks": len(self.mentions.chunks_of(self._index[key])),
+                "neighbours": self.degree(key),
+            }
+            for key, sim in found
+        ]
 
     def most_similar_entity(self, text: str) -> str | None:
         """The graph entity closest to ``text``: its own node when ``text`` names one (what :meth:`entity_lookup`
@@ -341,8 +381,13 @@ class ContextGraph:
         if not cands.size:
             return []
         vecs = self._matrix("entities")
-        ranked = top_k(np.asarray(vecs[i]), np.asarray(vecs[cands]), lambda r: self._entity_id(int(cands[r])), k,
-                       row_norms=self._rows["entities"].norms(cands))
+        ranked = top_k(
+            np.asarray(vecs[i]),
+            np.asarray(vecs[cands]),
+            lambda r: self._entity_id(int(cands[r])),
+            k,
+            row_norms=self._rows["entities"].norms(cands),
+        )
         return [self.keys[cands[r]] for r in ranked]
 
     def _entity_id(self, i: int) -> str:
@@ -356,8 +401,13 @@ class ContextGraph:
         """The ``k`` chunks of ``entity`` most similar to ``query`` (Algorithm 4, line 15)."""
         ids = self.mentions.chunks_of(self._index[entity])
         names = self.chunks.names
-        ranked = top_k(self.embed_text(query), np.asarray(self._matrix("chunks")[ids]), lambda r: names[ids[r]], k,
-                       row_norms=self._rows["chunks"].norms(ids))
+        ranked = top_k(
+            self.embed_text(query),
+            np.asarray(self._matrix("chunks")[ids]),
+            lambda r: names[ids[r]],
+            k,
+            row_norms=self._rows["chunks"].norms(ids),
+        )
         return [names[ids[r]] for r in ranked]
 
     def search_chunks(self, query: str, k: int = 5, entity: str | None = None) -> list[dict[str, Any]]:
@@ -371,12 +421,15 @@ class ContextGraph:
         if n == 0:
             return []
         res = self._collection("chunks").query(query_embeddings=[self.embed_text(query)], n_results=n)
-        return [{"chunk": i, **self.chunks[i], "similarity": round(1 - d, 4)}
-                for i, d in zip(res["ids"][0], res["distances"][0])]
+        return [
+            {"chunk": i, **self.chunks[i], "similarity": round(1 - d, 4)}
+            for i, d in zip(res["ids"][0], res["distances"][0])
+        ]
 
     # -- Algorithm 4 ----------------------------------------------------------------------------
-    def sample_path(self, seeds: Sequence[tuple[str, str]], hops: int, rng: random.Random, k: int = 5
-                    ) -> dict[str, Any]:
+    def sample_path(
+        self, seeds: Sequence[tuple[str, str]], hops: int, rng: random.Random, k: int = 5
+    ) -> dict[str, Any]:
         """Algorithm 4, lines 8-19: a knowledge path of up to ``hops`` chunks.
 
         ``seeds`` are ``(entity text, question)`` pairs extracted from the batch's
@@ -405,19 +458,31 @@ class ContextGraph:
             current = rng.choice(cands)
             chunk_cands = self.nearest_chunks(current, question, k)
             chunk = rng.choice(chunk_cands)
-            steps.append(PathStep(entity=current, chunk=chunk, entity_candidates=cands,
-                                  chunk_candidates=chunk_cands))
+            steps.append(PathStep(entity=current, chunk=chunk, entity_candidates=cands, chunk_candidates=chunk_cands))
             visited.append(current)
-        return {"seed_entity": seed_entity, "question": question, "truncated": truncated, "mode": "graph",
-                "steps": [s.__dict__ for s in steps], "entities": [s.entity for s in steps],
-                "chunks": [s.chunk for s in steps]}
+        return {
+            "seed_entity": seed_entity,
+            "question": question,
+            "truncated": truncated,
+            "mode": "graph",
+            "steps": [s.__dict__ for s in steps],
+            "entities": [s.entity for s in steps],
+            "chunks": [s.chunk for s in steps],
+        }
 
     def random_path(self, hops: int, rng: random.Random) -> dict[str, Any]:
         """Ablation "w/o context graph" (section 4.5): ``hops`` chunks drawn at random from the knowledge base."""
         ids = sorted(self.chunks)
         picked = rng.sample(ids, min(hops, len(ids)))
-        return {"seed_entity": None, "question": None, "truncated": len(picked) < hops, "mode": "random",
-                "steps": [{"entity": None, "chunk": c} for c in picked], "entities": [], "chunks": picked}
+        return {
+            "seed_entity": None,
+            "question": None,
+            "truncated": len(picked) < hops,
+            "mode": "random",
+            "steps": [{"entity": None, "chunk": c} for c in picked],
+            "entities": [],
+            "chunks": picked,
+        }
 
     def path_text(self, path: dict[str, Any]) -> str:
         """The path's chunks concatenated line by line (Algorithm 4, line 17); repeated chunks once."""
@@ -431,6 +496,10 @@ class ContextGraph:
         sources: dict[str, int] = {}
         for source in self._sources:
             sources[source] = sources.get(source, 0) + 1
-        return {"documents": len(self.docs), "chunks": len(self.chunks), "entities": len(self.keys),
-                "mentions": int(len(self.mentions.entity_chunks[1])), "entity_sources": sources}
-
+        return {
+            "documents": len(self.docs),
+            "chunks": len(self.chunks),
+            "entities": len(self.keys),
+            "mentions": int(len(self.mentions.entity_chunks[1])),
+            "entity_sources": sources,
+        }

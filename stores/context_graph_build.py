@@ -24,9 +24,10 @@ import json
 import re
 import shutil
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from dyneval.stores import context_graph
 from dyneval.stores.context_graph import STORE_FILE, BuildMap, ContextGraph, Progress, no_progress
@@ -80,7 +81,11 @@ def _grow_from_base(root: Path, folder: Path, docs: Sequence[Document], extracto
             stored = store.document_hashes()
         finally:
             store.close()
-        if 0 < len(stored) < len(hashes) and stored == hashes[:len(stored)] and (best is None or len(stored) > best[0]):
+        if (
+            0 < len(stored) < len(hashes)
+            and stored == hashes[: len(stored)]
+            and (best is None or len(stored) > best[0])
+        ):
             best = (len(stored), candidate.parent)
     if best is None:
         return None
@@ -99,10 +104,19 @@ def _grow_from_base(root: Path, folder: Path, docs: Sequence[Document], extracto
     return base
 
 
-def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_label: str, extract: Extractor,
-                       chroma: Callable[[Path], Any], embed: Any, log: Callable[[str], None] = lambda s: None,
-                       progress: Progress | None = None, label_slice: int = LABEL_SLICE,
-                       spread: BuildMap | None = None) -> ContextGraph:
+def open_context_graph(
+    docs: Sequence[Document],
+    *,
+    cache_dir: Path,
+    extractor_label: str,
+    extract: Extractor,
+    chroma: Callable[[Path], Any],
+    embed: Any,
+    log: Callable[[str], None] = lambda s: None,
+    progress: Progress | None = None,
+    label_slice: int = LABEL_SLICE,
+    spread: BuildMap | None = None,
+) -> ContextGraph:
     """Load the graph of ``docs`` from the cache, or build it (Algorithm 3), persist and index it.
 
     Only chunks whose content hash is not in the entity cache reach ``extract``, ``label_slice`` texts per call
@@ -136,8 +150,20 @@ def open_context_graph(docs: Sequence[Document], *, cache_dir: Path, extractor_l
             store.set_meta("extractor", extractor_label)
             stored = store.document_names()
             todo = [d for d in docs if d.id not in stored]
-            _link(store, todo, sum(len(d.chunks) for d in docs), cache_dir, extractor_label, extract, embed, vectors,
-                  log, progress, label_slice, spread)
+            _link(
+                store,
+                todo,
+                sum(len(d.chunks) for d in docs),
+                cache_dir,
+                extractor_label,
+                extract,
+                embed,
+                vectors,
+                log,
+                progress,
+                label_slice,
+                spread,
+            )
             store.set_meta("complete", key)
 
         def indexed(stage: str, advance: int, total: int) -> None:
@@ -154,9 +180,20 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:60] or "model"
 
 
-def _link(store: Incidence, todo: Sequence[Document], n_chunks: int, cache_dir: Path, extractor_label: str,
-          extract: Extractor, embed: Any, vectors: EmbeddingCache, log: Callable[[str], None], progress: Progress,
-          label_slice: int, spread: BuildMap | None) -> None:
+def _link(
+    store: Incidence,
+    todo: Sequence[Document],
+    n_chunks: int,
+    cache_dir: Path,
+    extractor_label: str,
+    extract: Extractor,
+    embed: Any,
+    vectors: EmbeddingCache,
+    log: Callable[[str], None],
+    progress: Progress,
+    label_slice: int,
+    spread: BuildMap | None,
+) -> None:
     """Algorithm 3 for the documents not yet stored: label their chunks (cached per text), embed the chunk texts
     meanwhile (cached per text, in the batches :meth:`ContextGraph.index` uses), then add each document."""
     label_id = hashlib.sha256(extractor_label.encode()).hexdigest()[:8]  # the slug alone may be cut short
@@ -179,8 +216,16 @@ def _link(store: Incidence, todo: Sequence[Document], n_chunks: int, cache_dir: 
         progress("linking documents", 1, len(todo))
 
 
-def _label_and_embed_here(texts: list[str], todo_texts: list[str], cache: EntityCache, extract: Extractor,
-                          embed: Any, vectors: EmbeddingCache, progress: Progress, label_slice: int) -> None:
+def _label_and_embed_here(
+    texts: list[str],
+    todo_texts: list[str],
+    cache: EntityCache,
+    extract: Extractor,
+    embed: Any,
+    vectors: EmbeddingCache,
+    progress: Progress,
+    label_slice: int,
+) -> None:
     """``extract`` over ``todo_texts``, ``label_slice`` texts per call, each call's labels cached before the next;
     ``texts`` embedded meanwhile on one thread, a batch at a time (a stopped or failed build embeds no further)."""
 
@@ -192,9 +237,9 @@ def _label_and_embed_here(texts: list[str], todo_texts: list[str], cache: Entity
     size = context_graph.CHUNK_BATCH  # the batches ContextGraph.index embeds (read here: one setting for both)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-chunks")
     try:
-        embedded = [pool.submit(embed_chunks, texts[i:i + size]) for i in range(0, len(texts), size)]
+        embedded = [pool.submit(embed_chunks, texts[i : i + size]) for i in range(0, len(texts), size)]
         for start in range(0, len(todo_texts), max(1, label_slice)):
-            part = todo_texts[start:start + max(1, label_slice)]
+            part = todo_texts[start : start + max(1, label_slice)]
             for text, (entities, source) in zip(part, extract(part)):
                 cache.put(text, entities, source)
         for batch in embedded:
@@ -203,16 +248,23 @@ def _label_and_embed_here(texts: list[str], todo_texts: list[str], cache: Entity
         pool.shutdown(wait=False, cancel_futures=True)  # a failed or interrupted build stops embedding
 
 
-def _label_and_embed_spread(texts: list[str], todo_texts: list[str], cache: EntityCache, vectors: EmbeddingCache,
-                            progress: Progress, label_slice: int, spread: BuildMap) -> None:
+def _label_and_embed_spread(
+    texts: list[str],
+    todo_texts: list[str],
+    cache: EntityCache,
+    vectors: EmbeddingCache,
+    progress: Progress,
+    label_slice: int,
+    spread: BuildMap,
+) -> None:
     """One ``spread`` over every ``label_slice`` texts of ``todo_texts`` (one extraction call each) and every chunk
     batch's texts the vector cache lacks (the calls :func:`_label_and_embed_here` makes); each item's labels or
     vectors are cached here as it comes back, in whatever order, then counted."""
     step = max(1, label_slice)
     size = context_graph.CHUNK_BATCH  # as _label_and_embed_here
-    batches = [texts[i:i + size] for i in range(0, len(texts), size)]
+    batches = [texts[i : i + size] for i in range(0, len(texts), size)]
     parts = vectors.to_embed(batches)
-    items = [("label", todo_texts[i:i + step]) for i in range(0, len(todo_texts), step)]
+    items = [("label", todo_texts[i : i + step]) for i in range(0, len(todo_texts), step)]
     counts = [len(part) for _, part in items]  # what each item advances its stage by
     labelling = len(items)
     for batch, part in zip(batches, parts):

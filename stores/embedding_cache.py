@@ -16,11 +16,11 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
-
 
 #: ``embed_map(parts) -> (index, vectors)`` for every part (a list of texts), in any order: the vectors of each
 #: part's texts, one row per text, computed wherever the caller's workers are.
@@ -70,9 +70,10 @@ class EmbeddingCache:
         found: dict[str, np.ndarray] = {}
         with self._lock:
             for i in range(0, len(keys), 500):
-                part = list(keys[i:i + 500])
-                rows = self._db.execute(f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(part))})",
-                                        part).fetchall()
+                part = list(keys[i : i + 500])
+                rows = self._db.execute(
+                    f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(part))})", part
+                ).fetchall()
                 found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows)
         return found
 
@@ -88,9 +89,13 @@ class EmbeddingCache:
         found: set[str] = set()
         with self._lock:
             for i in range(0, len(keys), 500):
-                part = list(keys[i:i + 500])
-                found.update(k for (k,) in self._db.execute(
-                    f"SELECT key FROM vectors WHERE key IN ({','.join('?' * len(part))})", part))
+                part = list(keys[i : i + 500])
+                found.update(
+                    k
+                    for (k,) in self._db.execute(
+                        f"SELECT key FROM vectors WHERE key IN ({','.join('?' * len(part))})", part
+                    )
+                )
         return found
 
     def to_embed(self, batches: Sequence[Sequence[str]]) -> list[list[str]]:
@@ -123,8 +128,9 @@ class EmbeddingCache:
             self.keep(missing, embed(missing))
         return self._vectors(texts)
 
-    def embed_batches(self, batches: Iterable[Sequence[str]], embed: Callable[[list[str]], Any],
-                      embed_map: EmbedMap | None = None) -> Iterator[tuple[Sequence[str], list[np.ndarray]]]:
+    def embed_batches(
+        self, batches: Iterable[Sequence[str]], embed: Callable[[list[str]], Any], embed_map: EmbedMap | None = None
+    ) -> Iterator[tuple[Sequence[str], list[np.ndarray]]]:
         """``(texts, vectors)`` of each batch in turn, each embedding call the same as :meth:`embed` on the batches
         one after the other makes. Without ``embed_map`` a batch is embedded when it is asked for; with it, every
         batch's texts to embed go out at once (one part per batch), each part's vectors are kept here as it

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from dyneval.state.errors import InputError
 
@@ -103,7 +104,7 @@ def append_line(path: Path, record: dict[str, Any]) -> None:
             flock(fd, LOCK_EX)
         view = memoryview(line)
         while view:  # a regular file takes the whole line at once; a signal could still cut a write short
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)  # and the lock with it
 

@@ -22,10 +22,10 @@ import json
 import re
 import sqlite3
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class Mentions:
     @staticmethod
     def _row(csr: tuple[np.ndarray, np.ndarray], i: int) -> np.ndarray:
         indptr, indices = csr
-        return indices[indptr[i]:indptr[i + 1]]
+        return indices[indptr[i] : indptr[i + 1]]
 
     def chunks_of(self, entity: int) -> np.ndarray:
         return self._row(self.entity_chunks, entity)
@@ -110,8 +110,9 @@ class Incidence:
         self.path = path
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(":memory:" if path is None else path, check_same_thread=False,
-                                   isolation_level=None, timeout=120)
+        self._db = sqlite3.connect(
+            ":memory:" if path is None else path, check_same_thread=False, isolation_level=None, timeout=120
+        )
         if path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
@@ -150,11 +151,14 @@ class Incidence:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 doc = db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM document").fetchone()[0]
-                db.execute("INSERT INTO document VALUES (?, ?, ?, ?)",
-                           (doc, name, title, document_hash(name, title, chunks)))
+                db.execute(
+                    "INSERT INTO document VALUES (?, ?, ?, ?)", (doc, name, title, document_hash(name, title, chunks))
+                )
                 first = db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM chunk").fetchone()[0]
-                db.executemany("INSERT INTO chunk VALUES (?, ?, ?, ?)",
-                               [(first + i, f"{name}#{i}", doc, text) for i, text in enumerate(chunks)])
+                db.executemany(
+                    "INSERT INTO chunk VALUES (?, ?, ?, ?)",
+                    [(first + i, f"{name}#{i}", doc, text) for i, text in enumerate(chunks)],
+                )
                 mentions = []
                 for i, (names, source) in enumerate(labels):
                     for entity in names:
@@ -219,9 +223,12 @@ class Incidence:
         first[1:] = (ent[1:] != ent[:-1]) | (doc[1:] != doc[:-1])
         pair_ent, pair_doc = ent[first], doc[first]
         by_doc = np.argsort(pair_doc, kind="stable")
-        return Mentions(n_entities=n_entities, entity_chunks=_csr(ent, chunk, n_entities),
-                        entity_docs=_csr(pair_ent, pair_doc, n_entities),
-                        doc_entities=_csr(pair_doc[by_doc], pair_ent[by_doc], n_docs))
+        return Mentions(
+            n_entities=n_entities,
+            entity_chunks=_csr(ent, chunk, n_entities),
+            entity_docs=_csr(pair_ent, pair_doc, n_entities),
+            doc_entities=_csr(pair_doc[by_doc], pair_ent[by_doc], n_docs),
+        )
 
     def copy_to(self, path: Path) -> Incidence:
         """A copy of this store at ``path`` (SQLite's online backup), opened."""

@@ -45,31 +45,41 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Callable, Collection, Iterator, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import PydanticCustomError
 
 from dyneval.state.errors import InputError
 
-FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
-           ".parquet": "parquet"}
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
 TEXT_SUFFIXES = (".txt", ".md")
 #: How deep lists and objects may nest in one JSON value (a JSONL line, a .json file, a config file). Real records
 #: nest a few levels; far deeper is a broken generator, and Python's TOML and YAML parsers overflow at a few
 #: hundred levels, its JSON parser near a thousand.
 MAX_NESTING = 100
 #: Leading bytes of compressed files (none can start UTF-8 text): such a file must be decompressed first.
-_COMPRESSED = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a ZIP archive", b"\xfd7zXZ\x00": "xz-compressed",
-               b"\x28\xb5\x2f\xfd": "zstd-compressed"}
+_COMPRESSED = {
+    b"\x1f\x8b": "gzip-compressed",
+    b"PK\x03\x04": "a ZIP archive",
+    b"\xfd7zXZ\x00": "xz-compressed",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed",
+}
 M = TypeVar("M", bound=BaseModel)
 
 
-def input_error(message: str, *, flag: str, file: str | Path | None = None, record: int | str | None = None,
-                field: str | None = None) -> InputError:
+def input_error(
+    message: str,
+    *,
+    flag: str,
+    file: str | Path | None = None,
+    record: int | str | None = None,
+    field: str | None = None,
+) -> InputError:
     """The one-line :class:`InputError` of this layer.
 
     An error about a whole file or flag names the flag as its field (so a value that came from a config file or
@@ -82,6 +92,7 @@ def input_error(message: str, *, flag: str, file: str | Path | None = None, reco
 
 
 # -- value types -------------------------------------------------------------------------------
+
 
 def value_kind(value: Any) -> str:
     """How a message names a value it refuses: its kind and a short JSON rendering (``a list ["a", "b"]``)."""
@@ -131,8 +142,9 @@ def _texts(value: Any) -> list[str]:
             try:
                 out.append(scalar_text(v))
             except PydanticCustomError:
-                raise PydanticCustomError("texts_type", "expected text or a list of texts; found {kind}",
-                                          {"kind": value_kind(v)}) from None
+                raise PydanticCustomError(
+                    "texts_type", "expected text or a list of texts; found {kind}", {"kind": value_kind(v)}
+                ) from None
 
     walk(value)
     return out
@@ -144,6 +156,7 @@ Texts = Annotated[list[str], BeforeValidator(_texts)]
 
 
 # -- records -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Record:
@@ -170,16 +183,20 @@ def _blank(value: Any) -> bool:
 def _utf16_without_bom(data: bytes) -> bool:
     """Text saved as UTF-16 without a byte-order mark: its first characters are ASCII, each beside a NUL byte."""
     head = data[: min(len(data), 64) // 2 * 2]
-    return len(head) >= 4 and any(not any(head[i::2]) and all(head[1 - i::2]) for i in (0, 1))
+    return len(head) >= 4 and any(not any(head[i::2]) and all(head[1 - i :: 2]) for i in (0, 1))
 
 
 def _decode(data: bytes, path: Path, flag: str) -> str:
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise input_error("UTF-16 text (byte-order mark at byte offset 0); save the file as UTF-8", flag=flag,
-                          file=path)
+        raise input_error(
+            "UTF-16 text (byte-order mark at byte offset 0); save the file as UTF-8", flag=flag, file=path
+        )
     if _utf16_without_bom(data):
-        raise input_error("UTF-16 text (a NUL byte beside each character, no byte-order mark); save the file as "
-                          "UTF-8", flag=flag, file=path)
+        raise input_error(
+            "UTF-16 text (a NUL byte beside each character, no byte-order mark); save the file as UTF-8",
+            flag=flag,
+            file=path,
+        )
     packed = next((kind for magic, kind in _COMPRESSED.items() if data.startswith(magic)), None)
     if packed:
         raise input_error(f"binary file ({packed}), not text; decompress it first", flag=flag, file=path)
@@ -187,13 +204,20 @@ def _decode(data: bytes, path: Path, flag: str) -> str:
     nul = data.find(b"\x00", start)
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1
-        raise input_error(f"NUL byte at line {line} (byte offset {nul}): a binary file, or text with a stray NUL to "
-                          "remove", flag=flag, file=path)
+        raise input_error(
+            f"NUL byte at line {line} (byte offset {nul}): a binary file, or text with a stray NUL to remove",
+            flag=flag,
+            file=path,
+        )
     try:
         return data[start:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise input_error(f"not UTF-8 text (byte 0x{data[start + exc.start]:02x} at byte offset "
-                          f"{start + exc.start}); save the file as UTF-8", flag=flag, file=path) from None
+        raise input_error(
+            f"not UTF-8 text (byte 0x{data[start + exc.start]:02x} at byte offset "
+            f"{start + exc.start}); save the file as UTF-8",
+            flag=flag,
+            file=path,
+        ) from None
 
 
 def _existing(path: str | Path, flag: str) -> Path:
@@ -219,8 +243,9 @@ def read_records(path: str | Path, *, flag: str = "--data") -> list[Record]:
     p = _existing(path, flag)
     kind = FORMATS.get(p.suffix.lower())
     if kind is None:
-        raise input_error(f"unsupported file type {p.suffix or '(no suffix)'!r}; use "
-                          f"{', '.join(FORMATS)}", flag=flag, file=p)
+        raise input_error(
+            f"unsupported file type {p.suffix or '(no suffix)'!r}; use {', '.join(FORMATS)}", flag=flag, file=p
+        )
     if kind == "parquet":
         records = list(_parquet(p, flag))
     else:
@@ -320,11 +345,9 @@ def _json_lines(text: str, p: Path, flag: str) -> Iterator[Record]:
         try:
             value = _json(line)
         except json.JSONDecodeError as exc:
-            raise input_error(f"not valid JSON ({exc.msg}, column {exc.colno})", flag=flag, file=p,
-                              record=n) from None
+            raise input_error(f"not valid JSON ({exc.msg}, column {exc.colno})", flag=flag, file=p, record=n) from None
         except _DuplicateKey as exc:
-            raise input_error("key given twice in one object", flag=flag, file=p, record=n, field=str(exc)) \
-                from None
+            raise input_error("key given twice in one object", flag=flag, file=p, record=n, field=str(exc)) from None
         except TooDeep as exc:
             raise _too_deep(exc, p, flag, n) from None
         if not isinstance(value, dict):
@@ -336,8 +359,9 @@ def _json_document(text: str, p: Path, flag: str) -> Iterator[Record]:
     try:
         data = _json(text)
     except json.JSONDecodeError as exc:
-        raise input_error(f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})", flag=flag,
-                          file=p) from None
+        raise input_error(
+            f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})", flag=flag, file=p
+        ) from None
     except _DuplicateKey as exc:
         raise input_error(f"key {str(exc)!r} given twice in one object", flag=flag, file=p) from None
     except TooDeep as exc:
@@ -345,16 +369,21 @@ def _json_document(text: str, p: Path, flag: str) -> Iterator[Record]:
     if isinstance(data, list):
         for n, value in enumerate(data, 1):
             if not isinstance(value, dict):
-                raise input_error(f"a record must be a JSON object, got {value_kind(value)}", flag=flag, file=p,
-                                  record=n)
+                raise input_error(
+                    f"a record must be a JSON object, got {value_kind(value)}", flag=flag, file=p, record=n
+                )
             yield Record(str(p), n, value, flag)
         return
     if data and all(isinstance(v, dict) for v in data.values()):
         for key, value in data.items():
             yield Record(str(p), key, {"id": key, **value}, flag)
         return
-    raise input_error("a JSON file must hold an array of record objects, one object per line, or an object "
-                      "mapping ids to record objects", flag=flag, file=p)
+    raise input_error(
+        "a JSON file must hold an array of record objects, one object per line, or an object "
+        "mapping ids to record objects",
+        flag=flag,
+        file=p,
+    )
 
 
 def _csv_delimiter(text: str) -> str:
@@ -371,27 +400,41 @@ def _delimited(text: str, p: Path, flag: str, delimiter: str) -> Iterator[Record
         header = next(reader)
         dupes = sorted({h for h in header if header.count(h) > 1})
         if dupes:
-            raise input_error(f"duplicate column name(s) {', '.join(map(repr, dupes))} in the header", flag=flag,
-                              file=p, record="header")
+            raise input_error(
+                f"duplicate column name(s) {', '.join(map(repr, dupes))} in the header",
+                flag=flag,
+                file=p,
+                record="header",
+            )
         for n, row in enumerate(reader, 1):
             if not any(cell.strip() for cell in row):
                 continue
             if len(row) != len(header):
-                raise input_error(f"{len(row)} values but the header has {len(header)} columns "
-                                  f"({'check quoting' if len(row) > len(header) else 'missing values'})",
-                                  flag=flag, file=p, record=n)
+                raise input_error(
+                    f"{len(row)} values but the header has {len(header)} columns "
+                    f"({'check quoting' if len(row) > len(header) else 'missing values'})",
+                    flag=flag,
+                    file=p,
+                    record=n,
+                )
             yield Record(str(p), n, dict(zip(header, row)), flag)
     except csv.Error as exc:
-        raise input_error(f"malformed {'TSV' if delimiter == chr(9) else 'CSV'} ({exc}) near line "
-                          f"{reader.line_num}", flag=flag, file=p) from None
+        raise input_error(
+            f"malformed {'TSV' if delimiter == chr(9) else 'CSV'} ({exc}) near line {reader.line_num}",
+            flag=flag,
+            file=p,
+        ) from None
 
 
 def _parquet(p: Path, flag: str) -> Iterator[Record]:
     try:
         import pyarrow.parquet as pq  # type: ignore[import-not-found,import-untyped]
     except ImportError:
-        raise input_error("reading .parquet needs pyarrow (pip install pyarrow), or convert the file to JSONL "
-                          "or CSV", flag=flag, file=p) from None
+        raise input_error(
+            "reading .parquet needs pyarrow (pip install pyarrow), or convert the file to JSONL or CSV",
+            flag=flag,
+            file=p,
+        ) from None
     try:
         rows = pq.read_table(p).to_pylist()
     except Exception as exc:  # noqa: BLE001 - any reader failure is the user's file to fix
@@ -402,6 +445,7 @@ def _parquet(p: Path, flag: str) -> Iterator[Record]:
 
 # -- field mapping -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class FieldMap:
     """Canonical field name -> the user's column(s) (``--fields``); see the module docstring."""
@@ -411,8 +455,9 @@ class FieldMap:
     joinable: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
-    def parse(cls, spec: str | None, canonical: Sequence[str], *, flag: str = "--fields",
-              joinable: Collection[str] = ()) -> FieldMap:
+    def parse(
+        cls, spec: str | None, canonical: Sequence[str], *, flag: str = "--fields", joinable: Collection[str] = ()
+    ) -> FieldMap:
         """``"question=Q,answer=A"`` -> a map; unknown names, empty or repeated mappings are errors."""
         sources = {name: (name,) for name in canonical}
         given: set[str] = set()
@@ -422,14 +467,17 @@ class FieldMap:
             key, sep, value = (s.strip() for s in part.partition("="))
             cols = tuple(v.strip() for v in value.split("+") if v.strip()) if sep else ()
             if key not in canonical:
-                raise input_error(f"unknown field name {key!r} in {part!r}; valid names: {', '.join(canonical)}",
-                                  flag=flag)
+                raise input_error(
+                    f"unknown field name {key!r} in {part!r}; valid names: {', '.join(canonical)}", flag=flag
+                )
             if not cols:
                 raise input_error(f"bad mapping {part!r}; use NAME=COLUMN", flag=flag)
             if len(cols) > 1 and key not in joinable:
-                raise input_error(f"{key!r} takes one column, got {value!r}"
-                                  + (f" (only {', '.join(sorted(joinable))} join columns with +)" if joinable
-                                     else ""), flag=flag)
+                raise input_error(
+                    f"{key!r} takes one column, got {value!r}"
+                    + (f" (only {', '.join(sorted(joinable))} join columns with +)" if joinable else ""),
+                    flag=flag,
+                )
             if key in given:
                 raise input_error(f"{key!r} is mapped twice", flag=flag)
             given.add(key)

@@ -95,8 +95,9 @@ def load_knowledge_base(path: str | Path, fields: str | None = None) -> list[Doc
     files = _kb_files(p)
     docs = [d for f in files for d in _file_documents(f, str(f.relative_to(p)), fmap, prefix=f"{f.relative_to(p)}:")]
     if not docs:
-        raise input_error(f"knowledge base folder holds no documents ({', '.join(KB_FORMATS)} files)", flag="--kb",
-                          file=p)
+        raise input_error(
+            f"knowledge base folder holds no documents ({', '.join(KB_FORMATS)} files)", flag="--kb", file=p
+        )
     return docs
 
 
@@ -120,8 +121,9 @@ def _kb_files(folder: Path) -> list[Path]:
             elif entry.is_file():
                 files.append(entry)
             else:
-                raise input_error("neither a file nor a folder (a broken or looping symbolic link?)", flag="--kb",
-                                  file=entry)
+                raise input_error(
+                    "neither a file nor a folder (a broken or looping symbolic link?)", flag="--kb", file=entry
+                )
     return sorted(files)
 
 
@@ -131,12 +133,14 @@ def _file_documents(f: Path, name: str, fmap: FieldMap, *, prefix: str) -> list[
         text = read_text(f, flag="--kb")
         chunks = split_paragraphs(text)
         if not chunks:
-            raise input_error("document holds no text paragraphs (only headings or blank lines)", flag="--kb",
-                              file=f)
+            raise input_error("document holds no text paragraphs (only headings or blank lines)", flag="--kb", file=f)
         return [Document(id=name, title=_title_of(f, text), chunks=chunks)]
     if suffix not in FORMATS:
-        raise input_error(f"unsupported knowledge-base file type {suffix or '(no suffix)'!r}; use "
-                          f"{', '.join(KB_FORMATS)}", flag="--kb", file=f)
+        raise input_error(
+            f"unsupported knowledge-base file type {suffix or '(no suffix)'!r}; use {', '.join(KB_FORMATS)}",
+            flag="--kb",
+            file=f,
+        )
     docs: dict[str, Document] = {}
     for rec in read_records(f, flag="--kb"):
         raw = fmap.validate(_RawDocument, rec)
@@ -148,4 +152,3 @@ def _file_documents(f: Path, name: str, fmap: FieldMap, *, prefix: str) -> list[
             raise fmap.error(rec, "id", f"duplicate document id {doc_id!r}")
         docs[doc_id] = Document(id=doc_id, title=raw.title, chunks=chunks)
     return list(docs.values())
-

@@ -16,7 +16,8 @@ Messages name a server by :func:`server_of` (host, port, database), never with i
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dyneval.state.errors import InfraError, RetryPolicy, one_line
 
@@ -66,6 +67,7 @@ def retried(server: str, what: str, operation: Callable[[int], T], policy: Retry
     """``operation(attempt)``, tried again while its connection breaks (``attempt`` counts from 1: a write that
     may have been committed before its acknowledgement was lost looks for itself from attempt 2); then an
     :class:`InfraError` naming ``server`` and ``what`` failed."""
+
     def give_up(attempts: int, exc: Exception) -> InfraError:
         return InfraError(f"PostgreSQL {server}: {what} failed after {attempts} attempts: {one_line(exc)}")
 
@@ -79,8 +81,14 @@ def open_pool(dsn: str, **connection: Any) -> ConnectionPool:
     from psycopg_pool import ConnectionPool
 
     pool: ConnectionPool = ConnectionPool(
-        dsn, kwargs={"connect_timeout": CONNECT_TIMEOUT_S, **connection}, min_size=1, max_size=POOL_MAX,
-        timeout=CONNECT_TIMEOUT_S, check=ConnectionPool.check_connection, open=False)
+        dsn,
+        kwargs={"connect_timeout": CONNECT_TIMEOUT_S, **connection},
+        min_size=1,
+        max_size=POOL_MAX,
+        timeout=CONNECT_TIMEOUT_S,
+        check=ConnectionPool.check_connection,
+        open=False,
+    )
     try:
         retried(server_of(dsn), "connect", lambda _: pool.open(wait=True, timeout=CONNECT_TIMEOUT_S))
     except BaseException:

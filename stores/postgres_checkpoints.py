@@ -9,13 +9,18 @@ own, so the saver's lock, which serialised the threads of a process on its one c
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple, \
-    DeltaChannelHistory
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
@@ -58,14 +63,18 @@ class PooledSaver(PostgresSaver):
         session advisory lock taken by polling ``pg_try_advisory_lock``, not by waiting in ``pg_advisory_lock``:
         a migration's ``CREATE INDEX CONCURRENTLY`` waits for statements older than itself, a waiting lock call
         too (two processes opening at once then took 1.6 s instead of 0.6 s)."""
+
         def once() -> None:
             with self.conn.connection() as conn:  # type: ignore[union-attr]  # a pool (see __init__)
                 deadline = time.monotonic() + SETUP_WAIT_S
-                while not conn.execute("SELECT pg_try_advisory_lock(hashtext('dyneval_checkpoint_setup')) AS held"
-                                       ).fetchone()["held"]:
+                while not conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtext('dyneval_checkpoint_setup')) AS held"
+                ).fetchone()["held"]:
                     if time.monotonic() > deadline:
-                        raise InfraError(f"PostgreSQL {self.server}: another process has been making the checkpoint "
-                                         f"tables for {SETUP_WAIT_S:.0f} s")
+                        raise InfraError(
+                            f"PostgreSQL {self.server}: another process has been making the checkpoint "
+                            f"tables for {SETUP_WAIT_S:.0f} s"
+                        )
                     time.sleep(0.05)
                 try:
                     PostgresSaver(conn).setup()
@@ -77,19 +86,31 @@ class PooledSaver(PostgresSaver):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._retried("read", lambda: super(PooledSaver, self).get_tuple(config))
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
         # read whole before the first is handed out, so that a retry never hands one out twice
-        yield from self._retried("list", lambda: list(super(PooledSaver, self).list(
-            config, filter=filter, before=before, limit=limit)))
+        yield from self._retried(
+            "list", lambda: list(super(PooledSaver, self).list(config, filter=filter, before=before, limit=limit))
+        )
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
-        return self._retried("write", lambda: super(PooledSaver, self).put(config, checkpoint, metadata,
-                                                                            new_versions))
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._retried("write", lambda: super(PooledSaver, self).put(config, checkpoint, metadata, new_versions))
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         self._retried("write", lambda: super(PooledSaver, self).put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
@@ -98,7 +119,9 @@ class PooledSaver(PostgresSaver):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._retried("prune", lambda: super(PooledSaver, self).prune(thread_ids, strategy=strategy))
 
-    def get_delta_channel_history(self, *, config: RunnableConfig,
-                                  channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
-        return self._retried("read", lambda: super(PooledSaver, self).get_delta_channel_history(
-            config=config, channels=channels))
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._retried(
+            "read", lambda: super(PooledSaver, self).get_delta_channel_history(config=config, channels=channels)
+        )

@@ -21,8 +21,9 @@ import json
 import re
 import unicodedata
 import uuid as uuidlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -67,19 +68,36 @@ class Question:
 
     def row(self) -> dict[str, Any]:
         return {
-            "uuid": self.uuid, "discipline": self.discipline, "sub_discipline": self.sub_discipline,
-            "qtype": self.qtype, "question": self.question, "options": json.dumps(self.options or [],
-                                                                                   ensure_ascii=False),
-            "answer": self.answer, "explanation": self.explanation, "source": self.source,
-            "created_at": self.created_at or now(), "content_hash": content_hash(self.question, self.options or []),
-            "parent_uuid": self.parent_uuid, "active": True,
+            "uuid": self.uuid,
+            "discipline": self.discipline,
+            "sub_discipline": self.sub_discipline,
+            "qtype": self.qtype,
+            "question": self.question,
+            "options": json.dumps(self.options or [], ensure_ascii=False),
+            "answer": self.answer,
+            "explanation": self.explanation,
+            "source": self.source,
+            "created_at": self.created_at or now(),
+            "content_hash": content_hash(self.question, self.options or []),
+            "parent_uuid": self.parent_uuid,
+            "active": True,
         }
 
 
 def _question(row: Any) -> Question:
-    return Question(uuid=row.uuid, discipline=row.discipline, sub_discipline=row.sub_discipline, qtype=row.qtype,
-                    question=row.question, answer=row.answer, explanation=row.explanation, source=row.source,
-                    options=json.loads(row.options or "[]"), parent_uuid=row.parent_uuid, created_at=row.created_at)
+    return Question(
+        uuid=row.uuid,
+        discipline=row.discipline,
+        sub_discipline=row.sub_discipline,
+        qtype=row.qtype,
+        question=row.question,
+        answer=row.answer,
+        explanation=row.explanation,
+        source=row.source,
+        options=json.loads(row.options or "[]"),
+        parent_uuid=row.parent_uuid,
+        created_at=row.created_at,
+    )
 
 
 class QuestionBank(AdaptiveStore, ExamineeStore, CalibrationStore):
@@ -87,8 +105,9 @@ class QuestionBank(AdaptiveStore, ExamineeStore, CalibrationStore):
     from the judged answers, in one SQL database."""
 
     # -- questions ---------------------------------------------------------------------------
-    def add_questions(self, qs: Iterable[Question], *, deactivate: Iterable[str] = (),
-                      index_pending: bool = False) -> int:
+    def add_questions(
+        self, qs: Iterable[Question], *, deactivate: Iterable[str] = (), index_pending: bool = False
+    ) -> int:
         """Insert ``qs`` and deactivate the questions ``deactivate`` in one transaction (a killed import leaves a
         batch wholly in or wholly out); ``index_pending`` records their UUIDs as not yet in the near-duplicate
         index until :meth:`index_done` (see :meth:`index_pending`)."""
@@ -140,8 +159,11 @@ class QuestionBank(AdaptiveStore, ExamineeStore, CalibrationStore):
         if not ids:
             return {}
         with self.engine.connect() as conn:
-            return dict(conn.execute(sa.select(questions.c.uuid, questions.c.content_hash)
-                                     .where(questions.c.uuid.in_(ids))).all())
+            return dict(
+                conn.execute(
+                    sa.select(questions.c.uuid, questions.c.content_hash).where(questions.c.uuid.in_(ids))
+                ).all()
+            )
 
     def uuids_with_hashes(self, digests: Iterable[str]) -> dict[str, str]:
         """content hash -> the first bank question holding it, for those of ``digests`` the bank holds."""
@@ -150,8 +172,9 @@ class QuestionBank(AdaptiveStore, ExamineeStore, CalibrationStore):
             return {}
         found: dict[str, str] = {}
         with self.engine.connect() as conn:
-            for digest, uid in conn.execute(sa.select(questions.c.content_hash, questions.c.uuid)
-                                            .where(questions.c.content_hash.in_(keys))):
+            for digest, uid in conn.execute(
+                sa.select(questions.c.content_hash, questions.c.uuid).where(questions.c.content_hash.in_(keys))
+            ):
                 found.setdefault(digest, uid)
         return found
 
@@ -175,8 +198,11 @@ class QuestionBank(AdaptiveStore, ExamineeStore, CalibrationStore):
             return int(conn.scalar(query) or 0)
 
     def disciplines(self) -> dict[str, int]:
-        query = (sa.select(questions.c.discipline, sa.func.count()).where(questions.c.active.is_(True))
-                 .group_by(questions.c.discipline))
+        query = (
+            sa.select(questions.c.discipline, sa.func.count())
+            .where(questions.c.active.is_(True))
+            .group_by(questions.c.discipline)
+        )
         with self.engine.connect() as conn:
             return {d: int(c) for d, c in conn.execute(query)}
 

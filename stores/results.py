@@ -8,8 +8,9 @@ is its current record. Opening the store drops a last line a kill cut short
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from dyneval.stores.files import append_line, drop_torn_tail, read_records
 

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from dyneval.stores.runfiles import ConfigFile, Exchange, Read, SummaryFile, plan_model, record_model
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
+from dyneval.stores.runfiles import ConfigFile, Exchange, Read, SummaryFile, plan_model, record_model
 
 CONFIG, PLAN, RESULTS, EVENTS, SUMMARY = "config.json", "units.jsonl", "results.jsonl", "events.jsonl", "summary.json"
 #: The status of a planned unit without a record (a partial run).
@@ -45,8 +46,9 @@ class DamagedRun(InputError):
     """A file of a run folder that is not what a run writes: names the file, and the line and field that are
     wrong (the run index notes it on the run's row; every other reader stops with it, exit code 2)."""
 
-    def __init__(self, path: Path, problem: str, *, line: int | None = None, field: str | None = None,
-                 flag: str | None = None) -> None:
+    def __init__(
+        self, path: Path, problem: str, *, line: int | None = None, field: str | None = None, flag: str | None = None
+    ) -> None:
         super().__init__(problem, file=str(path), record=line, field=field, setting=flag)
 
 
@@ -57,9 +59,17 @@ def _kind(value: Any) -> str:
 
 
 #: What a field of a pydantic error type should have been, as a person names it.
-_EXPECTED = {"dict_type": "an object", "model_type": "an object", "list_type": "a list", "string_type": "a string",
-             "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
-             "float_type": "a number", "float_parsing": "a number"}
+_EXPECTED = {
+    "dict_type": "an object",
+    "model_type": "an object",
+    "list_type": "a list",
+    "string_type": "a string",
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+}
 
 
 def _problem(error: ErrorDetails) -> str:
@@ -77,8 +87,9 @@ def _parsed(path: Path, data: bytes, line: int | None, flag: str | None) -> Any:
     try:
         return json.loads(data.decode("utf-8"))  # as runs write them (json.loads would guess UTF-16 or 32)
     except UnicodeDecodeError as exc:
-        raise DamagedRun(path, f"not UTF-8 text (byte {data[exc.start]:#04x} at {exc.start})", line=line,
-                         flag=flag) from None
+        raise DamagedRun(
+            path, f"not UTF-8 text (byte {data[exc.start]:#04x} at {exc.start})", line=line, flag=flag
+        ) from None
     except RecursionError:
         raise DamagedRun(path, "not JSON a run writes (nested too deep)", line=line, flag=flag) from None
     except ValueError as exc:
@@ -146,7 +157,7 @@ class Jsonl:
 
     def read(self, offsets: Iterable[int | None]) -> Iterator[dict[str, Any]]:
         """The records :meth:`scan` found at ``offsets`` (``{}`` for ``None``)."""
-        with (self.path.open("rb") if self.path.exists() else contextlib.nullcontext()) as fh:
+        with self.path.open("rb") if self.path.exists() else contextlib.nullcontext() as fh:
             for offset in offsets:
                 if offset is None:
                     yield {}
@@ -226,8 +237,12 @@ class RunDir:
     def _summary(self) -> SummaryFile | None:
         summary = read_json(self.path / SUMMARY, SummaryFile, self.flag)
         if summary is not None and summary.protocol is not None and summary.protocol != self.protocol:
-            raise DamagedRun(self.path / SUMMARY, f"a summary of {summary.protocol}, but config.json is of a "
-                                                  f"{self.protocol} run", field="protocol", flag=self.flag)
+            raise DamagedRun(
+                self.path / SUMMARY,
+                f"a summary of {summary.protocol}, but config.json is of a {self.protocol} run",
+                field="protocol",
+                flag=self.flag,
+            )
         return summary
 
     @cached_property

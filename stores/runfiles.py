@@ -38,6 +38,7 @@ def shaped(model: type[Read]) -> AfterValidator:
 
 # -- summary.json and config.json ---------------------------------------------------------------------------
 
+
 class Interval(Read):
     """A headline metric's 95 % interval (``metrics.intervals[path]``, :mod:`results.stats`)."""
 
@@ -101,6 +102,7 @@ class ConfigFile(Read):
 
 
 # -- units.jsonl, results.jsonl, events.jsonl ---------------------------------------------------------------
+
 
 class PlanLine(Read):
     """A line of ``units.jsonl``: one planned unit."""
@@ -202,9 +204,13 @@ class JudgeCheckRecord(UnitRecord):
     jury: list[Verdict] | None = None
 
 
-_RECORDS: dict[str, type[UnitRecord]] = {"judgeagent": JudgeAgentRecord, "atad": AtadRecord,
-                                         "interview": InterviewRecord, "llmeval": LLMEvalRecord,
-                                         "judgecheck": JudgeCheckRecord}
+_RECORDS: dict[str, type[UnitRecord]] = {
+    "judgeagent": JudgeAgentRecord,
+    "atad": AtadRecord,
+    "interview": InterviewRecord,
+    "llmeval": LLMEvalRecord,
+    "judgecheck": JudgeCheckRecord,
+}
 _PLANS: dict[str, type[PlanLine]] = {"judgeagent": JudgeAgentPlan}
 
 
@@ -216,4 +222,3 @@ def record_model(protocol: str) -> type[UnitRecord]:
 def plan_model(protocol: str) -> type[PlanLine]:
     """The model of a plan line of ``protocol``."""
     return _PLANS.get(protocol, PlanLine)
-

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from dyneval.state.errors import InfraError
 from dyneval.stores.postgres import open_pool, retried, server_of
@@ -152,6 +153,7 @@ class UnitClaims:
     def _run(self, what: str, operation: Callable[[Any, bool], T]) -> T:
         """``operation(connection, again)`` on a connection of the pool, tried again while its connection breaks;
         ``again`` from the second attempt on (the first may have committed before the restart cut its answer)."""
+
         def attempt(n: int) -> T:
             with self._pool.connection() as conn:
                 return operation(conn, n > 1)
@@ -169,9 +171,11 @@ class UnitClaims:
             row = conn.execute(_CLAIM, params).fetchone()
             if row is not None:
                 return Claim("claimed", Lease(run_id, unit_id, worker, row[0], float(lease_s)))
-            row = conn.execute("SELECT worker, lease_expires_at, final, token, lease_expires_at > now() "
-                               "FROM dyneval_unit_claims WHERE run_id = %(run)s AND unit_id = %(unit)s",
-                               params).fetchone()
+            row = conn.execute(
+                "SELECT worker, lease_expires_at, final, token, lease_expires_at > now() "
+                "FROM dyneval_unit_claims WHERE run_id = %(run)s AND unit_id = %(unit)s",
+                params,
+            ).fetchone()
             if row is None:  # cannot happen: the insert conflicted, so the row exists (claims are never deleted)
                 raise RuntimeError(f"unit {unit_id} of run {run_id} has no claim row after a conflicting claim")
             holder, expires_at, final, token, live = row
@@ -185,52 +189,94 @@ class UnitClaims:
 
     def heartbeat(self, lease: Lease) -> bool:
         """Renew ``lease`` by its ``lease_s``; ``False``: it is lost (expired, taken over or final)."""
-        return self._run("heartbeat", lambda conn, _: conn.execute(
-            f"UPDATE dyneval_unit_claims SET lease_expires_at = now() + make_interval(secs => %(lease)s), "
-            f"heartbeat_at = now() WHERE run_id = %(run)s AND unit_id = %(unit)s AND {_HELD} RETURNING 1",
-            _params(lease)).fetchone() is not None)
+        return self._run(
+            "heartbeat",
+            lambda conn, _: (
+                conn.execute(
+                    f"UPDATE dyneval_unit_claims SET lease_expires_at = now() + make_interval(secs => %(lease)s), "
+                    f"heartbeat_at = now() WHERE run_id = %(run)s AND unit_id = %(unit)s AND {_HELD} RETURNING 1",
+                    _params(lease),
+                ).fetchone()
+                is not None
+            ),
+        )
 
     def release(self, lease: Lease) -> bool:
         """Give ``lease`` up without a final record (the unit failed or was interrupted): the next claim takes
         the unit at once. ``False``: it was no longer held."""
-        return self._run("release", lambda conn, _: conn.execute(
-            f"UPDATE dyneval_unit_claims SET lease_expires_at = now() WHERE run_id = %(run)s "
-            f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1", _params(lease)).fetchone() is not None)
+        return self._run(
+            "release",
+            lambda conn, _: (
+                conn.execute(
+                    f"UPDATE dyneval_unit_claims SET lease_expires_at = now() WHERE run_id = %(run)s "
+                    f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1",
+                    _params(lease),
+                ).fetchone()
+                is not None
+            ),
+        )
 
     def finish(self, lease: Lease, record: dict[str, Any], usage: dict[str, Any]) -> bool:
         """Write the unit's final ``record`` and its ``usage`` once, if ``lease`` still holds the unit; ``True``
         when this call wrote it (``False``: the lease was lost, or the record exists already)."""
-        params = {**_params(lease), "worker": lease.worker, "record": json.dumps(record, ensure_ascii=False),
-                  "usage": json.dumps(usage)}
+        params = {
+            **_params(lease),
+            "worker": lease.worker,
+            "record": json.dumps(record, ensure_ascii=False),
+            "usage": json.dumps(usage),
+        }
 
         def finish(conn: Any, again: bool) -> bool:
             with conn.transaction():
                 held = conn.execute(
                     f"UPDATE dyneval_unit_claims SET final = true, lease_expires_at = NULL WHERE run_id = %(run)s "
-                    f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1", params).fetchone()
+                    f"AND unit_id = %(unit)s AND {_HELD} RETURNING 1",
+                    params,
+                ).fetchone()
                 if held is None:  # lost, or (tried again) written by the first attempt, whose answer was cut
-                    return again and conn.execute(
-                        "SELECT 1 FROM dyneval_unit_finals WHERE run_id = %(run)s AND unit_id = %(unit)s "
-                        "AND token = %(token)s AND worker = %(worker)s", params).fetchone() is not None
-                return conn.execute(
-                    "INSERT INTO dyneval_unit_finals (run_id, unit_id, worker, token, record, usage) "
-                    "VALUES (%(run)s, %(unit)s, %(worker)s, %(token)s, %(record)s, %(usage)s) "
-                    "ON CONFLICT (run_id, unit_id) DO NOTHING RETURNING 1", params).fetchone() is not None
+                    return (
+                        again
+                        and conn.execute(
+                            "SELECT 1 FROM dyneval_unit_finals WHERE run_id = %(run)s AND unit_id = %(unit)s "
+                            "AND token = %(token)s AND worker = %(worker)s",
+                            params,
+                        ).fetchone()
+                        is not None
+                    )
+                return (
+                    conn.execute(
+                        "INSERT INTO dyneval_unit_finals (run_id, unit_id, worker, token, record, usage) "
+                        "VALUES (%(run)s, %(unit)s, %(worker)s, %(token)s, %(record)s, %(usage)s) "
+                        "ON CONFLICT (run_id, unit_id) DO NOTHING RETURNING 1",
+                        params,
+                    ).fetchone()
+                    is not None
+                )
 
         return self._run("finish", finish)
 
     def final_records(self, run_id: str) -> dict[str, FinalRecord]:
         """The final records of ``run_id``, by unit id (in the order they were written)."""
-        rows = self._run("read final records", lambda conn, _: conn.execute(
-            "SELECT unit_id, record, usage, worker, token, written_at FROM dyneval_unit_finals "
-            "WHERE run_id = %s ORDER BY written_at, unit_id", (run_id,)).fetchall())
+        rows = self._run(
+            "read final records",
+            lambda conn, _: conn.execute(
+                "SELECT unit_id, record, usage, worker, token, written_at FROM dyneval_unit_finals "
+                "WHERE run_id = %s ORDER BY written_at, unit_id",
+                (run_id,),
+            ).fetchall(),
+        )
         return {r[0]: FinalRecord(*r) for r in rows}
 
     def expired(self, run_id: str) -> list[str]:
         """The reaper's query: units of ``run_id`` whose lease ran out before a final record was written."""
-        rows = self._run("read expired leases", lambda conn, _: conn.execute(
-            "SELECT unit_id FROM dyneval_unit_claims WHERE run_id = %s AND NOT final "
-            "AND lease_expires_at <= now() ORDER BY unit_id", (run_id,)).fetchall())
+        rows = self._run(
+            "read expired leases",
+            lambda conn, _: conn.execute(
+                "SELECT unit_id FROM dyneval_unit_claims WHERE run_id = %s AND NOT final "
+                "AND lease_expires_at <= now() ORDER BY unit_id",
+                (run_id,),
+            ).fetchall(),
+        )
         return [r[0] for r in rows]
 
 

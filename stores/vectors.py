@@ -16,9 +16,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from dyneval.state.errors import InfraError, InputError, RetryPolicy, one_line
@@ -69,8 +70,9 @@ def lazy_sentence_transformer(model_name: str) -> Any:
                 if self.model_name not in self.models:
                     from sentence_transformers import SentenceTransformer
 
-                    self.models[self.model_name] = SentenceTransformer(model_name_or_path=self.model_name,
-                                                                       device=self.device)
+                    self.models[self.model_name] = SentenceTransformer(
+                        model_name_or_path=self.model_name, device=self.device
+                    )
             return self.models[self.model_name]
 
     return LazySentenceTransformer()
@@ -85,10 +87,17 @@ def endpoint_embedding(model: str, base_url: str) -> Any:
 
     key = os.environ.get("OPENAI_API_KEY")
     if not key and urlparse(base_url).hostname not in ("127.0.0.1", "localhost", "::1"):
-        raise InputError(f"environment variable OPENAI_API_KEY (API key for embedding model {model!r}) is not set",
-                         field="--embedding-model")
-    client = OpenAIEmbeddings(model=model, base_url=base_url, api_key=key or "sk-no-key-needed",
-                              check_embedding_ctx_length=False, max_retries=4)
+        raise InputError(
+            f"environment variable OPENAI_API_KEY (API key for embedding model {model!r}) is not set",
+            field="--embedding-model",
+        )
+    client = OpenAIEmbeddings(
+        model=model,
+        base_url=base_url,
+        api_key=key or "sk-no-key-needed",
+        check_embedding_ctx_length=False,
+        max_retries=4,
+    )
 
     class EndpointEmbedding(EmbeddingFunction[Documents]):
         def __init__(self) -> None:
@@ -123,9 +132,17 @@ def chroma_client(path: Path, url: str | None = None) -> ClientAPI:
     if url:
         parsed = urlparse(url)
         server = ChromaServer(url)
-        return server.wrap(server.retried("connect", lambda: chromadb.HttpClient(
-            host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000, ssl=parsed.scheme == "https",
-            settings=settings)))
+        return server.wrap(
+            server.retried(
+                "connect",
+                lambda: chromadb.HttpClient(
+                    host=parsed.hostname or "127.0.0.1",
+                    port=parsed.port or 8000,
+                    ssl=parsed.scheme == "https",
+                    settings=settings,
+                ),
+            )
+        )
     path.mkdir(parents=True, exist_ok=True)
     return chromadb.PersistentClient(path=str(path), settings=settings)
 
@@ -142,8 +159,13 @@ def is_server_fault(exc: BaseException) -> bool:
         seen.add(id(cause))
         if isinstance(cause, httpx.TransportError):
             return True
-        status = (cause.response.status_code if isinstance(cause, httpx.HTTPStatusError)
-                  else cause.code() if isinstance(cause, ChromaError) else 0)
+        status = (
+            cause.response.status_code
+            if isinstance(cause, httpx.HTTPStatusError)
+            else cause.code()
+            if isinstance(cause, ChromaError)
+            else 0
+        )
         if status >= 500 or status == 429:
             return True
         cause = cause.__cause__ or cause.__context__
@@ -160,6 +182,7 @@ class ChromaServer:
 
     def retried(self, what: str, call: Callable[[], T]) -> T:
         """``call()``, retried on server faults; ``what`` names it in the error."""
+
         def give_up(attempts: int, exc: Exception) -> InfraError:
             return InfraError(f"Chroma server {self.url}: {what} failed after {attempts} attempt(s): {one_line(exc)}")
 

@@ -64,8 +64,9 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-def make_services(tmp_path: Path, protocol: str = "test", chats: dict[str, Any] | None = None,
-                  params: dict[str, Any] | None = None) -> Any:
+def make_services(
+    tmp_path: Path, protocol: str = "test", chats: dict[str, Any] | None = None, params: dict[str, Any] | None = None
+) -> Any:
     """Services with fake chat models per role and no retry sleeping (unit tests)."""
     from dyneval.runtime.events import EventLog
     from dyneval.runtime.services import Services
@@ -74,8 +75,13 @@ def make_services(tmp_path: Path, protocol: str = "test", chats: dict[str, Any] 
     config = RunConfig(protocol=protocol, out=str(tmp_path), params=params or {})
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    return Services(config=config, run_dir=run_dir, events=EventLog(run_dir / "events.jsonl"),
-                    chat_overrides=chats or {}, retry_sleep=lambda s: None)
+    return Services(
+        config=config,
+        run_dir=run_dir,
+        events=EventLog(run_dir / "events.jsonl"),
+        chat_overrides=chats or {},
+        retry_sleep=lambda s: None,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -94,8 +100,9 @@ def fresh_postgres_db(postgres_dsn: str) -> Any:
     import sqlalchemy as sa
 
     def make(name: str) -> str:
-        admin = sa.create_engine(postgres_dsn.replace("postgresql://", "postgresql+psycopg://"),
-                                 isolation_level="AUTOCOMMIT")
+        admin = sa.create_engine(
+            postgres_dsn.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+        )
         with admin.connect() as conn:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
             conn.execute(sa.text(f"CREATE DATABASE {name}"))

@@ -19,15 +19,38 @@ from dyneval.stores.knowledge_base import Document
 
 PATHS_FIXTURE = Path(__file__).resolve().parent / "context_graph_paths.json"
 
-_NAMES = ("Harbor Mill", "Voss Canal", "Ada Quill", "Orden Bridge", "Kelso Ferry", "Juno Tannery", "Bram Quarry",
-          "Lindum Guild", "Corran Beacon", "Hilde Archive", "Farrow Market", "Inver Granary", "Delia Orchard",
-          "Gideon Foundry", "Elswick Chapel", "Jarrow Lantern", "Cato Tower", "Fenna Garden", "Emrys Council",
-          "Leda River", "Ivo Harbour", "Kasimir Field", "Arden Road", "Bexley Dock")
+_NAMES = (
+    "Harbor Mill",
+    "Voss Canal",
+    "Ada Quill",
+    "Orden Bridge",
+    "Kelso Ferry",
+    "Juno Tannery",
+    "Bram Quarry",
+    "Lindum Guild",
+    "Corran Beacon",
+    "Hilde Archive",
+    "Farrow Market",
+    "Inver Granary",
+    "Delia Orchard",
+    "Gideon Foundry",
+    "Elswick Chapel",
+    "Jarrow Lantern",
+    "Cato Tower",
+    "Fenna Garden",
+    "Emrys Council",
+    "Leda River",
+    "Ivo Harbour",
+    "Kasimir Field",
+    "Arden Road",
+    "Bexley Dock",
+)
 _WORDS = "timber flood barge toll ledger spring autumn lock salt grain wool tide fair road".split()
 
 
-def knowledge_base(seed: int, n_docs: int, chunks: tuple[int, int], per_chunk: tuple[int, int]
-                   ) -> tuple[list[Document], dict[str, list[str]]]:
+def knowledge_base(
+    seed: int, n_docs: int, chunks: tuple[int, int], per_chunk: tuple[int, int]
+) -> tuple[list[Document], dict[str, list[str]]]:
     """``n_docs`` documents and the entity labels of every chunk text (the stand-in extractor's answers)."""
     rng = random.Random(seed)
     docs: list[Document] = []
@@ -41,8 +64,13 @@ def knowledge_base(seed: int, n_docs: int, chunks: tuple[int, int], per_chunk: t
                 names.append("Voss Canal")  # in every even document
             if rng.random() < 0.3 and names:  # another spelling of an entity already named
                 names.append(rng.choice([n.lower() for n in names] + [f"the {n}" for n in names]))
-            text = (f"Document {d} part {c}: " + ", ".join(names) + " and the " + " ".join(rng.sample(_WORDS, 4))
-                    + f" of year {rng.randint(1700, 1900)}.")
+            text = (
+                f"Document {d} part {c}: "
+                + ", ".join(names)
+                + " and the "
+                + " ".join(rng.sample(_WORDS, 4))
+                + f" of year {rng.randint(1700, 1900)}."
+            )
             texts.append(text)
             labels[text] = names
         docs.append(Document(id=f"doc{d}", title=f"doc {d}", chunks=texts))

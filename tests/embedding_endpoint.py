@@ -53,8 +53,14 @@ class EmbeddingEndpoint:
 def client_pid(client_port: int, server_port: int) -> int | None:
     """The process holding the socket 127.0.0.1:``client_port`` connected to 127.0.0.1:``server_port``."""
     local, remote = f"0100007F:{client_port:04X}", f"0100007F:{server_port:04X}"
-    inode = next((f[9] for f in (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
-                  if f[1] == local and f[2] == remote), None)
+    inode = next(
+        (
+            f[9]
+            for f in (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
+            if f[1] == local and f[2] == remote
+        ),
+        None,
+    )
     if inode is None:
         return None
     target = f"socket:[{inode}]"
@@ -77,6 +83,6 @@ def ancestors(pid: int) -> list[int]:
     out = []
     while pid > 1:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
         out.append(pid)
     return out

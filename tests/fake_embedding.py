@@ -52,9 +52,14 @@ def embeddings_reply(fake: HashEmbedding, body: dict[str, Any]) -> tuple[int, di
     """An OpenAI ``POST /v1/embeddings`` reply with ``fake``'s vectors of the request's inputs, as floats or base64
     as the client asks (``tests.fake_endpoint.serve`` serves it)."""
     texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-    encode = (lambda v: base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode()) \
-        if body.get("encoding_format") == "base64" else (lambda v: [float(x) for x in v])
-    return 200, {"object": "list", "model": body["model"],
-                 "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
-                          for i, v in enumerate(fake(texts))],
-                 "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+    encode = (
+        (lambda v: base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode())
+        if body.get("encoding_format") == "base64"
+        else (lambda v: [float(x) for x in v])
+    )
+    return 200, {
+        "object": "list",
+        "model": body["model"],
+        "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(fake(texts))],
+        "usage": {"prompt_tokens": 0, "total_tokens": 0},
+    }

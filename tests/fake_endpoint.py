@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 
 def completion(message: dict[str, Any] | str) -> dict[str, Any]:
     """A chat.completion body; a string becomes a plain assistant message."""
     if isinstance(message, str):
         message = {"role": "assistant", "content": message}
-    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+    }
 
 
 Reply = tuple[int, dict[str, Any] | bytes] | tuple[int, dict[str, Any] | bytes, dict[str, str]]
@@ -28,8 +34,9 @@ def loopback(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
     return server
 
 
-def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
-              ) -> None:
+def send_json(
+    handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+) -> None:
     """Answer the request ``handler`` holds: a dict ``payload`` as JSON, bytes as they are (give their
     ``Content-Type`` in ``headers``, e.g. a proxy's HTML page)."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -40,8 +41,9 @@ class ScriptedChat(GenericFakeChatModel):
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         tools = kwargs.get("tools") or []
         tool = tools[0] if tools else None
         self.calls.append((messages, tool["function"]["name"] if tool else None))
@@ -50,9 +52,13 @@ class ScriptedChat(GenericFakeChatModel):
             raise out
         usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
         if tool is not None and isinstance(out, dict):
-            msg = AIMessage(content="", tool_calls=[{"name": tool["function"]["name"], "args": out,
-                                                     "id": f"call_{next(_ids)}", "type": "tool_call"}],
-                            usage_metadata=usage)
+            msg = AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": tool["function"]["name"], "args": out, "id": f"call_{next(_ids)}", "type": "tool_call"}
+                ],
+                usage_metadata=usage,
+            )
         else:
             msg = AIMessage(content=out if isinstance(out, str) else json.dumps(out), usage_metadata=usage)
         return ChatResult(generations=[ChatGeneration(message=msg)])

@@ -32,8 +32,9 @@ import re
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from dyneval import cli
 from tests.standin_endpoint import StandIn, _Draw, content_key
@@ -47,27 +48,62 @@ ROLES = ("target", "evaluator", "teacher", "orchestrator", "student", "grader")
 #: Case name -> protocol arguments (``{URL}`` = the stand-in's base URL, ``{REPO}`` = this checkout).
 CASES: dict[str, list[str]] = {
     "atad_generate": ["--protocol", "atad", "--per-task", "1", "--concurrency", "2"],
-    "atad_evaluate": ["--protocol", "atad", "--evaluate", "examinee_a@{URL}", "examinee_b@{URL}",
-                      "--benchmark", "{REPO}/samples/atad/benchmark.jsonl", "--concurrency", "2"],
+    "atad_evaluate": [
+        "--protocol",
+        "atad",
+        "--evaluate",
+        "examinee_a@{URL}",
+        "examinee_b@{URL}",
+        "--benchmark",
+        "{REPO}/samples/atad/benchmark.jsonl",
+        "--concurrency",
+        "2",
+    ],
     "judgeagent": ["--protocol", "judgeagent", "--limit", "1"],
     "interview": ["--protocol", "interview", "--limit", "4", "--concurrency", "2"],
     # Sessions never repeat a question the model met in an earlier session: one at a time, in plan order.
-    "llmeval": ["--protocol", "llmeval", "--questions", "4", "--paradigm", "all", "--reference-model",
-                "reference@{URL}", "--concurrency", "1"],
+    "llmeval": [
+        "--protocol",
+        "llmeval",
+        "--questions",
+        "4",
+        "--paradigm",
+        "all",
+        "--reference-model",
+        "reference@{URL}",
+        "--concurrency",
+        "1",
+    ],
 }
 
 #: Keys whose values are timings or clock readings.
-VOLATILE = {"wall_s", "own_wall_s", "llm_seconds", "latency_s", "ts", "session_wall_s", "unit_wall_s_total",
-            "avg_seconds_per_seed_question"}
+VOLATILE = {
+    "wall_s",
+    "own_wall_s",
+    "llm_seconds",
+    "latency_s",
+    "ts",
+    "session_wall_s",
+    "unit_wall_s_total",
+    "avg_seconds_per_seed_question",
+}
 
 _TEACHER_TOOL = re.compile(r"^T[1-7]Problem$")
 _NUMBERED = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
 
 
 def _tool_call(body: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_" + content_key(body)[:12], "type": "function",
-         "function": {"name": name, "arguments": json.dumps(args)}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_" + content_key(body)[:12],
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+        ],
+    }
 
 
 def _atad_args(props: dict[str, Any], draw: _Draw) -> dict[str, Any]:
@@ -95,7 +131,7 @@ def _entity_args(body: dict[str, Any], draw: _Draw) -> dict[str, Any]:
     marks = list(_NUMBERED.finditer(prompt))
     labeled = []
     for mark, after in zip(marks, marks[1:] + [None]):
-        text = prompt[mark.end():after.start() if after else len(prompt)].split("\n\n")[0]
+        text = prompt[mark.end() : after.start() if after else len(prompt)].split("\n\n")[0]
         words = sorted({w for w in re.findall(r"[A-Za-z]{6,}", text)})
         if words and draw.rng.random() >= 0.2:
             labeled.append({"n": int(mark.group(1)), "entities": draw.rng.sample(words, min(3, len(words)))})
@@ -156,8 +192,15 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 def collect(run_dir: Path, out: Path, url: str, endpoint: list[tuple[str, str]]) -> dict[str, Any]:
     """The normalized outputs of one finished run."""
-    clean = _Placeholders([(url, "{URL}"), (str(run_dir), "{RUN_DIR}"), (str(out), "{OUT}"),
-                           (str(REPO), "{REPO}"), (run_dir.name, "{RUN_ID}")])
+    clean = _Placeholders(
+        [
+            (url, "{URL}"),
+            (str(run_dir), "{RUN_DIR}"),
+            (str(out), "{OUT}"),
+            (str(REPO), "{REPO}"),
+            (run_dir.name, "{RUN_ID}"),
+        ]
+    )
     records = {r["unit_id"]: clean(r) for r in _jsonl(run_dir / "results.jsonl")}
     requests: dict[str, list[str]] = {}
     for event in _jsonl(run_dir / "events.jsonl"):
@@ -168,8 +211,10 @@ def collect(run_dir: Path, out: Path, url: str, endpoint: list[tuple[str, str]])
     result = {
         "records": dict(sorted(records.items())),
         "requests": {unit: sorted(keys) for unit, keys in sorted(requests.items())},
-        "endpoint": {model: dict(sorted(Counter(k[:16] for m, k in endpoint if m == model).items()))
-                     for model in sorted({m for m, _ in endpoint})},
+        "endpoint": {
+            model: dict(sorted(Counter(k[:16] for m, k in endpoint if m == model).items()))
+            for model in sorted({m for m, _ in endpoint})
+        },
         "summary": clean(summary),
     }
     benchmark = _jsonl(run_dir / "benchmark.jsonl")
@@ -256,11 +301,18 @@ def explain(name: str, golden: dict[str, Any], actual: dict[str, Any], lines: in
     if not differing:
         return f"{name}: unchanged"
     first = differing[0][0]
-    diff = list(difflib.unified_diff(dump(golden.get(first)).splitlines(), dump(actual.get(first)).splitlines(),
-                                     f"golden/{name}.json: {first}", "this run", lineterm="", n=2))
+    diff = list(
+        difflib.unified_diff(
+            dump(golden.get(first)).splitlines(),
+            dump(actual.get(first)).splitlines(),
+            f"golden/{name}.json: {first}",
+            "this run",
+            lineterm="",
+            n=2,
+        )
+    )
     more = f"\n... {len(diff) - lines} more diff lines" if len(diff) > lines else ""
-    return "\n".join([f"{name}: behaviour changed", *(f"  at {where}" for _, where in differing),
-                      *diff[:lines]]) + more
+    return "\n".join([f"{name}: behaviour changed", *(f"  at {where}" for _, where in differing), *diff[:lines]]) + more
 
 
 def main(argv: list[str] | None = None) -> int:

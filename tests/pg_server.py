@@ -53,8 +53,9 @@ class PgServer:
             if self.as_user:
                 shutil.chown(secret, user=self.as_user[2])
             auth = ["-A", "scram-sha-256", f"--pwfile={secret}"]
-        subprocess.run([*self.as_user, initdb, "-D", str(self.data), *auth, "-U", "postgres"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [*self.as_user, initdb, "-D", str(self.data), *auth, "-U", "postgres"], check=True, capture_output=True
+        )
         self.start()
 
     def dsn(self, database: str = "postgres", password: str | None = None) -> str:
@@ -62,9 +63,22 @@ class PgServer:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 
     def _ctl(self, *action: str) -> None:
-        subprocess.run([*self.as_user, str(self.pg_ctl), "-D", str(self.data), "-w", "-l", str(self.folder / "log"),
-                        "-o", f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1", *action],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                *self.as_user,
+                str(self.pg_ctl),
+                "-D",
+                str(self.data),
+                "-w",
+                "-l",
+                str(self.folder / "log"),
+                "-o",
+                f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1",
+                *action,
+            ],
+            check=True,
+            capture_output=True,
+        )
 
     def start(self) -> None:
         self._ctl("start")
@@ -79,6 +93,7 @@ class PgServer:
 
     def close(self) -> None:
         """Stop the server (if it runs) and remove its files."""
-        subprocess.run([*self.as_user, str(self.pg_ctl), "-D", str(self.data), "-m", "fast", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*self.as_user, str(self.pg_ctl), "-D", str(self.data), "-m", "fast", "stop"], capture_output=True
+        )
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -26,8 +26,12 @@ def planted_records(n: int, seed: int = 11) -> tuple[list[dict[str, Any]], dict[
     records: list[dict[str, Any]] = []
     planted = {"exact": 0, "near": 0}
     for i in range(n):
-        record: dict[str, Any] = {"uuid": f"q{i:04d}", "discipline": ("Law", "Science", "History")[i % 3],
-                                  "question": " ".join(rng.sample(WORDS, 12)) + "?", "answer": "an answer"}
+        record: dict[str, Any] = {
+            "uuid": f"q{i:04d}",
+            "discipline": ("Law", "Science", "History")[i % 3],
+            "question": " ".join(rng.sample(WORDS, 12)) + "?",
+            "answer": "an answer",
+        }
         if i >= 2 and i % 7 == 3:  # near duplicate: of the record just before, or of any earlier one
             earlier = records[i - 1] if i % 2 else records[rng.randrange(i - 1)]
             record["question"] = earlier["question"][:-1] + f" {ADDED[i % len(ADDED)]}?"
@@ -39,8 +43,12 @@ def planted_records(n: int, seed: int = 11) -> tuple[list[dict[str, Any]], dict[
         elif i % 13 == 6:  # for --rewrite (the teacher's true/false statements)
             record["qtype"] = "material"
         elif i % 5 == 0:
-            record.update(qtype="mcq", question=record["question"][:-1] + " ( )?", answer="B",
-                          options=[f"option {k} of {i}" for k in "abcd"])
+            record.update(
+                qtype="mcq",
+                question=record["question"][:-1] + " ( )?",
+                answer="B",
+                options=[f"option {k} of {i}" for k in "abcd"],
+            )
         records.append(record)
     return records, planted
 

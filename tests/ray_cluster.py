@@ -169,7 +169,7 @@ def trees(roots: list[int]) -> dict[int, list[int]]:
             text = stat.read_text()
         except OSError:
             continue
-        fields = text[text.rindex(")") + 2:].split()
+        fields = text[text.rindex(")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
     out = {}
     for root in roots:
@@ -189,16 +189,22 @@ def _start(name: str, args: list[str], env: dict[str, str], temp_dir: Path, atte
     for attempt in range(1, attempts + 1):
         log = temp_dir / f"{name}-{attempt}.log"
         with log.open("wb") as out:
-            process = subprocess.Popen([sys.executable, "-m", "tests.ray_node", "start", *args, "--block",
-                                        "--disable-usage-stats"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.ray_node", "start", *args, "--block", "--disable-usage-stats"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         while b"Ray runtime started" not in log.read_bytes() and process.poll() is None:
             time.sleep(0.2)
         if process.poll() is None:
             return RayNode(name, process, log)
         _kill_tree(process.pid)
-    raise RuntimeError(f"ray start ({name}) exited with {process.returncode} {attempts} times: "
-                       f"{log.read_text(errors='replace')[-1500:]}")
+    raise RuntimeError(
+        f"ray start ({name}) exited with {process.returncode} {attempts} times: "
+        f"{log.read_text(errors='replace')[-1500:]}"
+    )
 
 
 def _kill_tree(root: int) -> None:
@@ -210,8 +216,9 @@ def _kill_tree(root: int) -> None:
 
 
 @contextmanager
-def ray_cluster(workers: int = 2, cpus_per_worker: int = 1, object_store_bytes: int = 100_000_000,
-                env: dict[str, str] | None = None) -> Iterator[RayCluster]:
+def ray_cluster(
+    workers: int = 2, cpus_per_worker: int = 1, object_store_bytes: int = 100_000_000, env: dict[str, str] | None = None
+) -> Iterator[RayCluster]:
     """A head (no CPU: tasks run on the workers) and ``workers`` worker nodes ``worker1`` ..., and this process
     connected to them (``ray.init``); everything killed and removed on exit. ``env``: extra variables for every
     node's processes (e.g. what a task reads). A cluster that cannot start raises ``RuntimeError``."""
@@ -224,36 +231,82 @@ def ray_cluster(workers: int = 2, cpus_per_worker: int = 1, object_store_bytes: 
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     # no token authentication: a token file a local ray.init() left in ~/.ray must not lock this cluster's nodes
     # and driver out of each other
-    node_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "PYTHONPATH": path,
-                **(env or {})}
+    node_env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": path,
+        **(env or {}),
+    }
     node_env.pop(LOOPBACK_SWITCH, None)  # it would make `ray start` refuse the worker nodes (tests/ray_node.py)
     if ray.util.get_node_ip_address() != "127.0.0.1":
-        raise RuntimeError(f"this process imported Ray without {LOOPBACK_SWITCH}=0, so it would reach the cluster at "
-                           "the machine's network address, where nothing listens: set it before importing ray")
+        raise RuntimeError(
+            f"this process imported Ray without {LOOPBACK_SWITCH}=0, so it would reach the cluster at "
+            "the machine's network address, where nothing listens: set it before importing ray"
+        )
     port = free_port()
 
     def common() -> list[str]:
         """Options of every node; its agents' ports are its own (two nodes on one port: one dies)."""
-        return ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(object_store_bytes),
-                "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()),
-                "--runtime-env-agent-port", str(free_port())]
+        return [
+            "--node-ip-address",
+            "127.0.0.1",
+            "--object-store-memory",
+            str(object_store_bytes),
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--metrics-export-port",
+            str(free_port()),
+            "--runtime-env-agent-port",
+            str(free_port()),
+        ]
 
     cluster = RayCluster(address="", temp_dir=temp_dir, env=node_env)
     try:
-        cluster.nodes["head"] = _start("head", [
-            "--head", "--port", str(port), "--num-cpus", "0", "--include-dashboard=false",
-            "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port()),
-            "--temp-dir", str(temp_dir), *common()], node_env, temp_dir)
+        cluster.nodes["head"] = _start(
+            "head",
+            [
+                "--head",
+                "--port",
+                str(port),
+                "--num-cpus",
+                "0",
+                "--include-dashboard=false",
+                "--dashboard-port",
+                str(free_port()),
+                "--ray-client-server-port",
+                str(free_port()),
+                "--temp-dir",
+                str(temp_dir),
+                *common(),
+            ],
+            node_env,
+            temp_dir,
+        )
         cluster.address = f"127.0.0.1:{port}"
         for i in range(1, workers + 1):
             name = f"worker{i}"
             # worker ports are picked free within a range: one per node (two nodes never race for a port),
             # below the kernel's ephemeral ports, where free_port() finds the others
             low = 10002 + 1000 * ((os.getpid() % 9) * 2 + i - 1)
-            cluster.nodes[name] = _start(name, [
-                "--address", cluster.address, "--num-cpus", str(cpus_per_worker),
-                "--resources", f'{{"{name}": {NODE_RESOURCE_UNITS}}}',
-                "--min-worker-port", str(low), "--max-worker-port", str(low + 999), *common()], node_env, temp_dir)
+            cluster.nodes[name] = _start(
+                name,
+                [
+                    "--address",
+                    cluster.address,
+                    "--num-cpus",
+                    str(cpus_per_worker),
+                    "--resources",
+                    f'{{"{name}": {NODE_RESOURCE_UNITS}}}',
+                    "--min-worker-port",
+                    str(low),
+                    "--max-worker-port",
+                    str(low + 999),
+                    *common(),
+                ],
+                node_env,
+                temp_dir,
+            )
         os.environ["RAY_AUTH_MODE"] = node_env["RAY_AUTH_MODE"]  # read by ray.init: as the nodes were started
         ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
         _identify(cluster, workers)
@@ -280,13 +333,18 @@ def _identify(cluster: RayCluster, workers: int) -> None:
         if len(alive) == workers + 1:
             break
         if any(n["Alive"] is False for n in ray.nodes()):
-            raise RuntimeError("ray start: a node died while the cluster started: "
-                               + "; ".join(n.log.read_text(errors="replace")[-500:] for n in cluster.nodes.values()))
+            raise RuntimeError(
+                "ray start: a node died while the cluster started: "
+                + "; ".join(n.log.read_text(errors="replace")[-500:] for n in cluster.nodes.values())
+            )
         time.sleep(0.2)
     for n in alive:
         resources = n["Resources"]
-        name = "head" if "node:__internal_head__" in resources else next(
-            (w for w in cluster.workers if w in resources), None)
+        name = (
+            "head"
+            if "node:__internal_head__" in resources
+            else next((w for w in cluster.workers if w in resources), None)
+        )
         if name is not None:
             cluster.nodes[name].node_id = n["NodeID"]
 

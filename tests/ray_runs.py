@@ -25,8 +25,23 @@ def interview_seeds(path: Path, units: int = 40) -> str:
 
 def driver_command(url: str, dsn: str, out: Path, *extra: str) -> list[str]:
     """``run.py`` for an interview run with every role on the endpoint at ``url`` and ``--executor ray``."""
-    return [sys.executable, "run.py", "--protocol", "interview", "--target", f"target@{url}", "--evaluator",
-            f"evaluator@{url}", "--postgres-dsn", dsn, "--out", str(out), "--executor", "ray", *extra]
+    return [
+        sys.executable,
+        "run.py",
+        "--protocol",
+        "interview",
+        "--target",
+        f"target@{url}",
+        "--evaluator",
+        f"evaluator@{url}",
+        "--postgres-dsn",
+        dsn,
+        "--out",
+        str(out),
+        "--executor",
+        "ray",
+        *extra,
+    ]
 
 
 def planned(run_dir: Path) -> list[str]:

@@ -12,8 +12,10 @@ class SlowBodies:
     ``Content-Length`` far beyond the byte it sends every ``every_s`` seconds; :meth:`close` ends them."""
 
     def __init__(self, port: int, count: int, path: str = "/admin/sessions", every_s: float = 2.0) -> None:
-        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                "Content-Length: 100000\r\n\r\n").encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100000\r\n\r\n"
+        ).encode()
         self.connections = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(count)]
         for conn in self.connections:
             conn.sendall(head + b"{")

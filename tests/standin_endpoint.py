@@ -31,15 +31,36 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tests.fake_endpoint import Quiet, loopback, send_json
 
 REPAIR_PREFIX = "Your previous reply could not be used"
 
-_WORDS = ("alpha", "bravo", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "iris", "juniper", "kelp",
-          "lumen", "maple", "nectar", "onyx", "prism", "quartz", "raven", "sable", "tundra")
+_WORDS = (
+    "alpha",
+    "bravo",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "garnet",
+    "harbor",
+    "iris",
+    "juniper",
+    "kelp",
+    "lumen",
+    "maple",
+    "nectar",
+    "onyx",
+    "prism",
+    "quartz",
+    "raven",
+    "sable",
+    "tundra",
+)
 
 
 def _text(content: Any) -> str:
@@ -61,8 +82,10 @@ def content_key(body: dict[str, Any]) -> str:
     if is_repair(body):
         messages = messages[:-1]
     tools = body.get("tools") or []
-    payload = {"messages": [[m.get("role"), _text(m.get("content"))] for m in messages],
-               "tools": [t.get("function", {}).get("name") for t in tools]}
+    payload = {
+        "messages": [[m.get("role"), _text(m.get("content"))] for m in messages],
+        "tools": [t.get("function", {}).get("name") for t in tools],
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -129,17 +152,31 @@ def generic_reply(body: dict[str, Any]) -> dict[str, Any]:
     if tools:
         fn = tools[0]["function"]
         args = instance(fn.get("parameters") or {"type": "object"}, draw)
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_" + content_key(body)[:12], "type": "function",
-             "function": {"name": fn["name"], "arguments": json.dumps(args)}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_" + content_key(body)[:12],
+                    "type": "function",
+                    "function": {"name": fn["name"], "arguments": json.dumps(args)},
+                }
+            ],
+        }
     return {"role": "assistant", "content": draw.words(3, 12).capitalize() + "."}
 
 
 def completion(message: dict[str, Any], model: str = "standin") -> dict[str, Any]:
-    return {"id": "x", "object": "chat.completion", "created": 0, "model": model,
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
+    }
 
 
 @dataclass
@@ -161,10 +198,20 @@ def _malformed(body: dict[str, Any], pick: float) -> dict[str, Any]:
     if pick < 0.34:
         return {"role": "assistant", "content": "Sure! Here is my verdict: it looks fine to me."}
     if pick < 0.67:
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_bad", "type": "function", "function": {"name": fn, "arguments": '{"broken": '}}]}
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_bad", "type": "function", "function": {"name": fn, "arguments": '{"unexpected": 1}'}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_bad", "type": "function", "function": {"name": fn, "arguments": '{"broken": '}}
+            ],
+        }
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_bad", "type": "function", "function": {"name": fn, "arguments": '{"unexpected": 1}'}}
+        ],
+    }
 
 
 @dataclass
@@ -180,8 +227,13 @@ class Request:
 class StandIn:
     """The server; use as a context manager or call :meth:`close`."""
 
-    def __init__(self, respond: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
-                 faults: Faults | None = None, latency_s: float = 0.0, log_path: str | None = None) -> None:
+    def __init__(
+        self,
+        respond: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+        faults: Faults | None = None,
+        latency_s: float = 0.0,
+        log_path: str | None = None,
+    ) -> None:
         self.respond = respond
         self.log_path = log_path
         self.faults = faults or Faults()
@@ -276,8 +328,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", help="append one JSON line per request here")
     args = parser.parse_args()
-    standin = StandIn(faults=Faults(args.transient, args.malformed, seed=args.seed), latency_s=args.latency,
-                      log_path=args.log)
+    standin = StandIn(
+        faults=Faults(args.transient, args.malformed, seed=args.seed), latency_s=args.latency, log_path=args.log
+    )
     print(standin.url, flush=True)
     threading.Event().wait()
 

@@ -15,10 +15,29 @@ from tests.standin_endpoint import StandIn
 RUNS: dict[str, list[str]] = {
     **{name: args for name, args in CASES.items() if name != "judgeagent"},
     "judgeagent": ["--protocol", "judgeagent", "--limit", "2", "--concurrency", "2"],
-    "judgecheck_pairwise": ["--protocol", "judgecheck", "--judge", "pairwise", "--limit", "6", "--jury",
-                            "judge_one@{URL}", "judge_two@{URL}", "--bootstrap-resamples", "200"],
-    "judgecheck_correctness": ["--protocol", "judgecheck", "--judge", "interview.grader", "--limit", "6",
-                               "--bootstrap-resamples", "200"],
+    "judgecheck_pairwise": [
+        "--protocol",
+        "judgecheck",
+        "--judge",
+        "pairwise",
+        "--limit",
+        "6",
+        "--jury",
+        "judge_one@{URL}",
+        "judge_two@{URL}",
+        "--bootstrap-resamples",
+        "200",
+    ],
+    "judgecheck_correctness": [
+        "--protocol",
+        "judgecheck",
+        "--judge",
+        "interview.grader",
+        "--limit",
+        "6",
+        "--bootstrap-resamples",
+        "200",
+    ],
 }
 
 

@@ -23,7 +23,7 @@ def screen_lines(output: str, width: int = 80) -> list[str]:
         ch = output[i]
         if ch == "\x1b":
             m = _CSI.match(output, i)
-            assert m, f"unknown escape sequence at {i}: {output[i:i + 12]!r}"
+            assert m, f"unknown escape sequence at {i}: {output[i : i + 12]!r}"
             params, code = m.group(1), m.group(2)
             n = int(params) if params.isdigit() else 1
             if code == "A":
@@ -43,7 +43,7 @@ def screen_lines(output: str, width: int = 80) -> list[str]:
                 if params in ("", "0"):
                     del line[col:]
                 elif params == "1":
-                    line[:col + 1] = [" "] * min(len(line), col + 1)
+                    line[: col + 1] = [" "] * min(len(line), col + 1)
                 else:
                     line.clear()
             else:

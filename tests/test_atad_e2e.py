@@ -19,8 +19,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.integration
 def test_generate_then_evaluate_on_the_embedded_model(embedded_url, tmp_path):
-    gen = subprocess.run([sys.executable, "run.py", "--protocol", "atad", "--per-task", "1", "--out", str(tmp_path)],
-                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    gen = subprocess.run(
+        [sys.executable, "run.py", "--protocol", "atad", "--per-task", "1", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert gen.returncode == 0, gen.stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "_cache"]
     bench = run_dir / "benchmark.jsonl"
@@ -28,7 +33,14 @@ def test_generate_then_evaluate_on_the_embedded_model(embedded_url, tmp_path):
     unjudged = json.loads((run_dir / "summary.json").read_text())["metrics"].get("ungraded") or {}
     # a unit whose orchestrator gave no usable verdict is neither finalized nor discarded (ungraded, resumable)
     assert sorted([*(i["task"] for i in items), *(u.split("-")[0] for u in unjudged)]) == [
-        "T1", "T2", "T3", "T4", "T5", "T6", "T7"]
+        "T1",
+        "T2",
+        "T3",
+        "T4",
+        "T5",
+        "T6",
+        "T7",
+    ]
     for item in items:
         assert item["item_status"] in {"finalized", "discarded"}
         assert item["history"], "every item keeps its history"
@@ -44,9 +56,24 @@ def test_generate_then_evaluate_on_the_embedded_model(embedded_url, tmp_path):
         if item["item_status"] == "finalized":
             assert not structure_errors(item["task"], item["problem"]), item["problem"]
 
-    ev = subprocess.run([sys.executable, "run.py", "--protocol", "atad", "--evaluate", "local", "--benchmark",
-                         str(REPO / "samples" / "atad" / "benchmark.jsonl"), "--out", str(tmp_path / "eval")],
-                        cwd=REPO, capture_output=True, text=True, timeout=600)
+    ev = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "--protocol",
+            "atad",
+            "--evaluate",
+            "local",
+            "--benchmark",
+            str(REPO / "samples" / "atad" / "benchmark.jsonl"),
+            "--out",
+            str(tmp_path / "eval"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert "ATAD accuracy per task" in ev.stdout
     assert "T1" in ev.stdout and "Avg." in ev.stdout

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import openai
 import httpx
+import openai
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
@@ -14,15 +14,28 @@ from dyneval.nodes.atad.student import solve
 from dyneval.state.atad import AtadContext
 from dyneval.state.errors import InfraError
 from tests.fakes import ScriptedChat
-from tests.test_atad_support import (World, orchestrator_chat, run_graph, services, steps, student_chat,
-                                     teacher_chat, unit_input)
+from tests.test_atad_support import (
+    World,
+    orchestrator_chat,
+    run_graph,
+    services,
+    steps,
+    student_chat,
+    teacher_chat,
+    unit_input,
+)
 
 
 def test_rejected_base_problem_is_regenerated_with_feedback_then_approved(tmp_path):
     world = World()
     teacher = teacher_chat(world)
-    svc = services(tmp_path, world, teacher=teacher, orchestrator=orchestrator_chat([False, True]),
-                   student=student_chat(world, [False]))
+    svc = services(
+        tmp_path,
+        world,
+        teacher=teacher,
+        orchestrator=orchestrator_chat([False, True]),
+        student=student_chat(world, [False]),
+    )
     out = run_graph(svc, unit_input())
     assert steps(out)[:5] == ["generate", "validate", "generate", "validate", "accept"]
     assert out["status"] == "finalized" and out["acceptance"] == "student_failed"
@@ -55,8 +68,12 @@ def test_success_escalates_to_a_harder_validated_problem_until_the_student_fails
 def test_rejected_harder_variants_fall_back_to_the_last_validated_problem(tmp_path):
     world = World()
     # base approved, then every harder variant rejected
-    svc = services(tmp_path, world, orchestrator=orchestrator_chat([True, False, False, False]),
-                   student=student_chat(world, [True]))
+    svc = services(
+        tmp_path,
+        world,
+        orchestrator=orchestrator_chat([True, False, False, False]),
+        student=student_chat(world, [True]),
+    )
     out = run_graph(svc, unit_input("T3"), max_level_attempts=2)
     assert out["acceptance"] == "escalation_rejected"
     assert out["current"] == out["base"]  # the solved base problem is kept
@@ -68,8 +85,13 @@ def test_rejected_harder_variants_fall_back_to_the_last_validated_problem(tmp_pa
 def test_retry_after_rejected_harder_variant_asks_for_slightly_less_difficulty(tmp_path):
     world = World()
     teacher = teacher_chat(world)
-    svc = services(tmp_path, world, teacher=teacher, orchestrator=orchestrator_chat([True, False, True]),
-                   student=student_chat(world, [True, False]))
+    svc = services(
+        tmp_path,
+        world,
+        teacher=teacher,
+        orchestrator=orchestrator_chat([True, False, True]),
+        student=student_chat(world, [True, False]),
+    )
     out = run_graph(svc, unit_input("T1"))
     prompts = ["\n".join(str(m.content) for m in msgs) for msgs, _ in teacher.calls]
     assert "A student solved this" in prompts[1]  # escalation prompt
@@ -89,8 +111,12 @@ def test_student_loop_cap_finalizes_an_always_solved_problem(tmp_path):
 def test_item_is_discarded_with_history_when_no_base_problem_passes(tmp_path):
     world = World()
     bad = {"sentences": ["Only one sentence."], "answer": 1}
-    svc = services(tmp_path, world, teacher=teacher_chat(world, [bad, "garbage", "garbage"]),
-                   orchestrator=orchestrator_chat([False]))
+    svc = services(
+        tmp_path,
+        world,
+        teacher=teacher_chat(world, [bad, "garbage", "garbage"]),
+        orchestrator=orchestrator_chat([False]),
+    )
     out = run_graph(svc, unit_input("T5"), max_init_loops=2)
     assert out["status"] == "discarded" and out["acceptance"] is None
     assert "no valid base problem after 2 attempt(s)" in out["discard_reason"]
@@ -151,8 +177,11 @@ def test_check_structure_routes_malformed_candidates_back_to_the_teacher(tmp_pat
     world = World()
     svc = services(tmp_path, world)
     ctx = AtadContext(services=svc, max_init_loops=3)
-    state = {**unit_input("T3"), "attempts": 1,
-             "candidate": {"sentence": "x ___ y", "choices": ["a", "a", "b", "c", "d"], "answer": 9}}
+    state = {
+        **unit_input("T3"),
+        "attempts": 1,
+        "candidate": {"sentence": "x ___ y", "choices": ["a", "a", "b", "c", "d"], "answer": 9},
+    }
     update = check_structure(state, Runtime(context=ctx))
     assert after_check({**state, **update}, Runtime(context=ctx)) == "generate"
     assert "choices 1 and 2 are the same" in update["feedback"] and "not between 1 and 5" in update["feedback"]

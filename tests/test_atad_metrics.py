@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, generation_stats,
-                                    per_task_accuracy, review_summary)
+from dyneval.protocols.atad.metrics import (
+    average_tables,
+    consistency_curve,
+    curve_sizes,
+    generation_stats,
+    per_task_accuracy,
+    review_summary,
+)
 
 
 def test_per_task_accuracy_averages_task_columns_not_items():
@@ -39,22 +45,43 @@ def test_curve_sizes_end_at_the_full_size():
 
 
 def test_review_summary_means_and_approval_rate():
-    s = review_summary([{"validity": 5, "coherence": 4, "fairness": 3, "approved": True},
-                        {"validity": 3, "coherence": 4, "fairness": 1, "approved": False}, None])
+    s = review_summary(
+        [
+            {"validity": 5, "coherence": 4, "fairness": 3, "approved": True},
+            {"validity": 3, "coherence": 4, "fairness": 1, "approved": False},
+            None,
+        ]
+    )
     assert (s["validity"], s["coherence"], s["fairness"], s["approval"], s["n"]) == (4.0, 4.0, 2.0, 50.0, 2)
-    assert s["ungraded"] == 1   # the unusable review is in no mean, and counted
+    assert s["ungraded"] == 1  # the unusable review is in no mean, and counted
 
 
 def test_generation_stats_count_acceptance_difficulty_and_rejection_kinds():
     items = [
-        {"task": "T1", "item_status": "finalized", "acceptance": "student_failed", "difficulty": "hard", "level": 1,
-         "student_loops": 2, "teacher_attempts": 3,
-         "history": [{"step": "generate", "structure_errors": ["sentence_count: x"]},
-                     {"step": "validate", "approved": False, "error": None},
-                     {"step": "validate", "approved": True}]},
-        {"task": "T1", "item_status": "discarded", "acceptance": None, "difficulty": None, "level": None,
-         "student_loops": 0, "teacher_attempts": 1,
-         "history": [{"step": "validate", "approved": False, "error": None}]},
+        {
+            "task": "T1",
+            "item_status": "finalized",
+            "acceptance": "student_failed",
+            "difficulty": "hard",
+            "level": 1,
+            "student_loops": 2,
+            "teacher_attempts": 3,
+            "history": [
+                {"step": "generate", "structure_errors": ["sentence_count: x"]},
+                {"step": "validate", "approved": False, "error": None},
+                {"step": "validate", "approved": True},
+            ],
+        },
+        {
+            "task": "T1",
+            "item_status": "discarded",
+            "acceptance": None,
+            "difficulty": None,
+            "level": None,
+            "student_loops": 0,
+            "teacher_attempts": 1,
+            "history": [{"step": "validate", "approved": False, "error": None}],
+        },
     ]
     s = generation_stats(items)
     assert s["finalized"] == 1 and s["discarded"] == 1

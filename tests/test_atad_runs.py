@@ -17,20 +17,29 @@ from dyneval.runtime.llm import current_unit
 from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import ModelSpec, RunConfig
 from dyneval.state.errors import InputError
+from tests.conftest import make_services
 from tests.fakes import ScriptedChat
 from tests.test_atad_support import World, orchestrator_chat, run_graph, student_chat, teacher_chat, unit_input
-from tests.conftest import make_services
 
 
 def _open(tmp_path, chats, params, run_id=None, models=None):
     config = RunConfig(protocol="atad", out=str(tmp_path), params=params, concurrency=4, models=models or {})
-    return open_run(AtadProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                    retry_sleep=lambda s: None)
+    return open_run(
+        AtadProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
 
 
 def _generate(tmp_path, world, params, student_p=0.5, orchestrator=None):
-    chats = {"teacher": teacher_chat(world), "orchestrator": orchestrator or orchestrator_chat(),
-             "student": student_chat(world, student_p)}
+    chats = {
+        "teacher": teacher_chat(world),
+        "orchestrator": orchestrator or orchestrator_chat(),
+        "student": student_chat(world, student_p),
+    }
     run = _open(tmp_path, chats, params)
     summary = execute(AtadProtocol(), run, skip_preflight=True)
     return run, summary
@@ -42,9 +51,15 @@ def test_calibration_stronger_students_reach_higher_difficulty_with_more_loops(t
     stats = {}
     for p in (0.2, 0.5, 0.9):
         world = World(seed=1)
-        svc = make_services(tmp_path / f"p{p}", protocol="atad", chats={
-            "teacher": teacher_chat(world), "orchestrator": orchestrator_chat(),
-            "student": student_chat(world, p, seed=7)})
+        svc = make_services(
+            tmp_path / f"p{p}",
+            protocol="atad",
+            chats={
+                "teacher": teacher_chat(world),
+                "orchestrator": orchestrator_chat(),
+                "student": student_chat(world, p, seed=7),
+            },
+        )
         levels, loops = [], []
         for i in range(n_units):
             out = run_graph(svc, unit_input("T1"), thread=f"u{i}")
@@ -130,8 +145,9 @@ def test_plan_seeds_topics_and_challenge_factors_and_refuses_bad_flags(tmp_path)
 def test_evaluation_phase_tables_for_two_generators_and_two_models(tmp_path):
     world = World()
     gen_a, _ = _generate(tmp_path / "a", world, {"per_task": 3, "tasks": "T1,T2"}, student_p=0.9)
-    gen_b, _ = _generate(tmp_path / "b", world, {"per_task": 3, "tasks": "T1,T2", "no_orchestrator": True},
-                         student_p=0.9)
+    gen_b, _ = _generate(
+        tmp_path / "b", world, {"per_task": 3, "tasks": "T1,T2", "no_orchestrator": True}, student_p=0.9
+    )
     files = [str(gen_a.run_dir / "benchmark.jsonl"), str(gen_b.run_dir / "benchmark.jsonl")]
 
     def solver(right):
@@ -142,10 +158,13 @@ def test_evaluation_phase_tables_for_two_generators_and_two_models(tmp_path):
             if isinstance(gold, bool):
                 return {"coherent": gold if right else not gold, "explanation": "x"}
             return {"answer": gold if right else gold % 5 + 1, "explanation": "x"}
+
         return ScriptedChat(respond)
 
-    models = {"good": ModelSpec(model="g", base_url="http://127.0.0.1:9/v1"),
-              "bad": ModelSpec(model="b", base_url="http://127.0.0.1:9/v1")}
+    models = {
+        "good": ModelSpec(model="g", base_url="http://127.0.0.1:9/v1"),
+        "bad": ModelSpec(model="b", base_url="http://127.0.0.1:9/v1"),
+    }
     chats = {"good": solver(True), "bad": solver(False)}
     params = {"evaluate": ["good", "bad"], "benchmark": files, "review": ["good"]}
     run = _open(tmp_path / "eval", chats, params, models=models)
@@ -176,12 +195,13 @@ def test_evaluation_phase_tables_for_two_generators_and_two_models(tmp_path):
 
 def test_bad_benchmark_file_is_one_clear_input_error(tmp_path):
     path = tmp_path / "bench.jsonl"
-    path.write_text('{"id": "a", "task": "T1", "item_status": "finalized", '
-                    '"problem": {"sentences": ["x"], "answer": 1}, "base_problem": {"sentences": ["x"], "answer": 1}}\n')
+    path.write_text(
+        '{"id": "a", "task": "T1", "item_status": "finalized", '
+        '"problem": {"sentences": ["x"], "answer": 1}, "base_problem": {"sentences": ["x"], "answer": 1}}\n'
+    )
     run = _open(tmp_path, {}, {"evaluate": ["local"], "benchmark": [str(path)]})
     with pytest.raises(InputError, match=r"record 1, field 'problem': malformed problem: sentence_count"):
         execute(AtadProtocol(), run)
-
 
 
 def test_evaluation_without_a_benchmark_answers_the_shipped_hand_written_sample():
@@ -190,8 +210,9 @@ def test_evaluation_without_a_benchmark_answers_the_shipped_hand_written_sample(
     units = plan_units({"evaluate": ["local"]})
     assert {u.meta["bench_file"] for u in units} == {"samples/atad/benchmark.jsonl"}  # never a site-packages path
     assert SAMPLE_BENCHMARK.is_file()
-    assert len({u.meta["item"] for u in units}) == 7 and {u.meta["task"] for u in units} == {f"T{i}" for i in
-                                                                                            range(1, 8)}
+    assert len({u.meta["item"] for u in units}) == 7 and {u.meta["task"] for u in units} == {
+        f"T{i}" for i in range(1, 8)
+    }
 
 
 def test_benchmark_without_finalized_items_is_an_input_error_not_an_empty_table(tmp_path):

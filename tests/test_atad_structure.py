@@ -13,8 +13,12 @@ VALID = {
     "T1": {"sentences": FIVE + ["Zeta closes."], "answer": 6},
     "T2": {"sentences": FIVE, "coherent": False},
     "T3": {"sentence": "The room was ___ at night.", "choices": CHOICES, "answer": 3},
-    "T4": {"first": "Markets opened early today in the city.", "second": "Prices therefore rose before noon today.",
-           "choices": [f"Bridge number {i} links them." for i in range(5)], "answer": 2},
+    "T4": {
+        "first": "Markets opened early today in the city.",
+        "second": "Prices therefore rose before noon today.",
+        "choices": [f"Bridge number {i} links them." for i in range(5)],
+        "answer": 2,
+    },
     "T5": {"sentences": FIVE, "answer": 1},
     "T6": {"sentences": FIVE, "answer": 5},
     "T7": {"sentences": FIVE, "answer": 2},
@@ -112,7 +116,13 @@ def test_render_hides_answer_and_is_correct_compares_in_code():
 def test_default_ladder_escalates_after_one_two_and_four_successes():
     ladder = parse_ladder("easy:0,hard:1,extreme:2,impossible:4")
     assert [ladder[level_for(ladder, s)][0] for s in range(6)] == [
-        "easy", "hard", "extreme", "extreme", "impossible", "impossible"]
+        "easy",
+        "hard",
+        "extreme",
+        "extreme",
+        "impossible",
+        "impossible",
+    ]
 
 
 @pytest.mark.parametrize("bad", ["", "easy:1,hard:2", "easy:0,hard:0", "easy:0,hard", "easy:0,hard:x"])
@@ -122,8 +132,10 @@ def test_bad_ladders_are_refused(bad):
 
 
 def test_verbatim_copies_of_the_format_example_are_rejected():
-    copied = {"sentences": ["Bees collect nectar.", "They turn it into honey.", "Own one.", "Own two.", "Own three."],
-              "answer": 3}
+    copied = {
+        "sentences": ["Bees collect nectar.", "They turn it into honey.", "Own one.", "Own two.", "Own three."],
+        "answer": 3,
+    }
     assert copies_example("T5", copied)
     assert [e.split(":")[0] for e in structure_errors("T5", copied)] == ["copies_format_example"]
     assert not copies_example("T5", VALID["T5"]) and not structure_errors("T5", VALID["T5"])

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -44,8 +45,12 @@ class World:
         if tool_name == "T4Problem":
             choices = [f"Bridge {k}-{i} connects both parts." for i in range(5)]
             self.answers[choices[0]] = answer
-            return {"first": f"Paragraph one number {k} talks about markets.",
-                    "second": f"Paragraph two number {k} talks about policy.", "choices": choices, "answer": answer}
+            return {
+                "first": f"Paragraph one number {k} talks about markets.",
+                "second": f"Paragraph two number {k} talks about policy.",
+                "choices": choices,
+                "answer": answer,
+            }
         sentences = [f"Sentence {k}-{i} about the topic." for i in range(5)]
         self.answers[sentences[0]] = answer
         return {"sentences": sentences, "answer": answer}
@@ -109,8 +114,11 @@ def student_chat(world: World, p: float | list[bool] = 1.0, seed: int = 0) -> Sc
 
 
 def services(tmp_path, world: World, *, teacher=None, orchestrator=None, student=None, params=None):
-    chats = {"teacher": teacher or teacher_chat(world), "orchestrator": orchestrator or orchestrator_chat(),
-             "student": student or student_chat(world)}
+    chats = {
+        "teacher": teacher or teacher_chat(world),
+        "orchestrator": orchestrator or orchestrator_chat(),
+        "student": student or student_chat(world),
+    }
     return make_services(tmp_path, protocol="atad", chats=chats, params=params)
 
 

@@ -23,16 +23,32 @@ def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path]:
     from dyneval import cli as run
 
     before = set(out.iterdir()) if out.exists() else set()
-    code = run.main(["--protocol", "interview", "--limit", "3", "--out", str(out), "--skip-preflight",
-                     "--concurrency", str(CONCURRENCY), "--target", standin.spec("target"),
-                     "--evaluator", standin.spec("evaluator"), *extra])
+    code = run.main(
+        [
+            "--protocol",
+            "interview",
+            "--limit",
+            "3",
+            "--out",
+            str(out),
+            "--skip-preflight",
+            "--concurrency",
+            str(CONCURRENCY),
+            "--target",
+            standin.spec("target"),
+            "--evaluator",
+            standin.spec("evaluator"),
+            *extra,
+        ]
+    )
     (run_dir,) = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")] or [None]
     return code, run_dir
 
 
 @pytest.mark.parametrize("flag, limit", [("--max-calls", 10), ("--max-tokens", 250)])
 def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_ends_as_an_unbudgeted_run(
-        tmp_path, capsys, flag, limit):
+    tmp_path, capsys, flag, limit
+):
     from dyneval import cli as run
 
     with StandIn(latency_s=0.02) as standin:
@@ -44,8 +60,11 @@ def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_en
         assert code == run.EXIT_BUDGET
         sent = len(standin.requests)
         summary = json.loads((stopped / "summary.json").read_text())
-        spent = summary["usage"]["calls"] if flag == "--max-calls" else \
-            summary["usage"]["prompt_tokens"] + summary["usage"]["completion_tokens"]
+        spent = (
+            summary["usage"]["calls"]
+            if flag == "--max-calls"
+            else summary["usage"]["prompt_tokens"] + summary["usage"]["completion_tokens"]
+        )
         per_call = 1 if flag == "--max-calls" else 25  # the stand-in reports 20 + 5 tokens per reply
         assert limit <= spent <= limit + CONCURRENCY * per_call  # at most the requests already in flight beyond it
         assert sent == summary["usage"]["calls"] < full_usage["calls"]
@@ -55,7 +74,7 @@ def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_en
         assert "budget is spent" in out and f"{flag} {limit}" in out and "--resume" in out
         assert not stop.stopped()  # a node called next in this process (an app importing ours) is not refused
 
-        code, resumed = _interview(tmp_path / "runs", standin, "--resume", stopped.name, flag, str(10 ** 6))
+        code, resumed = _interview(tmp_path / "runs", standin, "--resume", stopped.name, flag, str(10**6))
     assert code == 0 and resumed is None  # the resume continues in the stopped run's own folder
     assert unit_records(stopped) == unit_records(full)
     assert json.loads((stopped / "summary.json").read_text())["interrupted"] is None

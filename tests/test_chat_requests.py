@@ -13,20 +13,43 @@ from pydantic import BaseModel
 from dyneval.state.config import ModelSpec
 from tests.fake_endpoint import Quiet, loopback, send_json
 
-TOOL_REPLY = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-              "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                  "role": "assistant", "content": None, "tool_calls": [{
-                      "id": "t1", "type": "function",
-                      "function": {"name": "Pick", "arguments": json.dumps({"choice": "B", "why": "ok"})}}]}}],
-              "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}}
-TEXT_REPLY = {"id": "c2", "object": "chat.completion", "created": 1, "model": "m",
-              "choices": [{"index": 0, "finish_reason": "stop",
-                           "message": {"role": "assistant", "content": "forty-two"}}],
-              "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}}
+TOOL_REPLY = {
+    "id": "c1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "t1",
+                        "type": "function",
+                        "function": {"name": "Pick", "arguments": json.dumps({"choice": "B", "why": "ok"})},
+                    }
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16},
+}
+TEXT_REPLY = {
+    "id": "c2",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "forty-two"}}],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+}
 
 
 class Pick(BaseModel):
     """Pick an option."""
+
     choice: str
     why: str
 
@@ -89,15 +112,19 @@ def test_request_bytes_and_reply_equal_the_clients_create(server, kind, monkeypa
     server.reply = (200, {}, TOOL_REPLY if kind == "structured" else TEXT_REPLY)
     replies = []
     for chat in (plain, ours):
-        runnable = chat.with_structured_output(Pick, method="function_calling", include_raw=True) \
-            if kind == "structured" else chat
+        runnable = (
+            chat.with_structured_output(Pick, method="function_calling", include_raw=True)
+            if kind == "structured"
+            else chat
+        )
         replies.append(runnable.invoke(messages))
     (path_a, head_a, body_a), (path_b, head_b, body_b) = server.seen
     assert path_a == path_b == "/v1/chat/completions"
     # the same fields with the same values, each serialised to the same bytes (the SDK orders the top-level keys
     # after its own signature, a difference no endpoint sees)
-    assert {k: json.dumps(v) for k, v in json.loads(body_b).items()} == \
-        {k: json.dumps(v) for k, v in json.loads(body_a).items()}
+    assert {k: json.dumps(v) for k, v in json.loads(body_b).items()} == {
+        k: json.dumps(v) for k, v in json.loads(body_a).items()
+    }
     assert _comparable(head_b) == _comparable(head_a)
     if kind == "embedded_extra_body":
         assert json.loads(body_b)["max_tokens"] == 64
@@ -109,6 +136,7 @@ def test_request_bytes_and_reply_equal_the_clients_create(server, kind, monkeypa
         assert raw_b.content == "forty-two"
     assert raw_b.content == raw_a.content and raw_b.tool_calls == raw_a.tool_calls
     assert raw_b.usage_metadata == raw_a.usage_metadata
+
     # the SDK's model fills fields the reply lacks with None (logprobs, system_fingerprint); the dict leaves them out
     def present(meta: dict[str, Any]) -> dict[str, Any]:
         return {k: present(v) if isinstance(v, dict) else v for k, v in meta.items() if v not in (None, "")}
@@ -138,8 +166,13 @@ def test_streaming_keeps_the_clients_own_path(server):
     from langchain_core.messages import HumanMessage
 
     ours, _ = _models(server.url)
-    chunk = {"id": "s", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hey"}, "finish_reason": "stop"}]}
+    chunk = {
+        "id": "s",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hey"}, "finish_reason": "stop"}],
+    }
 
     # a streamed reply: the server answers as an event stream
     data = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()

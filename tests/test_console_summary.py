@@ -72,8 +72,11 @@ def test_every_headline_metric_is_shown_with_its_value_and_interval(rendered, na
 def test_every_model_is_named_in_full(rendered, name):
     s, text = rendered[name]
     first = columns(text)[0]
-    models = {*(s["metrics"].get("models") or []), *(r["model"] for r in s["metrics"].get("leaderboard") or []),
-              *(r["model"] for r in (s["metrics"].get("raters") or {}).values())}
+    models = {
+        *(s["metrics"].get("models") or []),
+        *(r["model"] for r in s["metrics"].get("leaderboard") or []),
+        *(r["model"] for r in (s["metrics"].get("raters") or {}).values()),
+    }
     assert models
     for model in models:
         assert model.replace(" ", "") in first
@@ -82,7 +85,7 @@ def test_every_model_is_named_in_full(rendered, name):
 def test_pairwise_judgecheck_shows_each_judges_accuracy_by_model_name(rendered):
     s, text = rendered["judgecheck_pairwise"]
     assert " m0 " not in text and " m1 " not in text
-    table = text[text.index("Per judge"):]
+    table = text[text.index("Per judge") :]
     cells = "".join(columns(table))
     for rater in s["metrics"]["raters"].values():
         acc = rater["measures"]["accuracy_mean"]

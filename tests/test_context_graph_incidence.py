@@ -62,8 +62,15 @@ def by_chunk_id(docs: list[Document], labels: dict[str, list[str]]) -> dict[str,
 
 
 def build(docs: list[Document], labels: dict[str, list[str]], cache: Path, embed=None, extract=None, **kw):
-    return open_context_graph(docs, cache_dir=cache, extractor_label="ref", extract=extract or extractor(labels),
-                              chroma=chroma_client, embed=embed or HashEmbedding(), **kw)
+    return open_context_graph(
+        docs,
+        cache_dir=cache,
+        extractor_label="ref",
+        extract=extract or extractor(labels),
+        chroma=chroma_client,
+        embed=embed or HashEmbedding(),
+        **kw,
+    )
 
 
 def same_graph(a: ContextGraph, b: ContextGraph) -> None:
@@ -124,8 +131,9 @@ def test_adding_documents_to_a_store_equals_storing_them_all_at_once():
     for doc in docs[3:]:
         grown.add_document(doc.id, doc.title, doc.chunks, [(labels[t], "llm") for t in doc.chunks])
     for table in ("document", "chunk", "entity", "mention"):
-        assert grown._query(f"SELECT * FROM {table} ORDER BY 1, 2") == both._query(f"SELECT * FROM {table} "
-                                                                                   "ORDER BY 1, 2")
+        assert grown._query(f"SELECT * FROM {table} ORDER BY 1, 2") == both._query(
+            f"SELECT * FROM {table} ORDER BY 1, 2"
+        )
 
 
 def test_a_grown_knowledge_base_adds_only_its_new_documents_and_equals_a_build_from_nothing(tmp_path):
@@ -207,8 +215,9 @@ KILLED_BUILD = textwrap.dedent("""
 def test_a_build_killed_mid_stage_resumes_to_the_same_graph(tmp_path, stage, after):
     """SIGKILL while the stage is under way (a process that cannot clean up), then the same build again."""
     marker = tmp_path / "killed-here"
-    script = KILLED_BUILD.format(repo=str(REPO), stage=stage, after=after, marker=str(marker),
-                                 cache=str(tmp_path / "cache"))
+    script = KILLED_BUILD.format(
+        repo=str(REPO), stage=stage, after=after, marker=str(marker), cache=str(tmp_path / "cache")
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
         while not marker.exists():

@@ -11,8 +11,9 @@ import json
 import random
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,8 +26,20 @@ from dyneval.state.judgeagent import JudgeAgentContext
 from tests.fake_embedding import HashEmbedding
 from tests.test_judgeagent_support import FakeEvaluator, fake_services
 
-PLACES = ["Voss Canal", "Lake Orden", "Harl", "Brenmark", "Orden Delta", "Timber Exchange", "Harl Lighthouse",
-          "Stolt Bridge", "Kelm Ridge", "Askel Fjord", "Port Vinna", "Dunmere"]
+PLACES = [
+    "Voss Canal",
+    "Lake Orden",
+    "Harl",
+    "Brenmark",
+    "Orden Delta",
+    "Timber Exchange",
+    "Harl Lighthouse",
+    "Stolt Bridge",
+    "Kelm Ridge",
+    "Askel Fjord",
+    "Port Vinna",
+    "Dunmere",
+]
 PEOPLE = ["Mira Stolt", "Jonas Keller", "Ada Brenn", "Tomas Vinn", "Elsa Marr", "Otto Lind"]
 
 
@@ -42,9 +55,11 @@ def write_kb(folder: Path, documents: int = 6, paragraphs: int = 4, seed: int = 
             a, b = rng.sample(PLACES, 2)
             who = rng.choice(PEOPLE)
             year = 1850 + rng.randrange(80)
-            paras.append(f"In {year} {who} surveyed the route from {a} to {b}, noting the depth of every channel "
-                         f"and the tides that governed the barges. Her report on {a} (part {d}.{p}) was read aloud "
-                         f"in {b}, where merchants argued for weeks about the cost of dredging the lower reaches.")
+            paras.append(
+                f"In {year} {who} surveyed the route from {a} to {b}, noting the depth of every channel "
+                f"and the tides that governed the barges. Her report on {a} (part {d}.{p}) was read aloud "
+                f"in {b}, where merchants argued for weeks about the cost of dredging the lower reaches."
+            )
         (folder / f"doc{d}.md").write_text(f"# Survey {d}\n\n" + "\n\n".join(paras), encoding="utf-8")
     return folder
 
@@ -69,8 +84,7 @@ class OrderedSpread:
                 stop.request_stop()
 
 
-ORDERS = {"reversed": lambda n: list(range(n))[::-1],
-          "shuffled": lambda n: random.Random(11).sample(range(n), n)}
+ORDERS = {"reversed": lambda n: list(range(n))[::-1], "shuffled": lambda n: random.Random(11).sample(range(n), n)}
 
 
 @pytest.fixture
@@ -148,7 +162,8 @@ def test_items_ending_out_of_order_build_what_an_in_order_build_does(tmp_path, s
 
 
 def test_a_stop_ends_the_spread_build_and_the_next_build_labels_only_what_had_not_come_back(
-        tmp_path, small_batches, embeddings):
+    tmp_path, small_batches, embeddings
+):
     kb = write_kb(tmp_path / "kb")
     # reversed: the 6 chunk batches to embed come back first, then 4 of the 12 extraction calls
     first = Build(tmp_path / "spread", kb, lambda svc: OrderedSpread(svc, ORDERS["reversed"], stop_after=10))

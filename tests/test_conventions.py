@@ -59,9 +59,14 @@ def test_prompts_are_not_inlined_in_nodes(folder):
     """Nodes build messages from prompts/ templates; a long literal addressed to a model is a smell."""
     for path in (REPO / folder).rglob("*.py"):
         tree = ast.parse(path.read_text(), filename=str(path))
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        docstrings = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 assert len(node.value) < 300, f"{path}:{node.lineno} long string literal; move it to prompts/"
@@ -95,8 +100,9 @@ def test_drawn_graph_has_an_edge_into_and_out_of_every_node(name):
 
 def test_node_modules_hold_no_routing():
     """No Command(goto=...) and no Literal naming a graph node or END anywhere under nodes/: routers go to graphs/."""
-    targets = {"__end__"} | {n for name in GRAPH_MODULES
-                             for n in importlib.import_module(f"dyneval.graphs.{name}").builder.nodes}
+    targets = {"__end__"} | {
+        n for name in GRAPH_MODULES for n in importlib.import_module(f"dyneval.graphs.{name}").builder.nodes
+    }
     for path in (REPO / "nodes").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Command":

@@ -15,8 +15,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -44,31 +45,57 @@ def _first_interval(summary: dict[str, Any]) -> dict[str, Any]:
 
 #: name -> (how the run's folder is spoiled, the file the one line names, the field it names or None).
 DAMAGE: dict[str, tuple[Callable[[Path], None], str, str | None]] = {
-    "summary cut short": (lambda d: (d / "summary.json").write_bytes((d / "summary.json").read_bytes()[:200]),
-                          "summary.json", None),
+    "summary cut short": (
+        lambda d: (d / "summary.json").write_bytes((d / "summary.json").read_bytes()[:200]),
+        "summary.json",
+        None,
+    ),
     "summary a list": (lambda d: _edit(d / "summary.json", lambda s: [s]), "summary.json", None),
-    "status_counts a list": (lambda d: _edit(d / "summary.json", lambda s: s | {"status_counts": [["ok", 2]]}),
-                             "summary.json", "status_counts"),
+    "status_counts a list": (
+        lambda d: _edit(d / "summary.json", lambda s: s | {"status_counts": [["ok", 2]]}),
+        "summary.json",
+        "status_counts",
+    ),
     "interval a number": (lambda d: _edit(d / "summary.json", _first_interval), "summary.json", "metrics.intervals"),
-    "summary of another protocol": (lambda d: _edit(d / "summary.json", lambda s: s | {"protocol": "atad"}),
-                                    "summary.json", "protocol"),
+    "summary of another protocol": (
+        lambda d: _edit(d / "summary.json", lambda s: s | {"protocol": "atad"}),
+        "summary.json",
+        "protocol",
+    ),
     "summary nested too deep": (lambda d: (d / "summary.json").write_text("[" * 100_000), "summary.json", None),
-    "summary over the bound": (lambda d: (d / "summary.json").write_text(
-        json.dumps({"protocol": "interview", "pad": " " * MAX_JSON_BYTES})), "summary.json", None),
-    "roles a string": (lambda d: _edit(d / "config.json", lambda c: c | {"roles": "target=gpt"}), "config.json",
-                       "roles"),
+    "summary over the bound": (
+        lambda d: (d / "summary.json").write_text(json.dumps({"protocol": "interview", "pad": " " * MAX_JSON_BYTES})),
+        "summary.json",
+        None,
+    ),
+    "roles a string": (
+        lambda d: _edit(d / "config.json", lambda c: c | {"roles": "target=gpt"}),
+        "config.json",
+        "roles",
+    ),
     "config a list": (lambda d: _edit(d / "config.json", lambda c: [c]), "config.json", None),
-    "config of another tool": (lambda d: (d / "config.json").write_text('{"architectures": ["BertModel"]}'),
-                               "config.json", "protocol"),
+    "config of another tool": (
+        lambda d: (d / "config.json").write_text('{"architectures": ["BertModel"]}'),
+        "config.json",
+        "protocol",
+    ),
     "units.jsonl not JSONL": (lambda d: (d / "units.jsonl").write_text("unit one\nunit two\n"), "units.jsonl", None),
     "plan line a list": (lambda d: _edit_line(d / "units.jsonl", lambda u: [u]), "units.jsonl", None),
-    "record without unit_id": (lambda d: _edit_line(d / "results.jsonl", lambda r: {k: v for k, v in r.items()
-                                                                                     if k != "unit_id"}),
-                               "results.jsonl", "unit_id"),
-    "answers a string": (lambda d: _edit_line(d / "results.jsonl", lambda r: r | {"seed_interactions": "none"}),
-                         "results.jsonl", "seed_interactions"),
-    "record cut inside the file": (lambda d: _edit_line(d / "results.jsonl", lambda r: json.dumps(r)[:40],
-                                                        raw=True), "results.jsonl", None),
+    "record without unit_id": (
+        lambda d: _edit_line(d / "results.jsonl", lambda r: {k: v for k, v in r.items() if k != "unit_id"}),
+        "results.jsonl",
+        "unit_id",
+    ),
+    "answers a string": (
+        lambda d: _edit_line(d / "results.jsonl", lambda r: r | {"seed_interactions": "none"}),
+        "results.jsonl",
+        "seed_interactions",
+    ),
+    "record cut inside the file": (
+        lambda d: _edit_line(d / "results.jsonl", lambda r: json.dumps(r)[:40], raw=True),
+        "results.jsonl",
+        None,
+    ),
 }
 #: The cases the run index reads for a finished run (its config.json and summary.json).
 INDEXED = [name for name, (_, file, _) in DAMAGE.items() if file in ("summary.json", "config.json")]
@@ -79,8 +106,26 @@ def template(tmp_path_factory) -> Path:
     """A finished interview run of two units, made through the CLI."""
     out = tmp_path_factory.mktemp("template")
     with StandIn() as standin:
-        assert main(["--protocol", "interview", "--target", standin.spec("t"), "--evaluator", standin.spec("j"),
-                     "--out", str(out), "--limit", "2", "--max-questions", "2", "--skip-preflight"]) == 0
+        assert (
+            main(
+                [
+                    "--protocol",
+                    "interview",
+                    "--target",
+                    standin.spec("t"),
+                    "--evaluator",
+                    standin.spec("j"),
+                    "--out",
+                    str(out),
+                    "--limit",
+                    "2",
+                    "--max-questions",
+                    "2",
+                    "--skip-preflight",
+                ]
+            )
+            == 0
+        )
     (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
     return run_dir
 
@@ -116,8 +161,26 @@ def test_a_new_run_beside_damaged_runs_ends_as_alone_and_its_index_notes_each_da
     out.mkdir()
     runs = {name: damaged(template, out, name) for name in DAMAGE}
     with StandIn() as standin:
-        assert main(["--protocol", "interview", "--target", standin.spec("t"), "--evaluator", standin.spec("j"),
-                     "--out", str(out), "--limit", "2", "--max-questions", "2", "--skip-preflight"]) == 0
+        assert (
+            main(
+                [
+                    "--protocol",
+                    "interview",
+                    "--target",
+                    standin.spec("t"),
+                    "--evaluator",
+                    standin.spec("j"),
+                    "--out",
+                    str(out),
+                    "--limit",
+                    "2",
+                    "--max-questions",
+                    "2",
+                    "--skip-preflight",
+                ]
+            )
+            == 0
+        )
     rows = index_rows(out)
     (new,) = set(rows) - {r.name for r in runs.values()}
     assert rows[new]["status"] == "finished: ok=2" and rows[new]["headline"]
@@ -147,8 +210,7 @@ def test_index_lists_damaged_runs_with_a_note_and_a_partial_one_by_its_damaged_p
 
 
 @pytest.mark.parametrize("name", list(DAMAGE))
-def test_compare_and_export_of_a_damaged_run_exit_2_with_one_line_and_write_nothing(template, tmp_path, capsys,
-                                                                                      name):
+def test_compare_and_export_of_a_damaged_run_exit_2_with_one_line_and_write_nothing(template, tmp_path, capsys, name):
     out = tmp_path / "runs"
     out.mkdir()
     good, bad = shutil.copytree(template, out / "good"), damaged(template, out, name)
@@ -170,21 +232,39 @@ def test_detect_with_a_damaged_pilot_exits_2_with_one_line(template, tmp_path, c
     assert names_the_damage(err, bad, name) and "(from --pilot)" in err, err
 
 
-@pytest.mark.parametrize("file, change, field", [
-    ("events.jsonl", lambda e: {k: v for k, v in e.items() if k != "role"}, "role"),
-    ("events.jsonl", lambda e: e | {"messages": "hello"}, "messages"),
-    ("config.json", None, "roles"),
-])
-def test_rescore_of_a_damaged_source_exits_2_with_one_line_and_makes_no_run(template, tmp_path, capsys, file,
-                                                                             change, field):
+@pytest.mark.parametrize(
+    "file, change, field",
+    [
+        ("events.jsonl", lambda e: {k: v for k, v in e.items() if k != "role"}, "role"),
+        ("events.jsonl", lambda e: e | {"messages": "hello"}, "messages"),
+        ("config.json", None, "roles"),
+    ],
+)
+def test_rescore_of_a_damaged_source_exits_2_with_one_line_and_makes_no_run(
+    template, tmp_path, capsys, file, change, field
+):
     source = shutil.copytree(template, tmp_path / "runs" / template.name)
     if change is None:
         DAMAGE["roles a string"][0](source)
     else:
         _edit_line(source / file, change)
     before = sorted((tmp_path / "runs").iterdir())
-    assert main(["--protocol", "interview", "--rescore", source.name, "--out", str(tmp_path / "runs"),
-                 "--evaluator", "other@http://127.0.0.1:9/v1", "--skip-preflight"]) == 2
+    assert (
+        main(
+            [
+                "--protocol",
+                "interview",
+                "--rescore",
+                source.name,
+                "--out",
+                str(tmp_path / "runs"),
+                "--evaluator",
+                "other@http://127.0.0.1:9/v1",
+                "--skip-preflight",
+            ]
+        )
+        == 2
+    )
     err = one_line(capsys)
     assert str(source / file) in err and f"field '{field}" in err and "(from --rescore)" in err, err
     assert sorted((tmp_path / "runs").iterdir()) == before
@@ -194,8 +274,9 @@ def bound_by_permissions(argv: list[str], cwd: Path) -> subprocess.CompletedProc
     """``dyneval ARGV`` in a process that file permissions bind: root reads and writes anywhere unless it runs
     without the capabilities that override them."""
     drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
-    return subprocess.run([*drop, sys.executable, "-m", "dyneval", *argv], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+    return subprocess.run(
+        [*drop, sys.executable, "-m", "dyneval", *argv], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
 
 
 @pytest.mark.parametrize("flag", ["--export", "--compare", "--index"])
@@ -203,9 +284,11 @@ def test_a_folder_the_command_cannot_write_exits_2_naming_it_and_writes_nothing(
     out = tmp_path / "runs"
     out.mkdir()
     run, other = shutil.copytree(template, out / template.name), shutil.copytree(template, out / "other")
-    argv, folder, locked = {"--export": (["--export", str(run)], run / "export", run),
-                            "--compare": (["--compare", str(run), str(other), "--out", str(out)], out, out),
-                            "--index": (["--index", str(out)], out, out)}[flag]
+    argv, folder, locked = {
+        "--export": (["--export", str(run)], run / "export", run),
+        "--compare": (["--compare", str(run), str(other), "--out", str(out)], out, out),
+        "--index": (["--index", str(out)], out, out),
+    }[flag]
     before = sorted(out.rglob("*"))
     locked.chmod(0o555)
     try:
@@ -229,8 +312,9 @@ def test_index_lists_a_folder_it_cannot_look_into_saying_so(template, tmp_path):
         closed.chmod(0o755)
     assert done.returncode == 0, done.stderr
     rows = index_rows(out)
-    assert rows[closed.name]["status"] == (f"not readable as a run: ./{closed.name}/config.json: cannot be read "
-                                           "(Permission denied)")
+    assert rows[closed.name]["status"] == (
+        f"not readable as a run: ./{closed.name}/config.json: cannot be read (Permission denied)"
+    )
     assert rows[run.name]["status"] == "finished: ok=2"
 
 
@@ -239,9 +323,10 @@ def test_irt_calibration_from_a_damaged_run_is_refused_naming_its_file(tmp_path)
     from tests.test_judgeagent_irt import POOL, fake_run, write_run
 
     qs = POOL[:3]
-    cases = {"results.jsonl": (lambda r: r | {"base": "qA right"}, "base"),
-             "units.jsonl": (lambda u: u | {"input": {"batch": [{"id": "qA", "options": 4}]}},
-                             "input.batch.0.options")}
+    cases = {
+        "results.jsonl": (lambda r: r | {"base": "qA right"}, "base"),
+        "units.jsonl": (lambda u: u | {"input": {"batch": [{"id": "qA", "options": 4}]}}, "input.batch.0.options"),
+    }
     for file, (change, field) in cases.items():
         run = write_run(tmp_path / file, "m1@http://127.0.0.1:9/v1", qs, {"qA": "correct"})
         _edit_line(run / file, change)
@@ -250,11 +335,14 @@ def test_irt_calibration_from_a_damaged_run_is_refused_naming_its_file(tmp_path)
         assert (err.value.file, err.value.field, err.value.setting) == (str(run / file), field, "--irt-runs")
 
 
-@pytest.mark.parametrize("protocol, metrics", [
-    ("atad", {"table1": ["model-a"]}),  # Table 1's accuracy per evaluated model: a mapping in a run
-    ("atad", {"table1": "model-a"}),
-    ("judgecheck", {"raters": ["m0"]}),  # each judge's measures under its key
-])
+@pytest.mark.parametrize(
+    "protocol, metrics",
+    [
+        ("atad", {"table1": ["model-a"]}),  # Table 1's accuracy per evaluated model: a mapping in a run
+        ("atad", {"table1": "model-a"}),
+        ("judgecheck", {"raters": ["m0"]}),  # each judge's measures under its key
+    ],
+)
 def test_a_headline_over_a_mapping_that_is_not_one_has_no_value_instead_of_a_crash(protocol, metrics):
     from dyneval.results.view.adapters import adapter
     from dyneval.results.view.data import headline_metrics

@@ -18,9 +18,9 @@ from dyneval.protocols.interview import InterviewProtocol
 from dyneval.protocols.interview.data import load_seeds
 from dyneval.protocols.judgeagent import JudgeAgentProtocol
 from dyneval.protocols.judgeagent.data import load_questions
-from dyneval.state.errors import InputError
 from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import RunConfig
+from dyneval.state.errors import InputError
 from dyneval.stores.inputs import MAX_NESTING, FieldMap, TooDeep, check_nesting, read_records
 from dyneval.stores.knowledge_base import load_knowledge_base
 from tests.fakes import ScriptedChat
@@ -61,6 +61,7 @@ def error_of(load, *args) -> str:
 
 # -- good files load byte-exact --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("loader", QUESTION_LOADERS)
 def test_bom_crlf_csv_maps_its_header_and_keeps_quoted_crlf_and_commas(loader):
     q1, q2 = QUESTION_LOADERS[loader]("questions_bom_crlf.csv")
@@ -74,7 +75,8 @@ def test_a_csv_with_a_semicolon_header_is_read_semicolon_delimited_and_a_comma_c
     semi = tmp_path / "semi.csv"
     semi.write_text("question;choices;answer\nWhich gas, if any?;['argon, neon', 'none'];0\n", encoding="utf-8")
     assert [r.data for r in read_records(semi)] == [
-        {"question": "Which gas, if any?", "choices": "['argon, neon', 'none']", "answer": "0"}]
+        {"question": "Which gas, if any?", "choices": "['argon, neon', 'none']", "answer": "0"}
+    ]
     comma = tmp_path / "comma.csv"
     comma.write_text("question,answer\nA; or B?,B\n", encoding="utf-8")
     assert [r.data for r in read_records(comma)] == [{"question": "A; or B?", "answer": "B"}]
@@ -84,26 +86,33 @@ def test_a_csv_with_a_semicolon_header_is_read_semicolon_delimited_and_a_comma_c
 def test_multiline_reference_answer_is_stored_unchanged(loader):
     m1, m2 = QUESTION_LOADERS[loader]("questions_multiline.csv")
     assert m1.question == "What does the harbour master of Harl check, and when?"
-    assert m1.answer == ('She checks three things:\n\n1. the draught of every barge, before it enters;\n'
-                         '2. the "timber mark", a stamp on each log;\n3. the tide table, at dawn.')
+    assert m1.answer == (
+        "She checks three things:\n\n1. the draught of every barge, before it enters;\n"
+        '2. the "timber mark", a stamp on each log;\n3. the tide table, at dawn.'
+    )
     assert m2.answer == "Mira Stolt"
 
 
 def test_judgeagent_keeps_multiline_references_exact():
     m1, m2 = judgeagent_questions("questions_multiline.csv")
-    assert m1.references == ["The harbour master of Harl inspects barges at the lock gate.\n\n"
-                             "Timber without the mark is sent back, however late the hour."]
+    assert m1.references == [
+        "The harbour master of Harl inspects barges at the lock gate.\n\n"
+        "Timber without the mark is sent back, however late the hour."
+    ]
     assert m2.references == []  # an empty cell is no reference, not an empty one
 
 
 def test_tsv_with_other_column_names_loads_through_fields():
-    qs = judgeagent_questions("questions_renamed.tsv",
-                              "question=Prompt,answer=Reference answer,id=QID,difficulty=Level")
+    qs = judgeagent_questions(
+        "questions_renamed.tsv", "question=Prompt,answer=Reference answer,id=QID,difficulty=Level"
+    )
     assert [(q.id, q.difficulty) for q in qs] == [("t1", "easy"), ("t2", "medium")]
     assert qs[1].answer == "Silt, at high tide;\nso the marsh rises."
     seeds = interview_seeds("questions_renamed.tsv", "question=Prompt,answer=Reference answer,id=QID,level=Level")
-    assert [(s.id, s.level, s.answer) for s in seeds] == [("t1", "1", "The Orden Delta"),
-                                                          ("t2", "2", "Silt, at high tide;\nso the marsh rises.")]
+    assert [(s.id, s.level, s.answer) for s in seeds] == [
+        ("t1", "1", "The Orden Delta"),
+        ("t2", "2", "Silt, at high tide;\nso the marsh rises."),
+    ]
 
 
 @pytest.mark.parametrize("loader", QUESTION_LOADERS)
@@ -207,14 +216,20 @@ def test_an_error_in_a_renamed_column_names_the_users_column_and_its_role(loader
     assert "record 1, field 'answer': (as question) expected text, got a number (42)" in message
 
 
-@pytest.mark.parametrize("name, fields, needles", [
-    ("atad_renamed.json", None, ["record 1, field 'id': missing;",
-                                 "this record has: item_id, type, status, final, base"]),
-    ("atad_problem_as_text.csv", None, ["record 1, field 'problem'", "valid dictionary"]),
-    ("atad_missing_task.jsonl", None, ["record 1, field 'task'", "this record has: id, kind, item_status"]),
-    ("atad_nested_id.jsonl", None, ["record 1, field 'id': expected text or a number, got an object"]),
-    ("atad_renamed.json", "id=item_id,task=kind", ["record 1, field 'kind': (as task) missing;"]),
-])
+@pytest.mark.parametrize(
+    "name, fields, needles",
+    [
+        (
+            "atad_renamed.json",
+            None,
+            ["record 1, field 'id': missing;", "this record has: item_id, type, status, final, base"],
+        ),
+        ("atad_problem_as_text.csv", None, ["record 1, field 'problem'", "valid dictionary"]),
+        ("atad_missing_task.jsonl", None, ["record 1, field 'task'", "this record has: id, kind, item_status"]),
+        ("atad_nested_id.jsonl", None, ["record 1, field 'id': expected text or a number, got an object"]),
+        ("atad_renamed.json", "id=item_id,task=kind", ["record 1, field 'kind': (as task) missing;"]),
+    ],
+)
 def test_bad_atad_benchmarks_name_record_and_field(name, fields, needles):
     message = error_of(atad_items, name, fields)
     assert name in message and "--benchmark" in message
@@ -222,20 +237,29 @@ def test_bad_atad_benchmarks_name_record_and_field(name, fields, needles):
         assert needle in message
 
 
-@pytest.mark.parametrize("name, fields, needles", [
-    ("kb_records_renamed.jsonl", None, ["record 1, field 'text': missing;",
-                                        "this record has: doc, name, body", "--kb-fields text=COLUMN"]),
-    ("kb_records_nested.jsonl", None, ["record 1, field 'text'", "found an object"]),
-    ("kb_empty.txt", None, ["kb_empty.txt", "file is empty"]),
-    ("kb_folder_binary", None, ["scan.txt", "binary file", "byte offset 0"]),
-    ("kb_folder_latin1", None, ["notes.md", "not UTF-8", "byte offset 5"]),
-    ("kb_folder_unsupported", None, ["map.pdf", "unsupported knowledge-base file type '.pdf'"]),
-    ("kb_folder_empty", None, ["kb_folder_empty", "holds no documents"]),
-    ("kb_folder_zero_byte", None, ["placeholder.md", "file is empty"]),
-    ("missing_kb", None, ["missing_kb", "knowledge base not found"]),
-    ("kb_records_renamed.jsonl", "txt=body", ["unknown field name 'txt'", "valid names: id, title, text",
-                                              "--kb-fields"]),
-])
+@pytest.mark.parametrize(
+    "name, fields, needles",
+    [
+        (
+            "kb_records_renamed.jsonl",
+            None,
+            ["record 1, field 'text': missing;", "this record has: doc, name, body", "--kb-fields text=COLUMN"],
+        ),
+        ("kb_records_nested.jsonl", None, ["record 1, field 'text'", "found an object"]),
+        ("kb_empty.txt", None, ["kb_empty.txt", "file is empty"]),
+        ("kb_folder_binary", None, ["scan.txt", "binary file", "byte offset 0"]),
+        ("kb_folder_latin1", None, ["notes.md", "not UTF-8", "byte offset 5"]),
+        ("kb_folder_unsupported", None, ["map.pdf", "unsupported knowledge-base file type '.pdf'"]),
+        ("kb_folder_empty", None, ["kb_folder_empty", "holds no documents"]),
+        ("kb_folder_zero_byte", None, ["placeholder.md", "file is empty"]),
+        ("missing_kb", None, ["missing_kb", "knowledge base not found"]),
+        (
+            "kb_records_renamed.jsonl",
+            "txt=body",
+            ["unknown field name 'txt'", "valid names: id, title, text", "--kb-fields"],
+        ),
+    ],
+)
 def test_bad_knowledge_bases_are_refused_with_the_file(name, fields, needles):
     message = error_of(kb_documents, name, fields)
     assert "--kb" in message
@@ -245,13 +269,17 @@ def test_bad_knowledge_bases_are_refused_with_the_file(name, fields, needles):
 
 # -- the field mapping -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec, needle", [
-    ("qestion=Q", "unknown field name 'qestion' in 'qestion=Q'; valid names: id, question, answer"),
-    ("question=", "bad mapping 'question='"),
-    ("question", "bad mapping 'question'"),
-    ("question=A+B", "'question' takes one column"),
-    ("question=A,question=B", "'question' is mapped twice"),
-])
+
+@pytest.mark.parametrize(
+    "spec, needle",
+    [
+        ("qestion=Q", "unknown field name 'qestion' in 'qestion=Q'; valid names: id, question, answer"),
+        ("question=", "bad mapping 'question='"),
+        ("question", "bad mapping 'question'"),
+        ("question=A+B", "'question' takes one column"),
+        ("question=A,question=B", "'question' is mapped twice"),
+    ],
+)
 def test_field_specs_are_validated_in_one_place(spec, needle):
     with pytest.raises(InputError, match="--fields") as exc:
         FieldMap.parse(spec, ("id", "question", "answer"), joinable=("answer",))
@@ -267,8 +295,12 @@ def test_joined_columns_keep_blank_positions_so_options_never_shift(tmp_path):
 
 def test_a_text_answer_that_is_both_an_index_and_another_options_text_is_refused(tmp_path):
     path = tmp_path / "mc.jsonl"
-    path.write_text(json.dumps({"question": "Which?", "options": ["2", "4", "1", "3"], "answer": "1"}) + "\n"
-                    + json.dumps({"question": "Which?", "options": ["2", "4", "1", "3"], "answer": 1}) + "\n")
+    path.write_text(
+        json.dumps({"question": "Which?", "options": ["2", "4", "1", "3"], "answer": "1"})
+        + "\n"
+        + json.dumps({"question": "Which?", "options": ["2", "4", "1", "3"], "answer": 1})
+        + "\n"
+    )
     message = error_of(lambda: load_questions({"data": str(path)}))
     assert "record 1, field 'answer': answer '1' is ambiguous: 0-based index B, option text C" in message
     path.write_text(path.read_text().splitlines()[1] + "\n")
@@ -297,14 +329,27 @@ def test_parquet_is_refused_with_a_clear_message_without_pyarrow(tmp_path, monke
 
 # -- the protocols: validation in plan(), visible samples and fallbacks --------------------------------
 
+
 def _open(tmp_path, protocol, chats=None, **params):
     config = RunConfig(protocol=protocol.name, out=str(tmp_path), params=params, concurrency=1, limit=1)
-    return open_run(protocol, config, run_id=None, console=Console(record=True, width=200),
-                    chat_overrides=chats or {}, retry_sleep=lambda s: None)
+    return open_run(
+        protocol,
+        config,
+        run_id=None,
+        console=Console(record=True, width=200),
+        chat_overrides=chats or {},
+        retry_sleep=lambda s: None,
+    )
 
 
-@pytest.mark.parametrize("kb, needle", [("kb_folder_binary", "binary file"), ("kb_empty.txt", "file is empty"),
-                                        ("kb_records_nested.jsonl", "found an object")])
+@pytest.mark.parametrize(
+    "kb, needle",
+    [
+        ("kb_folder_binary", "binary file"),
+        ("kb_empty.txt", "file is empty"),
+        ("kb_records_nested.jsonl", "found an object"),
+    ],
+)
 def test_judgeagent_plan_refuses_a_bad_knowledge_base_before_anything_runs(tmp_path, kb, needle):
     with pytest.raises(InputError, match=needle):
         JudgeAgentProtocol().plan(_open(tmp_path, JudgeAgentProtocol(), kb=str(CORPUS / kb)))
@@ -315,8 +360,10 @@ def test_kb_fields_without_kb_is_refused(tmp_path):
         JudgeAgentProtocol().plan(_open(tmp_path, JudgeAgentProtocol(), kb_fields="text=body"))
 
 
-@pytest.mark.parametrize("kb, kb_fields, documents", [("kb_single.txt", None, 1),
-                                                      ("kb_records_renamed.jsonl", "id=doc,title=name,text=body", 2)])
+@pytest.mark.parametrize(
+    "kb, kb_fields, documents",
+    [("kb_single.txt", None, 1), ("kb_records_renamed.jsonl", "id=doc,title=name,text=body", 2)],
+)
 def test_the_context_graph_is_built_from_the_given_kb_file(tmp_path, kb, kb_fields, documents):
     ev = FakeEvaluator()
     chats = {"evaluator": ScriptedChat(ev), "target": ScriptedChat(lambda m, t: "A")}
@@ -353,16 +400,27 @@ def test_interview_says_when_it_uses_the_shipped_sample(tmp_path):
     assert "questions_array.json" in text and "shipped sample" not in text
 
 
-@pytest.mark.parametrize("argv, needles", [
-    (["--protocol", "interview", "--data", str(CORPUS / "latin1.csv")], ["latin1.csv", "byte offset 32"]),
-    (["--protocol", "judgeagent", "--kb", str(CORPUS / "kb_folder_binary")], ["scan.txt", "binary file"]),
-    (["--protocol", "atad", "--evaluate", "local", "--benchmark", str(CORPUS / "atad_missing_task.jsonl")],
-     ["record 1, field 'task'", "this record has: id, kind, item_status"]),
-])
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["--protocol", "interview", "--data", str(CORPUS / "latin1.csv")], ["latin1.csv", "byte offset 32"]),
+        (["--protocol", "judgeagent", "--kb", str(CORPUS / "kb_folder_binary")], ["scan.txt", "binary file"]),
+        (
+            ["--protocol", "atad", "--evaluate", "local", "--benchmark", str(CORPUS / "atad_missing_task.jsonl")],
+            ["record 1, field 'task'", "this record has: id, kind, item_status"],
+        ),
+    ],
+)
 def test_cli_bad_file_exits_2_with_one_line(tmp_path, argv, needles):
     env = {**os.environ, "OPENAI_API_KEY": "unused"}
-    proc = subprocess.run([sys.executable, "run.py", *argv, "--out", str(tmp_path), "--dry-run"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "run.py", *argv, "--out", str(tmp_path), "--dry-run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr
@@ -378,11 +436,18 @@ def test_an_empty_cell_is_reported_as_empty_without_a_mapping_hint(tmp_path):
     assert message.endswith("record 1, field 'question': empty; this record has: answer [--data]")
 
 
-@pytest.mark.parametrize("name, data, needle", [
-    ("dup.jsonl", b'{"question": "a", "question": "b", "answer": "c"}\n', "record 1, field 'question': key given twice"),
-    ("dup.json", b'[{"question": "a", "answer": "c", "answer": "d"}]', "key 'answer' given twice"),
-    ("utf16.csv", "question,answer\nq,a\n".encode("utf-16"), "UTF-16 text"),
-])
+@pytest.mark.parametrize(
+    "name, data, needle",
+    [
+        (
+            "dup.jsonl",
+            b'{"question": "a", "question": "b", "answer": "c"}\n',
+            "record 1, field 'question': key given twice",
+        ),
+        ("dup.json", b'[{"question": "a", "answer": "c", "answer": "d"}]', "key 'answer' given twice"),
+        ("utf16.csv", "question,answer\nq,a\n".encode("utf-16"), "UTF-16 text"),
+    ],
+)
 def test_json_keys_given_twice_and_utf16_files_are_refused(tmp_path, name, data, needle):
     path = tmp_path / name
     path.write_bytes(data)
@@ -394,16 +459,33 @@ def _nested(levels: int) -> str:
     return "[" * levels + "]" * levels
 
 
-@pytest.mark.parametrize("name, text, needle", [
-    ("field.jsonl", '{"id": "a", "question": "q", "answer": 1}\n{"id": "b", "answer": %s}\n' % _nested(100),
-     "field.jsonl, record 2, field 'answer': nested deeper than 100 levels of lists and objects [--data]"),
-    ("deep_field.jsonl", '{"id": "a", "question": %s}\n' % _nested(10_000), "deep_field.jsonl, record 1: nested"),
-    ("line.jsonl", _nested(10_000) + "\n", "line.jsonl, record 1: nested deeper than 100 levels"),
-    ("array.json", '[{"id": "a"}, {"id": "b", "question": %s}]' % _nested(500),
-     "array.json, record 2, field 'question': nested deeper"),
-    ("by_id.json", '{"a": {"q": 1}, "b": {"q": %s}}' % _nested(500), "by_id.json, record b, field 'q': nested"),
-    ("document.json", _nested(10_000), "document.json, field '--data': nested deeper than 100 levels"),
-])
+@pytest.mark.parametrize(
+    "name, text, needle",
+    [
+        (
+            "field.jsonl",
+            f'{{"id": "a", "question": "q", "answer": 1}}\n{{"id": "b", "answer": {_nested(100)}}}\n',
+            "field.jsonl, record 2, field 'answer': nested deeper than 100 levels of lists and objects [--data]",
+        ),
+        (
+            "deep_field.jsonl",
+            f'{{"id": "a", "question": {_nested(10_000)}}}\n',
+            "deep_field.jsonl, record 1: nested",
+        ),
+        ("line.jsonl", _nested(10_000) + "\n", "line.jsonl, record 1: nested deeper than 100 levels"),
+        (
+            "array.json",
+            f'[{{"id": "a"}}, {{"id": "b", "question": {_nested(500)}}}]',
+            "array.json, record 2, field 'question': nested deeper",
+        ),
+        (
+            "by_id.json",
+            f'{{"a": {{"q": 1}}, "b": {{"q": {_nested(500)}}}}}',
+            "by_id.json, record b, field 'q': nested",
+        ),
+        ("document.json", _nested(10_000), "document.json, field '--data': nested deeper than 100 levels"),
+    ],
+)
 def test_json_nested_deeper_than_the_limit_is_refused_naming_record_and_field(tmp_path, name, text, needle):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -412,7 +494,7 @@ def test_json_nested_deeper_than_the_limit_is_refused_naming_record_and_field(tm
 
 def test_json_nested_exactly_to_the_limit_loads(tmp_path):
     path = tmp_path / "limit.jsonl"
-    path.write_text('{"id": "a", "answer": %s}\n' % _nested(MAX_NESTING - 1), encoding="utf-8")
+    path.write_text(f'{{"id": "a", "answer": {_nested(MAX_NESTING - 1)}}}\n', encoding="utf-8")
     assert read_records(path)[0].data["id"] == "a"
 
 
@@ -442,5 +524,6 @@ def test_a_kb_folder_follows_linked_folders_and_refuses_a_link_loop_or_a_broken_
     assert f"{kb}/sub/loop, field '--kb': symbolic link loop: leads back to {kb.resolve()}" in message
     (kb / "sub" / "loop").unlink()
     (kb / "gone.md").symlink_to(tmp_path / "nothing.md")
-    assert "gone.md, field '--kb': neither a file nor a folder (a broken or looping symbolic link?)" in \
-        error_of(load_knowledge_base, kb)
+    assert "gone.md, field '--kb': neither a file nor a folder (a broken or looping symbolic link?)" in error_of(
+        load_knowledge_base, kb
+    )

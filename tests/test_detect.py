@@ -52,16 +52,19 @@ def test_a_pilot_named_by_run_id_under_out_is_found(pilot, capsys, monkeypatch):
     assert rows(capsys.readouterr().out)["Absolute score S"][-1] == f"{math.ceil(2 * (Z * sd / 10) ** 2)} sessions"
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--detect", "0"], "--detect"),
-    (["--detect", "-0.05"], "--detect"),
-    (["--detect", "abc"], "--detect"),
-    (["--detect", "nan"], "--detect"),
-    (["--detect", "0.05"], "--pilot"),
-    (["--pilot", "PILOT"], "--detect"),
-    (["--detect", "0.05", "--pilot", "no-such-run"], "--pilot"),
-    (["--detect", "0.05", "--pilot", "PILOT", "--format", "csv"], "--detect"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--detect", "0"], "--detect"),
+        (["--detect", "-0.05"], "--detect"),
+        (["--detect", "abc"], "--detect"),
+        (["--detect", "nan"], "--detect"),
+        (["--detect", "0.05"], "--pilot"),
+        (["--pilot", "PILOT"], "--detect"),
+        (["--detect", "0.05", "--pilot", "no-such-run"], "--pilot"),
+        (["--detect", "0.05", "--pilot", "PILOT", "--format", "csv"], "--detect"),
+    ],
+)
 def test_bad_input_exits_2_with_one_message_naming_the_flag(pilot, capsys, argv, flag):
     argv = [str(pilot) if a == "PILOT" else a for a in argv]
     assert main(argv) == 2

@@ -27,8 +27,9 @@ def starter(monkeypatch):
 
     def start(*args, **kwargs):
         calls.append(box.buffer.getvalue() if box.buffer else "")
-        return SimpleNamespace(base_url="http://127.0.0.1:9/v1", process=SimpleNamespace(poll=lambda: None),
-                               stop=lambda: None)
+        return SimpleNamespace(
+            base_url="http://127.0.0.1:9/v1", process=SimpleNamespace(poll=lambda: None), stop=lambda: None
+        )
 
     monkeypatch.setattr(embedded, "start_server", start)
     return box

@@ -41,19 +41,43 @@ def _html(body: dict[str, Any]) -> fake_endpoint.Reply:
 def _toy_cli(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
     """``run.py --protocol toy`` (2 units) with both roles on the model at ``url``, whose faults are retried once."""
     config = tmp_path / "models.toml"
-    config.write_text(f'[models.proxied]\nmodel = "m"\nbase_url = "{url}"\nmax_retries = 1\n'
-                      '[roles]\ntarget = "proxied"\nevaluator = "proxied"\n')
+    config.write_text(
+        f'[models.proxied]\nmodel = "m"\nbase_url = "{url}"\nmax_retries = 1\n'
+        '[roles]\ntarget = "proxied"\nevaluator = "proxied"\n'
+    )
     env = {**os.environ, "DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"}
-    return subprocess.run([sys.executable, "run.py", "--protocol", "toy", "--config", str(config), "--units", "2",
-                           "--out", str(tmp_path / "runs"), *extra], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "--protocol",
+            "toy",
+            "--config",
+            str(config),
+            "--units",
+            "2",
+            "--out",
+            str(tmp_path / "runs"),
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _open_toy(out: Path, url: str, run_id: str | None = None) -> Any:
     """The toy protocol's run (2 units) with its roles on ``url`` (models ``t`` and ``j``), retrying without waits."""
     roles = {"target": f"t@{url}", "evaluator": f"j@{url}"}
-    return open_run(ToyProtocol(), RunConfig(protocol="toy", out=str(out), roles=roles, params={"units": 2}),
-                    run_id=run_id, console=Console(quiet=True), retry_sleep=lambda s: None)
+    return open_run(
+        ToyProtocol(),
+        RunConfig(protocol="toy", out=str(out), roles=roles, params={"units": 2}),
+        run_id=run_id,
+        console=Console(quiet=True),
+        retry_sleep=lambda s: None,
+    )
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
@@ -62,8 +86,10 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 # -- a reply that is not a chat completion ------------------------------------------------------------------------
 
+
 def test_an_html_page_with_http_200_refuses_the_start_in_one_line_naming_the_endpoint_and_leaves_no_run_directory(
-        tmp_path):
+    tmp_path,
+):
     requests: list[dict[str, Any]] = []
     server = fake_endpoint.serve(lambda body: requests.append(body) or _html(body))
     try:
@@ -121,12 +147,16 @@ def test_an_endpoint_that_answers_html_or_a_json_error_now_and_then_is_retried_a
     assert summary["status_counts"] == {"ok": 2}
     events = [json.loads(line) for line in (run.run_dir / "events.jsonl").read_text().splitlines()]
     failed = {(e["step"], e["error"].split(", not")[0].split(": ")[-1]) for e in events if e["error"]}
-    assert failed == {("preflight", "HTTP 200 text/html"), ("answer", "HTTP 200 text/html"),
-                      ("judge", "HTTP 200 application/json")}
+    assert failed == {
+        ("preflight", "HTTP 200 text/html"),
+        ("answer", "HTTP 200 text/html"),
+        ("judge", "HTTP 200 application/json"),
+    }
     assert [e["attempt"] for e in events if not e["error"]] == [2] * 6  # 2 pings, then an answer and a verdict a unit
 
 
 # -- the pre-flight --------------------------------------------------------------------------------------------------
+
 
 def test_the_preflight_retries_like_a_unit_so_30_percent_transient_faults_never_refuse_a_start(tmp_path):
     """Six starts against one endpoint answering 30 % of requests with 429 or 5xx, each start pinging two models: a
@@ -137,8 +167,10 @@ def test_the_preflight_retries_like_a_unit_so_30_percent_transient_faults_never_
             run = _open_toy(tmp_path, standin.url)
             execute(ToyProtocol(), run)  # a refused start raises InputError
             events = [json.loads(line) for line in (run.run_dir / "events.jsonl").read_text().splitlines()]
-            attempts += [max(e["attempt"] for e in events if e["step"] == "preflight" and e["model"].startswith(m))
-                         for m in ("t@", "j@")]
+            attempts += [
+                max(e["attempt"] for e in events if e["step"] == "preflight" and e["model"].startswith(m))
+                for m in ("t@", "j@")
+            ]
     assert max(attempts) > 2  # some ping failed twice in a row: one retry would have refused that start
 
 
@@ -162,6 +194,7 @@ def test_a_resumed_run_refused_at_the_preflight_keeps_its_run_directory(tmp_path
 
 # -- a Chroma server that goes away ---------------------------------------------------------------------------------
 
+
 class LoopbackChroma:
     """A real Chroma server (``chroma run``) on a free loopback port, stopped and started again on request."""
 
@@ -170,9 +203,20 @@ class LoopbackChroma:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.process = subprocess.Popen([str(Path(sys.executable).with_name("chroma")), "run", "--path", str(self.path),
-                                         "--host", "127.0.0.1", "--port", str(self.port)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("chroma")),
+                "run",
+                "--path",
+                str(self.path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -248,8 +292,9 @@ def test_a_chroma_server_restart_within_the_retries_goes_unnoticed(tmp_path, chr
 
     retries: list[int] = []
     delay = RetryPolicy.delay
-    monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: retries.append(attempt) or
-                        delay(self, attempt, exc))
+    monkeypatch.setattr(
+        RetryPolicy, "delay", lambda self, attempt, exc=None: retries.append(attempt) or delay(self, attempt, exc)
+    )
     monkeypatch.setattr(sys.modules[__name__], "before_lookup", restart)
     summary = _chroma_run(tmp_path / "runs", chroma_server)
     assert summary["status_counts"] == {"ok": 3}
@@ -257,10 +302,14 @@ def test_a_chroma_server_restart_within_the_retries_goes_unnoticed(tmp_path, chr
 
 
 def test_a_chroma_server_down_mid_run_ends_its_units_infra_error_in_one_line_and_a_resume_finishes(
-        tmp_path, chroma_server, monkeypatch):
+    tmp_path, chroma_server, monkeypatch
+):
     monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: 0.05)
-    monkeypatch.setattr(sys.modules[__name__], "before_lookup",
-                        lambda question: chroma_server.stop() if question == "question 1" else None)
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "before_lookup",
+        lambda question: chroma_server.stop() if question == "question 1" else None,
+    )
     summary = _chroma_run(tmp_path / "runs", chroma_server)
     records = _records(summary["run_dir"])
     assert [r["status"] for r in records] == ["ok", "infra_error", "infra_error"]

@@ -43,8 +43,22 @@ class BrokenProtocol(ToyProtocol):
 
 
 def _interview(tmp_path: Path, target: str, judge: str, *extra: str, questions: int = 1) -> list[str]:
-    return ["--protocol", "interview", "--target", target, "--evaluator", judge, "--out", str(tmp_path),
-            "--limit", "2", "--max-questions", str(questions), "--skip-preflight", *extra]
+    return [
+        "--protocol",
+        "interview",
+        "--target",
+        target,
+        "--evaluator",
+        judge,
+        "--out",
+        str(tmp_path),
+        "--limit",
+        "2",
+        "--max-questions",
+        str(questions),
+        "--skip-preflight",
+        *extra,
+    ]
 
 
 def _summary(tmp_path: Path) -> dict[str, Any]:
@@ -53,8 +67,18 @@ def _summary(tmp_path: Path) -> dict[str, Any]:
 
 def test_a_run_with_every_unit_ok_and_its_thresholds_met_exits_0(tmp_path):
     with StandIn() as standin:
-        code = main(_interview(tmp_path, standin.spec("t"), standin.spec("j"), "--fail-under", "score@1=0",
-                               "--fail-under", "followup_accuracy.overall=0", questions=2))
+        code = main(
+            _interview(
+                tmp_path,
+                standin.spec("t"),
+                standin.spec("j"),
+                "--fail-under",
+                "score@1=0",
+                "--fail-under",
+                "followup_accuracy.overall=0",
+                questions=2,
+            )
+        )
     assert code == gate.EXIT_OK == 0
     assert _summary(tmp_path)["status_counts"] == {"ok": 2}
 
@@ -63,10 +87,23 @@ def test_a_run_whose_every_unit_failed_never_exits_0(tmp_path, capsys):
     """The endpoint refuses every connection: both units end infra_error after their retries; exit 4 names them and
     the command that retries them."""
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[models.down]\nmodel = "down"\nbase_url = "http://127.0.0.1:9/v1"\nmax_retries = 0\n'
-                   '[roles]\ntarget = "down"\nevaluator = "down"\n')
-    code = main(["--protocol", "interview", "--config", str(cfg), "--out", str(tmp_path / "runs"), "--limit", "2",
-                 "--skip-preflight"])
+    cfg.write_text(
+        '[models.down]\nmodel = "down"\nbase_url = "http://127.0.0.1:9/v1"\nmax_retries = 0\n'
+        '[roles]\ntarget = "down"\nevaluator = "down"\n'
+    )
+    code = main(
+        [
+            "--protocol",
+            "interview",
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path / "runs"),
+            "--limit",
+            "2",
+            "--skip-preflight",
+        ]
+    )
     assert code == gate.EXIT_UNITS_FAILED == 4
     assert _summary(tmp_path / "runs")["status_counts"] == {"infra_error": 2}
     out = capsys.readouterr().out
@@ -85,15 +122,32 @@ def test_a_partly_failed_run_exits_4(tmp_path):
 
     env = {**os.environ, "DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"}
     with StandIn(respond=respond) as standin:
-        done = subprocess.run([sys.executable, "run.py", "--protocol", "toy", "--target", standin.spec("t"),
-                               "--evaluator", standin.spec("j"), "--out", str(tmp_path), "--units", "3"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "run.py",
+                "--protocol",
+                "toy",
+                "--target",
+                standin.spec("t"),
+                "--evaluator",
+                standin.spec("j"),
+                "--out",
+                str(tmp_path),
+                "--units",
+                "3",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert _summary(tmp_path)["status_counts"] == {"ok": 2, "model_error": 1}
 
 
-def test_a_run_whose_executor_lost_a_unit_exits_4_naming_it_and_its_resume_runs_it(tmp_path, capsys,
-                                                                                     monkeypatch):
+def test_a_run_whose_executor_lost_a_unit_exits_4_naming_it_and_its_resume_runs_it(tmp_path, capsys, monkeypatch):
     """An executor hands back a unit without a record while the run was not stopped (as a Ray runner whose lease
     ran out did): the run must not end 0 with that unit out of every count; the resume runs it."""
     import dyneval.runtime.executors.threads as threads
@@ -109,8 +163,19 @@ def test_a_run_whose_executor_lost_a_unit_exits_4_naming_it_and_its_resume_runs_
     monkeypatch.setattr(threads, "run_unit", run_unit)
     monkeypatch.setitem(REGISTRY, "toy", "tests.toy_protocol:ToyProtocol")
     with StandIn() as standin:
-        argv = ["--protocol", "toy", "--target", standin.spec("t"), "--evaluator", standin.spec("j"),
-                "--out", str(tmp_path), "--units", "3", "--skip-preflight"]
+        argv = [
+            "--protocol",
+            "toy",
+            "--target",
+            standin.spec("t"),
+            "--evaluator",
+            standin.spec("j"),
+            "--out",
+            str(tmp_path),
+            "--units",
+            "3",
+            "--skip-preflight",
+        ]
         assert main(argv) == gate.EXIT_UNITS_FAILED
         summary = _summary(tmp_path)
         assert summary["status_counts"] == {"ok": 2, "missing": 1} and summary["units"] == 3
@@ -128,11 +193,14 @@ def test_a_missed_threshold_exits_5_and_says_which(tmp_path, capsys):
     assert "--fail-under: score@1 = " in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("score@1", "is not METRIC=NUMBER"),
-    ("score@1=high", "is not METRIC=NUMBER"),
-    ("accuracy=0.5", "'accuracy' is not a headline metric of interview (one of: score@1"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("score@1", "is not METRIC=NUMBER"),
+        ("score@1=high", "is not METRIC=NUMBER"),
+        ("accuracy=0.5", "'accuracy' is not a headline metric of interview (one of: score@1"),
+    ],
+)
 def test_a_bad_threshold_is_bad_input_before_any_request(tmp_path, capsys, spec, says):
     with StandIn() as standin:
         code = main(_interview(tmp_path, standin.spec("t"), standin.spec("j"), "--fail-under", spec))
@@ -144,8 +212,14 @@ def test_a_bad_threshold_is_bad_input_before_any_request(tmp_path, capsys, spec,
 
 def test_an_internal_error_exits_1_with_its_traceback(tmp_path):
     env = {**os.environ, "DYNEVAL_PROTOCOLS": "broken=tests.test_exit_codes:BrokenProtocol"}
-    done = subprocess.run([sys.executable, "run.py", "--protocol", "broken", "--out", str(tmp_path)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "run.py", "--protocol", "broken", "--out", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == gate.EXIT_INTERNAL == 1
     assert "Traceback" in done.stderr and "a bug in planning" in done.stderr
 
@@ -153,9 +227,25 @@ def test_an_internal_error_exits_1_with_its_traceback(tmp_path):
 def test_a_store_down_outside_any_unit_exits_6_with_one_line_and_the_resume_command(tmp_path):
     env = {**os.environ, "DYNEVAL_PROTOCOLS": "chromadown=tests.test_exit_codes:ChromaDownProtocol"}
     with StandIn() as standin:
-        done = subprocess.run([sys.executable, "run.py", "--protocol", "chromadown", "--target", standin.spec("t"),
-                               "--evaluator", standin.spec("j"), "--out", str(tmp_path)], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "run.py",
+                "--protocol",
+                "chromadown",
+                "--target",
+                standin.spec("t"),
+                "--evaluator",
+                standin.spec("j"),
+                "--out",
+                str(tmp_path),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert done.returncode == gate.EXIT_INFRA == 6, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stdout + done.stderr
     [line] = [x for x in done.stderr.splitlines() if x.strip()]
@@ -170,10 +260,12 @@ def test_the_readme_table_lists_every_exit_code():
     assert {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)} == codes
 
 
-@pytest.mark.parametrize("extra, named", [(["--executor", "ray"], "--postgres-dsn"),
-                                          (["--ray-address", "127.0.0.1:6379"], "--executor ray")])
+@pytest.mark.parametrize(
+    "extra, named", [(["--executor", "ray"], "--postgres-dsn"), (["--ray-address", "127.0.0.1:6379"], "--executor ray")]
+)
 def test_an_executor_that_cannot_run_is_refused_in_one_line_with_exit_2_before_anything_is_created(
-        tmp_path, capsys, extra, named):
+    tmp_path, capsys, extra, named
+):
     out = tmp_path / "runs"
     code = main(_interview(out, "t@http://127.0.0.1:9/v1", "j@http://127.0.0.1:9/v1", *extra))
     assert code == gate.EXIT_BAD_INPUT == 2

@@ -18,16 +18,37 @@ from tests.standin_endpoint import StandIn
 def interview_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     with StandIn() as standin:
-        assert main(["--protocol", "interview", "--target", standin.spec("t"), "--evaluator", standin.spec("j"),
-                     "--out", str(out), "--limit", "2", "--max-questions", "2", "--skip-preflight"]) == 0
+        assert (
+            main(
+                [
+                    "--protocol",
+                    "interview",
+                    "--target",
+                    standin.spec("t"),
+                    "--evaluator",
+                    standin.spec("j"),
+                    "--out",
+                    str(out),
+                    "--limit",
+                    "2",
+                    "--max-questions",
+                    "2",
+                    "--skip-preflight",
+                ]
+            )
+            == 0
+        )
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     return out, run_dir
 
 
 def _answers(run_dir) -> list[tuple[str, int, int]]:
     """(unit, question, attempt) of every graded answer, as the records hold them."""
-    return [(r["unit_id"], a["q"], a["attempt"]) for r in RunDir(run_dir).records()
-            for a in [*r["seed_interactions"], *r["followup_results"]]]
+    return [
+        (r["unit_id"], a["q"], a["attempt"])
+        for r in RunDir(run_dir).records()
+        for a in [*r["seed_interactions"], *r["followup_results"]]
+    ]
 
 
 def test_csv_export_has_a_row_per_unit_and_a_row_per_answer(interview_run):

@@ -27,28 +27,35 @@ from dyneval.state.config import ModelSpec, RunConfig
 from tests.standin_endpoint import Faults, StandIn
 from tests.test_judgeagent_support import write_kb
 
-GARBAGE = {"role": "assistant", "content": None, "tool_calls": [
-    {"id": "call_bad", "type": "function", "function": {"name": "x", "arguments": '{"oops": '}}]}
+GARBAGE = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_bad", "type": "function", "function": {"name": "x", "arguments": '{"oops": '}}],
+}
 
 
 def garbage_for(model: str, tool: str | None = None):
     """A ``respond`` hook: malformed replies to every structured request of ``model`` (repairs included)."""
+
     def respond(body: dict[str, Any]):
         tools = body.get("tools") or []
         if body.get("model") == model and tools and (tool is None or tools[0]["function"]["name"] == tool):
             return GARBAGE
         return None
+
     return respond
 
 
 def services(tmp_path: Path, standin: StandIn, protocol: str, roles: dict[str, str]) -> Services:
-    models = {name: ModelSpec(model=name, base_url=standin.url, max_retries=12, timeout_s=10)
-              for name in set(roles.values())}
+    models = {
+        name: ModelSpec(model=name, base_url=standin.url, max_retries=12, timeout_s=10) for name in set(roles.values())
+    }
     config = RunConfig(protocol=protocol, out=str(tmp_path), models=models, roles=roles)
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    return Services(config=config, run_dir=run_dir, events=EventLog(run_dir / "events.jsonl"),
-                    retry_sleep=lambda s: None)
+    return Services(
+        config=config, run_dir=run_dir, events=EventLog(run_dir / "events.jsonl"), retry_sleep=lambda s: None
+    )
 
 
 def run_units(protocol: Any, svc: Services, units: list[Unit], **params: Any) -> list[dict[str, Any]]:
@@ -59,28 +66,59 @@ def run_units(protocol: Any, svc: Services, units: list[Unit], **params: Any) ->
     for unit in units:
         state = graph.invoke(unit.input, {"configurable": {"thread_id": unit.id}}, context=ctx)
         ungraded = protocol.ungraded(state)
-        records.append({"unit_id": unit.id, "status": "ungraded" if ungraded else "ok",
-                        "usage": {"prompt_tokens": 0, "completion_tokens": 0}, "wall_s": 0.0,
-                        **protocol.result(unit, state), "_state": state})
+        records.append(
+            {
+                "unit_id": unit.id,
+                "status": "ungraded" if ungraded else "ok",
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+                "wall_s": 0.0,
+                **protocol.result(unit, state),
+                "_state": state,
+            }
+        )
     return records
 
 
 def a_run(svc: Services, params: dict[str, Any]) -> Run:
-    return Run(config=svc.config.model_copy(update={"params": params}), run_dir=svc.run_dir, services=svc,
-               console=Console(file=io.StringIO()))
+    return Run(
+        config=svc.config.model_copy(update={"params": params}),
+        run_dir=svc.run_dir,
+        services=svc,
+        console=Console(file=io.StringIO()),
+    )
 
 
 # -- interview ------------------------------------------------------------------------------------
 
 SEEDS = [
-    {"id": "m1", "task": "math", "question": "A tram carries 42 people and 18 get off. How many remain?",
-     "solution": "42 - 18 = 24", "answer": "24"},
-    {"id": "f1", "task": "factual", "question": "Why do tides rise and fall?",
-     "solution": "The Moon's gravity pulls the oceans into bulges; the Earth turns under them.", "answer": ""},
-    {"id": "g1", "task": "generic", "question": "Name a prime number between 20 and 25.", "solution": "23",
-     "answer": "23"},
-    {"id": "i1", "task": "instruction", "question": "Write one sentence about rivers without the letter e.",
-     "solution": "", "answer": ""},
+    {
+        "id": "m1",
+        "task": "math",
+        "question": "A tram carries 42 people and 18 get off. How many remain?",
+        "solution": "42 - 18 = 24",
+        "answer": "24",
+    },
+    {
+        "id": "f1",
+        "task": "factual",
+        "question": "Why do tides rise and fall?",
+        "solution": "The Moon's gravity pulls the oceans into bulges; the Earth turns under them.",
+        "answer": "",
+    },
+    {
+        "id": "g1",
+        "task": "generic",
+        "question": "Name a prime number between 20 and 25.",
+        "solution": "23",
+        "answer": "23",
+    },
+    {
+        "id": "i1",
+        "task": "instruction",
+        "question": "Write one sentence about rivers without the letter e.",
+        "solution": "",
+        "answer": "",
+    },
 ]
 INTERVIEW_ROLES = {"target": "target", "evaluator": "interviewer", "grader": "grader"}
 INTERVIEW_PARAMS = {"max_retries": 1, "max_questions": 2}
@@ -95,7 +133,8 @@ def interview_verdicts(records: list[dict[str, Any]]) -> dict[str, list[tuple]]:
     for r in records:
         st = r["_state"]
         out[r["unit_id"]] = [(i["q"], i["attempt"], i["verdict"], i["score"]) for i in st["interactions"]] + [
-            ("single", st["single_turn"].get("verdict"), st["single_turn"].get("score"))]
+            ("single", st["single_turn"].get("verdict"), st["single_turn"].get("score"))
+        ]
     return out
 
 
@@ -110,7 +149,7 @@ def test_interview_grader_that_never_answers_usably_leaves_every_verdict_ungrade
     for r in records:
         st = r["_state"]
         assert r["status"] == "ungraded" and r["seed_solved"] is None and st["stopped"]
-        assert [i["verdict"] for i in st["interactions"]] == ["ungraded"]   # the session stops at once
+        assert [i["verdict"] for i in st["interactions"]] == ["ungraded"]  # the session stops at once
         assert st["single_turn"]["verdict"] == "ungraded"
         assert not st.get("feedbacks") and not st.get("followups")
         assert protocol.ungraded(st) == 2
@@ -118,7 +157,7 @@ def test_interview_grader_that_never_answers_usably_leaves_every_verdict_ungrade
     assert summary["denominators"]["score@1"] == {"n": 0, "ungraded": 4}
     assert summary["denominators"]["judge"] == {"n": 0, "ungraded": 4}
     assert summary["followup_accuracy"]["n"] == 0 and summary["followup_accuracy"]["overall"] is None
-    assert summary["error_types"]["total"] == 0   # nothing counted as wrong
+    assert summary["error_types"]["total"] == 0  # nothing counted as wrong
     assert summary["sessions_ungraded"] == 4 and summary["graded_by"] == {"ungraded": 4}
 
 
@@ -136,7 +175,7 @@ def test_interview_verdicts_under_transient_and_malformed_faults_equal_the_clean
             assert all(faults_seen), f"transient faults and repairs: {faults_seen}"
     assert runs["faulty"] == runs["clean"]
     clean = [x[-2] for unit in runs["clean"].values() for x in unit]
-    assert set(clean) == {"correct", "wrong"}   # the clean run grades everything, both ways
+    assert set(clean) == {"correct", "wrong"}  # the clean run grades everything, both ways
 
 
 # -- judgeagent -----------------------------------------------------------------------------------
@@ -147,10 +186,11 @@ JUDGE_ROLES = {"target": "target", "evaluator": "evaluator"}
 def judgeagent_units(kb: Path) -> list[Unit]:
     from dyneval.state.judgeagent import BaseQuestion
 
-    qs = [BaseQuestion(id=f"q{i}", question=f"Which port does the Voss Canal reach, case {i}?", answer="Harl")
-          for i in range(4)]
-    return [Unit(id=f"batch-{k}", input={"batch": [q.model_dump() for q in qs[2 * k:2 * k + 2]]})
-            for k in range(2)]
+    qs = [
+        BaseQuestion(id=f"q{i}", question=f"Which port does the Voss Canal reach, case {i}?", answer="Harl")
+        for i in range(4)
+    ]
+    return [Unit(id=f"batch-{k}", input={"batch": [q.model_dump() for q in qs[2 * k : 2 * k + 2]]}) for k in range(2)]
 
 
 def judgeagent_params(kb: Path) -> dict[str, Any]:
@@ -185,11 +225,13 @@ def _judgeagent_verdicts(records: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
     for r in records:
         st = r["_state"]
-        out[r["unit_id"]] = {"base": [(b["id"], b["verdict"]) for b in st["base"]],
-                             "rounds": [(x["round"], x["status"], x.get("verdict"), x["difficulty"])
-                                        for x in st["rounds"]],
-                             "validation": [(v["id"], v["verdict1"], v["verdict2"]) for v in st["validation"]],
-                             "feedback": st["feedback"]["status"], "score": st["score"]}
+        out[r["unit_id"]] = {
+            "base": [(b["id"], b["verdict"]) for b in st["base"]],
+            "rounds": [(x["round"], x["status"], x.get("verdict"), x["difficulty"]) for x in st["rounds"]],
+            "validation": [(v["id"], v["verdict1"], v["verdict2"]) for v in st["validation"]],
+            "feedback": st["feedback"]["status"],
+            "score": st["score"],
+        }
     return out
 
 
@@ -207,12 +249,16 @@ def test_judgeagent_verdicts_under_transient_and_malformed_faults_equal_the_clea
         if name == "faulty":
             assert all(faults_seen), f"transient faults and repairs: {faults_seen}"
     assert runs["faulty"] == runs["clean"]
-    said = [v for u in runs["clean"].values() for v in ([v for _, v in u["base"]] + [r[2] for r in u["rounds"]]
-                                                      + [v[2] for v in u["validation"]])]
+    said = [
+        v
+        for u in runs["clean"].values()
+        for v in ([v for _, v in u["base"]] + [r[2] for r in u["rounds"]] + [v[2] for v in u["validation"]])
+    ]
     assert set(said) == {"correct", "wrong"}  # both verdicts occur, so equal runs are not equal by accident
 
 
 # -- llmeval --------------------------------------------------------------------------------------
+
 
 def _llmeval_session(tmp_path: Path, standin: StandIn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from dyneval.graphs.llmeval import builder
@@ -225,7 +271,8 @@ def _llmeval_session(tmp_path: Path, standin: StandIn) -> tuple[dict[str, Any], 
     svc = services(tmp_path, standin, "llmeval", JUDGE_ROLES)
     ctx = LLMEvalContext(services=svc, bank_db=str(bank_path), questions=12, seed=3)
     final = builder.compile(checkpointer=InMemorySaver()).invoke(
-        {"session_id": "s1"}, {"configurable": {"thread_id": "s1"}}, context=ctx)
+        {"session_id": "s1"}, {"configurable": {"thread_id": "s1"}}, context=ctx
+    )
     return final, QuestionBank(bank_path).judged_items("s1")
 
 
@@ -237,7 +284,7 @@ def test_llmeval_judge_that_never_answers_usably_leaves_every_answer_ungraded(tm
     answered = [i for i in items if (i["response"] or "").strip()]
     assert answered and all(i["stars"] is None and i["judge_status"] == "ungraded" for i in answered)
     assert final["scores"]["S"] is None and final["scores"]["N"] == 0
-    assert final["scores"]["stars"] == {"0": 0, "1": 0, "2": 0, "3": 0}   # nothing counted as 0 stars
+    assert final["scores"]["stars"] == {"0": 0, "1": 0, "2": 0, "3": 0}  # nothing counted as 0 stars
     assert LLMEvalProtocol().ungraded(final) == len(answered)
 
 
@@ -256,6 +303,7 @@ def test_llmeval_stars_under_transient_and_malformed_faults_equal_the_clean_run(
 
 # -- atad (evaluation phase: the reviewer is the judge; answers are compared in code) --------------
 
+
 def _atad_units() -> list[Unit]:
     import json
 
@@ -263,10 +311,18 @@ def _atad_units() -> list[Unit]:
     items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     units = []
     for item in items[:4]:
-        units.append(Unit(id=f"answer-{item['id']}", input={"kind": "answer", "model": "student", "task": item["task"],
-                                                             "problem": item["problem"]}))
-        units.append(Unit(id=f"review-{item['id']}", input={"kind": "review", "model": "reviewer",
-                                                             "task": item["task"], "problem": item["problem"]}))
+        units.append(
+            Unit(
+                id=f"answer-{item['id']}",
+                input={"kind": "answer", "model": "student", "task": item["task"], "problem": item["problem"]},
+            )
+        )
+        units.append(
+            Unit(
+                id=f"review-{item['id']}",
+                input={"kind": "review", "model": "reviewer", "task": item["task"], "problem": item["problem"]},
+            )
+        )
     return units
 
 
@@ -287,10 +343,11 @@ def test_atad_reviewer_that_never_answers_usably_leaves_every_review_ungraded(tm
     reviews = [r for r in records if r["unit_id"].startswith("review-")]
     answers = [r for r in records if r["unit_id"].startswith("answer-")]
     assert all(r["status"] == "ungraded" and r["review"] is None for r in reviews)
-    assert all(r["status"] == "ok" and r["correct"] is not None for r in answers)   # the model under test: graded
+    assert all(r["status"] == "ok" and r["correct"] is not None for r in answers)  # the model under test: graded
     meta = {"orchestrator": True, "bench": 0, "bench_label": "sample"}
-    m = evaluation_metrics([{**r, "meta": {**meta, "kind": "review", "model": "reviewer", "task": "T1"}}
-                            for r in reviews])
+    m = evaluation_metrics(
+        [{**r, "meta": {**meta, "kind": "review", "model": "reviewer", "task": "T1"}} for r in reviews]
+    )
     assert m["reviews_ungraded"] == 4
     assert m["table3"]["reviews"]["reviewer"]["with"]["n"] == 0
     assert m["table3"]["reviews"]["reviewer"]["with"]["validity"] is None

@@ -37,22 +37,47 @@ def _records(run_dir: Path) -> dict[str, dict]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "INTERRUPTED"), (signal.SIGTERM, 143, "TERMINATED")],
-                         ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "sig, code, word",
+    [(signal.SIGINT, 130, "INTERRUPTED"), (signal.SIGTERM, 143, "TERMINATED")],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_a_stop_signal_sends_no_request_after_2s_writes_a_partial_report_and_prints_a_working_resume_command(
-        tmp_path, sig, code, word):
+    tmp_path, sig, code, word
+):
     """SIGTERM is what Docker, Kubernetes, systemd, Slurm and Ray send: it stops the run as Ctrl-C does (exit 143
     instead of 130), and the resumed run ends with the records of a run never stopped."""
     log = tmp_path / "standin.jsonl"
-    standin = subprocess.Popen([sys.executable, "-m", "tests.standin_endpoint", "--log", str(log),
-                                "--latency", "0.3"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    standin = subprocess.Popen(
+        [sys.executable, "-m", "tests.standin_endpoint", "--log", str(log), "--latency", "0.3"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = standin.stdout.readline().strip()
         out = tmp_path / "runs"
-        run = subprocess.Popen([sys.executable, "run.py", "--protocol", "interview", "--target", f"t@{url}",
-                                "--evaluator", f"e@{url}", "--concurrency", "3", "--out", str(out)],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "COLUMNS": "300"})
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "run.py",
+                "--protocol",
+                "interview",
+                "--target",
+                f"t@{url}",
+                "--evaluator",
+                f"e@{url}",
+                "--concurrency",
+                "3",
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "300"},
+        )
         deadline = time.monotonic() + 120
         while not _finished_units(out) and run.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -87,9 +112,26 @@ def test_a_stop_signal_sends_no_request_after_2s_writes_a_partial_report_and_pri
         assert summary["status_counts"] == {"ok": summary["units"]} and summary["units"] == 7
         if sig == signal.SIGTERM:  # the same records as a run never stopped (the stand-in answers by content)
             whole = tmp_path / "whole"
-            done = subprocess.run([sys.executable, "run.py", "--protocol", "interview", "--target", f"t@{url}",
-                                   "--evaluator", f"e@{url}", "--concurrency", "3", "--out", str(whole)], cwd=REPO,
-                                  capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "run.py",
+                    "--protocol",
+                    "interview",
+                    "--target",
+                    f"t@{url}",
+                    "--evaluator",
+                    f"e@{url}",
+                    "--concurrency",
+                    "3",
+                    "--out",
+                    str(whole),
+                ],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
             assert _records(run_dir) == _records(next(p for p in whole.iterdir() if p.is_dir()))
     finally:
@@ -142,7 +184,8 @@ def test_ctrl_c_in_process_launches_no_more_units_refuses_the_next_request_and_r
 
 
 def test_a_finished_units_record_is_saved_by_its_worker_so_a_ctrl_c_in_the_main_thread_cannot_drop_it(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """The main thread may be interrupted between taking a record and handling it (the signal handler raises
     there); the record must already be on disk by then (CI once lost unit 0 of an interrupted run this way)."""
     import threading
@@ -163,8 +206,10 @@ def test_a_finished_units_record_is_saved_by_its_worker_so_a_ctrl_c_in_the_main_
         original(self, record)
 
     monkeypatch.setattr(ResultStore, "append", append)
-    chats = {"target": ScriptedChat(lambda m, t: "answer to " + last_text(m)),
-             "evaluator": ScriptedChat(lambda m, t: {"correct": True})}
+    chats = {
+        "target": ScriptedChat(lambda m, t: "answer to " + last_text(m)),
+        "evaluator": ScriptedChat(lambda m, t: {"correct": True}),
+    }
     config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 3}, concurrency=2)
     run = open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True), chat_overrides=chats)
     execute(ToyProtocol(), run, skip_preflight=True)

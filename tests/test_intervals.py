@@ -30,16 +30,22 @@ def clopper_pearson(k: int, n: int) -> tuple[float, float]:
 
 
 def scipy_interval(data, statistic, vectorized=True):
-    res = bootstrap(data, statistic, paired=True, vectorized=vectorized, n_resamples=9999, method="BCa",
-                    rng=np.random.default_rng(0))
+    res = bootstrap(
+        data,
+        statistic,
+        paired=True,
+        vectorized=vectorized,
+        n_resamples=9999,
+        method="BCa",
+        rng=np.random.default_rng(0),
+    )
     return res.confidence_interval.low, res.confidence_interval.high
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("intervals")
-    return {name: run(name, base) for name in ("judgeagent", "atad_generate", "atad_evaluate", "interview",
-                                               "llmeval")}
+    return {name: run(name, base) for name in ("judgeagent", "atad_generate", "atad_evaluate", "interview", "llmeval")}
 
 
 @pytest.mark.parametrize("name", ["judgeagent", "atad_generate", "atad_evaluate", "interview", "llmeval"])
@@ -71,8 +77,11 @@ def test_judgeagent_base_accuracy_is_clopper_pearson_and_its_score_is_resampled_
     score = s["metrics"]["intervals"]["score"]
     sums = np.array([float(r["score"]) for r in recs])
     answered = np.array([float(r["answered"]) for r in recs])
-    assert len(recs) == 2 and (score["method"], score["units"], score["n"]) == ("bootstrap-clustered", 2,
-                                                                                answered.sum())
+    assert len(recs) == 2 and (score["method"], score["units"], score["n"]) == (
+        "bootstrap-clustered",
+        2,
+        answered.sum(),
+    )
     low, high = scipy_interval((sums, answered), lambda a, b, axis: a.sum(axis) / b.sum(axis))
     assert (score["low"], score["high"]) == pytest.approx((low, high))
     per_batch = sorted(sums / answered)  # two clusters: every resample's ratio lies between the batches' ratios
@@ -81,8 +90,11 @@ def test_judgeagent_base_accuracy_is_clopper_pearson_and_its_score_is_resampled_
 
 def test_atad_counts_are_n_times_the_exact_interval_of_their_share_and_the_level_is_bootstrapped(runs):
     s = summary(runs["atad_generate"])
-    bench = [json.loads(line) for line in (runs["atad_generate"] / "benchmark.jsonl").read_text().splitlines()
-             if line.strip()]
+    bench = [
+        json.loads(line)
+        for line in (runs["atad_generate"] / "benchmark.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     n, fin = s["metrics"]["items"], s["metrics"]["finalized"]
     low, high = clopper_pearson(fin, n)
     got = s["metrics"]["intervals"]["finalized"]
@@ -95,8 +107,7 @@ def test_atad_counts_are_n_times_the_exact_interval_of_their_share_and_the_level
     levels = [float(i["level"]) for i in bench if i["item_status"] == "finalized"]
     assert len(levels) == fin
     lv = s["metrics"]["intervals"]["mean_level"]
-    assert (lv["low"], lv["high"]) == pytest.approx(scipy_interval((np.array(levels),),
-                                                                   lambda a, axis: a.mean(axis)))
+    assert (lv["low"], lv["high"]) == pytest.approx(scipy_interval((np.array(levels),), lambda a, axis: a.mean(axis)))
     sep = s["metrics"]["separable"]["mean_level"]
     assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * statistics.stdev(levels) / math.sqrt(len(levels)))
 
@@ -112,13 +123,19 @@ def table1_avg(tasks, correct):
 def test_atad_evaluation_accuracy_interval_resamples_answers_and_scores_each_resample_as_table_1(runs):
     s, recs = summary(runs["atad_evaluate"]), records(runs["atad_evaluate"])
     for model in s["metrics"]["models"]:
-        answers = [r for r in recs if r["meta"]["kind"] == "answer" and r["meta"]["model"] == model
-                   and r["meta"]["version"] == "final"]
+        answers = [
+            r
+            for r in recs
+            if r["meta"]["kind"] == "answer" and r["meta"]["model"] == model and r["meta"]["version"] == "final"
+        ]
         tasks = np.array([int(r["meta"]["task"][1:]) for r in answers], dtype=float)
         correct = np.array([float(bool(r["correct"])) for r in answers])
         got = s["metrics"]["intervals"][f"table1.{model}.avg"]
-        assert got["estimate"] == pytest.approx(table1_avg(tasks, correct)) == pytest.approx(
-            s["metrics"]["table1"][model]["avg"])
+        assert (
+            got["estimate"]
+            == pytest.approx(table1_avg(tasks, correct))
+            == pytest.approx(s["metrics"]["table1"][model]["avg"])
+        )
         low, high = scipy_interval((tasks, correct), lambda t, c: table1_avg(t, c), vectorized=False)
         assert (got["n"], got["low"], got["high"]) == (len(answers), pytest.approx(low), pytest.approx(high))
 
@@ -135,7 +152,8 @@ def test_interview_score_at_n_interval_is_exact_for_0_1_scores_and_bootstrapped_
         else:
             assert got["method"] == "bootstrap-units"
             assert (got["low"], got["high"]) == pytest.approx(
-                scipy_interval((np.array(values, dtype=float),), lambda a, axis: a.mean(axis)))
+                scipy_interval((np.array(values, dtype=float),), lambda a, axis: a.mean(axis))
+            )
             sep = s["metrics"]["separable"][f"score@{n}"]
             assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * statistics.stdev(values) / math.sqrt(4))
     assert any(s["metrics"]["intervals"][f"score@{n}"]["method"] == "bootstrap-units" for n in (1, 2, 3))
@@ -147,7 +165,8 @@ def test_llmeval_s_interval_is_a_bootstrap_over_sessions_and_its_separable_diffe
     got = s["metrics"]["intervals"]["S"]
     assert (got["method"], got["n"]) == ("bootstrap-units", len(values))
     assert (got["low"], got["high"]) == pytest.approx(
-        scipy_interval((np.array(values, dtype=float),), lambda a, axis: a.mean(axis)))
+        scipy_interval((np.array(values, dtype=float),), lambda a, axis: a.mean(axis))
+    )
     sep = s["metrics"]["separable"]["S"]
     hand = (1.959964 + 0.841621) * math.sqrt(2) * statistics.stdev(values) / math.sqrt(len(values))
     assert sep["difference"] == pytest.approx(hand, rel=1e-5)
@@ -162,6 +181,7 @@ def test_the_report_shows_each_headline_value_with_its_interval_n_and_method_and
 
 
 # -- the statistics themselves, on hand-made numbers ---------------------------------------------------------
+
 
 def test_exact_interval_of_no_success_has_the_closed_form_upper_bound():
     got = stats.proportion(0, 10, "answers")

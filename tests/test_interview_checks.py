@@ -10,14 +10,17 @@ from dyneval.nodes.interview import checks
 from dyneval.nodes.interview.interviewer import modification_problem
 
 
-@pytest.mark.parametrize("feedback, answer", [
-    ("Close! The bakery fills 14 bags.", "14"),
-    ("You should get $1,200 in total.", "1200"),
-    ("The result is 7.50 dollars.", "7.5"),
-    ("Half of it, 3/4, is what remains", "0.75"),
-    ("Remember the capital is ottawa, ONTARIO.", "Ottawa, Ontario"),
-    ("So the answer=54.", "54"),
-])
+@pytest.mark.parametrize(
+    "feedback, answer",
+    [
+        ("Close! The bakery fills 14 bags.", "14"),
+        ("You should get $1,200 in total.", "1200"),
+        ("The result is 7.50 dollars.", "7.5"),
+        ("Half of it, 3/4, is what remains", "0.75"),
+        ("Remember the capital is ottawa, ONTARIO.", "Ottawa, Ontario"),
+        ("So the answer=54.", "54"),
+    ],
+)
 def test_leak_check_finds_the_reference_answer_in_constructed_feedback(feedback, answer):
     assert checks.leaks_answer(feedback, answer)
     redacted = checks.redact(feedback, answer)
@@ -25,33 +28,41 @@ def test_leak_check_finds_the_reference_answer_in_constructed_feedback(feedback,
     assert checks.REDACTED in redacted
 
 
-@pytest.mark.parametrize("feedback, answer", [
-    ("Check how you combined 48 and 36 before dividing.", "14"),
-    ("The value 140 is not what the question asks.", "14"),   # 140 is a different number
-    ("Think about which province the city lies in.", "Ottawa, Ontario"),
-    ("", "14"),
-])
+@pytest.mark.parametrize(
+    "feedback, answer",
+    [
+        ("Check how you combined 48 and 36 before dividing.", "14"),
+        ("The value 140 is not what the question asks.", "14"),  # 140 is a different number
+        ("Think about which province the city lies in.", "Ottawa, Ontario"),
+        ("", "14"),
+    ],
+)
 def test_leak_check_lets_guidance_without_the_answer_through(feedback, answer):
     assert not checks.leaks_answer(feedback, answer)
     assert checks.redact(feedback, answer) == feedback
 
 
 def test_long_reference_leaks_only_on_a_copied_run_of_eight_words():
-    solution = ("The Earth has seasons because its rotation axis is tilted by about 23.5 degrees relative to "
-                "the plane of its orbit around the Sun.")
+    solution = (
+        "The Earth has seasons because its rotation axis is tilted by about 23.5 degrees relative to "
+        "the plane of its orbit around the Sun."
+    )
     copied = "Hint: its rotation axis is tilted by about 23.5 degrees relative to the plane, think about it."
     assert checks.leaks_answer(copied, solution)
     assert not checks.leaks_answer("Think about the tilt of the axis and the angle of sunlight.", solution)
 
 
-@pytest.mark.parametrize("response, value, symbolic", [
-    ("48 + 36 = 84, 84 / 6 = 14\nFinal answer: 14", 14.0, False),
-    ("So he makes $1,200.\n#### 1200", 1200.0, False),
-    ("Steps... The answer is 7.5 km.", 7.5, False),
-    ("The total is 5y + 2.\nFinal answer: 5y + 2", None, True),
-    ("no idea", None, False),
-    ("First 3 then 4 then finally 9", 9.0, False),
-])
+@pytest.mark.parametrize(
+    "response, value, symbolic",
+    [
+        ("48 + 36 = 84, 84 / 6 = 14\nFinal answer: 14", 14.0, False),
+        ("So he makes $1,200.\n#### 1200", 1200.0, False),
+        ("Steps... The answer is 7.5 km.", 7.5, False),
+        ("The total is 5y + 2.\nFinal answer: 5y + 2", None, True),
+        ("no idea", None, False),
+        ("First 3 then 4 then finally 9", 9.0, False),
+    ],
+)
 def test_final_answer_extraction(response, value, symbolic):
     _, got, sym = checks.final_answer(response)
     assert got == value and sym == symbolic

@@ -37,9 +37,24 @@ def _run(tmp_path: Path, *args: str) -> tuple[Path, list[dict], dict]:
     cfg = tmp_path / "smol.toml"
     cfg.write_text(CONFIG)
     out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "run.py", "--protocol", "interview", "--config", str(cfg), "--out",
-                           str(out), "--skip-preflight", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=1700)  # hang guard only: a loaded machine makes SmolLM2 very slow
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "--protocol",
+            "interview",
+            "--config",
+            str(cfg),
+            "--out",
+            str(out),
+            "--skip-preflight",
+            *args,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1700,
+    )  # hang guard only: a loaded machine makes SmolLM2 very slow
     assert proc.returncode in (0, 4), proc.stderr[-3000:] + proc.stdout[-2000:]
     run_dir = next(p for p in out.iterdir() if p.is_dir())
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
@@ -57,11 +72,13 @@ def test_embedded_model_interviews_the_shipped_sample(embedded_url, tmp_path):
     assert {r["status"] for r in records} <= {"ok", "ungraded"}, [r.get("error") for r in records]
     assert {r["task"] for r in records} == {"math", "factual"}
     assert all(r["single_turn"]["verdict"] in {"correct", "wrong", "ungraded"} for r in records)
-    units = {json.loads(line)["id"]: json.loads(line)["input"]["seed"]
-             for line in (run_dir / "units.jsonl").read_text().splitlines()}
+    units = {
+        json.loads(line)["id"]: json.loads(line)["input"]["seed"]
+        for line in (run_dir / "units.jsonl").read_text().splitlines()
+    }
     for r in records:
         assert 1 <= len(r["seed_scores"]) <= 2 and r["transcript"]
-        assert r["session_summary"] or r["stopped"]   # a session stops without summary at an ungraded answer
+        assert r["session_summary"] or r["stopped"]  # a session stops without summary at an ungraded answer
         ref = units[r["unit_id"]]["answer"] or units[r["unit_id"]]["solution"]
         for f in r["feedbacks"]:
             assert not checks.leaks_answer(f["text"], ref), f["text"]
@@ -81,15 +98,28 @@ def test_embedded_model_on_real_gsm8k_problems(embedded_url, shared_data, tmp_pa
     data = shared_data / "gsm8k" / "test.jsonl"
     if not data.exists():
         pytest.skip("gsm8k test split is absent")
-    run_dir, records, summary = _run(tmp_path, "--data", str(data), "--limit", "2", "--max-retries", "1",
-                                     "--max-questions", "1", "--no-summarize", "--no-single-turn-judge")
+    run_dir, records, summary = _run(
+        tmp_path,
+        "--data",
+        str(data),
+        "--limit",
+        "2",
+        "--max-retries",
+        "1",
+        "--max-questions",
+        "1",
+        "--no-summarize",
+        "--no-single-turn-judge",
+    )
     assert {r["status"] for r in records} <= {"ok", "ungraded"}, [r.get("error") for r in records]
     assert all(r["task"] == "math" for r in records)
-    units = {json.loads(line)["id"]: json.loads(line)["input"]["seed"]
-             for line in (run_dir / "units.jsonl").read_text().splitlines()}
+    units = {
+        json.loads(line)["id"]: json.loads(line)["input"]["seed"]
+        for line in (run_dir / "units.jsonl").read_text().splitlines()
+    }
     for r in records:
         seed = units[r["unit_id"]]
-        assert seed["answer"].strip().lstrip("-").isdigit()    # '#### N' was split off the solution
+        assert seed["answer"].strip().lstrip("-").isdigit()  # '#### N' was split off the solution
         for f in r["feedbacks"]:
             assert not checks.leaks_answer(f["text"], seed["answer"]), f["text"]
         # every seed answer was graded by the grader (with the code check for math), wrong when empty, or ungraded

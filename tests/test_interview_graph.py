@@ -40,14 +40,14 @@ def test_followups_up_to_max_questions_and_by_outcome(tmp_path):
     st = run_session(math_seed(4), services(tmp_path, always_wrong()), max_retries=1, max_questions=3)
     assert [f["type"] for f in st["followups"]] == ["clarification", "clarification"]
     assert [i["q"] for i in st["interactions"] if i["kind"] == "followup"] == [1, 2]
-    st = run_session(math_seed(4), services(tmp_path, always_wrong()), max_retries=1, max_questions=3,
-                     followups=False)
+    st = run_session(math_seed(4), services(tmp_path, always_wrong()), max_retries=1, max_questions=3, followups=False)
     assert st.get("followups", []) == []
 
 
 def test_followup_retries_only_when_switched_on(tmp_path):
-    st = run_session(math_seed(5), services(tmp_path, always_wrong()), max_retries=1, max_questions=2,
-                     retry_followups=True)
+    st = run_session(
+        math_seed(5), services(tmp_path, always_wrong()), max_retries=1, max_questions=2, retry_followups=True
+    )
     fups = [i for i in st["interactions"] if i["kind"] == "followup"]
     assert [i["attempt"] for i in fups] == [1, 2]
     assert [f["q"] for f in st["feedbacks"]] == [0, 1]
@@ -56,9 +56,19 @@ def test_followup_retries_only_when_switched_on(tmp_path):
 def test_transcript_is_readable_in_order(tmp_path):
     st = run_session(math_seed(6), services(tmp_path, always_wrong()), max_retries=1, max_questions=2)
     kinds = [(t["speaker"], t["kind"]) for t in st["transcript"]]
-    assert kinds == [("system", "note"), ("system", "note"), ("interviewer", "question"), ("interviewee", "answer"),
-                     ("grader", "grade"), ("interviewer", "feedback"), ("interviewee", "answer"), ("grader", "grade"),
-                     ("interviewer", "follow-up"), ("interviewee", "answer"), ("grader", "grade")]
+    assert kinds == [
+        ("system", "note"),
+        ("system", "note"),
+        ("interviewer", "question"),
+        ("interviewee", "answer"),
+        ("grader", "grade"),
+        ("interviewer", "feedback"),
+        ("interviewee", "answer"),
+        ("grader", "grade"),
+        ("interviewer", "follow-up"),
+        ("interviewee", "answer"),
+        ("grader", "grade"),
+    ]
 
 
 def test_routers_follow_algorithm_1():
@@ -77,14 +87,22 @@ def test_routers_follow_algorithm_1():
 
 # -- calibration ---------------------------------------------------------------------------------
 
+
 def _scores(tmp_path, p: float, n: int, feedback: bool = True, max_retries: int = 2) -> list[float]:
     proto = InterviewProtocol()
     svc = services(tmp_path / f"p{p}{feedback}", simulated_interviewee(p, helped=0.5, salt="cal"))
     records = []
     for i in range(n):
         seed = math_seed(i)
-        st = run_session(seed, svc, max_retries=max_retries, max_questions=1, single_turn_judge=False,
-                         summarize=False, feedback=feedback)
+        st = run_session(
+            seed,
+            svc,
+            max_retries=max_retries,
+            max_questions=1,
+            single_turn_judge=False,
+            summarize=False,
+            feedback=feedback,
+        )
         rec = proto.result(Unit(id=seed["id"], input={}, meta={}), st)
         records.append({"status": "ok", "unit_id": seed["id"], **rec})
     return metrics.score_at_n(records, max_retries + 1)
@@ -97,7 +115,7 @@ def test_calibration_score_at_1_orders_simulated_interviewees_and_feedback_helps
     assert s1[0] < s1[1] < s1[2]
     for p, s in by_p.items():
         assert abs(s[0] - p) < 0.2, (p, s)
-        assert s[0] <= s[1] <= s[2] and s[2] > s[0], (p, s)   # Score@n rises when feedback helps
+        assert s[0] <= s[1] <= s[2] and s[2] > s[0], (p, s)  # Score@n rises when feedback helps
     # without the feedback duty this interviewee cannot improve: Score@n stays flat
     flat = _scores(tmp_path, 0.5, n, feedback=False)
     assert flat[0] == flat[1] == flat[2] == pytest.approx(by_p[0.5][0])

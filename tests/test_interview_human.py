@@ -58,8 +58,10 @@ def drive(workdir: str, answers_json: str) -> None:
 
 
 def _run(tmp_path: Path, answers: list) -> dict:
-    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.test_interview_human import drive; "
-            f"drive({str(tmp_path)!r}, {json.dumps(json.dumps(answers))})")
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.test_interview_human import drive; "
+        f"drive({str(tmp_path)!r}, {json.dumps(json.dumps(answers))})"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -70,11 +72,11 @@ def test_human_session_pauses_at_the_question_and_a_new_process_resumes_it(tmp_p
     assert first["next"] == ["answer"]
     question = first["asked"][0]
     assert question["kind"] == "seed" and question["attempt"] == 1
-    assert "x apples" in question["question"]           # the modified question, not the original
-    assert not first["values"].get("interactions")   # nothing graded before the answer
+    assert "x apples" in question["question"]  # the modified question, not the original
+    assert not first["values"].get("interactions")  # nothing graded before the answer
 
     second = _run(tmp_path, ["I think 13.\nFinal answer: 13", "I added them because of the sum."])
-    assert second["next"] == []                          # finished on the same thread
+    assert second["next"] == []  # finished on the same thread
     values = second["values"]
     assert values["unit_id"] == THREAD and values["seed_solved"] is True
     assert [a["kind"] for a in second["asked"]] == ["followup"]
@@ -96,8 +98,11 @@ def test_runner_asks_on_the_terminal_and_resumes_after_a_crash(tmp_path, monkeyp
     data = tmp_path / "seeds.jsonl"
     data.write_text(json.dumps(math_seed(1)) + "\n")
     inter = ScriptedChat(interviewer)
-    chats = {"target": ScriptedChat(lambda m, t: RuntimeError("no model answers")), "evaluator": inter,
-             "grader": ScriptedChat(grader)}
+    chats = {
+        "target": ScriptedChat(lambda m, t: RuntimeError("no model answers")),
+        "evaluator": inter,
+        "grader": ScriptedChat(grader),
+    }
     params = {"data": str(data), "interviewee": "human", "max_retries": 1, "max_questions": 1}
 
     def closed(prompt=""):
@@ -105,8 +110,14 @@ def test_runner_asks_on_the_terminal_and_resumes_after_a_crash(tmp_path, monkeyp
 
     monkeypatch.setattr(builtins, "input", closed)
     config = RunConfig(protocol="interview", out=str(tmp_path / "runs"), params=params, concurrency=1)
-    run = open_run(InterviewProtocol(), config, run_id=None, console=Console(quiet=True), chat_overrides=chats,
-                   retry_sleep=lambda s: None)
+    run = open_run(
+        InterviewProtocol(),
+        config,
+        run_id=None,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
     execute(InterviewProtocol(), run, skip_preflight=True)
     first = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()]
     assert first[-1]["status"] == "infra_error" and "--resume" in first[-1]["error"]
@@ -114,8 +125,14 @@ def test_runner_asks_on_the_terminal_and_resumes_after_a_crash(tmp_path, monkeyp
 
     typed = iter(["Final answer: 100", "Final answer: 13"])
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(typed))
-    again = open_run(InterviewProtocol(), config, run_id=run.run_dir.name, console=Console(quiet=True),
-                     chat_overrides=chats, retry_sleep=lambda s: None)
+    again = open_run(
+        InterviewProtocol(),
+        config,
+        run_id=run.run_dir.name,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
     summary = execute(InterviewProtocol(), again, skip_preflight=True)
     last = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()][-1]
     assert last["status"] == "ok" and last["seed_scores"] == [0.0, 1.0] and last["solved_at"] == 2
@@ -147,9 +164,26 @@ def test_a_human_interview_starts_no_model_for_the_unused_target_role(tmp_path, 
     with StandIn() as standin:
         prices = tmp_path / "prices.yaml"
         prices.write_text("models:\n  ev: {input: 1.0, output: 2.0}\n", encoding="utf-8")
-        code = main(["--protocol", "interview", "--interviewee", "human", "--evaluator", standin.spec("ev"),
-                     "--limit", "1", "--max-questions", "1", "--out", str(tmp_path / "runs"),
-                     "--max-cost", "5", "--pricing", str(prices)])
+        code = main(
+            [
+                "--protocol",
+                "interview",
+                "--interviewee",
+                "human",
+                "--evaluator",
+                standin.spec("ev"),
+                "--limit",
+                "1",
+                "--max-questions",
+                "1",
+                "--out",
+                str(tmp_path / "runs"),
+                "--max-cost",
+                "5",
+                "--pricing",
+                str(prices),
+            ]
+        )
         asked = {r.model for r in standin.requests}
     out = capsys.readouterr().out
     assert code == 0, out[-2000:]
@@ -175,8 +209,9 @@ def test_question_prompt_and_answer_each_stand_on_their_own_line_while_the_progr
 
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=80, color_system=None)
-    progress = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[status]}"), console=console,
-                        refresh_per_second=4)
+    progress = Progress(
+        TextColumn("{task.description}"), TextColumn("{task.fields[status]}"), console=console, refresh_per_second=4
+    )
     seen = []
 
     def typed(prompt=""):
@@ -194,10 +229,10 @@ def test_question_prompt_and_answer_each_stand_on_their_own_line_while_the_progr
     while not lines[-1]:
         lines.pop()
     at = lines.index("your answer> 15 km/h")
-    assert lines[at - 2:at] == ["A cyclist rides 45 km in 3 hours.", "How fast is she?"]
+    assert lines[at - 2 : at] == ["A cyclist rides 45 km in 3 hours.", "How fast is she?"]
     assert "[trip] question 0 try 1" in lines[at - 3]
-    assert lines[at - 5:at - 3] == ["context graph building", "interview in flight 0, calls 2, failed 0, cached 0"]
-    assert lines[at + 1:] == ["context graph building", "interview in flight 0, calls 3, failed 0, cached 0"]
+    assert lines[at - 5 : at - 3] == ["context graph building", "interview in flight 0, calls 2, failed 0, cached 0"]
+    assert lines[at + 1 :] == ["context graph building", "interview in flight 0, calls 3, failed 0, cached 0"]
     assert not any("cached" in line and "km/h" in line for line in lines)
 
 
@@ -217,8 +252,23 @@ def test_at_a_real_terminal_the_typed_answer_follows_the_prompt_not_the_progress
 
     with StandIn() as standin:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")} | {"TERM": "xterm"}
-        argv = [sys.executable, "-m", "dyneval", "--protocol", "interview", "--interviewee", "human", "--evaluator",
-                standin.spec("ev"), "--limit", "1", "--max-questions", "1", "--out", str(tmp_path / "runs")]
+        argv = [
+            sys.executable,
+            "-m",
+            "dyneval",
+            "--protocol",
+            "interview",
+            "--interviewee",
+            "human",
+            "--evaluator",
+            standin.spec("ev"),
+            "--limit",
+            "1",
+            "--max-questions",
+            "1",
+            "--out",
+            str(tmp_path / "runs"),
+        ]
         pid, fd = pty.fork()
         if pid == 0:  # the child: the command on the pseudo-terminal
             os.chdir(tmp_path)
@@ -245,7 +295,7 @@ def test_at_a_real_terminal_the_typed_answer_follows_the_prompt_not_the_progress
     prompts = [i for i, line in enumerate(lines) if line.startswith("your answer>")]
     assert answered >= 1 and len(prompts) == answered, "\n".join(lines)
     for i in prompts:
-        assert lines[i] == "your answer> 15 km/h", "\n".join(lines[i - 3:i + 2])
+        assert lines[i] == "your answer> 15 km/h", "\n".join(lines[i - 3 : i + 2])
         rule = max(j for j in range(i) if "question 0 try" in lines[j])
         assert any(lines[j].strip() for j in range(rule + 1, i))  # the question between the rule and the prompt
         assert "cached" in lines[i + 1]  # the progress display again, below the answer

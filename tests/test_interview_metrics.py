@@ -11,14 +11,31 @@ from dyneval.protocols.interview import metrics
 def rec(uid, scores, *, solved=None, judge=None, fups=(), errors=(), words=None, repeat=0, task="math", status="ok"):
     inter = []
     for k, s in enumerate(scores, 1):
-        inter.append({"attempt": k, "score": s, "correct": s == 1.0, "answer": f"answer {uid} {k}",
-                      "error_type": errors[k - 1] if k - 1 < len(errors) else "N/A",
-                      "words": (words or [10] * len(scores))[k - 1], "reason": "r", "graded_by": "grader"})
-    r = {"unit_id": uid, "status": status, "task": task, "repeat": repeat, "question": f"q {uid}",
-         "seed_scores": list(scores), "seed_correct": [s == 1.0 for s in scores],
-         "seed_solved": solved if solved is not None else scores[-1] == 1.0, "seed_interactions": inter,
-         "followup_results": [{"type": t, "correct": c, "graded_by": "grader"} for t, c in fups],
-         "single_turn": {"score": judge, "words": 10} if judge is not None else {}}
+        inter.append(
+            {
+                "attempt": k,
+                "score": s,
+                "correct": s == 1.0,
+                "answer": f"answer {uid} {k}",
+                "error_type": errors[k - 1] if k - 1 < len(errors) else "N/A",
+                "words": (words or [10] * len(scores))[k - 1],
+                "reason": "r",
+                "graded_by": "grader",
+            }
+        )
+    r = {
+        "unit_id": uid,
+        "status": status,
+        "task": task,
+        "repeat": repeat,
+        "question": f"q {uid}",
+        "seed_scores": list(scores),
+        "seed_correct": [s == 1.0 for s in scores],
+        "seed_solved": solved if solved is not None else scores[-1] == 1.0,
+        "seed_interactions": inter,
+        "followup_results": [{"type": t, "correct": c, "graded_by": "grader"} for t, c in fups],
+        "single_turn": {"score": judge, "words": 10} if judge is not None else {},
+    }
     return r
 
 
@@ -26,9 +43,14 @@ LOG = [
     rec("a", [1.0], judge=1.0, fups=[("rationale", True)]),
     rec("b", [0.0, 1.0], judge=0.0, fups=[("rationale", False)], errors=["Calculation"]),
     rec("c", [0.0, 0.0, 1.0], judge=1.0, fups=[("rationale", True)], errors=["Concept", "Calculation"]),
-    rec("d", [0.0, 0.0, 0.0], judge=0.0, fups=[("clarification", False), ("clarification", True)],
-        errors=["Misinterpret", "Misinterpret", "Calculation"]),
-    rec("e", [1.0], status="infra_error"),   # never counted
+    rec(
+        "d",
+        [0.0, 0.0, 0.0],
+        judge=0.0,
+        fups=[("clarification", False), ("clarification", True)],
+        errors=["Misinterpret", "Misinterpret", "Calculation"],
+    ),
+    rec("e", [1.0], status="infra_error"),  # never counted
 ]
 
 
@@ -55,30 +77,39 @@ def test_followup_accuracy_within_solved_failed_and_overall():
 def test_error_distribution_counts_every_incorrect_interaction():
     ed = metrics.error_distribution(LOG)
     assert ed["total"] == 6
-    assert {t: v["count"] for t, v in ed["types"].items()} == {"Concept": 1, "Misinterpret": 2,
-                                                              "Calculation": 3, "N/A": 0}
+    assert {t: v["count"] for t, v in ed["types"].items()} == {
+        "Concept": 1,
+        "Misinterpret": 2,
+        "Calculation": 3,
+        "N/A": 0,
+    }
     assert ed["types"]["Calculation"]["rate"] == 0.5
     units = [e["unit"] for e in ed["types"]["Calculation"]["examples"]]
-    assert len(units) == 2 and len(set(units)) == 2   # examples come from different sessions
+    assert len(units) == 2 and len(set(units)) == 2  # examples come from different sessions
 
 
 def test_verbosity_bias_matches_scipy_pearson():
-    log = [rec(str(i), [s], words=[w]) for i, (s, w) in enumerate([(1.0, 50), (0.0, 10), (1.0, 40), (0.0, 30),
-                                                                     (1.0, 60)])]
+    log = [
+        rec(str(i), [s], words=[w]) for i, (s, w) in enumerate([(1.0, 50), (0.0, 10), (1.0, 40), (0.0, 30), (1.0, 60)])
+    ]
     rows = {r["interaction"]: r for r in metrics.verbosity_bias(log, 2)}
     ref = pearsonr([50, 10, 40, 30, 60], [1, 0, 1, 0, 1])
     assert rows["@1"]["r"] == pytest.approx(ref.statistic) and rows["@1"]["p"] == pytest.approx(ref.pvalue)
-    assert rows["@1"]["n"] == 5 and rows["@2"]["r"] is None   # no second interactions
+    assert rows["@1"]["n"] == 5 and rows["@2"]["r"] is None  # no second interactions
 
 
 def test_run_to_run_std_over_repeats():
-    log = [rec("a0", [1.0], judge=1.0, repeat=0), rec("b0", [0.0, 0.0, 0.0], judge=0.0, repeat=0),
-           rec("a1", [0.0, 1.0], judge=1.0, repeat=1), rec("b1", [0.0, 0.0, 0.0], judge=1.0, repeat=1)]
+    log = [
+        rec("a0", [1.0], judge=1.0, repeat=0),
+        rec("b0", [0.0, 0.0, 0.0], judge=0.0, repeat=0),
+        rec("a1", [0.0, 1.0], judge=1.0, repeat=1),
+        rec("b1", [0.0, 0.0, 0.0], judge=1.0, repeat=1),
+    ]
     rr = metrics.run_to_run_std(log, 3)
     # repeat 0: [0.5, 0.5, 0.5]; repeat 1: [0, 0.5, 0.5] -> sample std [0.3536, 0, 0]
     assert rr["repeats"] == 2
-    assert rr["std"] == pytest.approx([0.5 ** 0.5 / 2, 0.0, 0.0])
-    assert rr["judge_std"] == pytest.approx(0.5 ** 0.5 / 2)
+    assert rr["std"] == pytest.approx([0.5**0.5 / 2, 0.0, 0.0])
+    assert rr["judge_std"] == pytest.approx(0.5**0.5 / 2)
     assert metrics.run_to_run_std(log[:2], 3) is None
 
 
@@ -94,16 +125,32 @@ def test_bootstrap_p_is_large_for_the_full_set_and_small_for_a_skewed_subset():
 
 
 def _ungraded_answer(k):
-    return {"attempt": k, "score": None, "correct": None, "verdict": "ungraded", "answer": "x", "error_type": "N/A",
-            "words": 3, "reason": "ungraded: grader failed", "graded_by": "ungraded"}
+    return {
+        "attempt": k,
+        "score": None,
+        "correct": None,
+        "verdict": "ungraded",
+        "answer": "x",
+        "error_type": "N/A",
+        "words": 3,
+        "reason": "ungraded: grader failed",
+        "graded_by": "ungraded",
+    }
 
 
 def test_ungraded_answers_count_neither_for_nor_against_and_show_in_the_denominators():
     stopped = rec("u", [0.0], judge=None)
     stopped["seed_interactions"].append(_ungraded_answer(2))
-    stopped.update(seed_scores=[0.0, None], seed_correct=[False, None], seed_solved=None, status="ungraded",
-                   single_turn={"verdict": "ungraded", "score": None, "correct": None, "words": 4})
-    stopped["followup_results"] = [{"type": "rationale", "verdict": "ungraded", "correct": None, "graded_by": "ungraded"}]
+    stopped.update(
+        seed_scores=[0.0, None],
+        seed_correct=[False, None],
+        seed_solved=None,
+        status="ungraded",
+        single_turn={"verdict": "ungraded", "score": None, "correct": None, "words": 4},
+    )
+    stopped["followup_results"] = [
+        {"type": "rationale", "verdict": "ungraded", "correct": None, "graded_by": "ungraded"}
+    ]
     log = [rec("a", [1.0], judge=1.0, fups=[("rationale", True)]), rec("b", [0.0, 0.0, 0.0], judge=0.0), stopped]
     rates = metrics.score_at_n_rates(log, 3)
     # u's retry is ungraded: u leaves every Score@n (one set of sessions for the whole series), over a and b only
@@ -112,7 +159,7 @@ def test_ungraded_answers_count_neither_for_nor_against_and_show_in_the_denomina
     assert metrics.judge_rate(log) == {"value": 0.5, "n": 2, "ungraded": 1}
     fa = metrics.followup_accuracy(log)
     assert (fa["overall"], fa["n"], fa["ungraded"]) == (1.0, 1, 1)
-    assert metrics.error_distribution(log)["total"] == 4   # b's three wrong answers and u's first; never u's second
+    assert metrics.error_distribution(log)["total"] == 4  # b's three wrong answers and u's first; never u's second
     assert metrics.graded_by(log)["ungraded"] == 2
 
 

@@ -16,11 +16,20 @@ from tests.conftest import make_services
 from tests.fakes import ScriptedChat, all_text, last_text
 from tests.test_interview_world import field, grader, interviewer, math_seed
 
-SEED = {"id": "bakery", "task": "math", "question": "A bakery makes 48 rolls and 36 buns. It packs them in bags of "
-        "6. How many bags does it fill?", "solution": "48 + 36 = 84; 84 / 6 = 14", "answer": "14"}
-FACT_SEED = {"id": "seasons", "task": "factual", "question": "Why does the Earth have seasons?",
-             "solution": "The axis of the Earth is tilted. The tilted hemisphere gets steeper sunlight in summer.",
-             "answer": ""}
+SEED = {
+    "id": "bakery",
+    "task": "math",
+    "question": "A bakery makes 48 rolls and 36 buns. It packs them in bags of 6. How many bags does it fill?",
+    "solution": "48 + 36 = 84; 84 / 6 = 14",
+    "answer": "14",
+}
+FACT_SEED = {
+    "id": "seasons",
+    "task": "factual",
+    "question": "Why does the Earth have seasons?",
+    "solution": "The axis of the Earth is tilted. The tilted hemisphere gets steeper sunlight in summer.",
+    "answer": "",
+}
 
 
 def rt(tmp_path, chats: dict[str, Any], **fields) -> Runtime:
@@ -29,15 +38,30 @@ def rt(tmp_path, chats: dict[str, Any], **fields) -> Runtime:
 
 
 def wrong_state(seed=SEED, attempt=1, feedbacks=(), grade_reason="wrong sum", kind="seed", **extra):
-    cur = {"q": 0 if kind == "seed" else 1, "kind": kind, "type": "seed" if kind == "seed" else "rationale",
-           "text": seed["question"], "expected": "because the sum" if kind != "seed" else "", "attempt": attempt}
-    return {"unit_id": "u1", "seed": seed, "current": cur, "last_answer": "Final answer: 13",
-            "last_grade": {"correct": False, "error_type": "Calculation", "reason": grade_reason, "score": 0.0},
-            "modification": {"explanation": "x stands for 48"}, "feedbacks": list(feedbacks), "transcript": [],
-            "interactions": [], **extra}
+    cur = {
+        "q": 0 if kind == "seed" else 1,
+        "kind": kind,
+        "type": "seed" if kind == "seed" else "rationale",
+        "text": seed["question"],
+        "expected": "because the sum" if kind != "seed" else "",
+        "attempt": attempt,
+    }
+    return {
+        "unit_id": "u1",
+        "seed": seed,
+        "current": cur,
+        "last_answer": "Final answer: 13",
+        "last_grade": {"correct": False, "error_type": "Calculation", "reason": grade_reason, "score": 0.0},
+        "modification": {"explanation": "x stands for 48"},
+        "feedbacks": list(feedbacks),
+        "transcript": [],
+        "interactions": [],
+        **extra,
+    }
 
 
 # -- question modification -----------------------------------------------------------------------
+
 
 def test_math_modification_hides_a_value_and_keeps_the_original(tmp_path):
     runtime = rt(tmp_path, {"evaluator": ScriptedChat(interviewer)})
@@ -46,8 +70,13 @@ def test_math_modification_hides_a_value_and_keeps_the_original(tmp_path):
     assert out["modification"]["original"] == SEED["question"]
     assert "x" in out["current"]["text"] and "48" not in out["current"]["text"]
     assert out["modification"]["explanation"] == "x stands for 48"
-    assert out["transcript"][-1] == {"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1,
-                                     "text": out["current"]["text"]}
+    assert out["transcript"][-1] == {
+        "speaker": "interviewer",
+        "kind": "question",
+        "q": 0,
+        "attempt": 1,
+        "text": out["current"]["text"],
+    }
 
 
 def test_unchanged_or_failed_modification_falls_back_to_the_original_question(tmp_path):
@@ -61,8 +90,11 @@ def test_unchanged_or_failed_modification_falls_back_to_the_original_question(tm
 
 def test_modification_strategy_by_task_and_switch(tmp_path):
     seen = []
-    chat = ScriptedChat(lambda m, t: seen.append(all_text(m)) or {"question": "A new question on tilt?",
-                                                                   "explanation": "about the tilt"})
+    chat = ScriptedChat(
+        lambda m, t: (
+            seen.append(all_text(m)) or {"question": "A new question on tilt?", "explanation": "about the tilt"}
+        )
+    )
     out = modify_question({"seed": FACT_SEED}, rt(tmp_path, {"evaluator": chat}))
     assert out["modification"]["strategy"] == "factual" and "Reference solution" in seen[-1]
     out = modify_question({"seed": {**SEED, "task": "generic"}}, rt(tmp_path, {"evaluator": chat}))
@@ -74,6 +106,7 @@ def test_modification_strategy_by_task_and_switch(tmp_path):
 
 
 # -- feedback -----------------------------------------------------------------------------------
+
 
 def test_feedback_that_states_the_answer_is_regenerated(tmp_path):
     drafts = iter(["Almost: the right number of bags is 14.", "Check how many rolls there are in total first."])
@@ -97,7 +130,9 @@ def test_feedback_that_keeps_leaking_is_redacted_and_never_contains_the_answer(t
 
 def test_fallback_feedback_is_also_checked_for_the_answer(tmp_path):
     broken = ScriptedChat(lambda m, t: {"bad": True})
-    out = give_feedback(wrong_state(grade_reason="the answer should be 14, not 13"), rt(tmp_path, {"evaluator": broken}))
+    out = give_feedback(
+        wrong_state(grade_reason="the answer should be 14, not 13"), rt(tmp_path, {"evaluator": broken})
+    )
     rec = out["feedbacks"][0]
     assert rec["source"] == "fallback" and rec["redacted"]
     assert not checks.leaks_answer(rec["text"], "14") and "13" in rec["text"]
@@ -105,8 +140,9 @@ def test_fallback_feedback_is_also_checked_for_the_answer(tmp_path):
 
 def test_feedback_gets_more_specific_and_sees_earlier_feedback(tmp_path):
     prompts = []
-    chat = ScriptedChat(lambda m, t: prompts.append(all_text(m)) or {"feedback": f"hint {len(prompts)}",
-                                                                      "kind": "process_guidance"})
+    chat = ScriptedChat(
+        lambda m, t: prompts.append(all_text(m)) or {"feedback": f"hint {len(prompts)}", "kind": "process_guidance"}
+    )
     first = give_feedback(wrong_state(attempt=1), rt(tmp_path, {"evaluator": chat}))
     second = give_feedback(wrong_state(attempt=2, feedbacks=first["feedbacks"]), rt(tmp_path, {"evaluator": chat}))
     assert field(prompts[0], "Hint level for this feedback") == "1"
@@ -134,6 +170,7 @@ def test_feedback_duty_off_sends_a_plain_retry_without_a_model_call(tmp_path):
 
 # -- interviewee --------------------------------------------------------------------------------
 
+
 def test_interviewee_sees_the_session_as_a_chat_with_feedback_wrapped(tmp_path):
     seen = []
     target = ScriptedChat(lambda m, t: seen.append(m) or "Final answer: 14")
@@ -143,7 +180,8 @@ def test_interviewee_sees_the_session_as_a_chat_with_feedback_wrapped(tmp_path):
         {"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1, "text": "Q?"},
         {"speaker": "interviewee", "kind": "answer", "q": 0, "attempt": 1, "text": "13"},
         {"speaker": "grader", "kind": "grade", "q": 0, "attempt": 1, "text": "not correct"},
-        {"speaker": "interviewer", "kind": "feedback", "q": 0, "attempt": 2, "text": "Recount the rolls."}]
+        {"speaker": "interviewer", "kind": "feedback", "q": 0, "attempt": 2, "text": "Recount the rolls."},
+    ]
     out = answer(st, rt(tmp_path, {"target": target}))
     msgs = seen[0]
     assert [m.type for m in msgs] == ["system", "human", "ai", "human"]
@@ -154,11 +192,25 @@ def test_interviewee_sees_the_session_as_a_chat_with_feedback_wrapped(tmp_path):
 
 # -- grading ------------------------------------------------------------------------------------
 
+
 def _grade_state(seed, response, q=0, kind="seed", attempt=1, **extra):
-    cur = {"q": q, "kind": kind, "type": "seed" if kind == "seed" else "rationale", "text": seed["question"],
-           "expected": "because", "attempt": attempt}
-    return {"seed": seed, "current": cur, "last_answer": response, "modification": {"explanation": ""},
-            "interactions": [], "feedbacks": [], **extra}
+    cur = {
+        "q": q,
+        "kind": kind,
+        "type": "seed" if kind == "seed" else "rationale",
+        "text": seed["question"],
+        "expected": "because",
+        "attempt": attempt,
+    }
+    return {
+        "seed": seed,
+        "current": cur,
+        "last_answer": response,
+        "modification": {"explanation": ""},
+        "interactions": [],
+        "feedbacks": [],
+        **extra,
+    }
 
 
 def test_math_grade_needs_the_right_final_number_and_the_graders_approval(tmp_path):
@@ -183,7 +235,7 @@ def test_a_failed_grader_leaves_a_math_answer_ungraded_even_when_the_number_matc
         assert (g["verdict"], g["correct"], g["score"], g["graded_by"]) == ("ungraded", None, None, "ungraded")
         assert "seed_solved" not in out and "ungraded" in out["stopped"]
         assert out["transcript"][-1]["speaker"] == "system" and "stopped" in out["transcript"][-1]["text"]
-    assert len(broken.calls) == 6   # each answer: the grader and its one repair
+    assert len(broken.calls) == 6  # each answer: the grader and its one repair
 
 
 def test_a_failed_grader_on_the_last_try_does_not_settle_the_seed_as_failed(tmp_path):
@@ -211,19 +263,34 @@ def test_factual_grade_scores_precision_and_updates_facts_on_retry(tmp_path):
     def facts(m, t):
         seen.append(all_text(m))
         if "Previous facts with labels" in all_text(m):
-            return {"facts": [{"fact": "axis is tilted", "supported": True},
-                              {"fact": "tilted half gets steeper light", "supported": True}], "complete": True}
-        return {"facts": [{"fact": "axis is tilted", "supported": True},
-                          {"fact": "the Sun is closer in summer", "supported": False}], "complete": True}
+            return {
+                "facts": [
+                    {"fact": "axis is tilted", "supported": True},
+                    {"fact": "tilted half gets steeper light", "supported": True},
+                ],
+                "complete": True,
+            }
+        return {
+            "facts": [
+                {"fact": "axis is tilted", "supported": True},
+                {"fact": "the Sun is closer in summer", "supported": False},
+            ],
+            "complete": True,
+        }
 
     chat = ScriptedChat(facts)
-    first = grade(_grade_state(FACT_SEED, "The axis is tilted. The Sun is closer in summer."),
-                  rt(tmp_path, {"grader": chat}))
+    first = grade(
+        _grade_state(FACT_SEED, "The axis is tilted. The Sun is closer in summer."), rt(tmp_path, {"grader": chat})
+    )
     g = first["last_grade"]
     assert g["score"] == 0.5 and g["status"] == "partially_correct" and not g["correct"]
-    st = _grade_state(FACT_SEED, "Correction: the tilted half gets steeper light.", attempt=2,
-                      interactions=first["interactions"],
-                      feedbacks=[{"q": 0, "text": "Rethink the distance claim."}])
+    st = _grade_state(
+        FACT_SEED,
+        "Correction: the tilted half gets steeper light.",
+        attempt=2,
+        interactions=first["interactions"],
+        feedbacks=[{"q": 0, "text": "Rethink the distance claim."}],
+    )
     second = grade(st, rt(tmp_path, {"grader": chat}))["last_grade"]
     assert second["correct"] and second["score"] == 1.0 and second["status"] == "complete"
     assert "[unsupported] the Sun is closer in summer" in seen[-1]
@@ -232,8 +299,10 @@ def test_factual_grade_scores_precision_and_updates_facts_on_retry(tmp_path):
 
 def test_factual_answer_is_ungraded_when_the_grader_fails_no_lexical_fallback(tmp_path):
     broken = ScriptedChat(lambda m, t: "no tool call")
-    g = grade(_grade_state(FACT_SEED, "The axis of the Earth is tilted. Cheese is made of milk."),
-              rt(tmp_path, {"grader": broken}))["last_grade"]
+    g = grade(
+        _grade_state(FACT_SEED, "The axis of the Earth is tilted. Cheese is made of milk."),
+        rt(tmp_path, {"grader": broken}),
+    )["last_grade"]
     assert (g["verdict"], g["score"], g["graded_by"]) == ("ungraded", None, "ungraded") and "facts" not in g
 
 
@@ -253,46 +322,70 @@ def test_followup_answers_are_graded_against_the_expected_answer(tmp_path):
 
 # -- follow-ups ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("task, solved, ftype, marker", [
-    ("math", True, "rationale", "truly understands"),
-    ("math", False, "clarification", "error type is Calculation"),
-    ("factual", True, "additional_facts", "Unsupported or missing points"),
-    ("instruction", False, "correction", "of type correction"),
-])
+
+@pytest.mark.parametrize(
+    "task, solved, ftype, marker",
+    [
+        ("math", True, "rationale", "truly understands"),
+        ("math", False, "clarification", "error type is Calculation"),
+        ("factual", True, "additional_facts", "Unsupported or missing points"),
+        ("instruction", False, "correction", "of type correction"),
+    ],
+)
 def test_followup_type_and_prompt_follow_the_outcome(tmp_path, task, solved, ftype, marker):
     chat = ScriptedChat(lambda m, t: {"question": "A fresh follow-up?", "answer": "expected"})
     seed = {**(FACT_SEED if task == "factual" else SEED), "task": task}
-    st = {"unit_id": "u", "seed": seed, "seed_solved": solved, "seed_error_type": "Calculation",
-          "current": {"q": 0, "kind": "seed", "text": seed["question"], "attempt": 1},
-          "transcript": [{"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1,
-                          "text": seed["question"]}],
-          "interactions": [{"q": 0, "answer": "my answer", "facts": [{"fact": "f", "supported": False}]}],
-          "followups": []}
+    st = {
+        "unit_id": "u",
+        "seed": seed,
+        "seed_solved": solved,
+        "seed_error_type": "Calculation",
+        "current": {"q": 0, "kind": "seed", "text": seed["question"], "attempt": 1},
+        "transcript": [{"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1, "text": seed["question"]}],
+        "interactions": [{"q": 0, "answer": "my answer", "facts": [{"fact": "f", "supported": False}]}],
+        "followups": [],
+    }
     out = ask_followup(st, rt(tmp_path, {"evaluator": chat}))
     assert out["followups"][0]["type"] == ftype and out["followups"][0]["status"] == "asked"
-    assert out["current"] == {"q": 1, "kind": "followup", "type": ftype, "text": "A fresh follow-up?",
-                              "expected": "expected", "attempt": 1}
+    assert out["current"] == {
+        "q": 1,
+        "kind": "followup",
+        "type": ftype,
+        "text": "A fresh follow-up?",
+        "expected": "expected",
+        "attempt": 1,
+    }
     assert marker in all_text(chat.calls[0][0])
 
 
 def test_a_repeated_or_failed_followup_ends_the_questions(tmp_path):
     chat = ScriptedChat(lambda m, t: {"question": SEED["question"], "answer": "x"})
-    st = {"seed": SEED, "seed_solved": True, "current": {"q": 0, "kind": "seed", "text": SEED["question"],
-                                                         "attempt": 1},
-          "transcript": [], "interactions": [], "followups": []}
+    st = {
+        "seed": SEED,
+        "seed_solved": True,
+        "current": {"q": 0, "kind": "seed", "text": SEED["question"], "attempt": 1},
+        "transcript": [],
+        "interactions": [],
+        "followups": [],
+    }
     out = ask_followup(st, rt(tmp_path, {"evaluator": chat}))
     assert out["followups"][0]["status"] == "failed" and "current" not in out
 
 
 # -- summary and the single-turn judge --------------------------------------------------------------
 
+
 def test_session_summary_by_interviewer_or_code(tmp_path):
-    st = {"transcript": [{"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1, "text": "Q"}],
-          "interactions": [{"q": 0, "kind": "seed", "attempt": 1, "correct": True}], "seed_solved": True,
-          "feedbacks": []}
+    st = {
+        "transcript": [{"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1, "text": "Q"}],
+        "interactions": [{"q": 0, "kind": "seed", "attempt": 1, "correct": True}],
+        "seed_solved": True,
+        "feedbacks": [],
+    }
     chat = ScriptedChat(lambda m, t: "It solved the problem quickly.")
-    assert summarize_session(st, rt(tmp_path, {"evaluator": chat}))["session_summary"] == \
-        "It solved the problem quickly."
+    assert (
+        summarize_session(st, rt(tmp_path, {"evaluator": chat}))["session_summary"] == "It solved the problem quickly."
+    )
     out = summarize_session(st, rt(tmp_path, {"evaluator": chat}, summarize=False))
     assert out["summary_source"] == "code" and "interaction 1" in out["session_summary"]
 
@@ -310,6 +403,7 @@ def test_single_turn_judge_asks_the_unmodified_question_in_a_fresh_chat(tmp_path
 
 def test_fake_world_feedback_never_contains_answers_of_many_seeds(tmp_path):
     """Constructed sweep: a leaky interviewer on 30 seeds; the node output never holds the answer."""
+
     def leaky(m, t):
         ans = field(all_text(m), "Correct answer")
         return {"feedback": f"It is {ans}. Really, {ans}!", "kind": "x"}

@@ -29,8 +29,9 @@ def test_shipped_sample_covers_every_task_type():
 
 def test_gsm8k_csv_and_mt_bench_shapes_are_read(tmp_path):
     gsm = tmp_path / "gsm.jsonl"
-    gsm.write_text(json.dumps({"question": "Ann has 2 pens and gets 3. How many?",
-                               "answer": "2 + 3 = <<2+3=5>>5\n#### 5"}) + "\n")
+    gsm.write_text(
+        json.dumps({"question": "Ann has 2 pens and gets 3. How many?", "answer": "2 + 3 = <<2+3=5>>5\n#### 5"}) + "\n"
+    )
     s = load_seeds(gsm)[0]
     assert (s.task, s.answer, s.solution, s.id) == ("math", "5", "2 + 3 = <<2+3=5>>5", "q0001")
     mt = tmp_path / "mt.jsonl"
@@ -43,12 +44,15 @@ def test_gsm8k_csv_and_mt_bench_shapes_are_read(tmp_path):
     assert (s.id, s.task, s.level) == ("c1", "math", "1")
 
 
-@pytest.mark.parametrize("line, field", [
-    ({"question": ""}, "question"),
-    ({"question": "Q?", "task": "poetry"}, "task"),
-    ({"question": "Q?", "task": "math"}, "answer"),
-    ({"question": "Q?", "task": "factual"}, "solution"),
-])
+@pytest.mark.parametrize(
+    "line, field",
+    [
+        ({"question": ""}, "question"),
+        ({"question": "Q?", "task": "poetry"}, "task"),
+        ({"question": "Q?", "task": "math"}, "answer"),
+        ({"question": "Q?", "task": "factual"}, "solution"),
+    ],
+)
 def test_bad_seed_records_name_file_record_and_field(tmp_path, line, field):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"question": "fine?", "answer": "1"}) + "\n" + json.dumps(line) + "\n")
@@ -60,8 +64,13 @@ def test_bad_seed_records_name_file_record_and_field(tmp_path, line, field):
 def test_cli_bad_data_exits_2_with_one_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text("{not json\n")
-    proc = subprocess.run([sys.executable, "run.py", "--protocol", "interview", "--data", str(path), "--out",
-                           str(tmp_path), "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "run.py", "--protocol", "interview", "--data", str(path), "--out", str(tmp_path), "--dry-run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "record 1" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -69,12 +78,22 @@ def _execute(tmp_path, params, p=0.5, run_id=None):
     data = tmp_path / "seeds.jsonl"
     if not data.exists():
         data.write_text("".join(json.dumps(math_seed(i, "easy" if i < 3 else "hard")) + "\n" for i in range(6)))
-    config = RunConfig(protocol="interview", out=str(tmp_path / "runs"), params={"data": str(data), **params},
-                       concurrency=2)
-    chats = {"target": simulated_interviewee(p, salt="proto"), "evaluator": ScriptedChat(interviewer),
-             "grader": ScriptedChat(grader)}
-    run = open_run(InterviewProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                   retry_sleep=lambda s: None)
+    config = RunConfig(
+        protocol="interview", out=str(tmp_path / "runs"), params={"data": str(data), **params}, concurrency=2
+    )
+    chats = {
+        "target": simulated_interviewee(p, salt="proto"),
+        "evaluator": ScriptedChat(interviewer),
+        "grader": ScriptedChat(grader),
+    }
+    run = open_run(
+        InterviewProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
     return run, execute(InterviewProtocol(), run, skip_preflight=True)
 
 
@@ -90,9 +109,16 @@ def test_batch_run_writes_the_interview_report(tmp_path):
     assert {r["unit_id"] for r in records} == {f"m{i:03d}~r{k}" for i in range(6) for k in range(2)}
     assert all(r["transcript"] and r["session_summary"] for r in records)
     report = (run.run_dir / "report.md").read_text()
-    for heading in ("1. Performance scores", "2. Error analysis and examples", "3. Summary", "Verbosity bias",
-                    "Run-to-run standard deviation", "Bootstrap sample-size check", "Interview transcripts",
-                    "Follow-up accuracy within solved and failed"):
+    for heading in (
+        "1. Performance scores",
+        "2. Error analysis and examples",
+        "3. Summary",
+        "Verbosity bias",
+        "Run-to-run standard deviation",
+        "Bootstrap sample-size check",
+        "Interview transcripts",
+        "Follow-up accuracy within solved and failed",
+    ):
         assert heading in report, heading
     assert (run.run_dir / "figures" / "interview_score_at_n.png").exists()
     assert "Score@n by difficulty level" in report
@@ -107,13 +133,15 @@ def test_resume_skips_finished_sessions(tmp_path):
     _, summary = _execute(tmp_path, {"max_retries": 1}, run_id=run.run_dir.name)
     after = (run.run_dir / "events.jsonl").read_text().splitlines()
     new_units = {json.loads(line)["unit"] for line in after[before:]}
-    assert new_units <= {"-"}            # only the report summary call; no session ran again
+    assert new_units <= {"-"}  # only the report summary call; no session ran again
     assert summary["metrics"]["sessions"] == 6
 
 
 def test_duties_switch_off_from_params(tmp_path):
-    run, summary = _execute(tmp_path, {"modify": False, "followups": False, "summarize": False,
-                                       "single_turn_judge": False, "max_retries": 1})
+    run, summary = _execute(
+        tmp_path,
+        {"modify": False, "followups": False, "summarize": False, "single_turn_judge": False, "max_retries": 1},
+    )
     records = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()]
     assert all(r["modification"]["status"] == "off" and r["question"] == r["original_question"] for r in records)
     assert all(r["followups"] == [] and r["summary_source"] == "code" for r in records)

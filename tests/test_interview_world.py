@@ -20,7 +20,7 @@ from tests.fakes import ScriptedChat, all_text, last_text
 def uniform(*parts: Any) -> float:
     """A reproducible number in [0, 1) from the parts (the simulated randomness)."""
     h = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
-    return int(h[:12], 16) / 16 ** 12
+    return int(h[:12], 16) / 16**12
 
 
 def field(text: str, label: str) -> str:
@@ -31,12 +31,18 @@ def field(text: str, label: str) -> str:
 
 def math_seed(i: int, level: str | None = None) -> dict[str, Any]:
     a, b = 3 + i, 7 + 2 * i
-    return {"id": f"m{i:03d}", "task": "math", "level": level,
-            "question": f"Tom has {a} apples and buys {b} more. How many apples does he have?",
-            "solution": f"{a} + {b} = {a + b}", "answer": str(a + b)}
+    return {
+        "id": f"m{i:03d}",
+        "task": "math",
+        "level": level,
+        "question": f"Tom has {a} apples and buys {b} more. How many apples does he have?",
+        "solution": f"{a} + {b} = {a + b}",
+        "answer": str(a + b),
+    }
 
 
 # -- interviewer ---------------------------------------------------------------------------------
+
 
 def interviewer(messages: list, tool: dict | None) -> Any:
     """A competent fake interviewer; its feedback never states the answer on its own."""
@@ -58,6 +64,7 @@ def interviewer(messages: list, tool: dict | None) -> Any:
 
 
 # -- grader --------------------------------------------------------------------------------------
+
 
 def grader(messages: list, tool: dict | None) -> Any:
     """Marks a math answer correct when its final line holds the correct answer; follow-ups by 'because'."""
@@ -81,12 +88,14 @@ def grader(messages: list, tool: dict | None) -> Any:
 
 # -- interviewees ---------------------------------------------------------------------------------
 
+
 def simulated_interviewee(p: float, helped: float = 0.5, salt: str = "") -> ScriptedChat:
     """Knows a question with probability ``p``; after real feedback gets it right with probability ``helped``.
 
     After a plain "not correct, try again" (feedback duty off) it repeats its wrong answer.
     Follow-up questions are answered with a reason when the seed question was known.
     """
+
     def respond(messages: list, tool: dict | None) -> Any:
         convo = [m for m in messages if m.type in ("human", "ai")]
         first = str(convo[0].content)
@@ -98,11 +107,15 @@ def simulated_interviewee(p: float, helped: float = 0.5, salt: str = "") -> Scri
         tries = sum(1 for m in convo if m.type == "ai")
         if knows:
             return f"Adding gives the total.\nFinal answer: {correct}"
-        fixed = any("Feedback on your answer" in str(m.content) and uniform(salt, "help", first, k) < helped
-                    for k, m in enumerate(convo) if m.type == "human")
+        fixed = any(
+            "Feedback on your answer" in str(m.content) and uniform(salt, "help", first, k) < helped
+            for k, m in enumerate(convo)
+            if m.type == "human"
+        )
         if fixed:
             return f"I see my mistake now.\nFinal answer: {correct}"
         return f"I think it is this.\nFinal answer: {correct + 1000 + tries * 0}"
+
     return ScriptedChat(respond)
 
 
@@ -117,8 +130,12 @@ def answer_of(question: str) -> int:
 
 
 def services(tmp_path, target, params: dict | None = None, inter=interviewer, grade=grader):
-    return make_services(tmp_path, protocol="interview", params=params,
-                         chats={"target": target, "evaluator": ScriptedChat(inter), "grader": ScriptedChat(grade)})
+    return make_services(
+        tmp_path,
+        protocol="interview",
+        params=params,
+        chats={"target": target, "evaluator": ScriptedChat(inter), "grader": ScriptedChat(grade)},
+    )
 
 
 def run_session(seed: dict[str, Any], svc, saver=None, thread: str | None = None, **ctx_fields) -> dict[str, Any]:
@@ -134,10 +151,14 @@ def run_session(seed: dict[str, Any], svc, saver=None, thread: str | None = None
 
 def test_simulated_grader_accepts_only_the_correct_final_answer():
     seed = math_seed(1)
-    good = grader([_msg(f"Correct answer: {seed['answer']}\nModel's output: steps\nFinal answer: {seed['answer']}")],
-                  {"function": {"name": "Grade"}})
-    bad = grader([_msg(f"Correct answer: {seed['answer']}\nModel's output: steps\nFinal answer: 999")],
-                 {"function": {"name": "Grade"}})
+    good = grader(
+        [_msg(f"Correct answer: {seed['answer']}\nModel's output: steps\nFinal answer: {seed['answer']}")],
+        {"function": {"name": "Grade"}},
+    )
+    bad = grader(
+        [_msg(f"Correct answer: {seed['answer']}\nModel's output: steps\nFinal answer: 999")],
+        {"function": {"name": "Grade"}},
+    )
     assert good["correct"] is True and bad["correct"] is False
     assert answer_of(seed["question"]) == int(seed["answer"])
     assert answer_of(seed["question"].replace("4 apples", "x apples")) == int(seed["answer"])

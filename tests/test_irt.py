@@ -26,8 +26,11 @@ def test_probability_information_and_log_likelihood_match_hand_computation():
 def test_eap_is_the_prior_without_responses_and_moves_towards_the_answers():
     prior = irt.eap([], [], [])
     assert prior.theta == pytest.approx(0.0, abs=1e-9) and prior.se == pytest.approx(1.0, abs=1e-3)
+
     # one correct answer on a = 1, b = 0: posterior ~ phi(t) * sigmoid(t); mean and SD by quadrature
-    dens = lambda t: stats.norm.pdf(t) * (1 / (1 + math.exp(-t)))
+    def dens(t: float) -> float:
+        return stats.norm.pdf(t) * (1 / (1 + math.exp(-t)))
+
     z = integrate.quad(dens, -10, 10)[0]
     mean = integrate.quad(lambda t: t * dens(t), -10, 10)[0] / z
     sd = math.sqrt(integrate.quad(lambda t: (t - mean) ** 2 * dens(t), -10, 10)[0] / z)
@@ -56,11 +59,11 @@ def test_select_item_takes_the_most_informative_eligible_item_and_randomesque_sp
     b = np.array([2.0, 0.1, 0.0, 0.0])
     rng = np.random.default_rng(0)
     eligible = np.array([True, True, True, True])
-    assert irt.select_item(0.0, a, b, eligible, rng) == 2            # a = 2 at theta = b
-    eligible[2] = False                                               # already asked: never repeated
-    assert irt.select_item(0.0, a, b, eligible, rng) == 3            # b = 0 beats b = 0.1
+    assert irt.select_item(0.0, a, b, eligible, rng) == 2  # a = 2 at theta = b
+    eligible[2] = False  # already asked: never repeated
+    assert irt.select_item(0.0, a, b, eligible, rng) == 3  # b = 0 beats b = 0.1
     picks = {irt.select_item(0.0, a, b, eligible, rng, k=2) for _ in range(50)}
-    assert picks == {1, 3}                                            # the two most informative, both used
+    assert picks == {1, 3}  # the two most informative, both used
     assert irt.select_item(0.0, a, b, np.zeros(4, bool), rng) is None
 
 
@@ -76,7 +79,7 @@ def simulate(n_items: int, n_exam: int, seed: int, two_pl: bool = True):
 def test_calibration_recovers_known_item_parameters_from_sparse_responses():
     a, b, _, y = simulate(40, 1500, seed=1)
     rng = np.random.default_rng(2)
-    keep = rng.random(y.shape) < 0.6                                  # 40 % missing, like sessions on a bank
+    keep = rng.random(y.shape) < 0.6  # 40 % missing, like sessions on a bank
     ex, it = np.nonzero(keep)
     fit = irt.calibrate(ex, it, y[ex, it], 40, model="2pl")
     assert fit.converged

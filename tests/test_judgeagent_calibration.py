@@ -14,9 +14,16 @@ BATCHES = 12
 
 def _questions(b: int) -> list[BaseQuestion]:
     levels = ["easy", "medium", "hard"]
-    return [BaseQuestion(id=f"b{b}q{i}", question=f"Calibration question {b}-{i} about the Voss Canal?",
-                         options=["Orden", "Harl", "Brenmark", "Spartina"], answer="ABCD"[(b + i) % 4],
-                         difficulty=levels[(b + i) % 3]) for i in range(3)]
+    return [
+        BaseQuestion(
+            id=f"b{b}q{i}",
+            question=f"Calibration question {b}-{i} about the Voss Canal?",
+            options=["Orden", "Harl", "Brenmark", "Spartina"],
+            answer="ABCD"[(b + i) % 4],
+            difficulty=levels[(b + i) % 3],
+        )
+        for i in range(3)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +35,10 @@ def outcomes(tmp_path_factory):
         batches = [_questions(b) for b in range(BATCHES)]
         target = SimulatedTarget(p, {q.question: q.answer for qs in batches for q in qs}, seed=7)
         svc = fake_services(tmp, FakeEvaluator(), target)  # one cache: the graph is built once
-        result[p] = [run_batch(svc, qs, kb, thread=f"p{p}-batch-{b}", rounds=3, no_validation=True)
-                     for b, qs in enumerate(batches)]
+        result[p] = [
+            run_batch(svc, qs, kb, thread=f"p{p}-batch-{b}", rounds=3, no_validation=True)
+            for b, qs in enumerate(batches)
+        ]
     return result
 
 

@@ -79,8 +79,11 @@ TOPICS = ["volcano", "glacier", "river", "desert", "forest", "ocean", "mountain"
 
 def _rich_graph(tmp_path):
     """8 entities in one document (all neighbours), 6 chunks each, indexed in Chroma."""
-    chunks = [f"The {t} number {i} has its own story about {TOPICS[(i + 3) % 8]} and weather." for t in TOPICS
-              for i in range(6)]
+    chunks = [
+        f"The {t} number {i} has its own story about {TOPICS[(i + 3) % 8]} and weather."
+        for t in TOPICS
+        for i in range(6)
+    ]
     docs = [Document(id="doc", title="places", chunks=chunks)]
     labels = {f"doc#{j}": ([TOPICS[j // 6]], "llm") for j in range(len(chunks))}
     g = ContextGraph.construct(docs, labels, key="rich-graph-test")
@@ -160,6 +163,7 @@ def test_random_path_ablation_draws_distinct_chunks(rich):
 
 # -- build cache ------------------------------------------------------------------------------
 
+
 def test_rebuild_on_unchanged_corpus_makes_no_extraction_call_and_changes_are_incremental(tmp_path):
     folder = write_kb(tmp_path / "kb")
     svc = make_services(tmp_path)
@@ -170,8 +174,14 @@ def test_rebuild_on_unchanged_corpus_makes_no_extraction_call_and_changes_are_in
         return [([w for w in t.split() if w[:1].isupper()][:4], "llm") for t in texts]
 
     def build():
-        return open_context_graph(load_knowledge_base(folder), cache_dir=tmp_path / "cache", extractor_label="m",
-                                  extract=extract, chroma=svc.chroma, embed=svc.embeddings())
+        return open_context_graph(
+            load_knowledge_base(folder),
+            cache_dir=tmp_path / "cache",
+            extractor_label="m",
+            extract=extract,
+            chroma=svc.chroma,
+            embed=svc.embeddings(),
+        )
 
     first = build()
     assert len(calls) == 1 and len(calls[0]) == len(first.chunks)
@@ -208,8 +218,12 @@ def test_the_graph_cache_key_ignores_the_evaluators_url_but_not_its_model_or_set
     from dyneval.state.judgeagent import JudgeAgentContext
 
     def key(url: str = "http://127.0.0.1:8000/v1", model: str = "qwen", batch: int = 5, **settings) -> str:
-        config = RunConfig(protocol="judgeagent", out=str(tmp_path), roles={"evaluator": "e"},
-                           models={"e": ModelSpec(model=model, base_url=url, **settings)})
+        config = RunConfig(
+            protocol="judgeagent",
+            out=str(tmp_path),
+            roles={"evaluator": "e"},
+            models={"e": ModelSpec(model=model, base_url=url, **settings)},
+        )
         svc = Services(config=config, run_dir=tmp_path, events=EventLog(tmp_path / "events.jsonl"))
         return extractor_key(svc, JudgeAgentContext(extract_batch=batch))
 

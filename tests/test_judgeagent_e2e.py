@@ -14,8 +14,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(tmp_path: Path, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "run.py", "--protocol", "judgeagent", "--out", str(tmp_path),
-                           "--skip-preflight", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "run.py", "--protocol", "judgeagent", "--out", str(tmp_path), "--skip-preflight", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_")]
     assert (run_dir / "report.md").exists() and (run_dir / "report.html").exists()
@@ -40,9 +45,21 @@ def test_real_hotpotqa_questions_with_their_reference_paragraphs(tmp_path, embed
     data = shared_data / "hotpotqa_sample" / "hotpotqa_dev_sample100_nd8.json"
     if not data.exists():
         pytest.skip("hotpotqa sample missing")
-    summary = _run(tmp_path, "--data", str(data), "--fields",
-                   "id=_id,question=question,answer=answer,references=para_a+para_b",
-                   "--limit", "1", "--batch-size", "1", "--rounds", "1", "--hops", "2")
+    summary = _run(
+        tmp_path,
+        "--data",
+        str(data),
+        "--fields",
+        "id=_id,question=question,answer=answer,references=para_a+para_b",
+        "--limit",
+        "1",
+        "--batch-size",
+        "1",
+        "--rounds",
+        "1",
+        "--hops",
+        "2",
+    )
     assert sum(summary["status_counts"].get(s, 0) for s in ("ok", "ungraded")) == 1, summary["status_counts"]
     assert summary["metrics"]["base_questions"] == 1
     stats = json.loads((Path(summary["_dir"]) / "kb_stats.json").read_text())

@@ -20,8 +20,13 @@ def kb(tmp_path):
 
 
 def mc(i: int, difficulty: str | None = None, gold: str = "B") -> BaseQuestion:
-    return BaseQuestion(id=f"q{i}", question=f"Which port does the Voss Canal reach, case {i}?",
-                        options=["Orden", "Harl", "Brenmark", "Spartina"], answer=gold, difficulty=difficulty)
+    return BaseQuestion(
+        id=f"q{i}",
+        question=f"Which port does the Voss Canal reach, case {i}?",
+        options=["Orden", "Harl", "Brenmark", "Spartina"],
+        answer=gold,
+        difficulty=difficulty,
+    )
 
 
 def test_difficulty_changes_every_round_with_the_running_score_across_both_thresholds(tmp_path, kb):
@@ -45,16 +50,34 @@ def test_difficulty_changes_every_round_with_the_running_score_across_both_thres
     expected = ["hard", "medium", "medium", "easy", "medium", "medium", "medium", "medium", "medium", "hard"]
     assert prompted == expected
     assert [r["difficulty"] for r in out["rounds"]] == expected
-    assert [round(t["avg"], 4) for t in out["trajectory"]] == [2.0, 1.0, 0.6667, 0.5, 0.6, 0.75, 0.8571, 0.9375,
-                                                                1.0, 1.05, 0.9545]
+    assert [round(t["avg"], 4) for t in out["trajectory"]] == [
+        2.0,
+        1.0,
+        0.6667,
+        0.5,
+        0.6,
+        0.75,
+        0.8571,
+        0.9375,
+        1.0,
+        1.05,
+        0.9545,
+    ]
     assert out["score"] == pytest.approx(10.5) and out["answered"] == 11
 
 
 def test_feedback_prompt_never_shows_base_gold_answers_or_references(tmp_path, kb):
     ev = FakeEvaluator(verdict=False)
-    batch = [BaseQuestion(id=f"f{i}", question=f"Who designed lighthouse number {i}?", answer=f"Zorvanek{i}",
-                          references=[f"Secret reference text {i}: the designer was Zorvanek{i}."],
-                          difficulty="medium") for i in range(3)]
+    batch = [
+        BaseQuestion(
+            id=f"f{i}",
+            question=f"Who designed lighthouse number {i}?",
+            answer=f"Zorvanek{i}",
+            references=[f"Secret reference text {i}: the designer was Zorvanek{i}."],
+            difficulty="medium",
+        )
+        for i in range(3)
+    ]
     target = SimulatedTarget(0.0, {})  # always wrong
     svc = fake_services(tmp_path, ev, target)
     out = run_batch(svc, batch, kb, rounds=2)
@@ -75,8 +98,12 @@ def test_feedback_quoting_a_free_form_gold_answer_is_flagged(tmp_path, kb):
 
     def leaky(messages, tool):
         if tool and tool["function"]["name"] == "Feedback":
-            return {"flaws_knowledge": "x", "flaws_capability": "y", "comprehensive_performance": "z",
-                    "suggestions": "Remember that the designer was Zorvanek1."}
+            return {
+                "flaws_knowledge": "x",
+                "flaws_capability": "y",
+                "comprehensive_performance": "z",
+                "suggestions": "Remember that the designer was Zorvanek1.",
+            }
         return base(messages, tool)
 
     batch = [BaseQuestion(id="f1", question="Who designed the lighthouse?", answer="Zorvanek1")]

@@ -27,8 +27,13 @@ RIGHT = {"qB", "qC", "qE"}  # the simulated target answers these correctly, qA a
 
 
 def question(qid: str, difficulty: str | None = None) -> BaseQuestion:
-    return BaseQuestion(id=qid, question=f"Which lock of the Voss Canal is called {qid}?",
-                        options=["Orden", "Harl", "Brenmark", "Spartina"], answer="B", difficulty=difficulty)
+    return BaseQuestion(
+        id=qid,
+        question=f"Which lock of the Voss Canal is called {qid}?",
+        options=["Orden", "Harl", "Brenmark", "Spartina"],
+        answer="B",
+        difficulty=difficulty,
+    )
 
 
 POOL = [question(q) for q in ("qA", "qB", "qC", "qD", "qE", "qU")]
@@ -39,8 +44,9 @@ def target(messages: list, tool: Any) -> str:
     return "B" if qid in RIGHT else "A"
 
 
-def run_pool(tmp_path: Path, checkpointer: Any = None, responder: Any = target, resume: bool = False,
-             **params: Any) -> tuple[dict[str, Any], Any]:
+def run_pool(
+    tmp_path: Path, checkpointer: Any = None, responder: Any = target, resume: bool = False, **params: Any
+) -> tuple[dict[str, Any], Any]:
     """One thread over :data:`POOL` (``resume``: continue the checkpointed thread instead of starting it); the
     thread's whole state, as the runner reads it (``invoke`` returns the graph's output only)."""
     from langgraph.checkpoint.memory import InMemorySaver
@@ -69,7 +75,7 @@ def test_each_base_question_is_the_most_informative_at_the_ability_so_far(tmp_pa
     a, b = (np.array([ITEMS[q][i] for q in ITEMS]) for i in (0, 1))
     for t in trace[:3]:  # the chosen one has the most information among those not asked before it
         info = dict(zip(ITEMS, irt.information(t["theta"], a, b)))
-        before = out["ability"]["asked"][:t["step"]]
+        before = out["ability"]["asked"][: t["step"]]
         assert t["chose"] == max((q for q in ITEMS if q not in before), key=info.get)
         assert t["information"] == pytest.approx(info[t["chose"]])
     assert "chose" not in trace[-1] and len(trace) == 4  # the fourth visit stops: irt_items reached
@@ -152,17 +158,31 @@ def test_without_item_parameters_grading_takes_the_whole_batch_and_records_nothi
 
 # -- the fit from earlier run directories -------------------------------------------------------------------
 
+
 def write_run(folder: Path, target_spec: str, questions: list[BaseQuestion], verdicts: dict[str, str]) -> Path:
     """A finished judgeagent run directory in the real format: config.json, units.jsonl (one batch) and
     results.jsonl whose base answers carry ``verdicts`` (question id -> correct | wrong | ungraded)."""
     folder.mkdir(parents=True)
     config = RunConfig(protocol="judgeagent", roles={"target": target_spec, "evaluator": "ev@http://127.0.0.1:9/v1"})
     (folder / "config.json").write_text(json.dumps(config.masked()), encoding="utf-8")
-    unit = {"id": "batch-0001", "input": {"batch": [q.model_dump() for q in questions]},
-            "meta": {"questions": [q.id for q in questions], "source": "test"}}
+    unit = {
+        "id": "batch-0001",
+        "input": {"batch": [q.model_dump() for q in questions]},
+        "meta": {"questions": [q.id for q in questions], "source": "test"},
+    }
     (folder / "units.jsonl").write_text(json.dumps(unit) + "\n", encoding="utf-8")
-    base = [{"id": q, "difficulty": None, "reply": "x", "gain": 1.5 if v == "correct" else 0.0, "verdict": v,
-             "correct": v == "correct" if v != "ungraded" else None, "how": "evaluator"} for q, v in verdicts.items()]
+    base = [
+        {
+            "id": q,
+            "difficulty": None,
+            "reply": "x",
+            "gain": 1.5 if v == "correct" else 0.0,
+            "verdict": v,
+            "correct": v == "correct" if v != "ungraded" else None,
+            "how": "evaluator",
+        }
+        for q, v in verdicts.items()
+    ]
     record = {"unit_id": "batch-0001", "status": "ok", "base": base}
     (folder / "results.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
     return folder
@@ -180,15 +200,18 @@ def test_responses_keep_each_models_latest_graded_answer_and_leave_out_ungraded_
 
     qs = POOL[:3]
     m1, m2, me = "m1@http://127.0.0.1:9/v1", "m2@http://127.0.0.1:9/v1", "me@http://127.0.0.1:9/v1"
-    write_run(tmp_path / "runs" / "20260101-000000-judgeagent-aaaa", m1, qs,
-              {"qA": "correct", "qB": "wrong", "qC": "correct"})
-    write_run(tmp_path / "runs" / "20260102-000000-judgeagent-bbbb", m1, qs,
-              {"qA": "wrong", "qB": "ungraded"})  # later: qA now wrong; qB ungraded keeps the earlier answer
+    write_run(
+        tmp_path / "runs" / "20260101-000000-judgeagent-aaaa", m1, qs, {"qA": "correct", "qB": "wrong", "qC": "correct"}
+    )
+    write_run(
+        tmp_path / "runs" / "20260102-000000-judgeagent-bbbb", m1, qs, {"qA": "wrong", "qB": "ungraded"}
+    )  # later: qA now wrong; qB ungraded keeps the earlier answer
     write_run(tmp_path / "runs" / "20260103-000000-judgeagent-cccc", m2, qs, {"qA": "ungraded", "qC": "wrong"})
     write_run(tmp_path / "runs" / "20260104-000000-judgeagent-dddd", me, qs, {"qA": "correct"})
     dirs = run_dirs(str(tmp_path / "runs" / "*"), tmp_path / "current")
-    exclude = json.dumps(RunConfig(protocol="judgeagent", roles={"target": me}).spec_for("target")
-                         .answer_identity(), sort_keys=True)
+    exclude = json.dumps(
+        RunConfig(protocol="judgeagent", roles={"target": me}).spec_for("target").answer_identity(), sort_keys=True
+    )
     latest, used, labels = responses(dirs, {q.id: q for q in qs}, exclude)
     named = {(labels[k], q): y for (k, q), y in latest.items()}
     assert named == {(m1, "qA"): 0, (m1, "qB"): 0, (m1, "qC"): 1, (m2, "qC"): 0}
@@ -204,8 +227,7 @@ def test_calibration_fits_only_questions_with_enough_responses(tmp_path, model):
         verdicts = {"qA": "correct" if i >= 2 else "wrong", "qB": "correct" if i >= 4 else "wrong"}
         if i < 2:
             verdicts["qC"] = "correct"
-        write_run(tmp_path / "runs" / f"2026010{i}-000000-judgeagent-x{i}", f"m{i}@http://127.0.0.1:9/v1", qs,
-                  verdicts)
+        write_run(tmp_path / "runs" / f"2026010{i}-000000-judgeagent-x{i}", f"m{i}@http://127.0.0.1:9/v1", qs, verdicts)
     run = fake_run(tmp_path, "me@http://127.0.0.1:9/v1", irt_runs=str(tmp_path / "runs" / "*"))
     fit = calibrate_runs(run, qs, model, 5)
     assert (fit["calibrated"], fit["uncalibrated"], fit["responses"]) == (2, 1, 12)
@@ -222,10 +244,12 @@ def test_runs_on_another_benchmark_missing_directories_and_other_protocols_are_r
     other = [BaseQuestion(id="qA", question="Something else entirely?", answer="yes")]
     write_run(tmp_path / "a", "m1@http://127.0.0.1:9/v1", other, {"qA": "correct"})
     write_run(tmp_path / "b", "m1@http://127.0.0.1:9/v1", [question("zz")], {"zz": "correct"})
-    for spec, needle in [(tmp_path / "a", "its question 'qA' differs in question, answer, options"),
-                         (tmp_path / "b", "none of its questions is in this one"),
-                         (tmp_path / "nope", "no such run directory"),
-                         (tmp_path / "x*", "matches no run directory")]:
+    for spec, needle in [
+        (tmp_path / "a", "its question 'qA' differs in question, answer, options"),
+        (tmp_path / "b", "none of its questions is in this one"),
+        (tmp_path / "nope", "no such run directory"),
+        (tmp_path / "x*", "matches no run directory"),
+    ]:
         with pytest.raises(InputError) as err:
             calibrate_runs(fake_run(tmp_path, "me@http://127.0.0.1:9/v1", irt_runs=str(spec)), qs, "2pl", 5)
         assert needle in str(err.value) and err.value.field == "--irt-runs"

@@ -31,9 +31,12 @@ def synthetic_runs(earlier: Path, questions: list) -> None:
     """Five synthetic earlier targets, abilities -1.5 .. 2.5 on a difficulty ladder over the questions (a Guttman
     pattern), as run directories in the real format."""
     for k, theta in enumerate((-1.5, -0.5, 0.5, 1.5, 2.5)):
-        write_run(earlier / f"20260101-00000{k}-judgeagent-s{k}", f"synthetic{k}@http://127.0.0.1:9/v1", questions,
-                  {q.id: "correct" if theta > -2 + 4 * i / len(questions) else "wrong"
-                   for i, q in enumerate(questions)})
+        write_run(
+            earlier / f"20260101-00000{k}-judgeagent-s{k}",
+            f"synthetic{k}@http://127.0.0.1:9/v1",
+            questions,
+            {q.id: "correct" if theta > -2 + 4 * i / len(questions) else "wrong" for i, q in enumerate(questions)},
+        )
 
 
 def test_adaptive_run_asks_the_chosen_questions_only_and_reports_ability_and_savings(tmp_path, monkeypatch):
@@ -43,12 +46,39 @@ def test_adaptive_run_asks_the_chosen_questions_only_and_reports_ability_and_sav
     earlier, out = tmp_path / "earlier", tmp_path / "runs"
     synthetic_runs(earlier, questions)
     with StandIn(respond=respond) as standin:
-        code, log = _main(["--protocol", "judgeagent", "--limit", "2", "--out", str(earlier), "--target",
-                           standin.spec("old"), "--evaluator", standin.spec("judge")])
+        code, log = _main(
+            [
+                "--protocol",
+                "judgeagent",
+                "--limit",
+                "2",
+                "--out",
+                str(earlier),
+                "--target",
+                standin.spec("old"),
+                "--evaluator",
+                standin.spec("judge"),
+            ]
+        )
         assert code == 0, log
-        argv = ["--protocol", "judgeagent", "--out", str(out), "--target", standin.spec("new"), "--evaluator",
-                standin.spec("judge"), "--irt-runs", str(earlier / "*"), "--batch-size", "6", "--irt-items", "2",
-                "--limit", "2"]
+        argv = [
+            "--protocol",
+            "judgeagent",
+            "--out",
+            str(out),
+            "--target",
+            standin.spec("new"),
+            "--evaluator",
+            standin.spec("judge"),
+            "--irt-runs",
+            str(earlier / "*"),
+            "--batch-size",
+            "6",
+            "--irt-items",
+            "2",
+            "--limit",
+            "2",
+        ]
         code, log = _main(argv)
     assert code == 0, log
     [run_dir] = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
@@ -62,8 +92,11 @@ def test_adaptive_run_asks_the_chosen_questions_only_and_reports_ability_and_sav
         assert [v["id"] for v in r["validation"]] == ad["asked"]  # Algorithm 2 re-asks the asked questions only
         assert [t.get("chose") for t in ad["trace"]] == [*ad["asked"], None]
         assert ad["se"] < 1.0 and ad["first_difficulty"] == r["trajectory"][0]["next"]
-    asked = Counter(e["unit"] for e in _jsonl(run_dir / "events.jsonl")
-                    if e["role"] == "target" and e["step"] == "base_answer" and not e["error"])
+    asked = Counter(
+        e["unit"]
+        for e in _jsonl(run_dir / "events.jsonl")
+        if e["role"] == "target" and e["step"] == "base_answer" and not e["error"]
+    )
     assert asked == {"batch-0001": 2, "batch-0002": 2}
     metrics = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["metrics"]
     ad = metrics["adaptive_grading"]
@@ -93,9 +126,26 @@ def test_ungraded_adaptive_answers_are_rejudged_on_resume_without_asking_a_quest
         return respond(body)
 
     with StandIn(respond=judge_fails) as standin:
-        argv = ["--protocol", "judgeagent", "--out", str(out), "--target", standin.spec("new"), "--evaluator",
-                standin.spec("judge"), "--irt-runs", str(earlier / "*"), "--batch-size", "6", "--irt-items", "3",
-                "--limit", "1", "--no-extension", "--no-validation"]
+        argv = [
+            "--protocol",
+            "judgeagent",
+            "--out",
+            str(out),
+            "--target",
+            standin.spec("new"),
+            "--evaluator",
+            standin.spec("judge"),
+            "--irt-runs",
+            str(earlier / "*"),
+            "--batch-size",
+            "6",
+            "--irt-items",
+            "3",
+            "--limit",
+            "1",
+            "--no-extension",
+            "--no-validation",
+        ]
         code, log = _main(argv)
         [run_dir] = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
         first = _jsonl(run_dir / "results.jsonl")[-1]

@@ -14,8 +14,9 @@ import re
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -24,11 +25,11 @@ import dyneval.runtime.display as display
 import dyneval.runtime.executors.threads as threads
 import dyneval.runtime.runner as runner
 from dyneval.protocols.judgeagent import JudgeAgentProtocol
+from dyneval.runtime import stop
 from dyneval.runtime.llm import current_unit
 from dyneval.runtime.protocol import Unit
 from dyneval.runtime.runner import RunInterrupted, execute, open_run
 from dyneval.runtime.services import Background, Services
-from dyneval.runtime import stop
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InfraError
 from dyneval.stores.results import ResultStore
@@ -59,7 +60,7 @@ def _until(condition: Callable[[], bool]) -> bool:
 
 
 def _gold() -> dict[str, str]:
-    return {json.loads(l)["question"]: json.loads(l)["answer"] for l in SAMPLE.read_text().splitlines()}
+    return {json.loads(line)["question"]: json.loads(line)["answer"] for line in SAMPLE.read_text().splitlines()}
 
 
 def _is_build_call(tool: dict[str, Any] | None) -> bool:
@@ -83,8 +84,14 @@ class Run:
     """One JudgeAgent run on the shipped sample with fake models; ``hold(tool)`` runs before each evaluator
     reply (a build call may wait there for a condition)."""
 
-    def __init__(self, out: Path, hold: Callable[[Any], None] = lambda tool: None, console: Console | None = None,
-                 run_id: str | None = None, **params: Any) -> None:
+    def __init__(
+        self,
+        out: Path,
+        hold: Callable[[Any], None] = lambda tool: None,
+        console: Console | None = None,
+        run_id: str | None = None,
+        **params: Any,
+    ) -> None:
         self.evaluator = ContentEvaluator()
         self.target = SimulatedTarget(0.6, _gold())
         self.base_asked = threading.Event()
@@ -100,12 +107,22 @@ class Run:
         concurrency, limit = params.pop("c", 1), params.pop("limit", 2)
         # endpoints without an in-flight ceiling (the embedded model's is 1), as a real server's spec
         roles = {role: f"{role}@http://127.0.0.1:9/v1" for role in ("target", "evaluator")}
-        config = RunConfig(protocol="judgeagent", out=str(out), params={"rounds": 1, **params}, roles=roles,
-                           concurrency=concurrency, limit=limit)
-        self.run = open_run(JudgeAgentProtocol(), config, run_id=run_id,
-                            console=console or Console(file=io.StringIO(), width=200),
-                            chat_overrides={"evaluator": ScriptedChat(evaluator), "target": ScriptedChat(target)},
-                            retry_sleep=lambda s: None)
+        config = RunConfig(
+            protocol="judgeagent",
+            out=str(out),
+            params={"rounds": 1, **params},
+            roles=roles,
+            concurrency=concurrency,
+            limit=limit,
+        )
+        self.run = open_run(
+            JudgeAgentProtocol(),
+            config,
+            run_id=run_id,
+            console=console or Console(file=io.StringIO(), width=200),
+            chat_overrides={"evaluator": ScriptedChat(evaluator), "target": ScriptedChat(target)},
+            retry_sleep=lambda s: None,
+        )
 
     def waiting(self) -> int:
         return sum(job.waiting for job in self.run.services.background())
@@ -129,8 +146,10 @@ def test_batches_grade_during_the_build_and_wait_for_the_graph_with_the_same_res
     def hold(tool: Any) -> None:
         if _is_build_call(tool):  # released once the batches graded their base questions and the console says
             # both wait: at --concurrency 1 the first gives its slot to the second while it waits
-            held.append(box["run"].base_asked.wait(PATIENCE_S)
-                        and _until(lambda: "(2 units waiting for the context graph)" in out.getvalue()))
+            held.append(
+                box["run"].base_asked.wait(PATIENCE_S)
+                and _until(lambda: "(2 units waiting for the context graph)" in out.getvalue())
+            )
 
     box["run"] = overlapped = Run(tmp_path / "overlapped", hold, console=Console(file=out, width=200))
     summary = overlapped.execute()
@@ -183,7 +202,8 @@ class Working:
 
 
 def test_batches_beyond_concurrency_grade_while_the_build_is_held_and_never_more_than_concurrency_work(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     working = Working(monkeypatch)
     gold = _gold()
     asked_before_release: list[set[str]] = []
@@ -338,8 +358,9 @@ def test_no_unit_starts_after_a_stop_while_units_wait_for_the_build(tmp_path, mo
         stop.clear()
 
 
-def test_build_progress_shows_n_of_total_per_stage_plain_lines_off_a_terminal_and_a_cache_hit(tmp_path, monkeypatch,
-                                                                                             hash_embedding):
+def test_build_progress_shows_n_of_total_per_stage_plain_lines_off_a_terminal_and_a_cache_hit(
+    tmp_path, monkeypatch, hash_embedding
+):
     monkeypatch.setattr(display, "PLAIN_EVERY_S", 0.0)
     out = io.StringIO()
     console = Console(file=out, width=200)  # not a terminal: no live display
@@ -352,8 +373,13 @@ def test_build_progress_shows_n_of_total_per_stage_plain_lines_off_a_terminal_an
     text = out.getvalue()
     assert "context graph: 16 chunks, 16 to label" in text
     assert re.search(r"^context graph: extraction 0/16$", text, re.MULTILINE)  # a plain line while it built
-    stats = json.loads((tmp_path / next(p.name for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_"))
-                        / "kb_stats.json").read_text())
+    stats = json.loads(
+        (
+            tmp_path
+            / next(p.name for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_"))
+            / "kb_stats.json"
+        ).read_text()
+    )
     for stage, total in (("extraction", 16), ("embedding chunks", 16), ("embedding entities", stats["entities"])):
         assert re.search(rf"^  {stage} .*\b{total}/{total}\b", text, re.MULTILINE), stage  # the final display
     assert "context graph: {" in text  # the statistics line, printed when the build ended
@@ -399,11 +425,24 @@ def test_a_failed_build_exits_like_bad_input_in_prepare_did(tmp_path, monkeypatc
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     err = io.StringIO()
-    with StandIn(respond=respond) as standin, contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(err):
-        code = cli.main(["--protocol", "judgeagent", "--limit", "1", "--out", str(tmp_path),
-                         "--embedding-model", "m@https://embeddings.invalid/v1",
-                         *[x for role in ROLES for x in (f"--{role}", standin.spec(role))]])
+    with (
+        StandIn(respond=respond) as standin,
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(err),
+    ):
+        code = cli.main(
+            [
+                "--protocol",
+                "judgeagent",
+                "--limit",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--embedding-model",
+                "m@https://embeddings.invalid/v1",
+                *[x for role in ROLES for x in (f"--{role}", standin.spec(role))],
+            ]
+        )
     assert code == 2
     assert "error:" in err.getvalue() and "--embedding-model" in err.getvalue()
 
@@ -473,10 +512,19 @@ def test_a_stopped_build_embeds_no_further_chunk_batch(tmp_path):
         time.sleep(0.5)
         raise Stopped()
 
-    docs = [Document(id=f"d{i}", title="", chunks=[f"Chunk {i}.{j} about the Harbor Mill." for j in range(3)])
-            for i in range(100)]
+    docs = [
+        Document(id=f"d{i}", title="", chunks=[f"Chunk {i}.{j} about the Harbor Mill." for j in range(3)])
+        for i in range(100)
+    ]
     embed = Slow()
     with pytest.raises(Stopped):
-        open_context_graph(docs, cache_dir=tmp_path, extractor_label="x", extract=extract, chroma=chroma_client,
-                           embed=embed, progress=progress)
+        open_context_graph(
+            docs,
+            cache_dir=tmp_path,
+            extractor_label="x",
+            extract=extract,
+            chroma=chroma_client,
+            embed=embed,
+            progress=progress,
+        )
     assert len(embed.calls) < -(-300 // CHUNK_BATCH)  # the pool stopped too, not only the extraction

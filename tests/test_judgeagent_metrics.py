@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from dyneval.protocols.judgeagent.metrics import (difficulty_distribution, dynamic_scores, overall_score,
-                                          validation_by_label, validation_metrics)
+from dyneval.protocols.judgeagent.metrics import (
+    difficulty_distribution,
+    dynamic_scores,
+    overall_score,
+    validation_by_label,
+    validation_metrics,
+)
 from dyneval.state.judgeagent import DifficultyConfigError, DifficultyControl
 
 
-@pytest.mark.parametrize("score,answered,expected", [
-    (0.0, 3, "easy"), (1.5, 3, "easy"),  # avg 0.5 = t12 -> still easy
-    (2.0, 3, "medium"), (3.0, 3, "medium"),  # avg 1.0 = t23 -> still medium
-    (3.5, 3, "hard"), (4.0, 2, "hard"), (0.0, 0, "easy"),
-])
+@pytest.mark.parametrize(
+    "score,answered,expected",
+    [
+        (0.0, 3, "easy"),
+        (1.5, 3, "easy"),  # avg 0.5 = t12 -> still easy
+        (2.0, 3, "medium"),
+        (3.0, 3, "medium"),  # avg 1.0 = t23 -> still medium
+        (3.5, 3, "hard"),
+        (4.0, 2, "hard"),
+        (0.0, 0, "easy"),
+    ],
+)
 def test_next_difficulty_hand_computed(score, answered, expected):
     assert DifficultyControl().next_difficulty(score, answered) == expected
 
@@ -30,15 +42,18 @@ def test_other_configurations_satisfying_appendix_b_are_accepted():
     assert c.next_difficulty(4.1, 2) == "hard" and c.gain(None) == 3
 
 
-@pytest.mark.parametrize("gains,thresholds,problem", [
-    ("1,2,1.5", "0.6667,1.3333", "increase"),
-    ("1,1.5,2.5", "0.5,1", "c1 + c3 = 2*c2"),
-    ("1,1.5,2", "0.4,1", "t12 must be c2/3"),
-    ("1,1.5,2", "0.5,1.2", "t23 must be 2*c2/3"),
-    ("0.4,1.5,2.6", "0.5,1", "c1 > t12"),
-    ("1,1.5", "0.5,1", "three gains"),
-    ("a,b,c", "0.5,1", "numbers"),
-])
+@pytest.mark.parametrize(
+    "gains,thresholds,problem",
+    [
+        ("1,2,1.5", "0.6667,1.3333", "increase"),
+        ("1,1.5,2.5", "0.5,1", "c1 + c3 = 2*c2"),
+        ("1,1.5,2", "0.4,1", "t12 must be c2/3"),
+        ("1,1.5,2", "0.5,1.2", "t23 must be 2*c2/3"),
+        ("0.4,1.5,2.6", "0.5,1", "c1 > t12"),
+        ("1,1.5", "0.5,1", "three gains"),
+        ("a,b,c", "0.5,1", "numbers"),
+    ],
+)
 def test_configurations_breaking_appendix_b_are_refused(gains, thresholds, problem):
     with pytest.raises(DifficultyConfigError, match=problem.replace("*", r"\*").replace("+", r"\+")):
         DifficultyControl.parse(gains, thresholds)
@@ -68,15 +83,25 @@ def test_validation_per_difficulty_label():
 
 
 RECORDS = [
-    {"score": 4.5, "answered": 5, "base": [{"gain": 1.0, "correct": True}, {"gain": 0.0, "correct": False},
-                                           {"gain": 2.0, "correct": True}],
-     "rounds": [{"round": 1, "status": "ok", "gain": 1.5, "difficulty": "medium"},
-                {"round": 2, "status": "generation_failed", "difficulty": "hard"},
-                {"round": 3, "status": "ok", "gain": 0.0, "difficulty": "hard"}]},
-    {"score": 2.0, "answered": 4, "base": [{"gain": 0.0, "correct": False}, {"gain": 1.0, "correct": True},
-                                           {"gain": 0.0, "correct": False}],
-     "rounds": [{"round": 1, "status": "ok", "gain": 1.0, "difficulty": "easy"},
-                {"round": 2, "status": "ok", "gain": 0.0, "difficulty": "medium"}]},
+    {
+        "score": 4.5,
+        "answered": 5,
+        "base": [{"gain": 1.0, "correct": True}, {"gain": 0.0, "correct": False}, {"gain": 2.0, "correct": True}],
+        "rounds": [
+            {"round": 1, "status": "ok", "gain": 1.5, "difficulty": "medium"},
+            {"round": 2, "status": "generation_failed", "difficulty": "hard"},
+            {"round": 3, "status": "ok", "gain": 0.0, "difficulty": "hard"},
+        ],
+    },
+    {
+        "score": 2.0,
+        "answered": 4,
+        "base": [{"gain": 0.0, "correct": False}, {"gain": 1.0, "correct": True}, {"gain": 0.0, "correct": False}],
+        "rounds": [
+            {"round": 1, "status": "ok", "gain": 1.0, "difficulty": "easy"},
+            {"round": 2, "status": "ok", "gain": 0.0, "difficulty": "medium"},
+        ],
+    },
 ]
 
 

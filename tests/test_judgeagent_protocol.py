@@ -27,12 +27,18 @@ class Killed(BaseException):
 
 def _open(tmp_path, chats, run_id=None, concurrency=2, **params):
     config = RunConfig(protocol="judgeagent", out=str(tmp_path), params=params, concurrency=concurrency)
-    return open_run(JudgeAgentProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                    retry_sleep=lambda s: None)
+    return open_run(
+        JudgeAgentProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
 
 
 def _gold() -> dict[str, str]:
-    return {json.loads(l)["question"]: json.loads(l)["answer"] for l in SAMPLE.read_text().splitlines()}
+    return {json.loads(line)["question"]: json.loads(line)["answer"] for line in SAMPLE.read_text().splitlines()}
 
 
 def test_sample_run_is_concurrent_resumable_and_reports(tmp_path):
@@ -56,10 +62,11 @@ def test_sample_run_is_concurrent_resumable_and_reports(tmp_path):
     resumed = _open(tmp_path, chats, run_id=run.run_dir.name, concurrency=2, rounds=2)
     summary = execute(JudgeAgentProtocol(), resumed, skip_preflight=True)
     assert summary["status_counts"] == {"ok": 5}
-    base_asks = [all_text(m) for m, _ in target.calls if "Answer with the letter" in all_text(m)
-                 and KILL_QUESTION in all_text(m)]
+    base_asks = [
+        all_text(m) for m, _ in target.calls if "Answer with the letter" in all_text(m) and KILL_QUESTION in all_text(m)
+    ]
     assert len(base_asks) == 1  # graded before the kill, continued from the checkpoint afterwards
-    records = [json.loads(l) for l in (run.run_dir / "results.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()]
     assert sorted(r["unit_id"] for r in records) == [f"batch-{i:04d}" for i in range(1, 6)]
     # the context graph came from the cache in the resumed session: no new knowledge-base labelling
     assert len([p for p in ev.prompts["EntityLabels"] if "honeybee" in p.lower() and "Voss" not in p]) == kb_calls
@@ -71,8 +78,14 @@ def test_sample_run_is_concurrent_resumable_and_reports(tmp_path):
     assert m["difficulty_distribution"]["total"] == 10
     assert m["validation"]["overall"]["n"] == 15
     report = (run.run_dir / "report.md").read_text()
-    for needle in ("ACC1", "CR | wrong", "Table 3 style", "avg tokens per seed question", "suggestions",
-                   "Read the question twice."):
+    for needle in (
+        "ACC1",
+        "CR | wrong",
+        "Table 3 style",
+        "avg tokens per seed question",
+        "suggestions",
+        "Read the question twice.",
+    ):
         assert needle in report
     assert (run.run_dir / "figures" / "judgeagent_difficulty_trajectory.png").exists()
 
@@ -92,33 +105,54 @@ def test_build_kb_only_builds_once_then_loads_from_cache(tmp_path):
 
 def test_field_mapping_reads_pubmedqa_style_json_with_fixed_choices(tmp_path):
     data = tmp_path / "pq.json"
-    data.write_text(json.dumps({"111": {"QUESTION": "Does X help?", "CONTEXTS": ["ctx one", "ctx two"],
-                                        "final_decision": "no"},
-                                "222": {"QUESTION": "Does Y help?", "CONTEXTS": ["ctx three"],
-                                        "final_decision": "maybe"}}))
-    qs, _ = load_questions({"data": str(data), "choices": "yes,no,maybe",
-                            "fields": "question=QUESTION,answer=final_decision,references=CONTEXTS"})
+    data.write_text(
+        json.dumps(
+            {
+                "111": {"QUESTION": "Does X help?", "CONTEXTS": ["ctx one", "ctx two"], "final_decision": "no"},
+                "222": {"QUESTION": "Does Y help?", "CONTEXTS": ["ctx three"], "final_decision": "maybe"},
+            }
+        )
+    )
+    qs, _ = load_questions(
+        {
+            "data": str(data),
+            "choices": "yes,no,maybe",
+            "fields": "question=QUESTION,answer=final_decision,references=CONTEXTS",
+        }
+    )
     assert [(q.id, q.answer, q.options, q.references) for q in qs] == [
         ("111", "B", ["yes", "no", "maybe"], ["ctx one", "ctx two"]),
-        ("222", "C", ["yes", "no", "maybe"], ["ctx three"])]
+        ("222", "C", ["yes", "no", "maybe"], ["ctx three"]),
+    ]
     assert [len(b) for b in split_batches(qs, 3)] == [2]
 
 
 def test_field_mapping_joins_fields_and_reads_indices(tmp_path):
     data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"q": "Pick", "choices": ["a", "b", "c"], "gold": 2, "para_a": ["s1", "s2"],
-                                "para_b": ["s3"], "level": "2"}) + "\n")
-    [q], _ = load_questions({"data": str(data), "fields": "question=q,options=choices,answer=gold,"
-                                                          "references=para_a+para_b,difficulty=level"})
+    data.write_text(
+        json.dumps(
+            {"q": "Pick", "choices": ["a", "b", "c"], "gold": 2, "para_a": ["s1", "s2"], "para_b": ["s3"], "level": "2"}
+        )
+        + "\n"
+    )
+    [q], _ = load_questions(
+        {
+            "data": str(data),
+            "fields": "question=q,options=choices,answer=gold,references=para_a+para_b,difficulty=level",
+        }
+    )
     assert (q.answer, q.references, q.difficulty, q.id) == ("C", ["s1", "s2", "s3"], "medium", "q1")
 
 
-@pytest.mark.parametrize("line,fields,message", [
-    ({"question": "Q?"}, None, "record 1, field 'answer': missing"),
-    ({"question": "Q?", "options": ["a", "b"], "answer": "Z"}, None, "not an option letter"),
-    ({"question": "Q?", "answer": "x", "difficulty": "extreme"}, None, "difficulty 'extreme'"),
-    ({"question": "Q?", "answer": "x"}, "bogus=1", "unknown field name 'bogus'.*valid names: id, question"),
-])
+@pytest.mark.parametrize(
+    "line,fields,message",
+    [
+        ({"question": "Q?"}, None, "record 1, field 'answer': missing"),
+        ({"question": "Q?", "options": ["a", "b"], "answer": "Z"}, None, "not an option letter"),
+        ({"question": "Q?", "answer": "x", "difficulty": "extreme"}, None, "difficulty 'extreme'"),
+        ({"question": "Q?", "answer": "x"}, "bogus=1", "unknown field name 'bogus'.*valid names: id, question"),
+    ],
+)
 def test_bad_datasets_name_the_record_and_field(tmp_path, line, fields, message):
     data = tmp_path / "bad.jsonl"
     data.write_text(json.dumps(line) + "\n")

@@ -15,11 +15,11 @@ from tests.fakes import ScriptedChat, all_text, last_text
 
 TINY_KB = {
     "canal.md": "# Voss Canal\n\nThe Voss Canal links Lake Orden with the port of Harl. It was finished in 1871 "
-                "by the engineer Mira Stolt, who also designed the Harl Lighthouse.\n\nBarges on the Voss Canal "
-                "carry timber from Lake Orden to Harl, where the Timber Exchange sells it to Brenmark.",
+    "by the engineer Mira Stolt, who also designed the Harl Lighthouse.\n\nBarges on the Voss Canal "
+    "carry timber from Lake Orden to Harl, where the Timber Exchange sells it to Brenmark.",
     "marsh.md": "# Salt marsh\n\nSalt marsh grasses such as Spartina trap silt at high tide, so the marsh surface "
-                "slowly rises. The Orden Delta holds the largest salt marsh of Brenmark.\n\nHerons and "
-                "Redshanks feed in the Orden Delta at low tide, and Mira Stolt mapped its channels in 1880.",
+    "slowly rises. The Orden Delta holds the largest salt marsh of Brenmark.\n\nHerons and "
+    "Redshanks feed in the Orden Delta at low tide, and Mira Stolt mapped its channels in 1880.",
 }
 
 ENTITY_SPLIT = re.compile(r"\[(\d+)\] (.*)")
@@ -64,8 +64,12 @@ class FakeEvaluator:
         if name == "Verdict":
             return {"correct": self.verdict}
         if name == "Feedback":
-            return {"flaws_knowledge": "misses canal facts", "flaws_capability": "guesses",
-                    "comprehensive_performance": "mixed", "suggestions": "Read the question twice."}
+            return {
+                "flaws_knowledge": "misses canal facts",
+                "flaws_capability": "guesses",
+                "comprehensive_performance": "mixed",
+                "suggestions": "Read the question twice.",
+            }
         return "ok"
 
 
@@ -112,9 +116,12 @@ def run_batch(svc: Any, batch: list[Any], kb: Path, thread: str = "u1", **params
 
 
 def fake_services(tmp_path: Path, evaluator: Any, target: Any, params: dict[str, Any] | None = None) -> Any:
-    return make_services(tmp_path, protocol="judgeagent",
-                         chats={"evaluator": ScriptedChat(evaluator), "target": ScriptedChat(target)},
-                         params=params)
+    return make_services(
+        tmp_path,
+        protocol="judgeagent",
+        chats={"evaluator": ScriptedChat(evaluator), "target": ScriptedChat(target)},
+        params=params,
+    )
 
 
 def test_label_entities_batches_texts_and_falls_back_to_keywords(tmp_path):
@@ -122,8 +129,11 @@ def test_label_entities_batches_texts_and_falls_back_to_keywords(tmp_path):
 
     ev = FakeEvaluator()
     svc = fake_services(tmp_path, ev, lambda m, t: "x")
-    texts = ["The Voss Canal links Lake Orden with Harl.", "salt marsh grasses trap silt while silt settles",
-             "Mira Stolt designed the Harl Lighthouse."]
+    texts = [
+        "The Voss Canal links Lake Orden with Harl.",
+        "salt marsh grasses trap silt while silt settles",
+        "Mira Stolt designed the Harl Lighthouse.",
+    ]
     out = label_entities(svc, texts, batch=2)
     assert len(ev.prompts["EntityLabels"]) == 2  # 3 texts, 2 per call
     assert out[0] == (["Voss Canal", "Lake Orden", "Harl"], "llm")

@@ -6,9 +6,9 @@ import pytest
 
 from dyneval.stores.context_graph_build import open_context_graph
 from dyneval.stores.knowledge_base import load_knowledge_base
+from dyneval.tools.knowledge import knowledge_tools
 from tests.conftest import make_services
 from tests.test_judgeagent_support import CAPITALISED, write_kb
-from dyneval.tools.knowledge import knowledge_tools
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +55,13 @@ def test_path_tool_falls_back_to_random_chunks_without_entities_and_for_the_abla
     none = by_name["sample_knowledge_path"].invoke({"seeds": [], "hops": 2, "seed": "s"})
     assert none["mode"] == "random (no entities)" and len(none["chunks"]) == 2 and none["text"]
     ablation = by_name["sample_knowledge_path"].invoke(
-        {"seeds": [{"entity": "Harl", "question": "Where does timber go?"}], "hops": 2, "seed": "s",
-         "random_chunks": True})
+        {
+            "seeds": [{"entity": "Harl", "question": "Where does timber go?"}],
+            "hops": 2,
+            "seed": "s",
+            "random_chunks": True,
+        }
+    )
     assert ablation["mode"] == "random" and ablation["entities"] == [] and ablation["chunks"] == none["chunks"]
 
 
@@ -85,8 +90,10 @@ def test_the_judgeagent_node_samples_its_path_through_the_agents_tool(monkeypatc
         context = Ctx()
 
     monkeypatch.setattr(knowledge, "services_of", lambda ctx: svc)
-    state = {"question_entities": [{"entity": "Harl", "question": "Where does timber go?", "source": "llm"}],
-             "rounds": [{}]}
+    state = {
+        "question_entities": [{"entity": "Harl", "question": "Where does timber go?", "source": "llm"}],
+        "rounds": [{}],
+    }
     out = knowledge.sample_knowledge(state, Rt())
     assert len(calls) == 1 and calls[0]["seed"].startswith("7:") and calls[0]["seed"].endswith(":path:2")
     assert out["path"]["entities"][0] == "harl" and out["path"]["text"]
@@ -94,7 +101,12 @@ def test_the_judgeagent_node_samples_its_path_through_the_agents_tool(monkeypatc
 
 def _tiny_graph(tmp, svc):
     return open_context_graph(
-        load_knowledge_base(write_kb(tmp / "kb")), cache_dir=tmp / "cache", extractor_label="caps",
-        extract=lambda texts: [([e for e in CAPITALISED.findall(t) if e not in {"The", "It", "Barges"}], "llm")
-                               for t in texts],
-        chroma=svc.chroma, embed=svc.embeddings())
+        load_knowledge_base(write_kb(tmp / "kb")),
+        cache_dir=tmp / "cache",
+        extractor_label="caps",
+        extract=lambda texts: [
+            ([e for e in CAPITALISED.findall(t) if e not in {"The", "It", "Barges"}], "llm") for t in texts
+        ],
+        chroma=svc.chroma,
+        embed=svc.embeddings(),
+    )

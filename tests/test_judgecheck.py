@@ -8,9 +8,9 @@ import json
 import pytest
 from rich.console import Console
 
+from dyneval.cli import main
 from dyneval.protocols.judgecheck import JudgeCheckProtocol
 from dyneval.protocols.judgecheck.data import load_items
-from dyneval.cli import main
 from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
@@ -20,10 +20,17 @@ JURY = [f"judge-{x}@http://127.0.0.1:9/v1" for x in "abc"]
 
 
 def _execute(tmp_path, params, chats, run_id=None):
-    config = RunConfig(protocol="judgecheck", out=str(tmp_path / "runs"),
-                       params={"bootstrap_resamples": 100, **params}, concurrency=2)
-    run = open_run(JudgeCheckProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                   retry_sleep=lambda s: None)
+    config = RunConfig(
+        protocol="judgecheck", out=str(tmp_path / "runs"), params={"bootstrap_resamples": 100, **params}, concurrency=2
+    )
+    run = open_run(
+        JudgeCheckProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
     return run, execute(JudgeCheckProtocol(), run, skip_preflight=True)
 
 
@@ -42,8 +49,11 @@ def test_a_judge_that_always_picks_the_first_output_is_caught_by_the_swap(tmp_pa
     assert m["accuracy_original"]["value"] == labels.count("1") / len(labels)
     assert m["accuracy_swapped"]["value"] == labels.count("2") / len(labels)
     assert m["swap_consistency"]["value"] == 0 and m["both_orders_correct"]["value"] == 0
-    assert summary["metrics"]["raters"]["m0"]["cost"] == {"calls_per_item": 2.0, "tokens_per_item": 30.0,
-                                                          "seconds_per_item": pytest.approx(0, abs=0.5)}
+    assert summary["metrics"]["raters"]["m0"]["cost"] == {
+        "calls_per_item": 2.0,
+        "tokens_per_item": 30.0,
+        "seconds_per_item": pytest.approx(0, abs=0.5),
+    }
     assert summary["metrics"]["raters"]["m0"]["decided_by"] == {"judge:A": 2 * len(labels)}  # always the first
     report = (run.run_dir / "report.md").read_text()
     assert "Verdict table, ordered by agreement" in report and "swap flips" in report
@@ -60,13 +70,18 @@ def test_each_judge_name_runs_its_protocols_own_prompt(tmp_path):
         if tool is None:
             return "pong"
         name = tool["function"]["name"]
-        return {"JudgeRating": {"rating": 3, "reason": "fine"}, "Grade": {"correct": True, "error_type": "N/A",
-                                                                          "reason": "fine"},
-                "FactGrade": {"facts": [], "complete": True}, "Verdict": {"correct": True}}[name]
+        return {
+            "JudgeRating": {"rating": 3, "reason": "fine"},
+            "Grade": {"correct": True, "error_type": "N/A", "reason": "fine"},
+            "FactGrade": {"facts": [], "complete": True},
+            "Verdict": {"correct": True},
+        }[name]
 
-    for name, tool, words in (("llmeval.judge", "JudgeRating", "0, 1, 2 or 3 stars"),
-                              ("interview.grader", "Grade", "error type"),
-                              ("judgeagent.judge", "Verdict", "Reference answer")):
+    for name, tool, words in (
+        ("llmeval.judge", "JudgeRating", "0, 1, 2 or 3 stars"),
+        ("interview.grader", "Grade", "error type"),
+        ("judgeagent.judge", "Verdict", "Reference answer"),
+    ):
         seen.clear()
         _, summary = _execute(tmp_path / name, {"judge": name}, {"evaluator": ScriptedChat(judge)})
         assert tool in seen and words.lower() in seen[tool].lower(), name
@@ -99,23 +114,37 @@ def test_an_ungraded_verdict_is_counted_not_a_disagreement_and_resume_rejudges_i
 
 def test_a_three_member_jury_votes_and_reports_each_member_and_its_cost(tmp_path):
     labels = tmp_path / "stars.jsonl"
-    labels.write_text("".join(json.dumps({"id": f"s{i}", "question": f"Explain idea {i}.", "reference": "ref",
-                                          "response": f"answer {i}", "label": label, "category": cat}) + "\n"
-                              for i, (label, cat) in enumerate([(1, "x"), (2, "x"), (3, "y")])))
+    labels.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"s{i}",
+                    "question": f"Explain idea {i}.",
+                    "reference": "ref",
+                    "response": f"answer {i}",
+                    "label": label,
+                    "category": cat,
+                }
+            )
+            + "\n"
+            for i, (label, cat) in enumerate([(1, "x"), (2, "x"), (3, "y")])
+        )
+    )
 
     def rater(stars):
         return ScriptedChat(lambda m, t: {"rating": stars, "reason": f"{stars} stars"} if t else "pong")
 
     chats = {ref: rater(k) for ref, k in zip(JURY, (1, 2, 2))}
-    run, summary = _execute(tmp_path, {"judge": "llmeval.judge", "labels": str(labels), "jury": JURY,
-                                       "repeats": 2}, chats)
+    run, summary = _execute(
+        tmp_path, {"judge": "llmeval.judge", "labels": str(labels), "jury": JURY, "repeats": 2}, chats
+    )
     raters = summary["metrics"]["raters"]
     assert set(raters) == {"m0", "m1", "m2", "m0-vote", "m1-vote", "m2-vote", "jury"}  # with each one's repeats
-    assert raters["m0-vote"]["measures"]["accuracy"]["n"] == 3                          # voted: one per item
-    assert raters["m0"]["measures"]["accuracy"]["value"] == 1 / 3    # always 1 star
-    assert raters["m1"]["measures"]["accuracy"]["value"] == 1 / 3    # always 2 stars
+    assert raters["m0-vote"]["measures"]["accuracy"]["n"] == 3  # voted: one per item
+    assert raters["m0"]["measures"]["accuracy"]["value"] == 1 / 3  # always 1 star
+    assert raters["m1"]["measures"]["accuracy"]["value"] == 1 / 3  # always 2 stars
     assert raters["jury"]["measures"]["accuracy"]["value"] == 1 / 3  # majority 2 of (1, 2, 2)
-    assert raters["jury"]["measures"]["accuracy"]["n"] == 6          # 3 items x 2 repeats
+    assert raters["jury"]["measures"]["accuracy"]["n"] == 6  # 3 items x 2 repeats
     assert raters["m0"]["measures"]["repeat_consistency"]["value"] == 1.0
     assert raters["m0"]["cost"]["tokens_per_item"] == 2 * 15 and raters["jury"]["cost"]["tokens_per_item"] == 90
     record = _records(run)[0]
@@ -125,23 +154,31 @@ def test_a_three_member_jury_votes_and_reports_each_member_and_its_cost(tmp_path
     assert raters["m0"]["name"] == f"fake:{JURY[0]}" and raters["jury"]["name"] == "jury (majority of 3)"
 
     chats = {ref: rater(k) for ref, k in zip(JURY, (1, 2, 3))}  # a split vote on every item
-    _, summary = _execute(tmp_path / "split", {"judge": "llmeval.judge", "labels": str(labels), "jury": JURY},
-                          chats)
+    _, summary = _execute(tmp_path / "split", {"judge": "llmeval.judge", "labels": str(labels), "jury": JURY}, chats)
     jury = summary["metrics"]["raters"]["jury"]
     assert jury["measures"]["accuracy"] | {"low": None, "high": None} == {
-        "value": 0.0, "n": 3, "ungraded": 0, "low": None, "high": None}
+        "value": 0.0,
+        "n": 3,
+        "ungraded": 0,
+        "low": None,
+        "high": None,
+    }
     assert jury["confusion"]["columns"][-1] == "split" and jury["measures"]["spearman"]["value"] is not None
 
 
-@pytest.mark.parametrize("record, field", [
-    ({"input": "Q", "output_1": "a", "output_2": "b", "label": "3"}, "label"),
-    ({"input": "Q", "output_1": "a", "label": "1"}, "output_2"),
-    ({"output_1": "a", "output_2": "b", "label": "1"}, "question"),
-])
+@pytest.mark.parametrize(
+    "record, field",
+    [
+        ({"input": "Q", "output_1": "a", "output_2": "b", "label": "3"}, "label"),
+        ({"input": "Q", "output_1": "a", "label": "1"}, "output_2"),
+        ({"output_1": "a", "output_2": "b", "label": "1"}, "question"),
+    ],
+)
 def test_bad_labelled_records_name_file_record_and_field(tmp_path, record, field):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"input": "fine", "output_1": "a", "output_2": "b", "label": 2}) + "\n"
-                    + json.dumps(record) + "\n")
+    path.write_text(
+        json.dumps({"input": "fine", "output_1": "a", "output_2": "b", "label": 2}) + "\n" + json.dumps(record) + "\n"
+    )
     with pytest.raises(InputError) as exc:
         load_items(path, "pairwise")
     assert "bad.jsonl" in str(exc.value) and "record 2" in str(exc.value) and repr(field) in str(exc.value)
@@ -159,8 +196,23 @@ def test_mapped_columns_and_a_bad_jury_reference_exit_2_with_one_line(tmp_path, 
     assert main(["--protocol", "judgecheck", "--labels", str(tmp_path / "none.jsonl"), "--out", out]) == 2
     err = capsys.readouterr().err.strip()
     assert "none.jsonl" in err and "file not found" in err and "--labels" in err and "\n" not in err
-    assert main(["--protocol", "judgecheck", "--judge", "llmeval.judge", "--labels", str(path), "--out", out,
-                 "--fields", "question=Prompt,response=Answer,label=Human"]) == 2  # yes is no star rating
+    assert (
+        main(
+            [
+                "--protocol",
+                "judgecheck",
+                "--judge",
+                "llmeval.judge",
+                "--labels",
+                str(path),
+                "--out",
+                out,
+                "--fields",
+                "question=Prompt,response=Answer,label=Human",
+            ]
+        )
+        == 2
+    )  # yes is no star rating
     assert "record 1" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
@@ -175,14 +227,20 @@ def test_a_judge_that_changes_its_mind_between_repeats_shows_repeat_flips_and_a_
         calls[text] = calls.get(text, 0) + 1
         return {"winner": "A" if calls[text] % 2 else "B", "reason": f"call {calls[text]}"}
 
-    run, summary = _execute(tmp_path, {"judge": "pairwise", "swap": False, "repeats": 2},
-                            {"evaluator": ScriptedChat(fickle)})
+    run, summary = _execute(
+        tmp_path, {"judge": "pairwise", "swap": False, "repeats": 2}, {"evaluator": ScriptedChat(fickle)}
+    )
     raters = summary["metrics"]["raters"]
     assert raters["m0"]["measures"]["repeat_consistency_original"]["value"] == 0
     assert raters["m0"]["measures"]["accuracy_original"]["value"] == 7 / 16  # r0 says 1, r1 says 2: 3 + 4 labels
     vote = raters["m0-vote"]
     assert vote["measures"]["accuracy_original"] | {"low": None, "high": None} == {
-        "value": 0.0, "n": 8, "ungraded": 0, "low": None, "high": None}    # every self-vote is split: a miss
+        "value": 0.0,
+        "n": 8,
+        "ungraded": 0,
+        "low": None,
+        "high": None,
+    }  # every self-vote is split: a miss
     assert "repeat flips (verdicts differ between repeats): 8 item(s)" in (run.run_dir / "report.md").read_text()
 
 
@@ -215,6 +273,12 @@ def test_the_report_plots_agreement_against_cost_for_each_judge_and_the_jury(tmp
 def test_scatter_draws_a_point_whose_interval_does_not_contain_it(tmp_path):
     from dyneval.results.report import scatter
 
-    path = scatter(tmp_path / "s.png", {"a": (10.0, 0.5), "b": (30.0, 0.9)}, errors={"a": (0.55, 0.7)},
-                   title="t", xlabel="x", ylabel="y")
+    path = scatter(
+        tmp_path / "s.png",
+        {"a": (10.0, 0.5), "b": (30.0, 0.9)},
+        errors={"a": (0.55, 0.7)},
+        title="t",
+        xlabel="x",
+        ylabel="y",
+    )
     assert path.stat().st_size > 0

@@ -25,11 +25,12 @@ def test_the_orchestrator_check_runs_atads_validation_prompts_and_scores_approva
         seen["scaled" if scaled else "initial"] = text
         return {"approved": not scaled, "feedback": "" if not scaled else "too easy for the tier"}
 
-    run, summary = _execute(tmp_path, {"judge": "atad.orchestrator"},
-                            {"evaluator": ScriptedChat(approves_initial_rejects_scaled)})
+    run, summary = _execute(
+        tmp_path, {"judge": "atad.orchestrator"}, {"evaluator": ScriptedChat(approves_initial_rejects_scaled)}
+    )
     items = load_items(None, "atad.orchestrator")
     hard = [i for i in items if i.level]
-    assert hard and "difficulty \"hard\"" in seen["scaled"] and "be lenient" in seen["scaled"]
+    assert hard and 'difficulty "hard"' in seen["scaled"] and "be lenient" in seen["scaled"]
     assert "Fairness: is there exactly one clear" in seen["initial"] and "Correct answer: option" in seen["initial"]
     expected = sum((i.label == "approved") == (not i.level) for i in items) / len(items)
     rater = summary["metrics"]["raters"]["m0"]
@@ -63,8 +64,7 @@ def test_the_reviewer_check_compares_the_chosen_table3_score_with_its_column(tmp
     _, summary = _execute(tmp_path, {"judge": "atad.reviewer", "aspect": aspect}, {"evaluator": ScriptedChat(reviewer)})
     rows = [json.loads(line) for line in open("samples/judgecheck/problems.jsonl")]
     rater = summary["metrics"]["raters"]["m0"]
-    assert rater["measures"]["accuracy"]["value"] == pytest.approx(
-        sum(r[aspect] == score for r in rows) / len(rows))
+    assert rater["measures"]["accuracy"]["value"] == pytest.approx(sum(r[aspect] == score for r in rows) / len(rows))
     assert {"kappa_quadratic", "spearman"} <= set(rater["measures"])  # an ordinal 1-5 scale
     assert rater["confusion"]["labels"] == ["1", "2", "3", "4", "5"]
 
@@ -78,14 +78,20 @@ def test_a_reviewer_that_gives_no_usable_review_leaves_the_item_ungraded(tmp_pat
     assert (m["value"], m["n"], m["ungraded"]) == (None, 0, len(load_items(None, "atad.reviewer")))
 
 
-@pytest.mark.parametrize("change, field, words", [
-    ({"task": "T9"}, "task", "unknown ATAD task"),
-    ({"problem": {"sentences": ["One.", "Two.", "Three."], "answer": 1}}, "problem", "sentence_count"),
-    ({"problem": {"sentences": ["A cat.", "A dog.", "A cow.", "A pig.", "A hen."], "answer": 9}}, "problem",
-     "answer_range"),
-    ({"problem": "not json"}, "problem", "not a JSON object"),
-    ({"label": "maybe"}, "label", "approved"),
-])
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        ({"task": "T9"}, "task", "unknown ATAD task"),
+        ({"problem": {"sentences": ["One.", "Two.", "Three."], "answer": 1}}, "problem", "sentence_count"),
+        (
+            {"problem": {"sentences": ["A cat.", "A dog.", "A cow.", "A pig.", "A hen."], "answer": 9}},
+            "problem",
+            "answer_range",
+        ),
+        ({"problem": "not json"}, "problem", "not a JSON object"),
+        ({"label": "maybe"}, "label", "approved"),
+    ],
+)
 def test_a_problem_atad_would_reject_in_code_is_refused_naming_record_and_field(tmp_path, change, field, words):
     good = json.loads(open("samples/judgecheck/problems.jsonl").readline())
     path = tmp_path / "problems.jsonl"
@@ -98,8 +104,13 @@ def test_a_problem_atad_would_reject_in_code_is_refused_naming_record_and_field(
 
 def test_a_csv_problem_is_read_from_its_json_text_and_the_reviewer_label_can_be_mapped(tmp_path):
     path = tmp_path / "p.csv"
-    problem = json.dumps({"sentence": "She was ___ to hear the good news.",
-                          "choices": ["happy", "glad", "thrilled", "miserable", "delighted"], "answer": 4})
+    problem = json.dumps(
+        {
+            "sentence": "She was ___ to hear the good news.",
+            "choices": ["happy", "glad", "thrilled", "miserable", "delighted"],
+            "answer": 4,
+        }
+    )
     path.write_text('id,task,problem,Human\nx1,T3,"' + problem.replace('"', '""') + '",4\n')
     item = load_items(path, "atad.reviewer", "label=Human")[0]
     assert (item.task, item.problem["answer"], item.label) == ("T3", 4, "4")

@@ -12,8 +12,22 @@ from dyneval.cli import main
 
 @pytest.mark.integration
 def test_embedded_judge_checks_the_shipped_pairs_and_writes_the_report(embedded_url, tmp_path):
-    rc = main(["--protocol", "judgecheck", "--judge", "pairwise", "--evaluator", "local", "--limit", "3",
-               "--out", str(tmp_path), "--bootstrap-resamples", "100"])
+    rc = main(
+        [
+            "--protocol",
+            "judgecheck",
+            "--judge",
+            "pairwise",
+            "--evaluator",
+            "local",
+            "--limit",
+            "3",
+            "--out",
+            str(tmp_path),
+            "--bootstrap-resamples",
+            "100",
+        ]
+    )
     assert rc == 0
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     summary = json.loads((run_dir / "summary.json").read_text())

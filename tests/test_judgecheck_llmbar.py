@@ -19,8 +19,8 @@ import json
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from dyneval.prompts import load_prompt
 from dyneval.cli import main
+from dyneval.prompts import load_prompt
 from tests.standin_endpoint import StandIn
 
 DATA = "llmbar/Processed_MT-Bench.json"
@@ -29,8 +29,9 @@ STATS = "llmbar/Processed_MT-Bench.GPT-4_Vanilla_NoRules.statistics.json"
 
 
 def _user_text(instruction: str, first: str, second: str) -> str:
-    messages = load_prompt("judgecheck/evaluator_pairwise").render(instruction=instruction, output_a=first,
-                                                                   output_b=second)
+    messages = load_prompt("judgecheck/evaluator_pairwise").render(
+        instruction=instruction, output_a=first, output_b=second
+    )
     return str(messages[-1].content)
 
 
@@ -45,8 +46,10 @@ def replay(results: list[dict]) -> dict[str, str]:
         final = r["results"][-1]
         original, swapped = final["swap = False"]["winner"], final["swap = True"]["winner"]
         # swapped: output_2 is shown first, so the original "1" is B on screen
-        for text, winner in ((_user_text(r["input"], r["output_1"], r["output_2"]), {"1": "A", "2": "B"}[original]),
-                             (_user_text(r["input"], r["output_2"], r["output_1"]), {"1": "B", "2": "A"}[swapped])):
+        for text, winner in (
+            (_user_text(r["input"], r["output_1"], r["output_2"]), {"1": "A", "2": "B"}[original]),
+            (_user_text(r["input"], r["output_2"], r["output_1"]), {"1": "B", "2": "A"}[swapped]),
+        ):
             assert shown.setdefault(text, winner) == winner
     return shown
 
@@ -61,13 +64,33 @@ def llmbar_run(shared_data, tmp_path):
             return None  # the pre-flight ping
         winner = shown[body["messages"][-1]["content"]]
         args = json.dumps({"winner": winner, "reason": "stored GPT-4 verdict"})
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_replay", "type": "function", "function": {"name": "PairwiseVerdict", "arguments": args}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_replay", "type": "function", "function": {"name": "PairwiseVerdict", "arguments": args}}
+            ],
+        }
 
     with StandIn(respond=respond) as standin:
-        rc = main(["--protocol", "judgecheck", "--judge", "pairwise", "--labels", str(shared_data / DATA),
-                   "--evaluator", standin.spec("gpt-4-replay"), "--out", str(tmp_path), "--concurrency", "4",
-                   "--bootstrap-resamples", "200"])
+        rc = main(
+            [
+                "--protocol",
+                "judgecheck",
+                "--judge",
+                "pairwise",
+                "--labels",
+                str(shared_data / DATA),
+                "--evaluator",
+                standin.spec("gpt-4-replay"),
+                "--out",
+                str(tmp_path),
+                "--concurrency",
+                "4",
+                "--bootstrap-resamples",
+                "200",
+            ]
+        )
         requests = len(standin.ok_requests())
     assert rc == 0
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
@@ -96,8 +119,10 @@ def test_replayed_gpt4_verdicts_reproduce_llmbars_published_mt_bench_statistics(
     by_id = {r["item_id"]: r for r in records}
     labels = [int(r["label"]) for r in results]
     for order, published in (("original", stats["kappa_False"]), ("swapped", stats["kappa_True"])):
-        winners = [next(v["value"] for v in by_id[f"item{n:04d}"]["verdicts"] if v["order"] == order)
-                   for n in range(1, len(results) + 1)]
+        winners = [
+            next(v["value"] for v in by_id[f"item{n:04d}"]["verdicts"] if v["order"] == order)
+            for n in range(1, len(results) + 1)
+        ]
         encoded = [int(w) if w in ("0", "1") else 0 for w in winners]
         assert cohen_kappa_score(encoded, labels) == pytest.approx(published, abs=1e-12)
         assert round(published, 3) in (0.199, 0.216)

@@ -17,8 +17,10 @@ def rater(stars: int) -> ScriptedChat:
 
 def _session(tmp_path, name, stars):
     bank_path = new_bank(tmp_path / name)
-    chats = {"target": ScriptedChat(lambda m, t: "I think the answer is true."),
-             **{ref: rater(k) for ref, k in zip(JURY, stars)}}
+    chats = {
+        "target": ScriptedChat(lambda m, t: "I think the answer is true."),
+        **{ref: rater(k) for ref, k in zip(JURY, stars)},
+    }
     ctx = ctx_for(tmp_path / name, bank_path, chats, questions=12, judge_jury=JURY)
     final = run_session(ctx, name)
     return final, QuestionBank(bank_path).judged_items(name), chats

@@ -22,8 +22,13 @@ PAIRS = [pair("A", "1", "1", "1"), pair("B", "2", "1", "2"), pair("C", "tie", "t
 
 def test_pairwise_measures_with_a_tie_and_an_ungraded_verdict():
     m = metrics.measures(PAIRS, pairwise=True, swapped=True, ordinal=False, resamples=200, seed=1)
-    assert m["accuracy_original"] | {"low": 0, "high": 0} == {"value": 2 / 3, "low": 0, "high": 0, "n": 3,
-                                                              "ungraded": 1}
+    assert m["accuracy_original"] | {"low": 0, "high": 0} == {
+        "value": 2 / 3,
+        "low": 0,
+        "high": 0,
+        "n": 3,
+        "ungraded": 1,
+    }
     assert m["accuracy_swapped"]["value"] == 3 / 4 and m["accuracy_swapped"]["n"] == 4
     assert m["accuracy_mean"]["value"] == pytest.approx((2 / 3 + 3 / 4) / 2)
     # both orders graded: A, B, C (D's original verdict is ungraded, so D is out, not a disagreement)
@@ -40,8 +45,10 @@ def test_pairwise_without_swap_reports_the_original_order_only():
 
 
 def test_ordinal_stars_quadratic_kappa_and_spearman():
-    obs = [Obs(str(i), "", str(label), {(0, "original"): str(v)}, {(0, "original"): float(v)})
-           for i, (label, v) in enumerate([(0, 0), (1, 1), (2, 3), (3, 3)])]
+    obs = [
+        Obs(str(i), "", str(label), {(0, "original"): str(v)}, {(0, "original"): float(v)})
+        for i, (label, v) in enumerate([(0, 0), (1, 1), (2, 3), (3, 3)])
+    ]
     m = metrics.measures(obs, pairwise=False, swapped=False, ordinal=True, resamples=100, seed=0)
     assert m["accuracy"]["value"] == 3 / 4
     # p_o = 3/4; marginals 1/4 each vs 1/4, 1/4, 0, 1/2 -> p_e = 1/4 -> kappa = 2/3
@@ -55,9 +62,9 @@ def test_ordinal_stars_quadratic_kappa_and_spearman():
 def test_a_three_member_jury_with_a_split_vote_never_wins():
     assert majority(["1", "2", "tie"]) == SPLIT
     assert majority(["1", "1", "2"]) == "1"
-    assert majority([None, "1", "2"]) == SPLIT      # the graded members disagree 1-1
-    assert majority([None, "2", "2"]) == "2"        # an ungraded member does not vote
-    assert majority([None, None, None]) is None     # nobody graded: the jury is ungraded
+    assert majority([None, "1", "2"]) == SPLIT  # the graded members disagree 1-1
+    assert majority([None, "2", "2"]) == "2"  # an ungraded member does not vote
+    assert majority([None, None, None]) is None  # nobody graded: the jury is ungraded
     jury = [Obs("A", "", "1", {(0, "original"): SPLIT}), Obs("B", "", "2", {(0, "original"): "2"})]
     m = metrics.measures(jury, pairwise=False, swapped=False, ordinal=True, resamples=100, seed=0)
     assert m["accuracy"]["value"] == 1 / 2 and m["accuracy"]["n"] == 2  # the split is a miss, not left out
@@ -68,9 +75,11 @@ def test_a_three_member_jury_with_a_split_vote_never_wins():
 
 
 def test_repeat_consistency_counts_items_with_two_graded_repeats():
-    obs = [Obs("A", "", "correct", {(0, "original"): "correct", (1, "original"): "correct"}),
-           Obs("B", "", "correct", {(0, "original"): "correct", (1, "original"): "wrong"}),
-           Obs("C", "", "wrong", {(0, "original"): "wrong", (1, "original"): None})]
+    obs = [
+        Obs("A", "", "correct", {(0, "original"): "correct", (1, "original"): "correct"}),
+        Obs("B", "", "correct", {(0, "original"): "correct", (1, "original"): "wrong"}),
+        Obs("C", "", "wrong", {(0, "original"): "wrong", (1, "original"): None}),
+    ]
     m = metrics.measures(obs, pairwise=False, swapped=False, ordinal=False, resamples=100, seed=0)
     assert m["repeat_consistency"]["value"] == 1 / 2 and m["repeat_consistency"]["n"] == 2
     # repeats pooled: 4 of 5 graded verdicts match the label
@@ -88,10 +97,11 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_estimate():
 
 
 def test_per_category_and_cost_per_item():
-    obs = [Obs("a", "math", "1", {(0, "original"): "1"}, cost={"calls": 2, "tokens": 30, "seconds": 1.0}),
-           Obs("b", "math", "1", {(0, "original"): "2"}, cost={"calls": 2, "tokens": 30, "seconds": 3.0}),
-           Obs("c", "", "2", {(0, "original"): "2"}, cost={"calls": 1, "tokens": 15, "seconds": 0.5})]
+    obs = [
+        Obs("a", "math", "1", {(0, "original"): "1"}, cost={"calls": 2, "tokens": 30, "seconds": 1.0}),
+        Obs("b", "math", "1", {(0, "original"): "2"}, cost={"calls": 2, "tokens": 30, "seconds": 3.0}),
+        Obs("c", "", "2", {(0, "original"): "2"}, cost={"calls": 1, "tokens": 15, "seconds": 0.5}),
+    ]
     cats = metrics.by_category(obs, swapped=False, resamples=100, seed=0)
     assert cats["math"]["value"] == 0.5 and cats["math"]["items"] == 2 and cats["(none)"]["value"] == 1.0
-    assert metrics.cost(obs) == {"calls_per_item": round(5 / 3, 3), "tokens_per_item": 25.0,
-                                 "seconds_per_item": 1.5}
+    assert metrics.cost(obs) == {"calls_per_item": round(5 / 3, 3), "tokens_per_item": 25.0, "seconds_per_item": 1.5}

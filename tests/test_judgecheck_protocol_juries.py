@@ -25,11 +25,13 @@ SEED = {"task": "generic", "question": "Name the largest planet.", "solution": "
 
 def member(verdict: str) -> ScriptedChat:
     """A jury member that always says ``correct`` or ``wrong``, or never gives a usable verdict (``broken``)."""
+
     def respond(messages, tool):
         if verdict == "broken":
             return {"nonsense": 1}  # not the schema, not even after the repair
         ok = verdict == "correct"
         return {"correct": ok, "error_type": "N/A" if ok else "Concept", "reason": f"says {verdict}"}
+
     return ScriptedChat(respond)
 
 
@@ -39,14 +41,14 @@ def _services(tmp_path, verdicts):
 
 def _interview(tmp_path, verdicts):
     svc = _services(tmp_path, verdicts)
-    return by_jury(svc, JURY, lambda g: grade_response(svc, SEED, SEED["question"], "", "Saturn, I think.",
-                                                      grader=g))
+    return by_jury(svc, JURY, lambda g: grade_response(svc, SEED, SEED["question"], "", "Saturn, I think.", grader=g))
 
 
 def _judgeagent(tmp_path, verdicts):
     svc = _services(tmp_path, verdicts)
-    return grade_reply(svc, "Name the largest planet.", "Jupiter", "Saturn, I think.", None, step="base_judge",
-                       jury=JURY)
+    return grade_reply(
+        svc, "Name the largest planet.", "Jupiter", "Saturn, I think.", None, step="base_judge", jury=JURY
+    )
 
 
 def test_jury_vote_counts_graded_members_only_and_a_tie_is_split():
@@ -78,8 +80,12 @@ def test_interview_a_failed_member_does_not_vote_and_all_failed_is_ungraded(tmp_
 
 def test_judgeagent_majority_split_and_member_failure(tmp_path):
     out = _judgeagent(tmp_path / "a", ("wrong", "correct", "wrong"))
-    assert (out["verdict"], out["correct"], out["how"], out["jury"]) == ("wrong", False, "evaluator",
-                                                                         "wrong, correct, wrong")
+    assert (out["verdict"], out["correct"], out["how"], out["jury"]) == (
+        "wrong",
+        False,
+        "evaluator",
+        "wrong, correct, wrong",
+    )
     out = _judgeagent(tmp_path / "b", ("broken", "correct", "wrong"))
     assert (out["verdict"], out["correct"], out["how"]) == ("ungraded", None, "split")
     assert "no majority (ungraded, correct, wrong)" in out["error"]
@@ -97,12 +103,24 @@ def test_judgeagent_code_decisions_need_no_jury(tmp_path):
 def test_an_interview_with_a_split_jury_stops_the_session_and_the_report_counts_the_split(tmp_path):
     data = tmp_path / "seeds.jsonl"
     data.write_text(json.dumps(math_seed(1)) + "\n")
-    config = RunConfig(protocol="interview", out=str(tmp_path / "runs"),
-                       params={"data": str(data), "judge_jury": JURY, "single_turn_judge": False})
-    chats = {"target": simulated_interviewee(1.0, salt="jury"), "evaluator": ScriptedChat(interviewer),
-             **{ref: member(v) for ref, v in zip(JURY, ("correct", "wrong", "broken"))}}
-    run = open_run(InterviewProtocol(), config, run_id=None, console=Console(quiet=True), chat_overrides=chats,
-                   retry_sleep=lambda s: None)
+    config = RunConfig(
+        protocol="interview",
+        out=str(tmp_path / "runs"),
+        params={"data": str(data), "judge_jury": JURY, "single_turn_judge": False},
+    )
+    chats = {
+        "target": simulated_interviewee(1.0, salt="jury"),
+        "evaluator": ScriptedChat(interviewer),
+        **{ref: member(v) for ref, v in zip(JURY, ("correct", "wrong", "broken"))},
+    }
+    run = open_run(
+        InterviewProtocol(),
+        config,
+        run_id=None,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
     summary = execute(InterviewProtocol(), run, skip_preflight=True)
     m = summary["metrics"]
     assert m["graded_by"] == {"split": 1} and m["score@1"] is None

@@ -27,8 +27,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Highest first; packages on one line are siblings and may not import each other.
-LAYERS: list[tuple[str, ...]] = [("dyneval",), ("protocols",), ("graphs",), ("nodes",), ("tools",), ("results",),
-                                 ("runtime",), ("stores",), ("state", "prompts"), ("samples",)]
+LAYERS: list[tuple[str, ...]] = [
+    ("dyneval",),
+    ("protocols",),
+    ("graphs",),
+    ("nodes",),
+    ("tools",),
+    ("results",),
+    ("runtime",),
+    ("stores",),
+    ("state", "prompts"),
+    ("samples",),
+]
 RANK = {package: len(LAYERS) - i for i, line in enumerate(LAYERS) for package in line}
 #: The repository's folders that install as ``dyneval.<folder>``.
 FOLDERS = set(RANK) - {"dyneval"}
@@ -83,8 +93,11 @@ def project_modules() -> dict[str, Path]:
 
 
 def test_no_module_imports_against_the_layer_direction():
-    found = [v for name, path in sorted(project_modules().items())
-             for v in violations(path.read_text(encoding="utf-8"), name)]
+    found = [
+        v
+        for name, path in sorted(project_modules().items())
+        for v in violations(path.read_text(encoding="utf-8"), name)
+    ]
     assert not found, "imports against the layer direction:\n" + "\n".join(found)
 
 
@@ -159,8 +172,9 @@ def import_graph() -> dict[str, set[str]]:
     modules = {name: path for name, path in project_modules().items()}
     modules |= {"bench." + p.stem: p for p in (ROOT / "bench").glob("*.py")}
     known = set(modules) | {name + ".__init__" for name, path in modules.items() if path.name == "__init__.py"}
-    return {name: imported_project_modules(path.read_text(encoding="utf-8"), name, known)
-            for name, path in modules.items()}
+    return {
+        name: imported_project_modules(path.read_text(encoding="utf-8"), name, known) for name, path in modules.items()
+    }
 
 
 def test_no_import_circles_among_the_package_and_the_benches():
@@ -172,36 +186,68 @@ def test_the_circle_check_finds_a_circle_through_three_modules_and_none_in_a_cha
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     known = {"dyneval.x", "dyneval.x.server", "dyneval.x.protocol", "dyneval.x.__init__"}
-    assert imported_project_modules("from dyneval.x import server\nfrom . import protocol\n", "dyneval.x.workers",
-                                    known) == {"dyneval.x.server", "dyneval.x.protocol"}
+    assert imported_project_modules(
+        "from dyneval.x import server\nfrom . import protocol\n", "dyneval.x.workers", known
+    ) == {"dyneval.x.server", "dyneval.x.protocol"}
 
 
 def test_tests_and_benches_import_the_project_through_its_namespace():
     """tests/ and bench/ run from the repository root, where a bare ``import state`` would still work."""
-    found = [f"{path.relative_to(ROOT)}: imports {target}" for folder in ("tests", "bench")
-             for path in (ROOT / folder).rglob("*.py")
-             for target in imported_modules(path.read_text(encoding="utf-8")) if target.split(".")[0] in FOLDERS]
+    found = [
+        f"{path.relative_to(ROOT)}: imports {target}"
+        for folder in ("tests", "bench")
+        for path in (ROOT / folder).rglob("*.py")
+        for target in imported_modules(path.read_text(encoding="utf-8"))
+        if target.split(".")[0] in FOLDERS
+    ]
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("source, module, expected", [
-    ("from dyneval.protocols.llmeval.metrics import mean\n", "dyneval.nodes.llmeval.scoring",
-     ["dyneval.nodes.llmeval.scoring: imports dyneval.protocols.llmeval.metrics"]),
-    ("def f():\n    import dyneval.runtime.inputs\n", "dyneval.stores.context_graph",
-     ["dyneval.stores.context_graph: imports dyneval.runtime.inputs"]),
-    ("import dyneval.graphs.atad, dyneval.tools\n", "dyneval.nodes.atad.teacher",
-     ["dyneval.nodes.atad.teacher: imports dyneval.graphs.atad"]),
-    ("from dyneval.prompts import load_prompt\n", "dyneval.state.atad",
-     ["dyneval.state.atad: imports dyneval.prompts"]),
-    ("from dyneval.cli import main\n", "dyneval.protocols.atad", ["dyneval.protocols.atad: imports dyneval.cli"]),
-    ("from dyneval.results.finish import finish_run\nfrom dyneval.results.summary import build_summary\n",
-     "dyneval.runtime.runner", ["dyneval.runtime.runner: imports dyneval.results.summary"]),
-    ("from dyneval.results.finish import finish_run\n", "dyneval.runtime.unit",
-     ["dyneval.runtime.unit: imports dyneval.results.finish"]),
-    ("from state.atad import TASK_IDS\n", "dyneval.nodes.atad.teacher",
-     ["dyneval.nodes.atad.teacher: imports state.atad (not dyneval.state.atad)"]),
-    ("from dyneval.stores.files import append_line\nimport dyneval.nodes.atad.common\nimport tools\n",
-     "dyneval.nodes.atad.teacher", ["dyneval.nodes.atad.teacher: imports tools (not dyneval.tools)"]),
-])
+@pytest.mark.parametrize(
+    "source, module, expected",
+    [
+        (
+            "from dyneval.protocols.llmeval.metrics import mean\n",
+            "dyneval.nodes.llmeval.scoring",
+            ["dyneval.nodes.llmeval.scoring: imports dyneval.protocols.llmeval.metrics"],
+        ),
+        (
+            "def f():\n    import dyneval.runtime.inputs\n",
+            "dyneval.stores.context_graph",
+            ["dyneval.stores.context_graph: imports dyneval.runtime.inputs"],
+        ),
+        (
+            "import dyneval.graphs.atad, dyneval.tools\n",
+            "dyneval.nodes.atad.teacher",
+            ["dyneval.nodes.atad.teacher: imports dyneval.graphs.atad"],
+        ),
+        (
+            "from dyneval.prompts import load_prompt\n",
+            "dyneval.state.atad",
+            ["dyneval.state.atad: imports dyneval.prompts"],
+        ),
+        ("from dyneval.cli import main\n", "dyneval.protocols.atad", ["dyneval.protocols.atad: imports dyneval.cli"]),
+        (
+            "from dyneval.results.finish import finish_run\nfrom dyneval.results.summary import build_summary\n",
+            "dyneval.runtime.runner",
+            ["dyneval.runtime.runner: imports dyneval.results.summary"],
+        ),
+        (
+            "from dyneval.results.finish import finish_run\n",
+            "dyneval.runtime.unit",
+            ["dyneval.runtime.unit: imports dyneval.results.finish"],
+        ),
+        (
+            "from state.atad import TASK_IDS\n",
+            "dyneval.nodes.atad.teacher",
+            ["dyneval.nodes.atad.teacher: imports state.atad (not dyneval.state.atad)"],
+        ),
+        (
+            "from dyneval.stores.files import append_line\nimport dyneval.nodes.atad.common\nimport tools\n",
+            "dyneval.nodes.atad.teacher",
+            ["dyneval.nodes.atad.teacher: imports tools (not dyneval.tools)"],
+        ),
+    ],
+)
 def test_the_check_sees_upward_lazy_and_sideways_imports(source, module, expected):
     assert violations(source, module) == expected

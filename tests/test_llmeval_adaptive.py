@@ -18,9 +18,20 @@ def synthetic_bank(path) -> tuple[QuestionBank, np.ndarray]:
     """60 questions 'Item k: is k even?' with known difficulties (b rises with k)."""
     bank = QuestionBank(path)
     b = np.linspace(-2, 2, N_ITEMS)
-    bank.add_questions([Question(uuid=f"q{k:03d}", discipline="Maths", sub_discipline="", qtype="short_answer",
-                                 question=f"Item {k}: is {k} even?", answer="yes" if k % 2 == 0 else "no",
-                                 explanation=f"secret-explanation-{k}") for k in range(N_ITEMS)])
+    bank.add_questions(
+        [
+            Question(
+                uuid=f"q{k:03d}",
+                discipline="Maths",
+                sub_discipline="",
+                qtype="short_answer",
+                question=f"Item {k}: is {k} even?",
+                answer="yes" if k % 2 == 0 else "no",
+                explanation=f"secret-explanation-{k}",
+            )
+            for k in range(N_ITEMS)
+        ]
+    )
     return bank, b
 
 
@@ -35,7 +46,7 @@ def answer_as(bank: QuestionBank, model: str, theta: float, b: np.ndarray, rng, 
         if uuids is not None and it["question_uuid"] not in uuids:
             bank.set_judgement(sid, it["position"], None, "judge failed", "ungraded")
             continue
-        correct = rng.random() < irt.probability(theta, np.array([1.0]), b[k:k + 1])[0]
+        correct = rng.random() < irt.probability(theta, np.array([1.0]), b[k : k + 1])[0]
         bank.set_judgement(sid, it["position"], 3 if correct else int(rng.integers(0, 2)), "sim", "judged")
 
 
@@ -96,13 +107,21 @@ def test_adaptive_session_asks_one_calibrated_unseen_question_at_a_time_and_repo
     bank, _ = calibrated
     calibrate_bank(bank, "1pl", min_responses=10)
     target = ScriptedChat(lambda m, t: "my answer")
-    ctx = ctx_for(tmp_path, tmp_path / "bank.sqlite", {"target": target, "evaluator": ScriptedChat(judge_by_number)},
-                  adaptive=True, irt_model="1pl", target_se=0.05, max_items=12, exposure_k=1)
+    ctx = ctx_for(
+        tmp_path,
+        tmp_path / "bank.sqlite",
+        {"target": target, "evaluator": ScriptedChat(judge_by_number)},
+        adaptive=True,
+        irt_model="1pl",
+        target_se=0.05,
+        max_items=12,
+        exposure_k=1,
+    )
     final = run_session(ctx, "adaptive-1", model="fresh-model")
     ids = bank.question_ids("adaptive-1")
-    assert len(ids) == 12 == len(set(ids)) == len(target.calls)           # stopped at max_items, no repeat
+    assert len(ids) == 12 == len(set(ids)) == len(target.calls)  # stopped at max_items, no repeat
     assert final["stopped"] == "max_items" and final["answered"] == 12
-    for (messages, _), uid in zip(target.calls, ids):                      # one question per call, in order
+    for (messages, _), uid in zip(target.calls, ids):  # one question per call, in order
         text = all_text(messages)
         assert bank.get(uid).question in text and "secret-explanation" not in text
     scores = bank.session("adaptive-1")["scores"]
@@ -120,13 +139,19 @@ def test_adaptive_session_asks_one_calibrated_unseen_question_at_a_time_and_repo
 def test_adaptive_session_stops_at_the_target_standard_error_and_never_repeats_a_met_question(calibrated, tmp_path):
     bank, _ = calibrated
     calibrate_bank(bank, "1pl", min_responses=10)
-    bank.create_session("partial-fixed", model="partial", n=30, seed="s")   # met 30 questions already
+    bank.create_session("partial-fixed", model="partial", n=30, seed="s")  # met 30 questions already
     met = set(bank.question_ids("partial-fixed"))
 
     def adaptive_run(session_id: str) -> tuple[dict, list[str]]:
-        ctx = ctx_for(tmp_path, tmp_path / "bank.sqlite",
-                      {"target": ScriptedChat(lambda m, t: "x"), "evaluator": ScriptedChat(judge_by_number)},
-                      adaptive=True, irt_model="1pl", target_se=0.6, max_items=40)
+        ctx = ctx_for(
+            tmp_path,
+            tmp_path / "bank.sqlite",
+            {"target": ScriptedChat(lambda m, t: "x"), "evaluator": ScriptedChat(judge_by_number)},
+            adaptive=True,
+            irt_model="1pl",
+            target_se=0.6,
+            max_items=40,
+        )
         final = run_session(ctx, session_id, model="partial")
         return final, bank.question_ids(session_id)
 
@@ -134,9 +159,9 @@ def test_adaptive_session_stops_at_the_target_standard_error_and_never_repeats_a
     assert final["stopped"] == "target_se" and final["se"] <= 0.6 and 0 < len(first) < 30
     assert len(first) == len(set(first)) and not met & set(first)
     _, second = adaptive_run("adaptive-3")
-    assert second and not (met | set(first)) & set(second)                  # none met in earlier sessions
+    assert second and not (met | set(first)) & set(second)  # none met in earlier sessions
     final, rest = None, []
-    for k in range(4, 20):                                                  # until the calibrated bank is used up
+    for k in range(4, 20):  # until the calibrated bank is used up
         final, rest = adaptive_run(f"adaptive-{k}")
         if final["stopped"] == "bank":
             break
@@ -167,11 +192,11 @@ def test_paired_comparison_separates_distant_models_and_says_when_it_cannot_dist
 
     bank, _ = calibrated
     calibrate_bank(bank, "1pl", min_responses=10)
-    far = paired_comparison(bank, "1pl", "model-24", "model-0")            # true difference 4 logits
+    far = paired_comparison(bank, "1pl", "model-24", "model-0")  # true difference 4 logits
     assert far["distinguishable"] and far["theta_diff_low"] > 0 and far["S_diff_low"] > 0
     se = {r["model"]: r["se"] for r in irt_ranking(bank, "1pl")}
     assert far["theta_diff_se"] ** 2 == pytest.approx(se["model-24"] ** 2 + se["model-0"] ** 2)
-    near = paired_comparison(bank, "1pl", "model-13", "model-12")          # true difference 1/6 logit
+    near = paired_comparison(bank, "1pl", "model-13", "model-12")  # true difference 1/6 logit
     assert not near["distinguishable"] and near["theta_diff_low"] < 0 < near["theta_diff_high"]
     assert near["verdict"].startswith("cannot distinguish")
 
@@ -181,10 +206,22 @@ def test_calibrate_and_compare_from_the_command_line(calibrated, tmp_path):
 
     from tests.test_llmeval_bank import CLI, REPO
 
-    base = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "out"), "--bank-db", str(tmp_path / "bank.sqlite"),
-            "--irt-model", "1pl", "--min-responses", "10"]
-    run = subprocess.run([*base, "--calibrate", "--compare", "model-13,model-12"], cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
+    base = [
+        *CLI,
+        "--protocol",
+        "llmeval",
+        "--out",
+        str(tmp_path / "out"),
+        "--bank-db",
+        str(tmp_path / "bank.sqlite"),
+        "--irt-model",
+        "1pl",
+        "--min-responses",
+        "10",
+    ]
+    run = subprocess.run(
+        [*base, "--calibrate", "--compare", "model-13,model-12"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     assert "60 calibrated questions from 1500 responses of 25 models" in run.stdout
     assert "cannot distinguish model-13 and model-12" in run.stdout
@@ -201,8 +238,16 @@ def test_concurrent_adaptive_sessions_of_one_model_never_share_a_question(calibr
     calibrate_bank(bank, "1pl", min_responses=10)
     sids = [f"conc-{i}" for i in range(4)]
     for sid in sids:  # the same seed: left alone, all four would choose the same questions
-        bank.create_adaptive_session(sid, model="twin", paradigm="zero-shot", seed="same", irt_model="1pl",
-                                     target_se=0.01, max_items=5, exposure_k=1)
+        bank.create_adaptive_session(
+            sid,
+            model="twin",
+            paradigm="zero-shot",
+            seed="same",
+            irt_model="1pl",
+            target_se=0.01,
+            max_items=5,
+            exposure_k=1,
+        )
 
     def run(sid: str) -> None:
         for _ in range(5):
@@ -228,17 +273,38 @@ def test_batch_adaptive_run_calibrates_on_earlier_sessions_and_reports_theta(tmp
     out = tmp_path / "out"
     try:
         base = [*CLI, "--protocol", "llmeval", "--out", str(out), "--evaluator", standin.spec("judge")]
-        refused = subprocess.run([*base, "--target", standin.spec("m0"), "--adaptive"], cwd=REPO,
-                                 capture_output=True, text=True, timeout=300)
-        assert refused.returncode == 2 and "--adaptive" in refused.stderr               # nothing calibrated yet
+        refused = subprocess.run(
+            [*base, "--target", standin.spec("m0"), "--adaptive"], cwd=REPO, capture_output=True, text=True, timeout=300
+        )
+        assert refused.returncode == 2 and "--adaptive" in refused.stderr  # nothing calibrated yet
         for m in ("m1", "m2", "m3"):
-            done = subprocess.run([*base, "--target", standin.spec(m), "--questions", "36"], cwd=REPO,
-                                  capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [*base, "--target", standin.spec(m), "--questions", "36"],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert done.returncode == 0, done.stderr
         before = len(standin.ok_requests())
-        run = subprocess.run([*base, "--target", standin.spec("m4"), "--adaptive", "--max-items", "4",
-                              "--min-responses", "3", "--sessions", "2"], cwd=REPO, capture_output=True, text=True,
-                             timeout=300)
+        run = subprocess.run(
+            [
+                *base,
+                "--target",
+                standin.spec("m4"),
+                "--adaptive",
+                "--max-items",
+                "4",
+                "--min-responses",
+                "3",
+                "--sessions",
+                "2",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stderr
         assert "36 calibrated questions from 108 responses of 3 models" in " ".join(run.stdout.split())
         run_dir = max((out).glob("*-llmeval-*"), key=lambda p: p.stat().st_mtime)
@@ -263,15 +329,21 @@ def test_an_ungraded_answer_is_no_response_and_the_adaptive_session_goes_on(cali
         k = text.split("Item ")[1].split(":")[0]
         first_question[:] = first_question or [k]
         if k == first_question[0]:
-            return {"rating": 9, "reason": "out of range"}                # invalid, also after the repair
+            return {"rating": 9, "reason": "out of range"}  # invalid, also after the repair
         return judge_by_number(messages, tool)
 
-    ctx = ctx_for(tmp_path, tmp_path / "bank.sqlite",
-                  {"target": ScriptedChat(lambda m, t: "x"), "evaluator": ScriptedChat(flaky_judge)},
-                  adaptive=True, irt_model="1pl", target_se=0.01, max_items=6)
+    ctx = ctx_for(
+        tmp_path,
+        tmp_path / "bank.sqlite",
+        {"target": ScriptedChat(lambda m, t: "x"), "evaluator": ScriptedChat(flaky_judge)},
+        adaptive=True,
+        irt_model="1pl",
+        target_se=0.01,
+        max_items=6,
+    )
     final = run_session(ctx, "flaky", model="flaky-model")
     rows = bank.judged_items("flaky")
     assert final["ungraded"] == 1 and final["stopped"] == "max_items" and len(rows) == 6
     assert rows[0]["judge_status"] == "ungraded" and rows[0]["stars"] is None
     scores = bank.session("flaky")["scores"]
-    assert scores["irt_responses"] == 5 and scores["ungraded"] == 1           # counted, but not as a response
+    assert scores["irt_responses"] == 5 and scores["ungraded"] == 1  # counted, but not as a response

@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 
 from dyneval.nodes.llmeval.augment import check_format, expand_mcq, redundant_variants
-from dyneval.nodes.llmeval.bankio import (CANONICAL, NearDuplicateIndex, export_bank, import_file, index_name,
-                                          to_question)
+from dyneval.nodes.llmeval.bankio import (
+    CANONICAL,
+    NearDuplicateIndex,
+    export_bank,
+    import_file,
+    index_name,
+    to_question,
+)
 from dyneval.state.errors import InputError
 from dyneval.stores.bank_location import server_dsn
 from dyneval.stores.bank_sessions import DELIVERED_FIELDS, QuotaError
@@ -26,8 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
 #: ``run.main`` restricted to llmeval: run.py puts every protocol's flags in one parser, so a clash between
 #: two other protocols' flags would otherwise break these CLI tests (see the report to the lead).
-CLI = [sys.executable, "-c", "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
-       "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
+    "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))",
+]
 
 
 def bank_with_sample(tmp_path: Path, **kw) -> QuestionBank:
@@ -43,19 +53,30 @@ def write_jsonl(path: Path, lines: list) -> Path:
 
 
 def test_import_of_a_file_with_bad_records_refuses_it_or_skips_and_reports_each_bad_record(tmp_path):
-    good = {"discipline": "Science", "question": "What is the boiling point of water at sea level in Celsius?",
-            "answer": "100"}
-    path = write_jsonl(tmp_path / "mixed.jsonl", [
-        good,                                                                           # 1 ok
-        {"discipline": "Law", "question": "Who signs a bill into law in the US?"},      # 2 no answer
-        {"discipline": "Science", "question": "Pick one ( )", "options": ["a", "b", "c", "d"], "answer": "E"},  # 3
-        {"discipline": "History", "qtype": "fill_blank", "question": "___ and ___ fought.", "answer": "Rome"},  # 4
-        {"question": "A question without a discipline?", "answer": "yes"},              # 5 no discipline
-        {"discipline": "Art", "qtype": "poem", "question": "Write a haiku", "answer": "..."},  # 6 unknown type
-        {"uuid": "u-1", "discipline": "Art", "question": "Which colour do blue and yellow make?", "answer": "green"},
-        {"uuid": "u-1", "discipline": "Art", "question": "Which colour do red and white make?", "answer": "pink"},
-        {**good, "question": "what is the BOILING point of water at sea level, in celsius"},  # 9 exact dup
-    ])
+    good = {
+        "discipline": "Science",
+        "question": "What is the boiling point of water at sea level in Celsius?",
+        "answer": "100",
+    }
+    path = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            good,  # 1 ok
+            {"discipline": "Law", "question": "Who signs a bill into law in the US?"},  # 2 no answer
+            {"discipline": "Science", "question": "Pick one ( )", "options": ["a", "b", "c", "d"], "answer": "E"},  # 3
+            {"discipline": "History", "qtype": "fill_blank", "question": "___ and ___ fought.", "answer": "Rome"},  # 4
+            {"question": "A question without a discipline?", "answer": "yes"},  # 5 no discipline
+            {"discipline": "Art", "qtype": "poem", "question": "Write a haiku", "answer": "..."},  # 6 unknown type
+            {
+                "uuid": "u-1",
+                "discipline": "Art",
+                "question": "Which colour do blue and yellow make?",
+                "answer": "green",
+            },
+            {"uuid": "u-1", "discipline": "Art", "question": "Which colour do red and white make?", "answer": "pink"},
+            {**good, "question": "what is the BOILING point of water at sea level, in celsius"},  # 9 exact dup
+        ],
+    )
     bank = QuestionBank(tmp_path / "bank.sqlite")
     with pytest.raises(InputError) as err:  # by default the first bad record stops the import
         import_file(bank, path)
@@ -65,8 +86,7 @@ def test_import_of_a_file_with_bad_records_refuses_it_or_skips_and_reports_each_
     assert report.imported == 2 and bank.count() == 2
     reasons = dict(report.rejected)
     assert sorted(reasons) == [2, 3, 4, 5, 6, 8]
-    for record, name in ((2, "answer"), (3, "answer"), (4, "answer"), (5, "discipline"), (6, "qtype"),
-                         (8, "uuid")):
+    for record, name in ((2, "answer"), (3, "answer"), (4, "answer"), (5, "discipline"), (6, "qtype"), (8, "uuid")):
         assert f"record {record}, field '{name}'" in reasons[record]
     assert [(d.record, d.kind, d.of) for d in report.duplicates] == [(9, "exact", "record 1")]
     lines = report.lines()
@@ -80,29 +100,54 @@ def test_import_of_a_file_with_bad_records_refuses_it_or_skips_and_reports_each_
 
 
 def test_llmeval_record_layout_and_csv_are_imported(tmp_path):
-    llmeval = write_jsonl(tmp_path / "llmeval.jsonl", [
-        {"category": "Engineering", "sub_category": "Computer Science", "question_uuid": "a4b9-1",
-         "dialog": [{"role": "user", "content": "True or false: a hash table lookup is always O(n)."}],
-         "hint": "false"},
-        {"category": "Engineering", "sub_category": "Computer Science", "question_uuid": "a4b9-2",
-         "dialog": {"role": "user", "content": "Name the data structure used by breadth-first search."},
-         "hint": "a queue"},
-        {"category": "Engineering", "question_uuid": "a4b9-3", "dialog": [{"role": "assistant", "content": "x"}],
-         "hint": "y"},
-    ])
+    llmeval = write_jsonl(
+        tmp_path / "llmeval.jsonl",
+        [
+            {
+                "category": "Engineering",
+                "sub_category": "Computer Science",
+                "question_uuid": "a4b9-1",
+                "dialog": [{"role": "user", "content": "True or false: a hash table lookup is always O(n)."}],
+                "hint": "false",
+            },
+            {
+                "category": "Engineering",
+                "sub_category": "Computer Science",
+                "question_uuid": "a4b9-2",
+                "dialog": {"role": "user", "content": "Name the data structure used by breadth-first search."},
+                "hint": "a queue",
+            },
+            {
+                "category": "Engineering",
+                "question_uuid": "a4b9-3",
+                "dialog": [{"role": "assistant", "content": "x"}],
+                "hint": "y",
+            },
+        ],
+    )
     bank = QuestionBank(tmp_path / "bank.sqlite")
     report = import_file(bank, llmeval, skip_invalid=True)
     assert report.imported == 2
     assert [r for r, _ in report.rejected] == [3] and "field 'dialog'" in report.rejected[0][1]
     q = bank.get("a4b9-1")
-    assert (q.discipline, q.sub_discipline, q.qtype, q.answer) == ("Engineering", "Computer Science", "true_false",
-                                                                   "false")
+    assert (q.discipline, q.sub_discipline, q.qtype, q.answer) == (
+        "Engineering",
+        "Computer Science",
+        "true_false",
+        "false",
+    )
     path = tmp_path / "q.csv"
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=["discipline", "question", "options", "answer"])
         w.writeheader()
-        w.writerow({"discipline": "Science", "question": "Which planet is largest? ( )",
-                    "options": json.dumps(["Mars", "Jupiter", "Venus"]), "answer": "B"})
+        w.writerow(
+            {
+                "discipline": "Science",
+                "question": "Which planet is largest? ( )",
+                "options": json.dumps(["Mars", "Jupiter", "Venus"]),
+                "answer": "B",
+            }
+        )
         w.writerow({"discipline": "Science", "question": "", "options": "", "answer": "x"})
     report = import_file(bank, path, skip_invalid=True)
     assert report.imported == 1 and [r for r, _ in report.rejected] == [2]
@@ -133,11 +178,14 @@ def bag_of_words(texts):
 
 
 def test_near_duplicates_are_found_through_the_chroma_index(tmp_path):
-    path = write_jsonl(tmp_path / "near.jsonl", [
-        {"discipline": "X", "question": "alpha beta gamma delta epsilon zeta", "answer": "1"},
-        {"discipline": "X", "question": "alpha beta gamma delta epsilon eta", "answer": "2"},
-        {"discipline": "X", "question": "one two three four five six", "answer": "3"},
-    ])
+    path = write_jsonl(
+        tmp_path / "near.jsonl",
+        [
+            {"discipline": "X", "question": "alpha beta gamma delta epsilon zeta", "answer": "1"},
+            {"discipline": "X", "question": "alpha beta gamma delta epsilon eta", "answer": "2"},
+            {"discipline": "X", "question": "one two three four five six", "answer": "3"},
+        ],
+    )
     bank = QuestionBank(tmp_path / "bank.sqlite")
     index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), bag_of_words, index_name(bank))
     report = import_file(bank, path, index=index, threshold=0.8)
@@ -145,8 +193,9 @@ def test_near_duplicates_are_found_through_the_chroma_index(tmp_path):
     assert [(d.record, d.kind, d.of) for d in report.duplicates] == [(2, "near", "record 1")]
     assert report.duplicates[0].similarity == pytest.approx(5 / 6, abs=1e-4)  # cosine of 5 shared words out of 6
     # a later file is checked against what the index already holds
-    again = write_jsonl(tmp_path / "again.jsonl", [{"discipline": "X", "question": "one two three four five seven",
-                                                    "answer": "4"}])
+    again = write_jsonl(
+        tmp_path / "again.jsonl", [{"discipline": "X", "question": "one two three four five seven", "answer": "4"}]
+    )
     report = import_file(bank, again, index=index, threshold=0.8)
     assert report.imported == 0 and report.duplicates[0].kind == "near"
 
@@ -158,21 +207,37 @@ def test_near_duplicate_paraphrase_is_caught_with_the_offline_embeddings(tmp_pat
     index = NearDuplicateIndex(chroma_client(tmp_path / "chroma"), embedding_function(), index_name(bank))
     assert import_file(bank, SAMPLE, index=index, threshold=0.9).imported == 36  # no near duplicates in it
     assert index.collection.count() == 36
-    path = write_jsonl(tmp_path / "para.jsonl", [
-        {"discipline": "Engineering", "question": "True or false: a stack removes its elements in first in, first "
-                                                  "out order. Explain your reasoning.", "answer": "false"},
-        {"discipline": "Science", "question": "Which gas do green plants release during photosynthesis?",
-         "answer": "oxygen"},
-    ])
+    path = write_jsonl(
+        tmp_path / "para.jsonl",
+        [
+            {
+                "discipline": "Engineering",
+                "question": "True or false: a stack removes its elements in first in, first "
+                "out order. Explain your reasoning.",
+                "answer": "false",
+            },
+            {
+                "discipline": "Science",
+                "question": "Which gas do green plants release during photosynthesis?",
+                "answer": "oxygen",
+            },
+        ],
+    )
     report = import_file(bank, path, index=index, threshold=0.9)
     assert [d.record for d in report.duplicates] == [1]
     assert report.imported == 1
 
 
 def test_mcq_with_n_options_becomes_n_true_false_variants(tmp_path):
-    q = Question(uuid="p1", discipline="Engineering", sub_discipline="CS", qtype="mcq",
-                 question="A complete binary tree of height 3 has at most ( ) nodes.", options=["3", "7", "8", "15"],
-                 answer="B")
+    q = Question(
+        uuid="p1",
+        discipline="Engineering",
+        sub_discipline="CS",
+        qtype="mcq",
+        question="A complete binary tree of height 3 has at most ( ) nodes.",
+        options=["3", "7", "8", "15"],
+        answer="B",
+    )
     variants = expand_mcq(q)
     assert len(variants) == 4
     assert [v.answer for v in variants] == ["false", "true", "false", "false"]
@@ -193,8 +258,9 @@ def test_mcq_with_n_options_becomes_n_true_false_variants(tmp_path):
 
 def test_format_validation_checks_option_counts_and_answer_slots():
     def q(**kw):
-        base = dict(uuid="x", discipline="d", sub_discipline="", qtype="mcq", question="q ( )", answer="A",
-                    options=["a", "b"])
+        base = dict(
+            uuid="x", discipline="d", sub_discipline="", qtype="mcq", question="q ( )", answer="A", options=["a", "b"]
+        )
         base.update(kw)
         return Question(**base)
 
@@ -217,7 +283,7 @@ def test_sampling_is_seeded_and_without_replacement(tmp_path):
     import_file(other, SAMPLE)
     b = other.create_session("a", model="m1", n=12, seed="0:u1")
     c = other.create_session("c", model="m2", n=12, seed="1:u1")
-    assert a["n"] == 12
+    assert a["n"] == b["n"] == c["n"] == 12
     ids_a, ids_b, ids_c = bank.question_ids("a"), other.question_ids("a"), other.question_ids("c")
     assert ids_a == ids_b  # same seed, same bank -> same questions in the same order
     assert ids_a != ids_c
@@ -290,21 +356,25 @@ def test_quota_delivers_in_order_and_rejects_extras_and_resubmissions(tmp_path):
 
 
 def test_cli_import_only_refuses_bad_records_skips_them_on_request_and_missing_file_exits_2(tmp_path):
-    path = write_jsonl(tmp_path / "bad.jsonl", [
-        {"discipline": "Science", "question": "What is H2O commonly called?", "answer": "water"},
-        {"discipline": "Science", "question": "no answer here"},
-    ])
-    cmd = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "runs"), "--import-only",
-           "--near-dup-threshold", "0"]
+    path = write_jsonl(
+        tmp_path / "bad.jsonl",
+        [
+            {"discipline": "Science", "question": "What is H2O commonly called?", "answer": "water"},
+            {"discipline": "Science", "question": "no answer here"},
+        ],
+    )
+    cmd = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "runs"), "--import-only", "--near-dup-threshold", "0"]
     refused = subprocess.run([*cmd, "--bank", str(path)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "record 2, field 'answer': missing" in refused.stderr
-    ok = subprocess.run([*cmd, "--bank", str(path), "--skip-invalid"], cwd=REPO, capture_output=True, text=True,
-                        timeout=120)
+    ok = subprocess.run(
+        [*cmd, "--bank", str(path), "--skip-invalid"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0, ok.stderr
     assert "record 2, field 'answer': missing" in ok.stdout
     assert "1 imported, 0 duplicates skipped, 1 rejected" in " ".join(ok.stdout.split())
-    bad = subprocess.run([*cmd, "--bank", str(tmp_path / "missing.jsonl")], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+    bad = subprocess.run(
+        [*cmd, "--bank", str(tmp_path / "missing.jsonl")], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -313,18 +383,30 @@ def test_material_questions_are_rewritten_into_checked_true_false_statements(tmp
     from tests.conftest import make_services
     from tests.fakes import ScriptedChat
 
-    q = Question(uuid="m1", discipline="Economics", sub_discipline="Macro", qtype="material",
-                 question="Read the report on inflation in the material and analyse its causes.",
-                 answer="Demand grew faster than supply; energy prices rose; wages followed prices.")
-    good = ScriptedChat(lambda m, t: {"statements": ["Demand grew faster than supply in the report.",
-                                                     "Energy prices fell during the period described."],
-                                      "truths": [True, False]})
+    q = Question(
+        uuid="m1",
+        discipline="Economics",
+        sub_discipline="Macro",
+        qtype="material",
+        question="Read the report on inflation in the material and analyse its causes.",
+        answer="Demand grew faster than supply; energy prices rose; wages followed prices.",
+    )
+    good = ScriptedChat(
+        lambda m, t: {
+            "statements": [
+                "Demand grew faster than supply in the report.",
+                "Energy prices fell during the period described.",
+            ],
+            "truths": [True, False],
+        }
+    )
     variants, problem = rewrite_material(make_services(tmp_path, chats={"teacher": good}), q)
     assert problem is None and [v.answer for v in variants] == ["true", "false"]
     assert all(v.qtype == "true_false" and v.parent_uuid == "m1" for v in variants)
     assert "Demand grew faster" in variants[0].question
-    uneven = ScriptedChat(lambda m, t: {"statements": ["One statement only here.", "Another statement here."],
-                                        "truths": [True]})
+    uneven = ScriptedChat(
+        lambda m, t: {"statements": ["One statement only here.", "Another statement here."], "truths": [True]}
+    )
     variants, problem = rewrite_material(make_services(tmp_path, chats={"teacher": uneven}), q)
     assert variants == [] and "truth values" in problem
 
@@ -343,8 +425,9 @@ def test_the_bank_works_on_postgresql(fresh_postgres_db, tmp_path):
     bank.close()
 
 
-def test_a_libpq_key_value_dsn_opens_the_postgresql_bank_not_a_file_of_that_name(fresh_postgres_db, tmp_path,
-                                                                                  monkeypatch):
+def test_a_libpq_key_value_dsn_opens_the_postgresql_bank_not_a_file_of_that_name(
+    fresh_postgres_db, tmp_path, monkeypatch
+):
     from psycopg.conninfo import conninfo_to_dict
 
     url = fresh_postgres_db("llmeval_keywords")

@@ -32,12 +32,12 @@ def corpus(tmp_path: Path) -> Path:
     rng = random.Random(7)
     texts = [question(rng) for _ in range(20)]
     records = [{"uuid": f"u{i}", "discipline": "Science", "question": t, "answer": "a"} for i, t in enumerate(texts)]
-    records[1] = {**records[1], "question": texts[0].upper()}                  # exact dup of record 1, same batch
-    records[2] = {**records[2], "question": texts[0][:-1] + " indeed?"}       # near dup of record 1, same batch
-    records[9] = {**records[9], "question": texts[4][:-1] + " indeed?"}       # near dup of record 5, earlier batch
-    records[13] = {**records[13], "question": texts[5].upper()}               # exact dup, earlier batch
-    records[15] = {**records[15], "uuid": "u3"}                               # UUID of record 4, other text
-    records.append({"discipline": "Science", "question": "no answer here?"})   # invalid: rejected
+    records[1] = {**records[1], "question": texts[0].upper()}  # exact dup of record 1, same batch
+    records[2] = {**records[2], "question": texts[0][:-1] + " indeed?"}  # near dup of record 1, same batch
+    records[9] = {**records[9], "question": texts[4][:-1] + " indeed?"}  # near dup of record 5, earlier batch
+    records[13] = {**records[13], "question": texts[5].upper()}  # exact dup, earlier batch
+    records[15] = {**records[15], "uuid": "u3"}  # UUID of record 4, other text
+    records.append({"discipline": "Science", "question": "no answer here?"})  # invalid: rejected
     records += [{"discipline": "Law", "question": question(rng), "answer": "b"} for _ in range(9)]
     path = tmp_path / "corpus.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
@@ -57,7 +57,11 @@ def test_batched_import_reports_every_duplicate_and_rejection_as_record_by_recor
     reports = {batch: imported(tmp_path, f"b{batch}", batch, path)[2] for batch in (1, 4, 1000)}
     one = reports[1]  # batches of one record: every record checked against all before it, one at a time
     assert [(d.record, d.kind, d.of) for d in one.duplicates] == [
-        (2, "exact", "record 1"), (14, "exact", "record 6"), (3, "near", "record 1"), (10, "near", "record 5")]
+        (2, "exact", "record 1"),
+        (14, "exact", "record 6"),
+        (3, "near", "record 1"),
+        (10, "near", "record 5"),
+    ]
     assert [r for r, _ in one.rejected] == [21, 16]  # invalid record (at load), then the UUID clash
     assert (one.read, one.imported) == (30, 24)
     for batch in (4, 1000):
@@ -73,11 +77,18 @@ def test_near_duplicates_of_a_previous_import_name_the_bank_question(tmp_path):
     first = tmp_path / "first.jsonl"
     first.write_text(json.dumps({"uuid": "old", "discipline": "X", "question": text, "answer": "a"}) + "\n")
     second = tmp_path / "second.jsonl"
-    second.write_text("\n".join(json.dumps({"discipline": "X", "question": q, "answer": "a"}) for q in
-                                [question(rng), text[:-1] + " again?", text.lower()]) + "\n")
+    second.write_text(
+        "\n".join(
+            json.dumps({"discipline": "X", "question": q, "answer": "a"})
+            for q in [question(rng), text[:-1] + " again?", text.lower()]
+        )
+        + "\n"
+    )
     _, _, report = imported(tmp_path, "two", 2, second, prior=first)
-    assert [(d.record, d.kind, d.of) for d in report.duplicates] == [(3, "exact", "bank question old"),
-                                                                     (2, "near", "bank question old")]
+    assert [(d.record, d.kind, d.of) for d in report.duplicates] == [
+        (3, "exact", "bank question old"),
+        (2, "near", "bank question old"),
+    ]
 
 
 def test_a_killed_import_leaves_whole_batches_and_the_next_import_indexes_the_unindexed_one(tmp_path):
@@ -99,8 +110,11 @@ def test_a_killed_import_leaves_whole_batches_and_the_next_import_indexes_the_un
     report = import_file(bank, path, index=index, threshold=0.9, skip_invalid=True, batch=4)
     assert index.collection.count() == bank.count()  # the stray batch was indexed first
     assert [(d.record, d.kind, d.of) for d in report.duplicates if d.of.startswith("bank")] == [
-        (1, "exact", "bank question u0"), (2, "exact", "bank question u0"), (4, "exact", "bank question u3"),
-        (3, "near", "bank question u0")]  # the first batch, now in the bank
+        (1, "exact", "bank question u0"),
+        (2, "exact", "bank question u0"),
+        (4, "exact", "bank question u3"),
+        (3, "near", "bank question u0"),
+    ]  # the first batch, now in the bank
     assert report.imported == 22 and bank.count() == 24
 
 
@@ -108,9 +122,19 @@ def bank_of_questions(tmp_path: Path, n: int) -> QuestionBank:
     rng = random.Random(n)
     disciplines = ["Law", "Art", "Science", "Medicine", "History", "Economics"]
     bank = QuestionBank(tmp_path / "big.sqlite")
-    bank.add_questions([Question(uuid=f"{rng.getrandbits(64):016x}", discipline=rng.choice(disciplines[:1 + i % 6]),
-                                 sub_discipline="", qtype="short_answer", question=f"q{i}", answer="a")
-                        for i in range(n)])
+    bank.add_questions(
+        [
+            Question(
+                uuid=f"{rng.getrandbits(64):016x}",
+                discipline=rng.choice(disciplines[: 1 + i % 6]),
+                sub_discipline="",
+                qtype="short_answer",
+                question=f"q{i}",
+                answer="a",
+            )
+            for i in range(n)
+        ]
+    )
     bank.set_active([q.uuid for q in bank.all_questions()[::17]], False)
     return bank
 
@@ -162,8 +186,12 @@ def test_sampling_reads_only_the_drawn_questions_and_sees_questions_added_since(
     first = set(bank.question_ids("a"))
     seen_all = bank.create_session("b", model="m", n=bank.count() - 500, seed="b")
     assert seen_all["cycle"] == 0
-    added = [Question(uuid=f"new{i}", discipline="Law", sub_discipline="", qtype="short_answer", question=f"n{i}",
-                      answer="a") for i in range(5)]
+    added = [
+        Question(
+            uuid=f"new{i}", discipline="Law", sub_discipline="", qtype="short_answer", question=f"n{i}", answer="a"
+        )
+        for i in range(5)
+    ]
     bank.add_questions(added)
     bank.create_session("c", model="m", n=5, seed="c")
     assert set(bank.question_ids("c")) == {q.uuid for q in added}  # the only questions m has not met
@@ -205,8 +233,18 @@ def test_sessions_on_postgresql_draw_unseen_questions_and_rebuild_places_after_a
         ids = bank.question_ids(f"pg{k}")
         assert len(set(ids)) == 8 and not met & set(ids)
         met.update(ids)
-    bank.add_questions([Question(uuid="late", discipline="Law", sub_discipline="", qtype="short_answer",
-                                 question="a late question?", answer="a")])
+    bank.add_questions(
+        [
+            Question(
+                uuid="late",
+                discipline="Law",
+                sub_discipline="",
+                qtype="short_answer",
+                question="a late question?",
+                answer="a",
+            )
+        ]
+    )
     bank.create_session("pg3", model="m", n=3, seed="pg3")
     assert set(bank.question_ids("pg3")) == {q.uuid for q in bank.all_questions()} - met
     bank.close()

@@ -15,8 +15,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
 #: ``run.main`` limited to llmeval (run.py puts every protocol's flags in one parser).
-CLI = [sys.executable, "-c", "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
-       "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
+    "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))",
+]
 
 
 @pytest.mark.integration
@@ -24,12 +28,36 @@ def test_sample_bank_session_on_the_embedded_model_then_leaderboard(tmp_path, em
     env = {**os.environ, "DYNEVAL_EMBEDDED_URL": embedded_url}
     out = tmp_path / "runs"
     config = tmp_path / "models.toml"  # the embedded model with shorter replies keeps the test within minutes
-    config.write_text('[models.smol]\nprovider = "embedded"\nmodel = "smollm2-135m-instruct"\n'
-                      'max_tokens = 96\nconcurrency = 1\ntimeout_s = 300\n')
-    run = subprocess.run([*CLI, "--protocol", "llmeval", "--out", str(out), "--config", str(config), "--bank",
-                          str(SAMPLE), "--questions", "2", "--paradigm", "zero-shot", "--target", "smol",
-                          "--evaluator", "smol"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    config.write_text(
+        '[models.smol]\nprovider = "embedded"\nmodel = "smollm2-135m-instruct"\n'
+        "max_tokens = 96\nconcurrency = 1\ntimeout_s = 300\n"
+    )
+    run = subprocess.run(
+        [
+            *CLI,
+            "--protocol",
+            "llmeval",
+            "--out",
+            str(out),
+            "--config",
+            str(config),
+            "--bank",
+            str(SAMPLE),
+            "--questions",
+            "2",
+            "--paradigm",
+            "zero-shot",
+            "--target",
+            "smol",
+            "--evaluator",
+            "smol",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode in (0, 4), run.stderr[-2000:] + run.stdout[-2000:]
     assert "36 imported" in run.stdout and "smoke test" in run.stdout
     run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_"))
@@ -43,8 +71,14 @@ def test_sample_bank_session_on_the_embedded_model_then_leaderboard(tmp_path, em
     assert summary["usage"]["calls"] >= 3  # pre-flight + 2 answers, plus a judge call per non-empty answer
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     assert {e["role"] for e in events} >= {"target", "evaluator"}
-    board = subprocess.run([*CLI, "--protocol", "llmeval", "--out", str(out), "--leaderboard"], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=120)
+    board = subprocess.run(
+        [*CLI, "--protocol", "llmeval", "--out", str(out), "--leaderboard"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert board.returncode == 0, board.stderr[-2000:]
     print(board.stdout)
     assert "llmeval leaderboard" in board.stdout and "local:smollm2-135m-instruct" in board.stdout

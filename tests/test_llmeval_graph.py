@@ -41,8 +41,7 @@ def ctx_for(tmp_path: Path, bank_path: Path, chats: dict, **kw) -> LLMEvalContex
 
 def run_session(ctx: LLMEvalContext, session_id: str, **inputs) -> dict:
     graph = builder.compile(checkpointer=InMemorySaver())
-    return graph.invoke({"session_id": session_id, **inputs}, {"configurable": {"thread_id": session_id}},
-                        context=ctx)
+    return graph.invoke({"session_id": session_id, **inputs}, {"configurable": {"thread_id": session_id}}, context=ctx)
 
 
 def star_judge(messages, tool):
@@ -77,8 +76,9 @@ def test_paradigms_build_zero_shot_few_shot_and_cot_prompts(tmp_path):
     seen: dict[str, list[list[BaseMessage]]] = {}
     for paradigm in ("zero-shot", "few-shot", "cot"):
         target = ScriptedChat(lambda m, t: "false")
-        ctx = ctx_for(tmp_path, bank_path, {"target": target, "evaluator": ScriptedChat(star_judge)}, questions=4,
-                      fewshot_k=2)
+        ctx = ctx_for(
+            tmp_path, bank_path, {"target": target, "evaluator": ScriptedChat(star_judge)}, questions=4, fewshot_k=2
+        )
         run_session(ctx, f"p-{paradigm}", paradigm=paradigm, model=f"m-{paradigm}")
         seen[paradigm] = [m for m, _ in target.calls]
     zs, fs, cot = (all_text(seen[p][0]) for p in ("zero-shot", "few-shot", "cot"))
@@ -119,16 +119,20 @@ def test_code_checks_bound_the_judge_for_true_false_and_multiple_choice():
 def test_invalid_judge_output_leaves_every_answer_ungraded_even_where_code_could_check_it(tmp_path):
     bank_path = new_bank(tmp_path)
     broken_judge = ScriptedChat(lambda m, t: {"rating": 7, "reason": "out of range"})
-    ctx = ctx_for(tmp_path, bank_path, {"target": ScriptedChat(lambda m, t: "true, because of the rules"),
-                                        "evaluator": broken_judge}, questions=36)
+    ctx = ctx_for(
+        tmp_path,
+        bank_path,
+        {"target": ScriptedChat(lambda m, t: "true, because of the rules"), "evaluator": broken_judge},
+        questions=36,
+    )
     final = run_session(ctx, "broken")
     items = QuestionBank(bank_path).judged_items("broken")
     assert items and all(i["stars"] is None and i["judge_status"] == "ungraded" for i in items)
     scores = final["scores"]
-    assert scores["S"] is None and scores["N"] == 0   # no score from zero scored answers, never 0 or 100
+    assert scores["S"] is None and scores["N"] == 0  # no score from zero scored answers, never 0 or 100
     assert scores["ungraded"] == len(items) == final["ungraded"]
     assert LLMEvalProtocol().ungraded(final) == len(items)
-    assert QuestionBank(bank_path).sessions_of()[0]["scores"] in (None, {})   # nothing for the leaderboard
+    assert QuestionBank(bank_path).sessions_of()[0]["scores"] in (None, {})  # nothing for the leaderboard
 
 
 def test_relative_score_uses_the_reference_model_on_the_same_questions(tmp_path):
@@ -140,9 +144,17 @@ def test_relative_score_uses_the_reference_model_on_the_same_questions(tmp_path)
         text = all_text(messages)
         return next(a for qtext, a in answers.items() if qtext in text) + ". That is the reason."
 
-    ctx = ctx_for(tmp_path, bank_path, {"target": ScriptedChat(lambda m, t: "no idea"),
-                                        "evaluator": ScriptedChat(star_judge), "reference": ScriptedChat(oracle)},
-                  questions=12, reference_model="ref")
+    ctx = ctx_for(
+        tmp_path,
+        bank_path,
+        {
+            "target": ScriptedChat(lambda m, t: "no idea"),
+            "evaluator": ScriptedChat(star_judge),
+            "reference": ScriptedChat(oracle),
+        },
+        questions=12,
+        reference_model="ref",
+    )
     final = run_session(ctx, "rel")
     assert bank.question_ids("rel") == bank.question_ids("rel#ref")
     assert final["reference_scores"]["S"] == pytest.approx(100.0)
@@ -165,8 +177,13 @@ def test_an_endpoint_failure_mid_session_resumes_without_losing_or_repeating_ans
             raise InfraError("endpoint down")
         return f"answer {state['calls']}"
 
-    ctx = ctx_for(tmp_path, bank_path, {"target": ScriptedChat(flaky), "evaluator": ScriptedChat(star_judge)},
-                  questions=8, answer_batch=3)
+    ctx = ctx_for(
+        tmp_path,
+        bank_path,
+        {"target": ScriptedChat(flaky), "evaluator": ScriptedChat(star_judge)},
+        questions=8,
+        answer_batch=3,
+    )
     graph = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "resume"}}
     with pytest.raises(InfraError):
@@ -204,10 +221,17 @@ def test_calibration_simulated_examinees_are_ranked_by_accuracy_and_resampling_k
     per_model: dict[str, list[dict]] = {}
     for p in ps:
         for k in range(3):  # three non-repeating sessions of 20 questions per model
-            ctx = ctx_for(tmp_path, bank_path, {"target": ScriptedChat(simulated_examinee(p, answers)),
-                                                "evaluator": ScriptedChat(star_judge),
-                                                "reference": ScriptedChat(simulated_examinee(1.0, answers))},
-                          questions=20, reference_model="ref")
+            ctx = ctx_for(
+                tmp_path,
+                bank_path,
+                {
+                    "target": ScriptedChat(simulated_examinee(p, answers)),
+                    "evaluator": ScriptedChat(star_judge),
+                    "reference": ScriptedChat(simulated_examinee(1.0, answers)),
+                },
+                questions=20,
+                reference_model="ref",
+            )
             final = run_session(ctx, f"p{p}-{k}", model=f"p={p}")
             per_model.setdefault(f"p={p}", []).append(final)
     for finals in per_model.values():
@@ -250,8 +274,12 @@ def test_open_session_node_is_idempotent_and_usable_outside_a_graph(tmp_path):
 
 
 def test_a_graph_on_an_empty_bank_uses_the_shipped_sample_as_in_studio(tmp_path):
-    ctx = ctx_for(tmp_path, tmp_path / "empty.sqlite", {"target": ScriptedChat(lambda m, t: "false"),
-                                                         "evaluator": ScriptedChat(star_judge)}, questions=3)
+    ctx = ctx_for(
+        tmp_path,
+        tmp_path / "empty.sqlite",
+        {"target": ScriptedChat(lambda m, t: "false"), "evaluator": ScriptedChat(star_judge)},
+        questions=3,
+    )
     final = run_session(ctx, "studio")
     assert final["allocated"] == 3 and final["scores"]["N"] == 3
     assert QuestionBank(tmp_path / "empty.sqlite").count() == 36

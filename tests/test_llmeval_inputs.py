@@ -92,15 +92,19 @@ def test_json_array_and_llmeval_layout_load_with_typed_values(tmp_path):
     assert q.question == "Which layer of the OSI model routes packets?\nAnswer briefly."
 
 
-@pytest.mark.parametrize("name, record, field, says", [
-    ("missing_answer.jsonl", 2, "answer", "this record has: discipline, question"),
-    ("nested_question.jsonl", 2, "question", "expected text, got an object"),
-    ("number_question.json", 2, "question", "expected text, got a number (1789)"),
-    ("list_answer.jsonl", 1, "answer", "got a list"),
-    ("bad_option_letter.csv", 2, "answer", "not an option letter, 0-based index or option text (A-B or 0-1 for 2"),
-])
-def test_a_bad_record_is_one_line_naming_file_record_and_field_and_nothing_is_imported(tmp_path, name, record,
-                                                                                     field, says):
+@pytest.mark.parametrize(
+    "name, record, field, says",
+    [
+        ("missing_answer.jsonl", 2, "answer", "this record has: discipline, question"),
+        ("nested_question.jsonl", 2, "question", "expected text, got an object"),
+        ("number_question.json", 2, "question", "expected text, got a number (1789)"),
+        ("list_answer.jsonl", 1, "answer", "got a list"),
+        ("bad_option_letter.csv", 2, "answer", "not an option letter, 0-based index or option text (A-B or 0-1 for 2"),
+    ],
+)
+def test_a_bad_record_is_one_line_naming_file_record_and_field_and_nothing_is_imported(
+    tmp_path, name, record, field, says
+):
     bank = QuestionBank(tmp_path / "bank.sqlite")
     with pytest.raises(InputError) as err:
         import_file(bank, CORPUS / name)
@@ -117,8 +121,9 @@ def test_non_utf8_file_names_the_byte_offset(tmp_path):
 
 
 def test_skip_invalid_counts_records_not_errors_and_names_what_a_duplicate_repeats(tmp_path):
-    good = [{"discipline": "Science", "question": f"Question number {i} about physics?", "answer": str(i)}
-            for i in range(5)]
+    good = [
+        {"discipline": "Science", "question": f"Question number {i} about physics?", "answer": str(i)} for i in range(5)
+    ]
     broken = {"qtype": "poem"}  # no discipline, question or answer and an unknown type: one record, not four
     lines = [*good, dict(good[0]), broken, broken, broken]
     path = tmp_path / "nine.jsonl"
@@ -128,8 +133,9 @@ def test_skip_invalid_counts_records_not_errors_and_names_what_a_duplicate_repea
         import_file(bank, path)
     report = import_file(bank, path, skip_invalid=True)
     assert (report.read, report.imported, len(report.duplicates), len(report.rejected)) == (9, 5, 1, 3)
-    assert report.summary().endswith("9 records: 5 imported, 1 duplicates skipped, 3 rejected; "
-                                     "0 true/false variants added")
+    assert report.summary().endswith(
+        "9 records: 5 imported, 1 duplicates skipped, 3 rejected; 0 true/false variants added"
+    )
     assert [r for r, _ in report.rejected] == [7, 8, 9]
     assert all("nine.jsonl, record" in why and "field" in why for _, why in report.rejected)
     dup = report.duplicates[0]
@@ -144,8 +150,11 @@ def test_a_uuid_naming_another_question_in_the_bank_is_refused(tmp_path):
     bank = QuestionBank(tmp_path / "bank.sqlite")
     import_file(bank, CORPUS / "array.json")
     path = tmp_path / "clash.jsonl"
-    path.write_text(json.dumps({"uuid": "corpus-arr-1", "discipline": "Law", "question": "Another question?",
-                                "answer": "yes"}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({"uuid": "corpus-arr-1", "discipline": "Law", "question": "Another question?", "answer": "yes"})
+        + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(InputError) as err:
         import_file(bank, path)
     assert "record 1, field 'uuid'" in str(err.value) and "another question" in str(err.value)
@@ -158,7 +167,7 @@ def trigram_embedding(texts: list[str]) -> list[list[float]]:
     for t in texts:
         v = [0.0] * 64
         for i in range(len(t) - 2):
-            v[hashlib.md5(t[i:i + 3].lower().encode()).digest()[0] % 64] += 1.0
+            v[hashlib.md5(t[i : i + 3].lower().encode()).digest()[0] % 64] += 1.0
         out.append(v)
     return out
 
@@ -175,8 +184,11 @@ def test_a_second_bank_in_the_same_folder_imports_all_of_its_own_records(tmp_pat
     assert bank_b.count() == 4 and bank_a.count() == 3
     # a near duplicate is still caught within the bank that holds the original
     path = tmp_path / "near.jsonl"
-    path.write_text(json.dumps({"discipline": "Medicine", "question": "Which blood cells carry the oxygen?",
-                                "answer": "red cells"}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({"discipline": "Medicine", "question": "Which blood cells carry the oxygen?", "answer": "red cells"})
+        + "\n",
+        encoding="utf-8",
+    )
     near = import_file(bank_b, path, index=index_b, threshold=0.9)
     assert near.imported == 0 and near.duplicates[0].kind == "near"
     assert near.duplicates[0].of.startswith("bank question ")
@@ -195,6 +207,7 @@ def test_human_labels_must_be_whole_stars(tmp_path):
 
 # -- through the CLI ---------------------------------------------------------------------------------------
 
+
 def cli(*args: str) -> int:
     from dyneval.cli import main
 
@@ -203,10 +216,18 @@ def cli(*args: str) -> int:
 
 def test_cli_a_new_bank_file_in_a_used_folder_imports_everything_and_never_the_sample(tmp_path, capsys):
     folder, out = tmp_path / "banks", str(tmp_path / "runs")
-    assert cli("--out", out, "--bank-db", str(folder / "a.sqlite"), "--bank", str(CORPUS / "bank_a.jsonl"),
-               "--import-only") == 0
-    assert cli("--out", out, "--bank-db", str(folder / "b.sqlite"), "--bank", str(CORPUS / "bank_b.jsonl"),
-               "--import-only") == 0
+    assert (
+        cli(
+            "--out", out, "--bank-db", str(folder / "a.sqlite"), "--bank", str(CORPUS / "bank_a.jsonl"), "--import-only"
+        )
+        == 0
+    )
+    assert (
+        cli(
+            "--out", out, "--bank-db", str(folder / "b.sqlite"), "--bank", str(CORPUS / "bank_b.jsonl"), "--import-only"
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "bank_b.jsonl: 4 records: 4 imported, 0 duplicates skipped, 0 rejected" in " ".join(printed.split())
     b = QuestionBank(folder / "b.sqlite")
@@ -228,8 +249,17 @@ def test_cli_an_empty_bank_the_user_named_is_an_error_not_the_sample(tmp_path, c
 
 
 def test_cli_bad_record_exits_2_and_skip_invalid_imports_the_rest(tmp_path, capsys):
-    args = ("--out", str(tmp_path / "runs"), "--bank-db", str(tmp_path / "bank.sqlite"), "--near-dup-threshold",
-            "0", "--bank", str(CORPUS / "missing_answer.jsonl"), "--import-only")
+    args = (
+        "--out",
+        str(tmp_path / "runs"),
+        "--bank-db",
+        str(tmp_path / "bank.sqlite"),
+        "--near-dup-threshold",
+        "0",
+        "--bank",
+        str(CORPUS / "missing_answer.jsonl"),
+        "--import-only",
+    )
     assert cli(*args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "missing_answer.jsonl, record 2, field 'answer'" in err
@@ -243,8 +273,22 @@ def test_cli_bad_record_exits_2_and_skip_invalid_imports_the_rest(tmp_path, caps
 
 def test_cli_fields_map_the_users_columns(tmp_path):
     db = tmp_path / "bank.sqlite"
-    assert cli("--out", str(tmp_path / "runs"), "--bank-db", str(db), "--near-dup-threshold", "0",
-               "--bank", str(CORPUS / "renamed.tsv"), "--fields", TSV_FIELDS, "--import-only") == 0
+    assert (
+        cli(
+            "--out",
+            str(tmp_path / "runs"),
+            "--bank-db",
+            str(db),
+            "--near-dup-threshold",
+            "0",
+            "--bank",
+            str(CORPUS / "renamed.tsv"),
+            "--fields",
+            TSV_FIELDS,
+            "--import-only",
+        )
+        == 0
+    )
     assert {q.discipline for q in QuestionBank(db).all_questions()} == {"Medicine", "Management"}
 
 
@@ -265,23 +309,32 @@ def batch_run(tmp_path: Path, params: dict) -> Path:
     from dyneval.runtime.runner import execute, open_run
     from tests.fakes import ScriptedChat
 
-    config = load_config("llmeval", config_file=None, environ={},
-                         flags={"out": str(tmp_path / "runs"), "params": params})
-    chats = {"target": ScriptedChat(lambda m, t: "an answer"),
-             "evaluator": ScriptedChat(lambda m, t: {"rating": 2, "reason": "close"})}
+    config = load_config(
+        "llmeval", config_file=None, environ={}, flags={"out": str(tmp_path / "runs"), "params": params}
+    )
+    chats = {
+        "target": ScriptedChat(lambda m, t: "an answer"),
+        "evaluator": ScriptedChat(lambda m, t: {"rating": 2, "reason": "close"}),
+    }
     protocol = LLMEvalProtocol()
-    run = open_run(protocol, config, run_id=None, console=Console(record=True, width=200), chat_overrides=chats,
-                   retry_sleep=lambda s: None)
+    run = open_run(
+        protocol,
+        config,
+        run_id=None,
+        console=Console(record=True, width=200),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
     execute(protocol, run, skip_preflight=True)
     return run.run_dir
 
 
 def test_a_batch_run_on_a_new_bank_in_a_used_folder_examines_its_questions_not_the_samples(tmp_path):
     folder = tmp_path / "banks"
-    batch_run(tmp_path, {"bank": str(CORPUS / "bank_a.jsonl"), "bank_db": str(folder / "a.sqlite"),
-                         "questions": 2})
-    run_dir = batch_run(tmp_path, {"bank": str(CORPUS / "bank_b.jsonl"), "bank_db": str(folder / "b.sqlite"),
-                                   "questions": 4})
+    batch_run(tmp_path, {"bank": str(CORPUS / "bank_a.jsonl"), "bank_db": str(folder / "a.sqlite"), "questions": 2})
+    run_dir = batch_run(
+        tmp_path, {"bank": str(CORPUS / "bank_b.jsonl"), "bank_db": str(folder / "b.sqlite"), "questions": 4}
+    )
     bank = QuestionBank(folder / "b.sqlite")
     (record,) = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
     asked = [bank.get(u).question for u in bank.question_ids(record["session_id"])]
@@ -293,14 +346,27 @@ def test_a_batch_run_on_a_new_bank_in_a_used_folder_examines_its_questions_not_t
 
 def test_a_batch_run_without_input_says_it_used_the_shipped_sample(tmp_path):
     run_dir = batch_run(tmp_path, {"questions": 2, "near_dup_threshold": 0})
-    assert "Questions: the shipped sample samples/llmeval/bank.jsonl (no --bank or --bank-db given)" in \
-        (run_dir / "report.md").read_text()
+    assert (
+        "Questions: the shipped sample samples/llmeval/bank.jsonl (no --bank or --bank-db given)"
+        in (run_dir / "report.md").read_text()
+    )
 
 
 def test_cli_skip_invalid_with_no_valid_record_is_refused_before_anything_is_created(tmp_path, capsys):
     out, db = tmp_path / "runs", tmp_path / "bank.sqlite"
-    assert cli("--out", str(out), "--bank-db", str(db), "--bank", str(CORPUS / "list_answer.jsonl"),
-               "--skip-invalid", "--dry-run") == 2
+    assert (
+        cli(
+            "--out",
+            str(out),
+            "--bank-db",
+            str(db),
+            "--bank",
+            str(CORPUS / "list_answer.jsonl"),
+            "--skip-invalid",
+            "--dry-run",
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no valid record" in err and "list_answer.jsonl, record 1" in err
     assert not out.exists() and not db.exists()
@@ -309,19 +375,32 @@ def test_cli_skip_invalid_with_no_valid_record_is_refused_before_anything_is_cre
 def _reading_file(tmp_path: Path) -> Path:
     """Two questions on one reading passage (in its own column, as reading-comprehension sets ship them) and one
     without a passage; a ``note`` column nothing maps."""
-    rows = [{"subject": "reading", "passage": "The lighthouse keeper kept a log of every ship.",
-             "question": "What did the keeper record?", "label": "ships", "note": "set A"},
-            {"subject": "reading", "passage": "The lighthouse keeper kept a log of every ship.",
-             "question": "Who kept the log?", "label": "the keeper", "note": ""},
-            {"subject": "math", "passage": None, "question": "What is 7 times 6?", "label": "42", "note": "set B"}]
+    rows = [
+        {
+            "subject": "reading",
+            "passage": "The lighthouse keeper kept a log of every ship.",
+            "question": "What did the keeper record?",
+            "label": "ships",
+            "note": "set A",
+        },
+        {
+            "subject": "reading",
+            "passage": "The lighthouse keeper kept a log of every ship.",
+            "question": "Who kept the log?",
+            "label": "the keeper",
+            "note": "",
+        },
+        {"subject": "math", "passage": None, "question": "What is 7 times 6?", "label": "42", "note": "set B"},
+    ]
     path = tmp_path / "reading.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
 
 def test_columns_no_field_maps_are_named_in_the_import_report_with_their_record_counts(tmp_path):
-    report = import_file(QuestionBank(tmp_path / "bank.sqlite"), _reading_file(tmp_path),
-                         fields="discipline=subject,answer=label")
+    report = import_file(
+        QuestionBank(tmp_path / "bank.sqlite"), _reading_file(tmp_path), fields="discipline=subject,answer=label"
+    )
     assert report.imported == 3
     [line] = [x for x in report.lines() if "not imported" in x]
     assert "note (2 records)" in line and "passage (2 records)" in line  # blank values are not counted
@@ -329,20 +408,25 @@ def test_columns_no_field_maps_are_named_in_the_import_report_with_their_record_
 
 def test_a_passage_column_joins_its_question_with_a_plus_mapping(tmp_path):
     bank = QuestionBank(tmp_path / "bank.sqlite")
-    report = import_file(bank, _reading_file(tmp_path), fields="discipline=subject,answer=label,"
-                                                               "question=passage+question,explanation=note")
+    report = import_file(
+        bank,
+        _reading_file(tmp_path),
+        fields="discipline=subject,answer=label,question=passage+question,explanation=note",
+    )
     assert report.imported == 3 and not [x for x in report.lines() if "not imported" in x]
     assert sorted(q.question for q in bank.all_questions()) == [
         "The lighthouse keeper kept a log of every ship.\n\nWhat did the keeper record?",
         "The lighthouse keeper kept a log of every ship.\n\nWho kept the log?",
-        "What is 7 times 6?"]  # no passage: the question alone, nothing invented
+        "What is 7 times 6?",
+    ]  # no passage: the question alone, nothing invented
 
 
 def test_options_written_as_a_python_list_literal_are_read_as_written_and_a_broken_list_is_refused(tmp_path):
     def write(path: Path, choices: str) -> Path:
         with path.open("w", newline="", encoding="utf-8") as fh:
-            csv.writer(fh).writerows([["discipline", "question", "choices", "answer"],
-                                      ["Logic", "Which pair holds?", choices, "A"]])
+            csv.writer(fh).writerows(
+                [["discipline", "question", "choices", "answer"], ["Logic", "Which pair holds?", choices, "A"]]
+            )
         return path
 
     # a list column as pandas writes it to CSV: its repr, single quotes, a comma and a quote inside an option

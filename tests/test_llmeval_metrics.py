@@ -8,16 +8,26 @@ import math
 import pytest
 
 from dyneval.nodes.llmeval.scoring import absolute_score, discipline_scores, relative_score
-from dyneval.protocols.llmeval.metrics import (cohen_kappa, elo, mask_tail, mean, pairwise_outcomes,
-                                               population_variance, recalled, replay_match, sample_variance, spearman,
-                                               stability)
+from dyneval.protocols.llmeval.metrics import (
+    cohen_kappa,
+    elo,
+    mask_tail,
+    mean,
+    pairwise_outcomes,
+    population_variance,
+    recalled,
+    replay_match,
+    sample_variance,
+    spearman,
+    stability,
+)
 
 
 def test_absolute_score_is_sum_over_n_times_three_times_100():
     # (3 + 2 + 0 + 1) / (4 * 3) * 100 = 50
     assert absolute_score([3, 2, 0, 1]) == pytest.approx(50.0)
     assert absolute_score([3] * 7) == pytest.approx(100.0)
-    assert absolute_score([]) is None   # nothing scored: no number
+    assert absolute_score([]) is None  # nothing scored: no number
 
 
 def test_discipline_scores_are_on_a_ten_point_scale():
@@ -99,8 +109,11 @@ def test_pairwise_outcomes_compare_stars_on_shared_questions_only():
 
 def test_stability_recovers_a_clear_ranking_and_reports_sample_variance():
     qs = [f"q{i}" for i in range(60)]
-    matrix = {"strong": {q: 3 for q in qs}, "mid": {q: (3 if i % 2 else 0) for i, q in enumerate(qs)},
-              "weak": {q: (3 if i % 5 == 0 else 0) for i, q in enumerate(qs)}}
+    matrix = {
+        "strong": {q: 3 for q in qs},
+        "mid": {q: (3 if i % 2 else 0) for i, q in enumerate(qs)},
+        "weak": {q: (3 if i % 5 == 0 else 0) for i, q in enumerate(qs)},
+    }
     out = stability(matrix, reference="strong", sizes=[20, 60], trials=3, seed=1)
     assert out["ranking"] == ["strong", "mid", "weak"]
     assert out["full"]["strong"] == pytest.approx(100.0)
@@ -127,15 +140,21 @@ def test_replay_needs_two_of_three_matching_completions():
 def test_stability_scores_each_model_on_its_own_questions_against_the_reference():
     """The paper's design: models get different samples; the reference replays each one (equation 2)."""
     ref = {f"q{i}": 3 for i in range(60)}
-    matrix = {"ref": ref,
-              "good": {f"q{i}": (3 if i % 10 else 0) for i in range(0, 20)},       # 90 % on q0-q19
-              "fair": {f"q{i}": (3 if i % 2 else 0) for i in range(20, 40)},       # 50 % on q20-q39
-              "poor": {f"q{i}": (3 if i % 5 == 0 else 0) for i in range(40, 60)},  # 20 % on q40-q59
-              "stranger": {"x1": 3}}                                              # shares nothing with ref
+    matrix = {
+        "ref": ref,
+        "good": {f"q{i}": (3 if i % 10 else 0) for i in range(0, 20)},  # 90 % on q0-q19
+        "fair": {f"q{i}": (3 if i % 2 else 0) for i in range(20, 40)},  # 50 % on q20-q39
+        "poor": {f"q{i}": (3 if i % 5 == 0 else 0) for i in range(40, 60)},  # 20 % on q40-q59
+        "stranger": {"x1": 3},
+    }  # shares nothing with ref
     out = stability(matrix, reference="ref", sizes=[10, 20], trials=4, seed=2)
     assert out["skipped"] == ["stranger"] and out["pools"] == {"ref": 60, "good": 20, "fair": 20, "poor": 20}
-    assert out["full"] == {"ref": 100.0, "good": pytest.approx(90.0), "fair": pytest.approx(50.0),
-                           "poor": pytest.approx(20.0)}
+    assert out["full"] == {
+        "ref": 100.0,
+        "good": pytest.approx(90.0),
+        "fair": pytest.approx(50.0),
+        "poor": pytest.approx(20.0),
+    }
     assert out["ranking"] == ["ref", "good", "fair", "poor"]
     assert all(t["good"] == pytest.approx(90.0) for t in out["sizes"]["20"]["trials"])  # the whole pool
     assert out["sizes"]["20"]["spearman_relative"] == pytest.approx(1.0)

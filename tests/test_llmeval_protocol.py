@@ -27,8 +27,12 @@ from tests.fakes import ScriptedChat, all_text
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "llmeval" / "bank.jsonl"
-CLI = [sys.executable, "-c", "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
-       "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys, dyneval.protocols as protocols, dyneval.cli as run; "
+    "run.available = lambda: {'llmeval': protocols.protocol_class('llmeval')}; sys.exit(run.main(sys.argv[1:]))",
+]
 JUDGE_RE = re.compile(r"Model's answer: (.*?)\n\nReference answer: (.*?)\n\n", re.S)
 
 
@@ -46,26 +50,36 @@ def oracle(messages, tool):
     return f"{asked['answer']}. Because of the definition."
 
 
-def run_protocol(tmp_path: Path, params: dict, chats: dict | None = None, *, resume: str | None = None
-                 ) -> tuple[dict, Path, Console]:
-    config = load_config("llmeval", config_file=None, environ={},
-                         flags={"out": str(tmp_path / "runs"), "params": {"near_dup_threshold": 0, **params}})
+def run_protocol(
+    tmp_path: Path, params: dict, chats: dict | None = None, *, resume: str | None = None
+) -> tuple[dict, Path, Console]:
+    config = load_config(
+        "llmeval",
+        config_file=None,
+        environ={},
+        flags={"out": str(tmp_path / "runs"), "params": {"near_dup_threshold": 0, **params}},
+    )
     console = Console(record=True, width=200)
     protocol = LLMEvalProtocol()
-    run = open_run(protocol, config, run_id=resume, console=console, chat_overrides=chats or {},
-                   retry_sleep=lambda s: None)
+    run = open_run(
+        protocol, config, run_id=resume, console=console, chat_overrides=chats or {}, retry_sleep=lambda s: None
+    )
     summary = execute(protocol, run, skip_preflight=True)
     return summary, run.run_dir, console
 
 
 def fake_chats() -> dict:
-    return {"target": ScriptedChat(lambda m, t: "true. I am fairly sure."), "evaluator": ScriptedChat(star_judge),
-            "reference": ScriptedChat(oracle)}
+    return {
+        "target": ScriptedChat(lambda m, t: "true. I am fairly sure."),
+        "evaluator": ScriptedChat(star_judge),
+        "reference": ScriptedChat(oracle),
+    }
 
 
 def test_batch_run_scores_every_paradigm_and_reports_the_leaderboard(tmp_path):
-    summary, run_dir, _ = run_protocol(tmp_path, {"questions": 6, "paradigm": "all", "reference_model": "ref"},
-                                       fake_chats())
+    summary, run_dir, _ = run_protocol(
+        tmp_path, {"questions": 6, "paradigm": "all", "reference_model": "ref"}, fake_chats()
+    )
     records = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
     assert sorted(r["unit_id"] for r in records) == ["cot-1", "few-shot-1", "zero-shot-1"]
     assert all(r["status"] == "ok" and r["N"] == 6 and r["S_ref"] == pytest.approx(100.0) for r in records)
@@ -89,8 +103,11 @@ def test_batch_run_scores_every_paradigm_and_reports_the_leaderboard(tmp_path):
         later = {u for t in sessions[i:] for u in bank.question_ids(t["session_id"])}
         assert not set(s["fewshot"]) & later
     # leaderboard and stability modes over what the bank now holds
-    summary, run_dir, console = run_protocol(tmp_path, {"leaderboard": True, "stability": True, "sizes": "6,18",
-                                                        "trials": 2, "reference_model": "ref"}, fake_chats())
+    summary, run_dir, console = run_protocol(
+        tmp_path,
+        {"leaderboard": True, "stability": True, "sizes": "6,18", "trials": 2, "reference_model": "ref"},
+        fake_chats(),
+    )
     text = console.export_text()
     assert "llmeval leaderboard" in text and "fake:reference" in text
     out = json.loads((run_dir / "summary.json").read_text())
@@ -122,9 +139,11 @@ def test_kappa_mode_matches_human_labels_to_judged_answers(tmp_path):
 
 
 def test_contamination_replay_counts_questions_recalled_in_two_of_three_attempts(tmp_path):
-    public = ["the mitochondria is widely known as the powerhouse of the living cell in biology class",
-              "to be or not to be that is the question whether it is nobler in the mind to suffer",
-              "four score and seven years ago our fathers brought forth on this continent a new nation"]
+    public = [
+        "the mitochondria is widely known as the powerhouse of the living cell in biology class",
+        "to be or not to be that is the question whether it is nobler in the mind to suffer",
+        "four score and seven years ago our fathers brought forth on this continent a new nation",
+    ]
     calls = {"n": 0}
 
     def memoriser(messages, tool):
@@ -149,11 +168,19 @@ def test_contamination_replay_counts_questions_recalled_in_two_of_three_attempts
 
 def test_contamination_mode_and_export_run_through_the_protocol(tmp_path):
     public = tmp_path / "public.jsonl"
-    public.write_text("\n".join(json.dumps({"question": f"public question number {i} asks about a well known "
-                                                        f"fact of the world and its history"}) for i in range(4)))
-    summary, run_dir, console = run_protocol(tmp_path, {"contamination": str(public), "questions": 3,
-                                                        "export": str(tmp_path / "bank_export.jsonl")},
-                                             {"target": ScriptedChat(lambda m, t: "a fact of the world")})
+    public.write_text(
+        "\n".join(
+            json.dumps(
+                {"question": f"public question number {i} asks about a well known fact of the world and its history"}
+            )
+            for i in range(4)
+        )
+    )
+    summary, run_dir, console = run_protocol(
+        tmp_path,
+        {"contamination": str(public), "questions": 3, "export": str(tmp_path / "bank_export.jsonl")},
+        {"target": ScriptedChat(lambda m, t: "a fact of the world")},
+    )
     out = json.loads((run_dir / "summary.json").read_text())
     assert out["contamination"]["public"]["tested"] == 3 and out["contamination"]["bank"]["tested"] == 3
     assert out["exported"] == 36 and len((tmp_path / "bank_export.jsonl").read_text().splitlines()) == 36
@@ -165,9 +192,25 @@ def test_serve_mode_starts_the_exam_server_on_loopback(tmp_path):
 
     port = free_port()
     env = {**os.environ, "DYNEVAL_LLMEVAL_JWT_SECRET": "s" * 40}
-    proc = subprocess.Popen([*CLI, "--protocol", "llmeval", "--serve", "--port", str(port), "--out",
-                             str(tmp_path / "runs"), "--near-dup-threshold", "0"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "--protocol",
+            "llmeval",
+            "--serve",
+            "--port",
+            str(port),
+            "--out",
+            str(tmp_path / "runs"),
+            "--near-dup-threshold",
+            "0",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120  # start-up imports are slow on a loaded machine
         health = None
@@ -179,8 +222,12 @@ def test_serve_mode_starts_the_exam_server_on_loopback(tmp_path):
                 time.sleep(0.3)
         assert health == {"ok": True, "questions": 36}
         token = next((tmp_path / "runs").glob("*/admin_token")).read_text().strip()
-        r = httpx.post(f"http://127.0.0.1:{port}/admin/sessions", json={"model": "m", "questions": 2},
-                       headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/admin/sessions",
+            json={"model": "m", "questions": 2},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        )
         assert r.status_code == 200 and r.json()["allocated"] == 2
         assert httpx.get(f"http://127.0.0.1:{port}/admin/leaderboard", timeout=5).status_code == 401
     finally:
@@ -211,18 +258,33 @@ def test_public_agieval_set_is_readable_for_the_replay_test(shared_data):
 
 def test_dry_run_lists_one_session_per_paradigm_and_bad_flags_exit_2(tmp_path):
     base = [*CLI, "--protocol", "llmeval", "--out", str(tmp_path / "runs")]
-    dry = subprocess.run([*base, "--dry-run", "--questions", "5", "--paradigm", "all", "--sessions", "2"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    dry = subprocess.run(
+        [*base, "--dry-run", "--questions", "5", "--paradigm", "all", "--sessions", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dry.returncode == 0, dry.stderr
     flat = " ".join(dry.stdout.split())  # rich wraps long lines
     assert "units: 6" in flat and "at most 10: 5 answers and 5 judgements" in flat and "fewer when the bank" in flat
     for unit in ("zero-shot-1", "few-shot-2", "cot-2"):
         assert unit in dry.stdout
-    bad = subprocess.run([*base, "--dry-run", "--reference-model", "no-such-model"], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+    bad = subprocess.run(
+        [*base, "--dry-run", "--reference-model", "no-such-model"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "no-such-model" in bad.stderr and "Traceback" not in bad.stderr
-    bad = subprocess.run([*base, "--kappa", str(tmp_path / "none.jsonl"), "--near-dup-threshold", "0"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*base, "--kappa", str(tmp_path / "none.jsonl"), "--near-dup-threshold", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and all(x in bad.stderr for x in ("none.jsonl", "--kappa", "file not found"))
 
 
@@ -230,9 +292,20 @@ def test_a_resume_neither_reprints_nor_rewrites_the_import_of_its_bank_file(tmp_
     """The resume imports the file again (every record now an exact duplicate): the console says so in one line,
     not one line per record, and import_report.txt keeps what the run's own import did."""
     bank_file = tmp_path / "bank.jsonl"
-    bank_file.write_text("".join(json.dumps({"discipline": "Science", "question": f"Is {n} an even number?",
-                                             "qtype": "true_false", "answer": str(n % 2 == 0).lower()}) + "\n"
-                                 for n in range(6)))
+    bank_file.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "discipline": "Science",
+                    "question": f"Is {n} an even number?",
+                    "qtype": "true_false",
+                    "answer": str(n % 2 == 0).lower(),
+                }
+            )
+            + "\n"
+            for n in range(6)
+        )
+    )
     params = {"bank": str(bank_file), "sessions": 1, "questions": 3}
     _, run_dir, _ = run_protocol(tmp_path, params, fake_chats())
     first = (run_dir / "import_report.txt").read_text()
@@ -241,23 +314,45 @@ def test_a_resume_neither_reprints_nor_rewrites_the_import_of_its_bank_file(tmp_
     text = console.export_text()
     assert resumed_dir == run_dir and (run_dir / "import_report.txt").read_text() == first
     assert "exact duplicate" not in text
-    assert "bank.jsonl: 6 records: 0 imported, 6 duplicates skipped, 0 rejected; 0 true/false variants added " \
-           "(imported when this run started: import_report.txt)" in text
+    assert (
+        "bank.jsonl: 6 records: 0 imported, 6 duplicates skipped, 0 rejected; 0 true/false variants added "
+        "(imported when this run started: import_report.txt)" in text
+    )
 
 
 def test_import_with_augmentation_and_rewrite_through_the_protocol(tmp_path):
     bank_file = tmp_path / "mixed.jsonl"
-    bank_file.write_text("\n".join(json.dumps(r) for r in [
-        {"discipline": "Economics", "qtype": "material", "question": "Read the material on the 1970s oil shock and "
-         "analyse why inflation rose.", "answer": "Oil prices quadrupled, raising costs; wages followed prices."},
-        {"discipline": "Science", "question": "Water boils at ( ) degrees Celsius at sea level.",
-         "options": ["90", "100", "110"], "answer": "B"},
-    ]))
-    teacher = ScriptedChat(lambda m, t: {"statements": ["Oil prices rose sharply in the 1970s oil shock.",
-                                                        "Wages fell as prices rose in the material."],
-                                         "truths": [True, False]})
-    _, run_dir, console = run_protocol(tmp_path, {"bank": str(bank_file), "augment": True, "rewrite": True,
-                                                  "import_only": True}, {"teacher": teacher})
+    bank_file.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {
+                    "discipline": "Economics",
+                    "qtype": "material",
+                    "question": "Read the material on the 1970s oil shock and analyse why inflation rose.",
+                    "answer": "Oil prices quadrupled, raising costs; wages followed prices.",
+                },
+                {
+                    "discipline": "Science",
+                    "question": "Water boils at ( ) degrees Celsius at sea level.",
+                    "options": ["90", "100", "110"],
+                    "answer": "B",
+                },
+            ]
+        )
+    )
+    teacher = ScriptedChat(
+        lambda m, t: {
+            "statements": [
+                "Oil prices rose sharply in the 1970s oil shock.",
+                "Wages fell as prices rose in the material.",
+            ],
+            "truths": [True, False],
+        }
+    )
+    _, run_dir, console = run_protocol(
+        tmp_path, {"bank": str(bank_file), "augment": True, "rewrite": True, "import_only": True}, {"teacher": teacher}
+    )
     bank = QuestionBank(tmp_path / "runs" / "_cache" / "llmeval_bank.sqlite")
     kids = [q for q in bank.all_questions() if q.parent_uuid]
     assert sorted(q.answer for q in kids) == ["false", "false", "false", "true", "true"]  # 3 MCQ + 2 rewritten

@@ -21,9 +21,20 @@ SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "llmeval" / "bank.jso
 
 def test_a_fresh_run_on_the_sample_bank_loads_no_embedding_model(tmp_path):
     with StandIn() as standin:
-        loaded = loaded_after("--protocol", "llmeval", "--out", str(tmp_path), "--questions", "2", "--target",
-                              standin.spec("t"), "--evaluator", standin.spec("j"), "--skip-preflight",
-                              printed="36 imported")
+        loaded = loaded_after(
+            "--protocol",
+            "llmeval",
+            "--out",
+            str(tmp_path),
+            "--questions",
+            "2",
+            "--target",
+            standin.spec("t"),
+            "--evaluator",
+            standin.spec("j"),
+            "--skip-preflight",
+            printed="36 imported",
+        )
     assert not loaded & {"sentence_transformers", "torch", "chromadb"}
     assert json.loads(next(tmp_path.glob("*/summary.json")).read_text())["status_counts"] == {"ok": 1}
     [bank] = tmp_path.glob("_cache/llmeval_bank.sqlite")
@@ -36,8 +47,11 @@ def test_the_next_import_indexes_the_sample_first_and_catches_a_near_copy_of_it(
     run.run_dir.mkdir(parents=True)
     LLMEvalProtocol().ensure_bank(run)  # the sample, without the embedding model
     first = json.loads(SAMPLE.read_text(encoding="utf-8").splitlines()[0])
-    near = {**first, "uuid": "aaaaaaaa-0000-4000-8000-000000000001",
-            "question": first["question"].replace("Give your reason.", "Give the reason.")}
+    near = {
+        **first,
+        "uuid": "aaaaaaaa-0000-4000-8000-000000000001",
+        "question": first["question"].replace("Give your reason.", "Give the reason."),
+    }
     mine = tmp_path / "mine.jsonl"
     mine.write_text(json.dumps(near) + "\n", encoding="utf-8")
     report = LLMEvalProtocol().import_bank(run, mine)

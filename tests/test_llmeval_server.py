@@ -50,8 +50,11 @@ def make_server(tmp_path: Path, secret: str | None = SECRET, **kw) -> ExamServer
     bank_path = tmp_path / "bank.sqlite"
     if not bank_path.exists():
         import_file(QuestionBank(bank_path), SAMPLE)
-    svc = make_services(tmp_path, protocol="llmeval", chats={"evaluator": ScriptedChat(judge),
-                                                             "target": ScriptedChat(lambda m, t: "unused")})
+    svc = make_services(
+        tmp_path,
+        protocol="llmeval",
+        chats={"evaluator": ScriptedChat(judge), "target": ScriptedChat(lambda m, t: "unused")},
+    )
     ctx = LLMEvalContext(services=svc, bank_db=str(bank_path), questions=5)
     return ExamServer(ctx, secret=secret, **kw)
 
@@ -100,8 +103,17 @@ def test_a_whole_session_over_http_never_transmits_answers_or_explanations(exam)
         payload = r.json()
         bodies.append(r.text)
         assert payload["position"] == i
-        assert set(payload) == {"session_id", "position", "question_id", "discipline", "sub_discipline", "qtype",
-                                "question", "paradigm", "messages"}
+        assert set(payload) == {
+            "session_id",
+            "position",
+            "question_id",
+            "discipline",
+            "sub_discipline",
+            "qtype",
+            "question",
+            "paradigm",
+            "messages",
+        }
         r = client.post(f"/sessions/{sid}/answers", json={"position": i, "answer": f"my answer {i}"}, headers=me)
         bodies.append(r.text)
         assert r.status_code == 200
@@ -122,12 +134,14 @@ def test_examinee_token_cannot_read_or_answer_another_session_and_cannot_act_as_
     _, client, admin = exam
     a, b = new_session(client, admin), new_session(client, admin)
     token_a = auth(a["token"])
-    for method, path, body in (("get", f"/sessions/{b['session_id']}", None),
-                               ("get", f"/sessions/{b['session_id']}/next", None),
-                               ("post", f"/sessions/{b['session_id']}/answers", {"position": 0, "answer": "x"}),
-                               ("post", "/admin/sessions", {"model": "x"}),
-                               ("post", f"/admin/sessions/{a['session_id']}/score", None),
-                               ("get", "/admin/leaderboard", None)):
+    for method, path, body in (
+        ("get", f"/sessions/{b['session_id']}", None),
+        ("get", f"/sessions/{b['session_id']}/next", None),
+        ("post", f"/sessions/{b['session_id']}/answers", {"position": 0, "answer": "x"}),
+        ("post", "/admin/sessions", {"model": "x"}),
+        ("post", f"/admin/sessions/{a['session_id']}/score", None),
+        ("get", "/admin/leaderboard", None),
+    ):
         r = client.request(method, path, json=body, headers=token_a)
         assert r.status_code == 403, (path, r.status_code, r.text)
     assert client.get(f"/sessions/{a['session_id']}/next", headers=token_a).status_code == 200
@@ -137,12 +151,14 @@ def test_over_quota_and_resubmission_are_rejected(exam):
     _, client, admin = exam
     s = new_session(client, admin, questions=2)
     me, sid = auth(s["token"]), s["session_id"]
-    assert client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "early"},
-                       headers=me).status_code == 409  # not delivered yet
+    assert (
+        client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "early"}, headers=me).status_code == 409
+    )  # not delivered yet
     assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 0
     assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 0  # no second question while pending
-    assert client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "skip"},
-                       headers=me).status_code == 409  # out of order
+    assert (
+        client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "skip"}, headers=me).status_code == 409
+    )  # out of order
     assert client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "a"}, headers=me).status_code == 200
     r = client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "again"}, headers=me)
     assert r.status_code == 409 and r.json()["detail"]["error"] == "resubmission"
@@ -150,8 +166,9 @@ def test_over_quota_and_resubmission_are_rejected(exam):
     assert client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "b"}, headers=me).status_code == 200
     r = client.get(f"/sessions/{sid}/next", headers=me)
     assert r.status_code == 429 and r.json()["detail"]["error"] == "exhausted"
-    assert client.post(f"/sessions/{sid}/answers", json={"position": 2, "answer": "extra"},
-                       headers=me).status_code == 429
+    assert (
+        client.post(f"/sessions/{sid}/answers", json={"position": 2, "answer": "extra"}, headers=me).status_code == 429
+    )
     status = client.get(f"/sessions/{sid}", headers=me).json()["quota"]
     assert status == {"allocated": 2, "undelivered": 0, "pending": 0, "completed": 2}
     unfinished = new_session(client, admin, questions=2)
@@ -211,8 +228,10 @@ def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, r
     try:
         with httpx.Client(base_url=base, timeout=30) as admin_http:
             admin = auth(server.admin_token())
-            sessions = [admin_http.post("/admin/sessions", json={"model": f"load-{i}", "questions": per},
-                                        headers=admin).json() for i in range(clients)]
+            sessions = [
+                admin_http.post("/admin/sessions", json={"model": f"load-{i}", "questions": per}, headers=admin).json()
+                for i in range(clients)
+            ]
         latencies: list[float] = []
         lock = threading.Lock()
         stop_at = time.monotonic() + 90  # the whole test is bounded in time
@@ -234,8 +253,11 @@ def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, r
                     codes.append(a.status_code)
                     sent[pos] = text
                     if pos == 0:  # one resubmission attempt per client
-                        codes.append(http.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": "dup"},
-                                               headers=me).status_code)
+                        codes.append(
+                            http.post(
+                                f"/sessions/{sid}/answers", json={"position": 0, "answer": "dup"}, headers=me
+                            ).status_code
+                        )
                     with lock:
                         latencies.extend([t1 - t0, t2 - t1])
             return {"sid": sid, "sent": sent, "codes": codes}
@@ -256,10 +278,16 @@ def test_load_many_concurrent_examinees_lose_and_duplicate_no_answer(tmp_path, r
         assert [i["response"] for i in items] == [res["sent"][p] for p in range(per)]  # nothing lost or swapped
         assert [i["response"].split(":")[2] for i in items] == bank.question_ids(res["sid"])
     requests = len(latencies) + clients  # + the resubmission attempts
-    figures = {"clients": clients, "questions_per_client": per, "answers_stored": clients * per,
-               "requests": requests, "seconds": round(elapsed, 2), "requests_per_s": round(requests / elapsed, 1),
-               "latency_p50_ms": round(statistics.median(latencies) * 1000, 1),
-               "latency_p95_ms": round(sorted(latencies)[int(0.95 * len(latencies))] * 1000, 1)}
+    figures = {
+        "clients": clients,
+        "questions_per_client": per,
+        "answers_stored": clients * per,
+        "requests": requests,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(requests / elapsed, 1),
+        "latency_p50_ms": round(statistics.median(latencies) * 1000, 1),
+        "latency_p95_ms": round(sorted(latencies)[int(0.95 * len(latencies))] * 1000, 1),
+    }
     record_property("load_test", json.dumps(figures))
     print("\nllmeval exam server load test:", json.dumps(figures))
     (tmp_path / "load_test.json").write_text(json.dumps(figures))
@@ -296,8 +324,9 @@ def test_concurrent_duplicate_submissions_accept_exactly_one(exam):
 
     def submit(i: int) -> int:
         barrier.wait()
-        return client.post(f"/sessions/{sid}/answers", json={"position": 0, "answer": f"copy {i}"},
-                           headers=me).status_code
+        return client.post(
+            f"/sessions/{sid}/answers", json={"position": 0, "answer": f"copy {i}"}, headers=me
+        ).status_code
 
     with ThreadPoolExecutor(max_workers=12) as pool:
         codes = list(pool.map(submit, range(12)))
@@ -316,18 +345,25 @@ def test_a_restarted_server_keeps_examinees_sessions_answers_and_tokens(tmp_path
     me, sid = auth(s["token"]), s["session_id"]
     for pos in (0, 1):
         assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == pos
-        assert client.post(f"/sessions/{sid}/answers", json={"position": pos, "answer": f"a{pos}"},
-                           headers=me).status_code == 200
+        assert (
+            client.post(f"/sessions/{sid}/answers", json={"position": pos, "answer": f"a{pos}"}, headers=me).status_code
+            == 200
+        )
     assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 2  # delivered, unanswered
     first.bank.close()
 
     second = make_server(tmp_path, secret=None)
     assert second.secret == first.secret
     client = TestClient(create_app(second))
-    assert client.get(f"/sessions/{sid}", headers=me).json()["quota"] == {"allocated": 3, "undelivered": 0,
-                                                                          "pending": 1, "completed": 2}
-    assert client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "again"},
-                       headers=me).status_code == 409
+    assert client.get(f"/sessions/{sid}", headers=me).json()["quota"] == {
+        "allocated": 3,
+        "undelivered": 0,
+        "pending": 1,
+        "completed": 2,
+    }
+    assert (
+        client.post(f"/sessions/{sid}/answers", json={"position": 1, "answer": "again"}, headers=me).status_code == 409
+    )
     assert client.get(f"/sessions/{sid}/next", headers=me).json()["position"] == 2
     assert client.post(f"/sessions/{sid}/answers", json={"position": 2, "answer": "a2"}, headers=me).status_code == 200
     assert [i["response"] for i in second.bank.judged_items(sid)] == ["a0", "a1", "a2"]
@@ -336,7 +372,8 @@ def test_a_restarted_server_keeps_examinees_sessions_answers_and_tokens(tmp_path
 
 
 def test_an_expired_admin_token_is_replaced_by_one_the_operator_reissues_without_a_run_directory(
-        tmp_path, capsys, no_secret_env):
+    tmp_path, capsys, no_secret_env
+):
     from dyneval.cli import main
 
     server = make_server(tmp_path, secret=None)  # the secret file's key, as `--serve` uses
@@ -346,21 +383,50 @@ def test_an_expired_admin_token_is_replaced_by_one_the_operator_reissues_without
     out = tmp_path / "runs"
     for _ in range(2):
         capsys.readouterr()
-        code = main(["--protocol", "llmeval", "--admin-token", "--bank-db", str(tmp_path / "bank.sqlite"),
-                     "--out", str(out), "--skip-preflight"])
+        code = main(
+            [
+                "--protocol",
+                "llmeval",
+                "--admin-token",
+                "--bank-db",
+                str(tmp_path / "bank.sqlite"),
+                "--out",
+                str(out),
+                "--skip-preflight",
+            ]
+        )
         assert code == 0
         fresh = capsys.readouterr().out.strip().splitlines()[-1]
         assert client.get("/admin/leaderboard", headers=auth(fresh)).status_code == 200
     assert not out.exists()  # no run directory, no token file, not even the --out folder this call made
 
 
-@pytest.mark.parametrize("port, says", [("99999", "between 1 and 65535"), ("0", "between 1 and 65535"),
-                                        ("-1", "between 1 and 65535"), ("http", "invalid int"), ("80.5", "invalid int")])
+@pytest.mark.parametrize(
+    "port, says",
+    [
+        ("99999", "between 1 and 65535"),
+        ("0", "between 1 and 65535"),
+        ("-1", "between 1 and 65535"),
+        ("http", "invalid int"),
+        ("80.5", "invalid int"),
+    ],
+)
 def test_an_invalid_port_is_one_line_and_exit_2(tmp_path, capsys, port, says):
     from dyneval.cli import main
 
-    code = main(["--protocol", "llmeval", "--serve", "--port", port, "--out", str(tmp_path / "runs"),
-                 "--bank-db", str(tmp_path / "bank.sqlite")])
+    code = main(
+        [
+            "--protocol",
+            "llmeval",
+            "--serve",
+            "--port",
+            port,
+            "--out",
+            str(tmp_path / "runs"),
+            "--bank-db",
+            str(tmp_path / "bank.sqlite"),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--port" in err and says in err
     assert not (tmp_path / "bank.sqlite").exists() and not (tmp_path / "runs").exists()
@@ -421,8 +487,9 @@ def _bank_holds(path: Path, secret: str) -> bool:
         tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         rows = [row for t in tables for row in db.execute(f'SELECT * FROM "{t}"')]
     files = [f for f in (path, path.with_name(path.name + "-wal")) if f.exists()]
-    return any(secret in str(value) for row in rows for value in row) or \
-        any(secret.encode() in f.read_bytes() for f in files)
+    return any(secret in str(value) for row in rows for value in row) or any(
+        secret.encode() in f.read_bytes() for f in files
+    )
 
 
 def test_the_signing_secret_lives_in_an_owner_only_file_beside_the_bank_and_not_in_it(tmp_path, no_secret_env):
@@ -445,8 +512,17 @@ def test_a_secret_an_older_bank_kept_inside_moves_to_the_file_and_is_erased_from
     with bank.engine.begin() as conn:  # as an older version stored it
         conn.exec_driver_sql("INSERT INTO llmeval_meta (key, value) VALUES (?, ?)", (LEGACY_SECRET_KEY, legacy))
     bank.close()
-    old_token = jwt.encode({"sub": "admin", "role": "admin", "permissions": ["leaderboard:read"],
-                            "iat": int(time.time()), "exp": int(time.time()) + 600}, legacy, algorithm="HS256")
+    old_token = jwt.encode(
+        {
+            "sub": "admin",
+            "role": "admin",
+            "permissions": ["leaderboard:read"],
+            "iat": int(time.time()),
+            "exp": int(time.time()) + 600,
+        },
+        legacy,
+        algorithm="HS256",
+    )
     server = make_server(tmp_path, secret=None)
     assert server.secret == legacy  # tokens issued before the upgrade keep working
     assert TestClient(create_app(server)).get("/admin/leaderboard", headers=auth(old_token)).status_code == 200
@@ -456,8 +532,9 @@ def test_a_secret_an_older_bank_kept_inside_moves_to_the_file_and_is_erased_from
 
 
 @pytest.mark.parametrize("form", ["url", "libpq key=value"])
-def test_a_postgresql_banks_secret_moves_out_of_the_database_into_the_cache_folder(tmp_path, fresh_postgres_db,
-                                                                                  no_secret_env, form, monkeypatch):
+def test_a_postgresql_banks_secret_moves_out_of_the_database_into_the_cache_folder(
+    tmp_path, fresh_postgres_db, no_secret_env, form, monkeypatch
+):
     from psycopg.conninfo import conninfo_to_dict
 
     url = fresh_postgres_db("llmeval_secret_" + ("url" if form == "url" else "kv"))
@@ -478,7 +555,8 @@ def test_a_postgresql_banks_secret_moves_out_of_the_database_into_the_cache_fold
 
 
 def test_the_secret_comes_from_either_environment_variable_and_a_short_or_exposed_one_is_refused(
-        tmp_path, monkeypatch, no_secret_env):
+    tmp_path, monkeypatch, no_secret_env
+):
     for name in SECRET_ENVS:
         monkeypatch.setenv(name, f"{name}-of-at-least-32-bytes-length")
         assert make_server(tmp_path, secret=None).secret == f"{name}-of-at-least-32-bytes-length"
@@ -500,16 +578,22 @@ def test_oversized_bodies_and_headers_are_refused_before_parsing_and_authenticat
     big = json.dumps({"model": "m", "padding": "x" * 5000})
     r = client.post("/admin/sessions", content=big, headers={"content-type": "application/json"})  # no token
     assert r.status_code == 413 and "4096 bytes" in r.json()["detail"]
-    chunked = client.post("/admin/sessions", content=iter([big[:3000].encode(), big[3000:].encode()]),
-                          headers={"content-type": "application/json", **admin})  # no Content-Length
+    chunked = client.post(
+        "/admin/sessions",
+        content=iter([big[:3000].encode(), big[3000:].encode()]),
+        headers={"content-type": "application/json", **admin},
+    )  # no Content-Length
     assert chunked.status_code == 413
     r = client.get("/admin/leaderboard", headers={**admin, "x-filler": "a" * 2100})
     assert r.status_code == 431 and "2048 bytes" in r.json()["detail"]
     small = json.dumps({"model": "m", "questions": 1})
-    assert client.post("/admin/sessions", content=small, headers={"content-type": "application/json"}
-                       ).status_code == 401  # within the limits: on to authentication
-    assert client.post("/admin/sessions", content=small, headers={"content-type": "application/json", **admin}
-                       ).status_code == 200
+    assert (
+        client.post("/admin/sessions", content=small, headers={"content-type": "application/json"}).status_code == 401
+    )  # within the limits: on to authentication
+    assert (
+        client.post("/admin/sessions", content=small, headers={"content-type": "application/json", **admin}).status_code
+        == 200
+    )
 
 
 def _serving(folder: Path) -> tuple[subprocess.Popen, str, dict[str, str]]:
@@ -520,9 +604,26 @@ def _serving(folder: Path) -> tuple[subprocess.Popen, str, dict[str, str]]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")}
     with (folder / "server.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "dyneval", "--protocol", "llmeval", "--serve", "--port",
-                                 str(port), "--bank-db", str(bank), "--out", str(folder / "runs")],
-                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dyneval",
+                "--protocol",
+                "llmeval",
+                "--serve",
+                "--port",
+                str(port),
+                "--bank-db",
+                str(bank),
+                "--out",
+                str(folder / "runs"),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120  # start-up imports are slow on a loaded machine
     while True:
@@ -550,11 +651,12 @@ def test_a_serving_process_refuses_50_mb_bodies_and_1_mb_headers_without_growing
             before = _rss_kb(proc.pid)
             body = b"x" * (50 << 20)
             declared = http.post("/admin/sessions", content=body, headers={"content-type": "application/json"})
-            pieces = (body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20))  # streamed: no Content-Length
+            pieces = (body[i : i + (1 << 20)] for i in range(0, len(body), 1 << 20))  # streamed: no Content-Length
             chunked = http.post("/admin/sessions", content=pieces, headers={"content-type": "application/json"})
             after = _rss_kb(proc.pid)
-            headers = [http.get("/health", headers={"x-filler": "a" * size}).status_code
-                       for size in (20 << 10, 1 << 20)]
+            headers = [
+                http.get("/health", headers={"x-filler": "a" * size}).status_code for size in (20 << 10, 1 << 20)
+            ]
             assert http.get("/health").status_code == 200  # still serving
     finally:
         proc.terminate()
@@ -576,9 +678,11 @@ def test_sigterm_closes_the_listener_finishes_the_request_in_flight_and_persists
         body = json.dumps({"position": 0, "answer": "sent across the stop"}).encode()
         port = int(base.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
-            conn.sendall(f"POST /sessions/{sid}/answers HTTP/1.1\r\nHost: x\r\nAuthorization: {me['Authorization']}"
-                         f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                         + body[:10])
+            conn.sendall(
+                f"POST /sessions/{sid}/answers HTTP/1.1\r\nHost: x\r\nAuthorization: {me['Authorization']}"
+                f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body[:10]
+            )
             time.sleep(0.5)
             proc.send_signal(signal.SIGTERM)
             # the listener closes while the request is in flight
@@ -601,7 +705,8 @@ def test_sigterm_closes_the_listener_finishes_the_request_in_flight_and_persists
 
 
 def test_a_request_that_does_not_arrive_whole_within_the_timeout_gets_408_and_its_connection_closes(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """A body sent a byte at a time, a request head never finished and a connection that sends nothing are each
     refused once the request timeout passes; the server goes on serving."""
     monkeypatch.setattr(exam_server, "REQUEST_TIMEOUT_S", 1.5)

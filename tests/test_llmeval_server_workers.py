@@ -52,10 +52,33 @@ class Serving:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")}
         with (folder / "server.log").open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dyneval", "--protocol", "llmeval", "--serve", "--port", str(self.port),
-                 "--workers", str(workers), "--bank-db", dsn, "--evaluator", judge.spec("judge"),
-                 "--target", judge.spec("unused"), "--out", str(folder / "runs"), *extra],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "dyneval",
+                    "--protocol",
+                    "llmeval",
+                    "--serve",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    str(workers),
+                    "--bank-db",
+                    dsn,
+                    "--evaluator",
+                    judge.spec("judge"),
+                    "--target",
+                    judge.spec("unused"),
+                    "--out",
+                    str(folder / "runs"),
+                    *extra,
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
             self._wait_for(workers)
         except BaseException:
@@ -148,8 +171,11 @@ def full_exam(server: Serving) -> dict:
         assert s.status_code == 200, s.text
         me, sid = auth(s.json()["token"]), s.json()["session_id"]
         while (q := http.get(f"/sessions/{sid}/next", headers=me)).status_code == 200:
-            r = http.post(f"/sessions/{sid}/answers", headers=me,
-                          json={"position": q.json()["position"], "answer": answer_for(q.json()["question_id"])})
+            r = http.post(
+                f"/sessions/{sid}/answers",
+                headers=me,
+                json={"position": q.json()["position"], "answer": answer_for(q.json()["question_id"])},
+            )
             assert r.status_code == 200, r.text
         assert q.status_code == 429 and q.json()["detail"]["error"] == "exhausted"
         scored = http.post(f"/admin/sessions/{sid}/score", headers=server.admin)
@@ -179,8 +205,11 @@ def register_race(server: Serving, copies: int) -> list[tuple[int, int]]:
     def create(_: int) -> tuple[int, int]:
         with httpx.Client(base_url=server.base, timeout=120) as http:
             barrier.wait()
-            r = http.post("/admin/sessions", json={"model": "race-model", "questions": 2, "examinee": "alice"},
-                          headers=server.admin)
+            r = http.post(
+                "/admin/sessions",
+                json={"model": "race-model", "questions": 2, "examinee": "alice"},
+                headers=server.admin,
+            )
         return r.status_code, int(r.headers[WORKER_HEADER])
 
     with ThreadPoolExecutor(max_workers=copies) as pool:
@@ -211,7 +240,8 @@ def test_sessions_of_one_model_opened_by_several_processes_at_once_never_share_a
 
 
 def test_two_workers_accept_exactly_one_of_concurrent_duplicates_and_score_an_exam_as_one_process_does(
-        tmp_path, fresh_postgres_db, judge, record_property):
+    tmp_path, fresh_postgres_db, judge, record_property
+):
     for name in ("one", "two"):
         (tmp_path / name).mkdir()
     one = Serving(tmp_path / "one", fresh_postgres_db("llmeval_workers_one"), 1, judge, "--rate-limit", "10000")
@@ -225,8 +255,9 @@ def test_two_workers_accept_exactly_one_of_concurrent_duplicates_and_score_an_ex
         workers = descendants(two.proc.pid)
         positions, copies = 8, 16
         with httpx.Client(base_url=two.base, timeout=120) as http:
-            s = http.post("/admin/sessions", json={"model": "dup-model", "questions": positions},
-                          headers=two.admin).json()
+            s = http.post(
+                "/admin/sessions", json={"model": "dup-model", "questions": positions}, headers=two.admin
+            ).json()
             me, sid = auth(s["token"]), s["session_id"]
             bursts = []
             for position in range(positions):
@@ -259,8 +290,13 @@ def test_two_workers_accept_exactly_one_of_concurrent_duplicates_and_score_an_ex
     assert {e["pid"] for e in log} == pids
     assert json.loads((two.run_dir / "summary.json").read_text())["authenticated_requests"] == len(log)
     assert not list(two.run_dir.glob("*.worker-*.jsonl"))  # the workers' parts merged
-    figures = {"bursts": positions, "copies_per_burst": copies, "accepted_per_burst": 1,
-               "requests_per_worker": dict(Counter(e["pid"] for e in log)), "bursts_refused_across_processes": crossed}
+    figures = {
+        "bursts": positions,
+        "copies_per_burst": copies,
+        "accepted_per_burst": 1,
+        "requests_per_worker": dict(Counter(e["pid"] for e in log)),
+        "bursts_refused_across_processes": crossed,
+    }
     record_property("workers", json.dumps(figures))
     print("\nllmeval exam server, 2 workers:", json.dumps(figures))
 
@@ -287,20 +323,24 @@ def test_the_rate_limit_is_one_bucket_for_all_workers(tmp_path, fresh_postgres_d
 
 
 def test_sigterm_to_the_parent_finishes_a_workers_request_in_flight_exits_0_and_leaves_no_process(
-        tmp_path, fresh_postgres_db, judge):
+    tmp_path, fresh_postgres_db, judge
+):
     server = Serving(tmp_path, fresh_postgres_db("llmeval_workers_term"), 2, judge)
     try:
         workers = descendants(server.proc.pid)
         assert len(workers) >= 2
-        s = httpx.post(f"{server.base}/admin/sessions", json={"model": "m", "questions": 2},
-                       headers=server.admin).json()
+        s = httpx.post(
+            f"{server.base}/admin/sessions", json={"model": "m", "questions": 2}, headers=server.admin
+        ).json()
         me, sid = auth(s["token"]), s["session_id"]
         assert httpx.get(f"{server.base}/sessions/{sid}/next", headers=me).json()["position"] == 0
         body = json.dumps({"position": 0, "answer": "sent across the stop"}).encode()
         with socket.create_connection(("127.0.0.1", server.port), timeout=60) as conn:
-            conn.sendall(f"POST /sessions/{sid}/answers HTTP/1.1\r\nHost: x\r\nAuthorization: {me['Authorization']}"
-                         f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                         + body[:10])
+            conn.sendall(
+                f"POST /sessions/{sid}/answers HTTP/1.1\r\nHost: x\r\nAuthorization: {me['Authorization']}"
+                f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body[:10]
+            )
             time.sleep(0.5)
             server.proc.send_signal(signal.SIGTERM)
             # every worker closes the listener while the request is in flight
@@ -321,7 +361,8 @@ def test_sigterm_to_the_parent_finishes_a_workers_request_in_flight_exits_0_and_
 
 
 def test_sigterm_with_20_clients_sending_a_byte_every_2_s_stops_every_worker_within_the_bound_and_merges_the_logs(
-        tmp_path, fresh_postgres_db, judge):
+    tmp_path, fresh_postgres_db, judge
+):
     """The workers answer each slow client 503 once the arrival grace has passed (they held the stop for as long
     as they kept sending, and an orchestrator's SIGKILL after its grace period lost the workers' unmerged logs)."""
     server = Serving(tmp_path, fresh_postgres_db("llmeval_workers_slow"), 2, judge)
@@ -363,13 +404,20 @@ def _mode(path: Path) -> int:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_bank_and_the_judge_logs_quoting_its_reference_answers_are_their_owners_only_whatever_the_umask(
-        tmp_path, fresh_postgres_db, judge, no_umask, workers):
+    tmp_path, fresh_postgres_db, judge, no_umask, workers
+):
     """A new SQLite bank (its folder, journal files and secret), the serving run's folder, the workers' parts of
     the judge log and the merged event log: 0600 files in 0700 folders, so no other local user reads the
     references (a bank was 0644 in a 0755 folder, the judge log 0644)."""
     banks = tmp_path / "banks"
-    server = Serving(tmp_path, str(banks / "bank.sqlite") if workers == 1 else fresh_postgres_db("llmeval_private"),
-                     workers, judge, "--rate-limit", "10000")
+    server = Serving(
+        tmp_path,
+        str(banks / "bank.sqlite") if workers == 1 else fresh_postgres_db("llmeval_private"),
+        workers,
+        judge,
+        "--rate-limit",
+        "10000",
+    )
     try:
         full_exam(server)  # scored: the judge's prompts quote the reference answers
         serving = [*server.run_dir.glob("events*.jsonl"), *(banks.iterdir() if workers == 1 else [])]
@@ -383,8 +431,9 @@ def test_the_bank_and_the_judge_logs_quoting_its_reference_answers_are_their_own
     assert {p.name: _mode(p) for p in kept} == {p.name: 0o600 for p in kept}
     assert _mode(server.run_dir) == 0o700 and (workers > 1 or _mode(banks) == 0o700)
     references = [json.loads(line)["explanation"] for line in SAMPLE.read_text().splitlines()]
-    judged = [json.dumps(e["messages"]) for e in map(json.loads, kept[0].read_text().splitlines())
-              if e["role"] == "evaluator"]
+    judged = [
+        json.dumps(e["messages"]) for e in map(json.loads, kept[0].read_text().splitlines()) if e["role"] == "evaluator"
+    ]
     assert any(ref in prompt for prompt in judged for ref in references)  # what the modes protect
 
 
@@ -393,8 +442,10 @@ def test_more_than_one_worker_over_a_sqlite_bank_or_without_serve_is_one_line_an
 
     bank = tmp_path / "bank.sqlite"
     import_file(QuestionBank(bank), SAMPLE)
-    for args, says in ((["--serve", "--workers", "2", "--bank-db", str(bank)], "need a PostgreSQL bank"),
-                       (["--workers", "2", "--leaderboard", "--bank-db", str(bank)], "needs --serve")):
+    for args, says in (
+        (["--serve", "--workers", "2", "--bank-db", str(bank)], "need a PostgreSQL bank"),
+        (["--workers", "2", "--leaderboard", "--bank-db", str(bank)], "needs --serve"),
+    ):
         code = main(["--protocol", "llmeval", *args, "--out", str(tmp_path / "runs")])
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and "--workers" in err and says in err, err

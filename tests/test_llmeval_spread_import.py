@@ -49,9 +49,14 @@ def _import(tmp_path: Path, name: str, path: Path, embed: Any) -> tuple[Question
 
 def _bank(bank: QuestionBank, report: Any) -> dict[str, Any]:
     active = {q.uuid for q in bank.all_questions(active_only=True)}
-    return {"questions": [(q.uuid, q.question, q.parent_uuid, q.uuid in active)
-                          for q in sorted(bank.all_questions(), key=lambda q: q.uuid)],
-            "report": report.lines(), "imported": report.imported_ids}
+    return {
+        "questions": [
+            (q.uuid, q.question, q.parent_uuid, q.uuid in active)
+            for q in sorted(bank.all_questions(), key=lambda q: q.uuid)
+        ],
+        "report": report.lines(),
+        "imported": report.imported_ids,
+    }
 
 
 def test_a_spread_import_whose_items_end_in_reverse_gives_the_bank_and_report_of_an_in_order_import(tmp_path):

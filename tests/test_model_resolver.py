@@ -28,16 +28,24 @@ URL = "http://127.0.0.1:9/v1"  # nothing listens: no test here sends a request t
 REF = f"m@{URL}"
 #: The endpoint of REF under config names: with a rate limit, warmer, and exactly REF's spec.
 NAMED = ModelSpec(model="m", base_url=URL, api_key_env="OPENAI_API_KEY", requests_per_second=5, concurrency=4)
-MODELS = {"qwen": NAMED, "warm": NAMED.model_copy(update={"temperature": 0.7}),
-          "same": ModelSpec(model="m", base_url=URL, api_key_env="OPENAI_API_KEY")}
+MODELS = {
+    "qwen": NAMED,
+    "warm": NAMED.model_copy(update={"temperature": 0.7}),
+    "same": ModelSpec(model="m", base_url=URL, api_key_env="OPENAI_API_KEY"),
+}
 
 
 def services(tmp_path: Path, roles: dict[str, str], chats: dict | None = None) -> Services:
     config = RunConfig(protocol="test", out=str(tmp_path), roles=roles, models=MODELS)
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    return Services(config=config, run_dir=run_dir, events=EventLog(run_dir / "events.jsonl"),
-                    chat_overrides=chats or {}, retry_sleep=lambda s: None)
+    return Services(
+        config=config,
+        run_dir=run_dir,
+        events=EventLog(run_dir / "events.jsonl"),
+        chat_overrides=chats or {},
+        retry_sleep=lambda s: None,
+    )
 
 
 @pytest.fixture
@@ -56,8 +64,13 @@ def built(monkeypatch) -> list[ModelSpec]:
 
 def test_roles_and_references_naming_one_spec_share_its_chat_model_semaphore_and_rate_limiter(tmp_path, built):
     svc = services(tmp_path, {"target": "qwen", "evaluator": "qwen"})
-    llms = [svc.llm("target"), svc.llm("evaluator"), svc.llm("grader"), svc.model("qwen", role="student"),
-            svc.model("qwen", role="reference")]
+    llms = [
+        svc.llm("target"),
+        svc.llm("evaluator"),
+        svc.llm("grader"),
+        svc.model("qwen", role="student"),
+        svc.model("qwen", role="reference"),
+    ]
     assert len(built) == 1
     assert all(x.chat is llms[0].chat and x.slots is llms[0].slots for x in llms)
     assert all(x.limiter is llms[0].limiter for x in llms) and llms[0].limiter is not None
@@ -87,9 +100,10 @@ def answering(messages, tool):
     """Any model here: answers an index task with 4, approves a problem, answers an exam question in words."""
     if tool is None:
         return "True, because it follows from the definition."
-    return {"IndexAnswer": {"answer": 4, "explanation": "x"},
-            "Review": {"validity": 5, "coherence": 5, "fairness": 5, "approved": True}}.get(
-        tool["function"]["name"], {"rating": 3, "reason": "matches"})
+    return {
+        "IndexAnswer": {"answer": 4, "explanation": "x"},
+        "Review": {"validity": 5, "coherence": 5, "fairness": 5, "approved": True},
+    }.get(tool["function"]["name"], {"rating": 3, "reason": "matches"})
 
 
 def test_atad_evaluated_models_and_the_llmeval_reference_model_are_built_by_the_one_resolver(tmp_path, monkeypatch):
@@ -107,7 +121,8 @@ def test_atad_evaluated_models_and_the_llmeval_reference_model_are_built_by_the_
     import_file(QuestionBank(bank_path), REPO / "samples" / "llmeval" / "bank.jsonl")
     ctx = LLMEvalContext(services=svc, bank_db=str(bank_path), questions=3, reference_model="qwen")
     final = llmeval_builder.compile(checkpointer=InMemorySaver()).invoke(
-        {"session_id": "s"}, {"configurable": {"thread_id": "s"}}, context=ctx)
+        {"session_id": "s"}, {"configurable": {"thread_id": "s"}}, context=ctx
+    )
     assert final["reference_answered"] == 3
 
     assert specs == [MODELS["same"], NAMED]  # one construction per spec, whoever asked

@@ -63,11 +63,20 @@ def _run(python: Path | str, args: list[str], cwd: Path, env: dict[str, str]) ->
 def wheel(tmp_path_factory) -> Path:
     """The wheel built without build isolation (offline) from a copy of the working tree."""
     src = tmp_path_factory.mktemp("src") / "dyneval"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "__pycache__", "build",
-                                                              "*.egg-info", ".pytest_cache", ".langgraph_api"))
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "runs", "__pycache__", "build", "*.egg-info", ".pytest_cache", ".langgraph_api"
+        ),
+    )
     dist = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-                           str(dist), str(src)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return next(dist.glob("dyneval-*.whl"))
 
@@ -79,10 +88,20 @@ def wheel_python(wheel, tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                           "--no-index", str(wheel)], capture_output=True, text=True, timeout=600)
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (site / "project_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
     return python
@@ -91,8 +110,12 @@ def wheel_python(wheel, tmp_path_factory) -> Path:
 def test_the_wheel_installs_one_top_level_name_with_every_module_and_data_file(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"dyneval", wheel.name.split("-py3")[0] + ".dist-info"}
-    expected = {f"dyneval/{p.relative_to(REPO)}" for folder in FOLDERS for p in (REPO / folder).rglob("*")
-                if p.suffix in SHIPPED and "__pycache__" not in p.parts}
+    expected = {
+        f"dyneval/{p.relative_to(REPO)}"
+        for folder in FOLDERS
+        for p in (REPO / folder).rglob("*")
+        if p.suffix in SHIPPED and "__pycache__" not in p.parts
+    }
     expected |= {f"dyneval/{p.name}" for p in (REPO / "dyneval").glob("*.py")}
     assert expected - set(names) == set(), "files missing from the wheel (add the sub-package to pyproject.toml)"
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
@@ -100,7 +123,8 @@ def test_the_wheel_installs_one_top_level_name_with_every_module_and_data_file(w
 
 
 def test_the_installed_wheel_works_from_a_host_app_folder_with_its_own_state_tools_nodes_and_run(
-        wheel_python, tmp_path):
+    wheel_python, tmp_path
+):
     host = _host(tmp_path / "host")
     with StandIn() as standin:
         env = _clean_env(standin.url)
@@ -115,16 +139,24 @@ def test_the_installed_wheel_works_from_a_host_app_folder_with_its_own_state_too
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.split(" - ")[0].strip() in {"correct", "wrong", "ungraded"}
 
-        api = ("from dyneval import evaluate\n"
-               f"r = evaluate('atad', evaluate=['api@{standin.url}'], out='runs', skip_preflight=True)\n"
-               "print('UNITS', len(r.records), sorted({x['status'] for x in r.records}))\n")
+        api = (
+            "from dyneval import evaluate\n"
+            f"r = evaluate('atad', evaluate=['api@{standin.url}'], out='runs', skip_preflight=True)\n"
+            "print('UNITS', len(r.records), sorted({x['status'] for x in r.records}))\n"
+        )
         done = _run(wheel_python, ["-c", api], host, env)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "UNITS 7 ['ok']" in done.stdout  # the shipped sample: seven hand-written problems
 
         command = wheel_python.parent / "dyneval"
-        done = subprocess.run([str(command), "--protocol", "atad", "--evaluate", f"cli@{standin.url}", "--out",
-                               "runs"], cwd=host, env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(command), "--protocol", "atad", "--evaluate", f"cli@{standin.url}", "--out", "runs"],
+            cwd=host,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         asked = {r.model for r in standin.requests}
     assert asked == set(MODEL_AT_LOOPBACK.findall(example)) | {"api", "cli"}, asked

@@ -7,25 +7,61 @@ import dataclasses
 import pytest
 from rich.console import Console
 
-from dyneval.protocols import REGISTRY, protocol_class
 from dyneval.cli import build_parser, main
+from dyneval.protocols import REGISTRY, protocol_class
 from dyneval.runtime.config_loader import ParamSchema, load_config
-from dyneval.state.errors import InputError
 from dyneval.runtime.protocol import Protocol
 from dyneval.runtime.runner import open_run
 from dyneval.state.config import RunConfig
 from dyneval.state.context import BaseContext, options
+from dyneval.state.errors import InputError
 
 #: The batch-only flags (input files, modes, how units are planned): everything else is a graph option.
 BATCH_ONLY = {
     "atad": {"per_task", "tasks", "problem_style", "challenge_prob", "evaluate", "benchmark", "fields", "review"},
-    "judgeagent": {"data", "fields", "choices", "answer_form", "hf_dataset", "hf_split", "batch_size",
-                   "build_kb_only", "irt_runs", "irt_model", "irt_min_responses"},
+    "judgeagent": {
+        "data",
+        "fields",
+        "choices",
+        "answer_form",
+        "hf_dataset",
+        "hf_split",
+        "batch_size",
+        "build_kb_only",
+        "irt_runs",
+        "irt_model",
+        "irt_min_responses",
+    },
     "interview": {"data", "fields", "task", "repeats", "bootstrap_resamples"},
-    "llmeval": {"bank", "fields", "discipline", "answer_form", "skip_invalid", "augment", "rewrite",
-                "near_dup_threshold", "import_only", "sessions", "serve", "port", "workers", "admin_token",
-                "rate_limit", "leaderboard", "stability", "sizes", "trials", "kappa", "contamination", "export",
-                "export_layout", "calibrate", "compare", "max_request_body", "max_request_headers"},
+    "llmeval": {
+        "bank",
+        "fields",
+        "discipline",
+        "answer_form",
+        "skip_invalid",
+        "augment",
+        "rewrite",
+        "near_dup_threshold",
+        "import_only",
+        "sessions",
+        "serve",
+        "port",
+        "workers",
+        "admin_token",
+        "rate_limit",
+        "leaderboard",
+        "stability",
+        "sizes",
+        "trials",
+        "kappa",
+        "contamination",
+        "export",
+        "export_layout",
+        "calibrate",
+        "compare",
+        "max_request_body",
+        "max_request_headers",
+    },
     "judgecheck": {"labels", "fields", "label_map", "skip_invalid", "bootstrap_resamples"},
 }
 #: Context fields Studio shows but the command line does not offer.
@@ -60,8 +96,7 @@ def test_each_flag_carries_its_fields_description_default_and_choices(name):
         assert action.option_strings[0] == option.flag
         assert action.help.startswith(option.description.replace("%", "%%"))
         assert action.default is None  # not given on the command line: the config file or the default holds
-        assert (list(action.choices) if action.choices else None) == (list(option.choices) if option.choices
-                                                                       else None)
+        assert (list(action.choices) if action.choices else None) == (list(option.choices) if option.choices else None)
         if option.type is not bool and option.default not in (None, ""):
             assert f"(default: {option.default}" in action.help
         if option.maximum is not None:  # a declared range is in the help, as the check states it
@@ -146,7 +181,13 @@ def test_booleans_that_default_on_or_are_declared_negatable_get_a_no_flag():
 
 def test_options_read_the_declaration_in_order_without_the_shared_fields():
     names = [o.name for o in options(protocol_class("atad").context_cls)]
-    assert names == ["max_init_loops", "max_student_loops", "max_level_attempts", "difficulty_ladder",
-                     "lenient_escalation", "no_orchestrator"]
+    assert names == [
+        "max_init_loops",
+        "max_student_loops",
+        "max_level_attempts",
+        "difficulty_ladder",
+        "lenient_escalation",
+        "no_orchestrator",
+    ]
     fixed = next(o for o in options(protocol_class("judgeagent").context_cls) if o.name == "fixed_difficulty")
     assert fixed.choices == ("easy", "medium", "hard")  # from the field's Literal type

@@ -5,8 +5,8 @@ password file (``PGPASSFILE``) or the DSN given again; without any, one line say
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -34,9 +34,28 @@ def no_password(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def _stopped_run(locked: PgServer, out: Path, standin: StandIn, capsys: pytest.CaptureFixture[str]) -> list[str]:
     """A run with the password in its DSN, stopped by its call budget; the resume command it printed."""
-    code = main(["--protocol", "interview", "--target", standin.spec("t"), "--evaluator", standin.spec("j"),
-                 "--limit", "3", "--max-questions", "1", "--concurrency", "1", "--max-calls", "4", "--out", str(out),
-                 "--postgres-dsn", locked.dsn(password=PASSWORD)])
+    code = main(
+        [
+            "--protocol",
+            "interview",
+            "--target",
+            standin.spec("t"),
+            "--evaluator",
+            standin.spec("j"),
+            "--limit",
+            "3",
+            "--max-questions",
+            "1",
+            "--concurrency",
+            "1",
+            "--max-calls",
+            "4",
+            "--out",
+            str(out),
+            "--postgres-dsn",
+            locked.dsn(password=PASSWORD),
+        ]
+    )
     assert code == gate.EXIT_BUDGET
     said = [x for x in capsys.readouterr().out.splitlines() if "resume" in x and " with: " in x]
     command = shlex.split(said[-1].split(" with: ", 1)[1])  # the line printed as it stopped
@@ -50,8 +69,13 @@ def _holding(out: Path, text: str) -> list[Path]:
 
 @pytest.mark.parametrize("given", ["PGPASSWORD", "PGPASSFILE", "--postgres-dsn"])
 def test_a_resume_against_a_password_protected_server_works_from_the_printed_command(
-        locked: PgServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        no_password: None, given: str) -> None:
+    locked: PgServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    no_password: None,
+    given: str,
+) -> None:
     out = tmp_path / "runs"
     with StandIn() as standin:
         resume = _stopped_run(locked, out, standin, capsys)
@@ -71,7 +95,8 @@ def test_a_resume_against_a_password_protected_server_works_from_the_printed_com
 
 
 def test_a_resume_with_no_password_to_be_had_says_what_to_set_in_one_line_and_exits_2(
-        locked: PgServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_password: None) -> None:
+    locked: PgServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_password: None
+) -> None:
     out = tmp_path / "runs"
     with StandIn() as standin:
         resume = _stopped_run(locked, out, standin, capsys)

@@ -10,8 +10,9 @@ import json
 import multiprocessing
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -111,7 +112,8 @@ class _CutAfterCommit:
 
 @pytest.mark.parametrize("cut", ["INSERT INTO dyneval_unit_claims", "INSERT INTO dyneval_unit_finals"])
 def test_a_claim_or_final_write_whose_answer_a_restart_cut_is_recognised_as_done_when_tried_again(
-        pg: PgServer, monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
+    pg: PgServer, monkeypatch: pytest.MonkeyPatch, cut: str
+) -> None:
     """The write was committed, then its answer lost: tried again it must neither lose the unit (a claim the worker
     holds reported as held by someone) nor refuse the worker's own final record."""
     dsn = _fresh_database(pg, "cut_answers")
@@ -147,14 +149,29 @@ def _records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.mark.parametrize("argv", [
-    ["--protocol", "interview", "--limit", "6", "--concurrency", "3"],
-    # sessions never repeat a question met in an earlier one: one at a time, so both runs ask the same questions
-    ["--protocol", "llmeval", "--bank", str(REPO / "samples" / "llmeval" / "bank.jsonl"), "--questions", "4",
-     "--sessions", "2", "--concurrency", "1"],
-], ids=["interview", "llmeval-bank"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--protocol", "interview", "--limit", "6", "--concurrency", "3"],
+        # sessions never repeat a question met in an earlier one: one at a time, so both runs ask the same questions
+        [
+            "--protocol",
+            "llmeval",
+            "--bank",
+            str(REPO / "samples" / "llmeval" / "bank.jsonl"),
+            "--questions",
+            "4",
+            "--sessions",
+            "2",
+            "--concurrency",
+            "1",
+        ],
+    ],
+    ids=["interview", "llmeval-bank"],
+)
 def test_a_run_on_threads_goes_on_through_a_postgresql_restart_with_no_unit_lost_or_repeated(
-        pg: PgServer, tmp_path: Path, argv: list[str]) -> None:
+    pg: PgServer, tmp_path: Path, argv: list[str]
+) -> None:
     """The server stops (``pg_ctl stop -m fast``) while the units work and starts again 2 s later: the run
     reconnects and ends with exit 0, every unit ``ok`` once, and the endpoint got exactly the requests of a run
     without a restart (none repeated from a checkpoint, none lost). llmeval keeps its question bank in the same
@@ -191,7 +208,8 @@ def cluster() -> Iterator[Any]:
 
 
 def test_a_ray_run_goes_on_through_a_postgresql_restart_with_no_unit_lost_or_repeated(
-        pg: PgServer, cluster: Any, tmp_path: Path) -> None:
+    pg: PgServer, cluster: Any, tmp_path: Path
+) -> None:
     """As on threads, with the units on a two-node Ray cluster: the runners' checkpointers and unit claims (leases,
     heartbeats, final records) ride the restart out, every unit ends ``ok`` once, and the endpoint got exactly the
     requests of the same run on threads without a restart."""
@@ -209,8 +227,19 @@ def test_a_ray_run_goes_on_through_a_postgresql_restart_with_no_unit_lost_or_rep
         return respond(body)
 
     with StandIn(respond=down_midway, latency_s=0.02) as standin:
-        code = _run([*argv, "--postgres-dsn", _fresh_database(pg, "restarted"), "--executor", "ray",
-                     "--ray-address", cluster.address], standin, tmp_path / "restarted")
+        code = _run(
+            [
+                *argv,
+                "--postgres-dsn",
+                _fresh_database(pg, "restarted"),
+                "--executor",
+                "ray",
+                "--ray-address",
+                cluster.address,
+            ],
+            standin,
+            tmp_path / "restarted",
+        )
         got = Counter((r.model, r.key) for r in standin.ok_requests())
     assert back.ident is not None, "the run ended before the server was stopped"
     back.join()

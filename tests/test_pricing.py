@@ -32,9 +32,24 @@ def _interview(out: Path, standin: StandIn, *extra: str) -> tuple[int, Path | No
     from dyneval import cli as run
 
     before = set(out.iterdir()) if out.exists() else set()
-    code = run.main(["--protocol", "interview", "--limit", "3", "--out", str(out), "--skip-preflight",
-                     "--concurrency", str(CONCURRENCY), "--target", standin.spec("target"),
-                     "--evaluator", standin.spec("evaluator"), *extra])
+    code = run.main(
+        [
+            "--protocol",
+            "interview",
+            "--limit",
+            "3",
+            "--out",
+            str(out),
+            "--skip-preflight",
+            "--concurrency",
+            str(CONCURRENCY),
+            "--target",
+            standin.spec("target"),
+            "--evaluator",
+            standin.spec("evaluator"),
+            *extra,
+        ]
+    )
     made = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")] if out.exists() else []
     return code, (made[0] if made else None)
 
@@ -44,7 +59,8 @@ def _summary(run_dir: Path) -> dict:
 
 
 def test_a_runs_cost_is_each_reply_priced_by_its_model_summed_per_role_and_shown_in_console_and_report(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     with StandIn() as standin:
         code, run_dir = _interview(tmp_path / "runs", standin, "--pricing", str(_pricing(tmp_path)))
         replies = Counter(r.model for r in standin.ok_requests())
@@ -79,10 +95,20 @@ def test_a_model_without_a_price_makes_the_cost_unknown_not_zero(tmp_path, capsy
 def test_a_price_in_the_model_spec_overrides_the_pricing_file(tmp_path):
     with StandIn() as standin:
         config = tmp_path / "eval.toml"
-        config.write_text(f'[models.judge]\nmodel = "evaluator"\nbase_url = "{standin.url}"\n'
-                          'price_in = 1000.0\nprice_out = 0.0\n', encoding="utf-8")
-        _, run_dir = _interview(tmp_path / "runs", standin, "--pricing", str(_pricing(tmp_path)), "--config",
-                                str(config), "--evaluator", "judge")
+        config.write_text(
+            f'[models.judge]\nmodel = "evaluator"\nbase_url = "{standin.url}"\nprice_in = 1000.0\nprice_out = 0.0\n',
+            encoding="utf-8",
+        )
+        _, run_dir = _interview(
+            tmp_path / "runs",
+            standin,
+            "--pricing",
+            str(_pricing(tmp_path)),
+            "--config",
+            str(config),
+            "--evaluator",
+            "judge",
+        )
         judged = Counter(r.model for r in standin.ok_requests())["evaluator"]
     judges = [u["cost_usd"] for role, u in _summary(run_dir)["usage_by_role"].items() if role != "target"]
     assert sum(judges) == pytest.approx(judged * 20 * 1000 / 1e6)
@@ -122,9 +148,14 @@ def test_max_cost_with_a_model_without_a_price_is_refused_before_any_request(tmp
     from dyneval import cli as run
 
     with StandIn() as standin:
-        code, made = _interview(tmp_path / "runs", standin, "--pricing",
-                                str(_pricing(tmp_path, "models:\n  target: {input: 1.0, output: 4.0}\n")),
-                                "--max-cost", "1")
+        code, made = _interview(
+            tmp_path / "runs",
+            standin,
+            "--pricing",
+            str(_pricing(tmp_path, "models:\n  target: {input: 1.0, output: 4.0}\n")),
+            "--max-cost",
+            "1",
+        )
         assert standin.requests == []
     err = capsys.readouterr().err.strip()
     assert code == 2 and made is None and len(err.splitlines()) == 1
@@ -132,10 +163,11 @@ def test_max_cost_with_a_model_without_a_price_is_refused_before_any_request(tmp
     assert run.main(["--protocol", "interview", "--out", str(tmp_path), "--max-cost", "0"]) == 2
 
 
-@pytest.mark.parametrize("text, says", [("models: [1, 2]\n", "models"), ("models:\n  m: {input: -1, output: 1}\n",
-                                                                         "greater than or equal to 0")])
-def test_a_malformed_pricing_file_is_one_line_naming_its_source_and_exit_2(tmp_path, capsys, monkeypatch, text,
-                                                                            says):
+@pytest.mark.parametrize(
+    "text, says",
+    [("models: [1, 2]\n", "models"), ("models:\n  m: {input: -1, output: 1}\n", "greater than or equal to 0")],
+)
+def test_a_malformed_pricing_file_is_one_line_naming_its_source_and_exit_2(tmp_path, capsys, monkeypatch, text, says):
     from dyneval import cli as run
 
     monkeypatch.setenv("DYNEVAL_PRICING", str(_pricing(tmp_path, text)))
@@ -149,8 +181,9 @@ def test_one_price_of_two_in_a_model_spec_is_refused_naming_the_key(tmp_path, ca
     from dyneval import cli as run
 
     config = tmp_path / "eval.toml"
-    config.write_text('[models.judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nprice_in = 1.0\n',
-                      encoding="utf-8")
+    config.write_text(
+        '[models.judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nprice_in = 1.0\n', encoding="utf-8"
+    )
     assert run.main(["--protocol", "interview", "--out", str(tmp_path), "--config", str(config)]) == 2
     assert "price_out" in capsys.readouterr().err
 
@@ -171,10 +204,12 @@ def test_failed_attempts_per_role_appear_in_the_report(tmp_path, monkeypatch):
         assert f"| {role} | {u['calls']} | {u['failed_calls']} |" in report
 
 
-@pytest.mark.parametrize("flag, limit", [("--max-tokens-per-role", "target=100"),
-                                         ("--max-cost-per-role", "target=0.0002")])
+@pytest.mark.parametrize(
+    "flag, limit", [("--max-tokens-per-role", "target=100"), ("--max-cost-per-role", "target=0.0002")]
+)
 def test_a_roles_own_budget_stops_the_run_once_that_role_spent_it_and_a_resume_with_more_ends_as_unbudgeted(
-        tmp_path, flag, limit):
+    tmp_path, flag, limit
+):
     from dyneval import cli as run
 
     pricing = ("--pricing", str(_pricing(tmp_path)))
@@ -192,8 +227,15 @@ def test_a_roles_own_budget_stops_the_run_once_that_role_spent_it_and_a_resume_w
     assert code == 0 and unit_records(stopped) == unit_records(full)
 
 
-@pytest.mark.parametrize("value, says", [("judge=10", "unknown role 'judge'"), ("target", "ROLE=LIMIT"),
-                                         ("target=-1", "greater than 0"), ("target=lots", "not a number")])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("judge=10", "unknown role 'judge'"),
+        ("target", "ROLE=LIMIT"),
+        ("target=-1", "greater than 0"),
+        ("target=lots", "not a number"),
+    ],
+)
 def test_a_bad_per_role_budget_is_one_line_naming_its_flag_and_exit_2(tmp_path, capsys, value, says):
     from dyneval import cli as run
 
@@ -212,7 +254,8 @@ def test_a_per_role_budget_is_read_from_the_environment(tmp_path, capsys, monkey
 
 
 def test_retries_after_faults_and_repairs_of_malformed_replies_are_counted_with_their_tokens_and_cost(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from dyneval.state.errors import RetryPolicy
 
     monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, exc=None: 0.0)
@@ -239,6 +282,15 @@ def test_a_studio_session_prices_its_calls_like_a_batch_run(tmp_path):
     from dyneval.state.interview import InterviewContext
 
     svc = services_of(InterviewContext(target="gpt-4o-mini@http://127.0.0.1:9/v1", run_dir=str(tmp_path)))
-    svc.events.record(unit="u", role="target", model=svc.model_label("target"), step="s", messages=[],
-                      output="x", prompt_tokens=1_000_000, completion_tokens=0, latency_s=0.1)
+    svc.events.record(
+        unit="u",
+        role="target",
+        model=svc.model_label("target"),
+        step="s",
+        messages=[],
+        output="x",
+        prompt_tokens=1_000_000,
+        completion_tokens=0,
+        latency_s=0.1,
+    )
     assert svc.events.total().cost_usd == pytest.approx(0.15)  # the shipped example price of gpt-4o-mini

@@ -27,6 +27,7 @@ from tests.ray_cluster import beyond_loopback, trees
 from tests.ray_runs import REPO, driver_command, interview_seeds
 from tests.standin_endpoint import StandIn
 
+
 def _env(**extra: str) -> dict[str, str]:
     """This checkout's environment without Ray's loopback switch (the command sets what it needs itself) and with
     token authentication off (a local Ray would leave a token in ~/.ray)."""
@@ -40,16 +41,23 @@ def _closed_port() -> int:
 
 
 def test_an_address_that_does_not_answer_ends_the_command_with_exit_6_and_one_line_before_any_run_folder(
-        postgres_dsn: str, tmp_path: Path) -> None:
+    postgres_dsn: str, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     address = f"127.0.0.1:{_closed_port()}"
-    done = subprocess.run(driver_command("http://127.0.0.1:9/v1", postgres_dsn, out, "--ray-address", address,
-                                         "--skip-preflight"),
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        driver_command("http://127.0.0.1:9/v1", postgres_dsn, out, "--ray-address", address, "--skip-preflight"),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 6, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1 and errors[0].startswith(f"error: the Ray cluster at {address} (--ray-address) does "
-                                                     "not answer"), done.stderr
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: the Ray cluster at {address} (--ray-address) does not answer"
+    ), done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert not out.exists()
 
@@ -62,33 +70,41 @@ def test_reaching_a_closed_address_gives_up_within_its_stated_bound(postgres_dsn
     assert time.monotonic() - started < REACH_S + 2  # Ray's own connect went on for minutes
 
 
-@pytest.mark.parametrize("address", ["head.internal", "head:port", "head:70000", ":6379", "ray://head:10001",
-                                     "user@head:6379"])
+@pytest.mark.parametrize(
+    "address", ["head.internal", "head:port", "head:70000", ":6379", "ray://head:10001", "user@head:6379"]
+)
 def test_a_malformed_address_is_bad_input_naming_the_flag(address: str, postgres_dsn: str, tmp_path: Path) -> None:
     config = RunConfig(protocol="interview", out=str(tmp_path), stores=StoreConfig(postgres_dsn=postgres_dsn))
     with pytest.raises(InputError, match=r"--ray-address: .* is not HOST:PORT"):
         ExecutorChoice("ray", address).check(config)
 
 
-def test_a_malformed_ray_address_variable_is_bad_input_naming_it(postgres_dsn: str, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_malformed_ray_address_variable_is_bad_input_naming_it(
+    postgres_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RAY_ADDRESS", "head.internal")  # what ray.init would use with no --ray-address
     config = RunConfig(protocol="interview", out=str(tmp_path), stores=StoreConfig(postgres_dsn=postgres_dsn))
     with pytest.raises(InputError, match=r"^RAY_ADDRESS: 'head.internal' is not HOST:PORT"):
         ExecutorChoice("ray").check(config)
 
 
-def test_sigterm_while_the_driver_connects_exits_143_at_once_without_a_traceback(postgres_dsn: str,
-                                                                                  tmp_path: Path) -> None:
+def test_sigterm_while_the_driver_connects_exits_143_at_once_without_a_traceback(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
     """A port that accepts connections but is no Ray head: the reach passes, and ``ray.init`` then waits on it
     (for minutes, up to 30 s per attempt without looking at signals)."""
     out = tmp_path / "out"
     with socket.create_server(("127.0.0.1", 0), backlog=64) as silent:
         silent.settimeout(120)
         address = f"127.0.0.1:{silent.getsockname()[1]}"
-        driver = subprocess.Popen(driver_command("http://127.0.0.1:9/v1", postgres_dsn, out, "--ray-address",
-                                                 address, "--skip-preflight"),
-                                  cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        driver = subprocess.Popen(
+            driver_command("http://127.0.0.1:9/v1", postgres_dsn, out, "--ray-address", address, "--skip-preflight"),
+            cwd=REPO,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         accepted = [silent.accept()[0] for _ in range(2)]  # the reach, then Ray's own connection
         driver.send_signal(signal.SIGTERM)
         sent = time.monotonic()
@@ -103,16 +119,28 @@ def test_sigterm_while_the_driver_connects_exits_143_at_once_without_a_traceback
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"]["signal"] == "SIGTERM"
 
 
-def test_a_cluster_the_command_starts_itself_listens_on_loopback_only(fresh_postgres_db: Any,
-                                                                       tmp_path: Path) -> None:
+def test_a_cluster_the_command_starts_itself_listens_on_loopback_only(fresh_postgres_db: Any, tmp_path: Path) -> None:
     """No --ray-address: the driver starts Ray on this machine (GCS, raylet, workers, agents: its own process
     tree); while its units run, none of them listens beyond 127.0.0.1."""
     out = tmp_path / "out"
     seeds = interview_seeds(tmp_path / "seeds.jsonl", 21)
     with StandIn(respond=respond, latency_s=0.2) as standin:
-        driver = subprocess.Popen(driver_command(standin.url, fresh_postgres_db("ray_local"), out, "--data", seeds,
-                                                 "--concurrency", "2", "--skip-preflight"),
-                                  cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        driver = subprocess.Popen(
+            driver_command(
+                standin.url,
+                fresh_postgres_db("ray_local"),
+                out,
+                "--data",
+                seeds,
+                "--concurrency",
+                "2",
+                "--skip-preflight",
+            ),
+            cwd=REPO,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             while not any(p.stat().st_size for p in out.glob("*/results.jsonl")):  # runners are up, units ending
                 assert driver.poll() is None, "the run ended before any unit did"

@@ -13,9 +13,10 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -90,8 +91,7 @@ def where() -> str:
 
 
 @ray.remote(num_cpus=0)
-def call_endpoint(run_id: str | None, spec: ModelSpec, url: str, node: str, threads: int, calls: int
-                  ) -> dict[str, Any]:
+def call_endpoint(run_id: str | None, spec: ModelSpec, url: str, node: str, threads: int, calls: int) -> dict[str, Any]:
     """``threads`` threads each make ``calls`` requests to ``url``; with ``run_id`` each request is bracketed by
     the run's cluster slots, and each success is counted in a usage reported to the coordinator (one call of
     role ``target``). What came back: requests sent and refused."""
@@ -129,11 +129,13 @@ def call_endpoint(run_id: str | None, spec: ModelSpec, url: str, node: str, thre
     return {"sent": sent, "refused": refused}
 
 
-def spread(run_id: str | None, spec: ModelSpec, url: str, cluster: RayCluster, threads: int = 4,
-           calls: int = 6) -> list[dict[str, Any]]:
+def spread(
+    run_id: str | None, spec: ModelSpec, url: str, cluster: RayCluster, threads: int = 4, calls: int = 6
+) -> list[dict[str, Any]]:
     """:func:`call_endpoint` on both worker nodes at once."""
-    return ray.get([call_endpoint.options(resources={w: 1}).remote(run_id, spec, url, w, threads, calls)
-                    for w in cluster.workers])
+    return ray.get(
+        [call_endpoint.options(resources={w: 1}).remote(run_id, spec, url, w, threads, calls) for w in cluster.workers]
+    )
 
 
 @pytest.fixture
@@ -217,8 +219,9 @@ def test_every_process_of_the_cluster_and_its_driver_listens_on_loopback_only(ra
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
 
 
-def test_the_in_flight_limit_holds_across_tasks_on_both_workers(ray_nodes: RayCluster, counter: Counter,
-                                                                run_id: str) -> None:
+def test_the_in_flight_limit_holds_across_tasks_on_both_workers(
+    ray_nodes: RayCluster, counter: Counter, run_id: str
+) -> None:
     spec = ModelSpec(model="m", base_url=counter.url + "/v1", concurrency=2)
     uncapped = spread(None, spec, counter.url, ray_nodes)  # the same load without the coordinator
     assert sum(r["sent"] for r in uncapped) == 48 and counter.peak > 2
@@ -235,8 +238,9 @@ def test_the_in_flight_limit_holds_across_tasks_on_both_workers(ray_nodes: RayCl
     assert stats["usage"].calls == 48  # both workers' reports, each counted once
 
 
-def test_the_requests_per_second_limit_spaces_requests_from_both_workers(ray_nodes: RayCluster, counter: Counter,
-                                                                         run_id: str) -> None:
+def test_the_requests_per_second_limit_spaces_requests_from_both_workers(
+    ray_nodes: RayCluster, counter: Counter, run_id: str
+) -> None:
     spec = ModelSpec(model="m", base_url=counter.url + "/v1", requests_per_second=20)
     coordinator = cluster_mod.start_coordinator(run_id)
     spread(run_id, spec, counter.url, ray_nodes, threads=2, calls=5)
@@ -285,7 +289,8 @@ def take_slot(run_id: str, spec: ModelSpec) -> int:
 
 
 def test_killing_a_worker_node_leaves_the_others_retries_its_task_and_frees_its_slots(
-        ray_nodes: RayCluster, run_id: str, tmp_path: Path) -> None:
+    ray_nodes: RayCluster, run_id: str, tmp_path: Path
+) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     victim, survivor = ray_nodes.workers
@@ -295,8 +300,9 @@ def test_killing_a_worker_node_leaves_the_others_retries_its_task_and_frees_its_
     assert ray.get(take_slot.options(resources={victim: 1}).remote(run_id, spec)) > 0
     # a task that prefers the victim (soft affinity: it may run elsewhere if the victim is gone)
     marks = tmp_path / "marks"
-    ref = hold_then_report.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        ray_nodes.nodes[victim].node_id, soft=True)).remote(str(marks))
+    ref = hold_then_report.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ray_nodes.nodes[victim].node_id, soft=True)
+    ).remote(str(marks))
     while not marks.exists():
         time.sleep(0.1)
     ray_nodes.kill(victim)

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.golden_runs import VOLATILE as GOLDEN_VOLATILE, respond
+from tests.golden_runs import VOLATILE as GOLDEN_VOLATILE
+from tests.golden_runs import respond
 from tests.standin_endpoint import StandIn
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
@@ -39,7 +40,8 @@ from dyneval.runtime.runner import execute, open_run  # noqa: E402
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
 from dyneval.stores.unit_claims import UnitClaims  # noqa: E402
 from tests.ray_cluster import RayCluster, cluster_or_skip  # noqa: E402
-from tests.ray_runs import interview_seeds, records as _records  # noqa: E402
+from tests.ray_runs import interview_seeds  # noqa: E402
+from tests.ray_runs import records as _records  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Requests each model takes at once, whichever worker sends them.
@@ -132,10 +134,19 @@ def standin() -> Any:
 
 
 def _config(protocol: str, standin: StandIn, out: Path, dsn: str | None, params: dict[str, Any]) -> RunConfig:
-    models = {role: ModelSpec(model=role, base_url=standin.url, concurrency=MODEL_CONCURRENCY)
-              for role in ("target", "evaluator")}
-    return RunConfig(protocol=protocol, out=str(out), models=models, roles={r: r for r in models}, concurrency=6,
-                     stores=StoreConfig(postgres_dsn=dsn), params=params)
+    models = {
+        role: ModelSpec(model=role, base_url=standin.url, concurrency=MODEL_CONCURRENCY)
+        for role in ("target", "evaluator")
+    }
+    return RunConfig(
+        protocol=protocol,
+        out=str(out),
+        models=models,
+        roles={r: r for r in models},
+        concurrency=6,
+        stores=StoreConfig(postgres_dsn=dsn),
+        params=params,
+    )
 
 
 def _results(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -164,12 +175,14 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within_limits_and_counted(
-        case: str, cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path) -> None:
+    case: str, cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
     cls, params, units = CASES[case]
     params = params(tmp_path)
     standin.reset()
-    threads_dir, threads_summary = _run(cls(), _config(case, standin, tmp_path / "threads", None, params),
-                                        ExecutorChoice())
+    threads_dir, threads_summary = _run(
+        cls(), _config(case, standin, tmp_path / "threads", None, params), ExecutorChoice()
+    )
     dsn = fresh_postgres_db(f"ray_{case}")
     standin.reset()
     config = _config(case, standin, tmp_path / "ray", dsn, params)
@@ -182,8 +195,14 @@ def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within
         logged at the driver, kill worker1 (its units hold leases, their checkpoints are in PostgreSQL), open."""
         _until(lambda: standin.served >= threads_summary["usage"]["calls"] // 3 or ended.is_set())
         standin.open.clear()
-        _until(lambda: standin.in_flight() == 0 and "run" in run_box
-               and _logged(run_box["run"]) == standin.served or ended.is_set())
+        _until(
+            lambda: (
+                standin.in_flight() == 0
+                and "run" in run_box
+                and _logged(run_box["run"]) == standin.served
+                or ended.is_set()
+            )
+        )
         if ended.is_set():  # the run ended first (the assertions below say why)
             standin.open.set()
             return
@@ -232,17 +251,36 @@ def _until(condition: Any) -> None:
 
 
 def test_sigterm_to_the_driver_stops_every_worker_and_leaves_a_run_resume_finishes(
-        cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path) -> None:
+    cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
     dsn = fresh_postgres_db("ray_sigterm")
     seeds = interview_seeds(tmp_path / "seeds.jsonl")
     out = tmp_path / "out"
-    args = ["--protocol", "interview", "--data", seeds, "--target", f"target@{standin.url}", "--evaluator",
-            f"evaluator@{standin.url}", "--concurrency", "4", "--postgres-dsn", dsn, "--out", str(out),
-            "--executor", "ray", "--ray-address", cluster.address]
+    args = [
+        "--protocol",
+        "interview",
+        "--data",
+        seeds,
+        "--target",
+        f"target@{standin.url}",
+        "--evaluator",
+        f"evaluator@{standin.url}",
+        "--concurrency",
+        "4",
+        "--postgres-dsn",
+        dsn,
+        "--out",
+        str(out),
+        "--executor",
+        "ray",
+        "--ray-address",
+        cluster.address,
+    ]
     standin.reset()
     env = cluster.env  # the nodes' environment: this checkout on the path, Ray's settings
-    driver = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT)
+    driver = subprocess.Popen(
+        [sys.executable, "run.py", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     _until(lambda: any(out.glob("*/results.jsonl")) and len(_records(next(out.glob("*/results.jsonl")).parent)) >= 5)
     driver.send_signal(signal.SIGTERM)
     output = driver.communicate()[0].decode()
@@ -254,8 +292,9 @@ def test_sigterm_to_the_driver_stops_every_worker_and_leaves_a_run_resume_finish
     assert _cluster_quiet(standin, served)
     with pytest.raises(ValueError):  # the run's coordinator is gone with it: no worker is granted a request
         ray.get_actor(coordinator_name(run_dir.name), namespace=NAMESPACE)
-    resumed = subprocess.run([sys.executable, "run.py", *args, "--resume", run_dir.name], cwd=REPO, env=env,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "run.py", *args, "--resume", run_dir.name], cwd=REPO, env=env, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     records = _records(run_dir)
     finished = [r for r in records if r["status"] == "ok"]
@@ -263,7 +302,8 @@ def test_sigterm_to_the_driver_stops_every_worker_and_leaves_a_run_resume_finish
 
 
 def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_counts_every_unit_in_full(
-        cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path) -> None:
+    cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
     """The driver killed outright: its unit runners may finish the units they hold before Ray removes them, and
     each exchange they log is in ``events.jsonl`` (the event sink appends it as it arrives; it used to wait in the
     sink for the driver's next drain and die with it, so a resumed run found those units' final records with
@@ -272,17 +312,43 @@ def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_c
     (the coordinator was detached and stayed, 148 MB, on a long-lived cluster), and the resume makes its own."""
     seeds = interview_seeds(tmp_path / "seeds.jsonl")
     standin.reset()
-    threads_dir, _ = _run(InterviewProtocol(), _config("interview", standin, tmp_path / "threads", None,
-                                                       {"data": seeds}), ExecutorChoice())
+    threads_dir, _ = _run(
+        InterviewProtocol(),
+        _config("interview", standin, tmp_path / "threads", None, {"data": seeds}),
+        ExecutorChoice(),
+    )
     needed = {r["unit_id"]: r["usage"]["calls"] for r in _records(threads_dir)}
     dsn = fresh_postgres_db("ray_sigkill")
     out, concurrency = tmp_path / "out", 4
-    args = ["--protocol", "interview", "--data", seeds, "--target", f"target@{standin.url}", "--evaluator",
-            f"evaluator@{standin.url}", "--concurrency", str(concurrency), "--postgres-dsn", dsn, "--out", str(out),
-            "--executor", "ray", "--ray-address", cluster.address, "--skip-preflight"]
+    args = [
+        "--protocol",
+        "interview",
+        "--data",
+        seeds,
+        "--target",
+        f"target@{standin.url}",
+        "--evaluator",
+        f"evaluator@{standin.url}",
+        "--concurrency",
+        str(concurrency),
+        "--postgres-dsn",
+        dsn,
+        "--out",
+        str(out),
+        "--executor",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--skip-preflight",
+    ]
     standin.reset()
-    driver = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=cluster.env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [sys.executable, "run.py", *args],
+        cwd=REPO,
+        env=cluster.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _until(lambda: any(out.glob("*/results.jsonl")) and len(_records(next(out.glob("*/results.jsonl")).parent)) >= 5)
     driver.kill()
     driver.wait()
@@ -291,13 +357,21 @@ def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_c
     assert _actors_end(cluster, run_dir.name), "the killed driver's coordinator, event sink or runners still run"
     unlogged = standin.served - _logged(run_dir)  # served, but the sink was gone when its worker logged it
     assert 0 <= unlogged <= concurrency  # one call at most per unit in flight (the units run one call at a time)
-    resumed = subprocess.run([sys.executable, "run.py", *args, "--resume", run_dir.name], cwd=REPO, env=cluster.env,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "run.py", *args, "--resume", run_dir.name],
+        cwd=REPO,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     records = _records(run_dir)
     assert sorted(r["unit_id"] for r in records) == sorted(needed) and {r["status"] for r in records} == {"ok"}
-    short = {r["unit_id"]: (r["usage"]["calls"], needed[r["unit_id"]]) for r in records
-             if r["usage"]["calls"] < needed[r["unit_id"]]}
+    short = {
+        r["unit_id"]: (r["usage"]["calls"], needed[r["unit_id"]])
+        for r in records
+        if r["usage"]["calls"] < needed[r["unit_id"]]
+    }
     assert not short, f"units whose record counts fewer calls than the unit makes (counted, made): {short}"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["usage"]["calls"] == _logged(run_dir) == standin.served - unlogged
@@ -327,17 +401,38 @@ def _cluster_quiet(standin: CountingStandIn, served: int) -> bool:
 
 
 def test_a_budget_holds_for_the_whole_cluster_and_stops_the_run_as_on_threads(
-        cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path, capsys: Any) -> None:
+    cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path, capsys: Any
+) -> None:
     from dyneval import cli
 
     out, limit, concurrency = tmp_path / "out", 30, 4
     standin.reset()
     dsn = fresh_postgres_db("ray_budget")
-    code = cli.main(["--protocol", "interview", "--data", interview_seeds(tmp_path / "seeds.jsonl"), "--target",
-                     f"target@{standin.url}", "--evaluator", f"evaluator@{standin.url}", "--skip-preflight",
-                     "--concurrency", str(concurrency), "--postgres-dsn", dsn,
-                     "--out", str(out), "--executor", "ray", "--ray-address", cluster.address,
-                     "--max-calls", str(limit)])
+    code = cli.main(
+        [
+            "--protocol",
+            "interview",
+            "--data",
+            interview_seeds(tmp_path / "seeds.jsonl"),
+            "--target",
+            f"target@{standin.url}",
+            "--evaluator",
+            f"evaluator@{standin.url}",
+            "--skip-preflight",
+            "--concurrency",
+            str(concurrency),
+            "--postgres-dsn",
+            dsn,
+            "--out",
+            str(out),
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--max-calls",
+            str(limit),
+        ]
+    )
     assert code == cli.EXIT_BUDGET, capsys.readouterr().out
     summary = json.loads(next(out.glob("*/summary.json")).read_text())
     # each worker may start one request whose usage the coordinator did not have yet (as threads may in one process)
@@ -359,8 +454,9 @@ def _connections_gone(dsn: str) -> bool:
     deadline = time.monotonic() + 60
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
-            others = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                  "AND pid <> pg_backend_pid()").fetchone()[0]
+            others = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
             if others == 0 or time.monotonic() > deadline:
                 return others == 0
             time.sleep(0.2)

@@ -31,6 +31,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.
 from dyneval.runtime.executors.ray import LEASE_S  # noqa: E402
 from dyneval.stores.unit_claims import UnitClaims  # noqa: E402
 
+
 @pytest.fixture(scope="module")
 def cluster() -> Any:
     """Two worker nodes whose unit runners take longer than a lease to set up; the test that kills a node runs
@@ -42,9 +43,25 @@ def _driver(cluster: RayCluster, standin: StandIn, dsn: str, out: Path, seeds: s
     """``run.py`` on the cluster with ``SlowSetupInterview`` as ``interview``; the driver itself sets up at once."""
     env = {k: v for k, v in cluster.env.items() if k != SLOW_SETUP}
     env["DYNEVAL_PROTOCOLS"] = "interview=tests.slow_setup:SlowSetupInterview"
-    return subprocess.Popen(driver_command(standin.url, dsn, out, "--data", seeds, "--concurrency", "4",
-                                           "--ray-address", cluster.address, "--skip-preflight"),
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        driver_command(
+            standin.url,
+            dsn,
+            out,
+            "--data",
+            seeds,
+            "--concurrency",
+            "4",
+            "--ray-address",
+            cluster.address,
+            "--skip-preflight",
+        ),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _run_dir(out: Path, driver: subprocess.Popen[str]) -> Path:
@@ -65,7 +82,8 @@ def _ended_once_each(run_dir: Path, dsn: str) -> Counter[str]:
 
 
 def test_a_unit_whose_lease_is_taken_over_stops_and_is_sent_again_and_ends_once(
-        cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path) -> None:
+    cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
     """Another holder takes a running unit's lease (its token raised in the claims table, as a takeover does):
     the runner's next renewal finds it lost, the unit stops at its next request and comes back to the driver,
     which sends it again; that attempt claims it and continues it from its checkpoint."""
@@ -81,7 +99,9 @@ def test_a_unit_whose_lease_is_taken_over_stops_and_is_sent_again_and_ends_once(
                     stolen = conn.execute(
                         "UPDATE dyneval_unit_claims SET token = token + 1, worker = 'another', "
                         "lease_expires_at = now() WHERE run_id = %s AND unit_id = %s AND NOT final AND token = 1 "
-                        "RETURNING unit_id, token", (run_dir.name, unit)).fetchone()
+                        "RETURNING unit_id, token",
+                        (run_dir.name, unit),
+                    ).fetchone()
                     if stolen:
                         break
                 time.sleep(0.05)
@@ -95,7 +115,8 @@ def test_a_unit_whose_lease_is_taken_over_stops_and_is_sent_again_and_ends_once(
 
 
 def test_runners_slower_to_set_up_than_a_lease_and_a_node_killed_mid_run_leave_one_final_record_per_unit(
-        cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path) -> None:
+    cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
     """The acceptance case: every runner, the one that replaces the killed node's too, builds its graph for longer
     than a lease; worker node 1 is killed once a few units ended. Every unit ends ``ok`` exactly once and the run
     exits 0; meanwhile no process of the cluster or the driver listens beyond 127.0.0.1."""

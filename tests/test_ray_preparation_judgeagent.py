@@ -24,16 +24,14 @@ import pytest
 
 import tests.test_context_graph_spread as spread_tests
 import tests.test_ray_executor as ray_tests
-from tests.embedding_endpoint import EmbeddingEndpoint
-from tests.test_context_graph_spread import write_kb
-from tests.test_ray_executor import MODEL_CONCURRENCY, CountingStandIn, _records, _results, _run, _stable
-
 from dyneval.protocols.judgeagent import JudgeAgentProtocol
 from dyneval.runtime.executors import ExecutorChoice
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig
 from dyneval.stores.context_graph import ContextGraph
 from dyneval.stores.vector_rows import VectorRows
-
+from tests.embedding_endpoint import EmbeddingEndpoint
+from tests.test_context_graph_spread import write_kb
+from tests.test_ray_executor import MODEL_CONCURRENCY, CountingStandIn, _records, _results, _run, _stable
 
 cluster, standin = ray_tests.cluster, ray_tests.standin  # fixtures reused as they are
 small_batches = spread_tests.small_batches  # embedding batches of 4 texts: several of each kind
@@ -42,8 +40,12 @@ small_batches = spread_tests.small_batches  # embedding batches of 4 texts: seve
 def seeded_vectors(texts: list[str]) -> list[np.ndarray]:
     """Each text's own random vector (seeded by the text): no two entities are equally near a query, so the runs'
     knowledge paths cannot differ by how Chroma orders ties (a bag-of-words embedding's single words tie)."""
-    return [np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:16], 16)).standard_normal(32)
-            .astype(np.float32) for t in texts]
+    return [
+        np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:16], 16))
+        .standard_normal(32)
+        .astype(np.float32)
+        for t in texts
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +56,19 @@ def embeddings_endpoint() -> Any:
 
 
 def _config(standin: CountingStandIn, embedding_model: str, kb: Path, out: Path, dsn: str | None) -> RunConfig:
-    models = {role: ModelSpec(model=role, base_url=standin.url, concurrency=MODEL_CONCURRENCY)
-              for role in ("target", "evaluator")}
-    return RunConfig(protocol="judgeagent", out=str(out), models=models, roles={r: r for r in models}, concurrency=6,
-                     stores=StoreConfig(postgres_dsn=dsn, embedding_model=embedding_model),
-                     params={"kb": str(kb), "batch_size": 4})
+    models = {
+        role: ModelSpec(model=role, base_url=standin.url, concurrency=MODEL_CONCURRENCY)
+        for role in ("target", "evaluator")
+    }
+    return RunConfig(
+        protocol="judgeagent",
+        out=str(out),
+        models=models,
+        roles={r: r for r in models},
+        concurrency=6,
+        stores=StoreConfig(postgres_dsn=dsn, embedding_model=embedding_model),
+        params={"kb": str(kb), "batch_size": 4},
+    )
 
 
 def _graph(run_dir: Path) -> tuple[ContextGraph, dict[str, np.ndarray]]:
@@ -69,12 +79,16 @@ def _graph(run_dir: Path) -> tuple[ContextGraph, dict[str, np.ndarray]]:
 
 
 def test_the_graph_build_runs_on_the_workers_and_equals_a_thread_pool_builds(
-        cluster, standin, embeddings_endpoint, fresh_postgres_db, small_batches, tmp_path):
+    cluster, standin, embeddings_endpoint, fresh_postgres_db, small_batches, tmp_path
+):
     kb = write_kb(tmp_path / "kb", documents=8, paragraphs=4)
     standin.reset()
     embeddings_endpoint.requests.clear()
-    threads_dir, threads_summary = _run(JudgeAgentProtocol(), _config(standin, embeddings_endpoint.model, kb,
-                                                                      tmp_path / "threads", None), ExecutorChoice())
+    threads_dir, threads_summary = _run(
+        JudgeAgentProtocol(),
+        _config(standin, embeddings_endpoint.model, kb, tmp_path / "threads", None),
+        ExecutorChoice(),
+    )
     threads_embedded = list(embeddings_endpoint.requests)
     standin.reset()
     embeddings_endpoint.requests.clear()
@@ -85,8 +99,11 @@ def test_the_graph_build_runs_on_the_workers_and_equals_a_thread_pool_builds(
     # the extraction calls: every one made by a worker process, logged at the driver with its name
     events = [json.loads(line) for line in (ray_dir / "events.jsonl").read_text().splitlines()]
     extraction = [e for e in events if e.get("step") == "build_graph"]
-    threads_extraction = [json.loads(line) for line in (threads_dir / "events.jsonl").read_text().splitlines()
-                          if json.loads(line).get("step") == "build_graph"]
+    threads_extraction = [
+        json.loads(line)
+        for line in (threads_dir / "events.jsonl").read_text().splitlines()
+        if json.loads(line).get("step") == "build_graph"
+    ]
     assert len(extraction) == len(threads_extraction) == -(-32 // 5)  # 32 chunks, 5 per call
     workers = {e.get("worker") for e in extraction}
     assert None not in workers and len(workers) == 2, workers  # both worker nodes' processes took items
@@ -115,4 +132,3 @@ def test_the_graph_build_runs_on_the_workers_and_equals_a_thread_pool_builds(
     assert [r["status"] for r in records] == ["ok"] * 4
     assert _results(records) == _results(_records(threads_dir))
     assert _stable(summary["metrics"]) == _stable(threads_summary["metrics"])
-

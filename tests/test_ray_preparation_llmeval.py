@@ -57,11 +57,38 @@ def embeddings() -> Any:
 
 
 def _run(bank: Path, out: Path, dsn: str, chat: StandIn, embeddings: EmbeddingEndpoint, *executor: str) -> Path:
-    code = cli.main(["--protocol", "llmeval", "--bank", str(bank), "--augment", "--rewrite",
-                     "--near-dup-threshold", "0.9", "--questions", "3", "--sessions", "2", "--paradigm", "zero-shot",
-                     "--target", f"target@{chat.url}", "--evaluator", f"evaluator@{chat.url}", "--skip-preflight",
-                     "--embedding-model", embeddings.model, "--concurrency", "4", "--postgres-dsn", dsn,
-                     "--out", str(out), *executor])
+    code = cli.main(
+        [
+            "--protocol",
+            "llmeval",
+            "--bank",
+            str(bank),
+            "--augment",
+            "--rewrite",
+            "--near-dup-threshold",
+            "0.9",
+            "--questions",
+            "3",
+            "--sessions",
+            "2",
+            "--paradigm",
+            "zero-shot",
+            "--target",
+            f"target@{chat.url}",
+            "--evaluator",
+            f"evaluator@{chat.url}",
+            "--skip-preflight",
+            "--embedding-model",
+            embeddings.model,
+            "--concurrency",
+            "4",
+            "--postgres-dsn",
+            dsn,
+            "--out",
+            str(out),
+            *executor,
+        ]
+    )
     assert code == 0
     return next(out.glob("*/summary.json")).parent
 
@@ -81,16 +108,17 @@ def _rewrites(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def test_bank_import_embeds_and_rewrites_on_the_worker_processes_and_imports_the_bank_a_thread_pool_does(
-        cluster: RayCluster, chat: StandIn, embeddings: EmbeddingEndpoint, fresh_postgres_db: Any,
-        tmp_path: Path) -> None:
+    cluster: RayCluster, chat: StandIn, embeddings: EmbeddingEndpoint, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
     bank_file = tmp_path / "bank.jsonl"
     write_planted(bank_file, RECORDS)
     threads_dsn = fresh_postgres_db("prep_llmeval_threads")
     threads_dir = _run(bank_file, tmp_path / "threads", threads_dsn, chat, embeddings)
     threads_requests, embeddings.requests = embeddings.requests, []
     ray_dsn = fresh_postgres_db("prep_llmeval_ray")
-    ray_dir = _run(bank_file, tmp_path / "ray", ray_dsn, chat, embeddings,
-                   "--executor", "ray", "--ray-address", cluster.address)
+    ray_dir = _run(
+        bank_file, tmp_path / "ray", ray_dsn, chat, embeddings, "--executor", "ray", "--ray-address", cluster.address
+    )
     ray_requests = embeddings.requests
 
     # the bank and the import report (duplicates found, of which record) are the thread pool's

@@ -49,9 +49,14 @@ def cluster() -> Any:
 @pytest.fixture
 def session(cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path) -> Any:
     spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1")  # never called: the items make no request
-    config = RunConfig(protocol="interview", out=str(tmp_path), models={"m": spec},
-                       roles={"target": "m", "evaluator": "m"}, concurrency=4,
-                       stores=StoreConfig(postgres_dsn=fresh_postgres_db("ray_spread")))
+    config = RunConfig(
+        protocol="interview",
+        out=str(tmp_path),
+        models={"m": spec},
+        roles={"target": "m", "evaluator": "m"},
+        concurrency=4,
+        stores=StoreConfig(postgres_dsn=fresh_postgres_db("ray_spread")),
+    )
     protocol = InterviewProtocol()
     run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
     run.run_dir.mkdir(parents=True)

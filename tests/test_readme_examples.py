@@ -29,8 +29,10 @@ from tests.standin_endpoint import StandIn
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The README and every page under docs/, by their path from the repository root.
-PAGES = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
-         for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+PAGES = {
+    str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+    for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+}
 LOOPBACK = re.compile(r"http://127\.0\.0\.1:\d+/v1")
 MODEL_AT_LOOPBACK = re.compile(r"([\w.\-:/]+)@http://127\.0\.0\.1:\d+/v1")
 SKIP = re.compile(r"#\s*readme-test:\s*skip\b(.*)")
@@ -42,15 +44,21 @@ def _line_of(text: str, offset: int) -> int:
 
 def python_blocks() -> list[tuple[str, str]]:
     """(``PAGE:LINE`` of the fence, code) of every ```python block of every page."""
-    return [(f"{page}:{_line_of(text, m.start())}", m.group(1)) for page, text in PAGES.items()
-            for m in re.finditer(r"^```python[ \t]*\n(.*?)^```", text, re.S | re.M)]
+    return [
+        (f"{page}:{_line_of(text, m.start())}", m.group(1))
+        for page, text in PAGES.items()
+        for m in re.finditer(r"^```python[ \t]*\n(.*?)^```", text, re.S | re.M)
+    ]
 
 
 def run_commands() -> list[tuple[str, str]]:
     """(``PAGE:LINE``, arguments after the command) of every ``dyneval --protocol`` (or ``python run.py
     --protocol``) command of every page; a command ends at a backtick, a line end or a ``#`` comment."""
-    return [(f"{page}:{_line_of(text, m.start())}", m.group(1).strip()) for page, text in PAGES.items()
-            for m in re.finditer(r"(?:\bdyneval|python run\.py) (--protocol [a-z][^`\n#]*)", text)]
+    return [
+        (f"{page}:{_line_of(text, m.start())}", m.group(1).strip())
+        for page, text in PAGES.items()
+        for m in re.finditer(r"(?:\bdyneval|python run\.py) (--protocol [a-z][^`\n#]*)", text)
+    ]
 
 
 def _clean_env(embedded_url: str) -> dict[str, str]:
@@ -78,8 +86,14 @@ def test_python_block_runs_as_written_with_the_models_it_names(where, code, tmp_
     with StandIn() as standin:
         script = tmp_path / "example.py"
         script.write_text(LOOPBACK.sub(standin.url, code), encoding="utf-8")
-        done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_clean_env(standin.url),
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=_clean_env(standin.url),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         asked = {r.model for r in standin.requests}
     assert done.returncode == 0, f"{where} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     assert embedded_spec().model not in asked, f"{where} silently used the embedded model"
@@ -88,8 +102,8 @@ def test_python_block_runs_as_written_with_the_models_it_names(where, code, tmp_
 
 @pytest.mark.parametrize(("where", "command"), run_commands(), ids=[where for where, _ in run_commands()])
 def test_run_command_parses(where, command):
-    from dyneval.protocols import REGISTRY
     from dyneval.cli import build_parser
+    from dyneval.protocols import REGISTRY
 
     argv = shlex.split(command)
     protocol = argv[argv.index("--protocol") + 1]

@@ -10,8 +10,8 @@ from pydantic import BaseModel
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.replay import ReplayChat, ReplayLog, replay_models
-from dyneval.stores.rundir import RunDir
 from dyneval.state.errors import ReplayMissing
+from dyneval.stores.rundir import RunDir
 from tests.fakes import ScriptedChat
 
 
@@ -34,8 +34,12 @@ def _source(tmp_path):
     events = EventLog(tmp_path / "events.jsonl")
     target = RoleLLM(role="target", model_label="target-model", chat=ScriptedChat(respond), events=events)
     judge = RoleLLM(role="evaluator", model_label="judge-model", chat=ScriptedChat(respond), events=events)
-    sent = [target.text(ASK, step="answer"), target.text(ASK, step="answer"),
-            target.structured(Answer, ASK, step="pick"), judge.text(ASK, step="judge")]
+    sent = [
+        target.text(ASK, step="answer"),
+        target.text(ASK, step="answer"),
+        target.structured(Answer, ASK, step="pick"),
+        judge.text(ASK, step="judge"),
+    ]
     return sent
 
 
@@ -53,8 +57,12 @@ def test_replayed_replies_come_back_in_logged_order_with_their_structure_and_cos
 
 def test_a_request_the_source_never_made_raises_replay_missing_past_a_nodes_except_exception(tmp_path):
     _source(tmp_path)
-    target = RoleLLM(role="target", model_label="t", events=EventLog(),
-                     chat=ReplayChat(log=ReplayLog(RunDir(tmp_path).events(), ("evaluator",), "src"), role="target"))
+    target = RoleLLM(
+        role="target",
+        model_label="t",
+        events=EventLog(),
+        chat=ReplayChat(log=ReplayLog(RunDir(tmp_path).events(), ("evaluator",), "src"), role="target"),
+    )
     target.text(ASK, step="answer")
     target.text(ASK, step="answer")
     with pytest.raises(ReplayMissing, match="never asked it"):

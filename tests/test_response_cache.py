@@ -9,8 +9,14 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from dyneval.runtime.cache import ResponseCache
 
-ENDPOINT = {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m", "temperature": 0.0,
-            "max_tokens": 512, "structured_method": "function_calling"}
+ENDPOINT = {
+    "provider": "openai",
+    "base_url": "http://127.0.0.1:1/v1",
+    "model": "m",
+    "temperature": 0.0,
+    "max_tokens": 512,
+    "structured_method": "function_calling",
+}
 TEXT = {"kind": "text"}
 MESSAGES = [SystemMessage("be brief"), HumanMessage("What is 2+2?")]
 
@@ -21,25 +27,31 @@ def _key(cache, endpoint=ENDPOINT, request=TEXT, messages=MESSAGES, unit="u1", s
 
 def test_a_stored_reply_is_found_by_a_later_run_of_the_same_unit(tmp_path):
     first = ResponseCache(tmp_path)
-    first.put(_key(first), AIMessage("4", usage_metadata={"input_tokens": 9, "output_tokens": 1,
-                                                          "total_tokens": 10}), parsed={"x": 1})
+    first.put(
+        _key(first),
+        AIMessage("4", usage_metadata={"input_tokens": 9, "output_tokens": 1, "total_tokens": 10}),
+        parsed={"x": 1},
+    )
     later = ResponseCache(tmp_path)  # a new run: its own repeat counters, the same file
     message, info = later.get(_key(later))
     assert message.content == "4" and message.usage_metadata["input_tokens"] == 9 and info["parsed"] == {"x": 1}
 
 
-@pytest.mark.parametrize("change", [
-    {"endpoint": {**ENDPOINT, "model": "other"}},
-    {"endpoint": {**ENDPOINT, "base_url": "http://127.0.0.1:2/v1"}},
-    {"endpoint": {**ENDPOINT, "max_tokens": 64}},
-    {"endpoint": {**ENDPOINT, "structured_method": "json_schema"}},
-    {"request": {"kind": "structured", "schema": {"title": "Verdict"}}},
-    {"messages": [SystemMessage("be brief"), HumanMessage("What is 2+3?")]},
-    {"messages": [HumanMessage("What is 2+2?")]},
-    {"messages": [*MESSAGES, AIMessage("", tool_calls=[{"name": "V", "args": {"a": 1}, "id": "c1"}])]},
-    {"unit": "q1~r1"},  # another repeat unit of the same question samples anew, at any temperature
-    {"step": "answer:retry"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"endpoint": {**ENDPOINT, "model": "other"}},
+        {"endpoint": {**ENDPOINT, "base_url": "http://127.0.0.1:2/v1"}},
+        {"endpoint": {**ENDPOINT, "max_tokens": 64}},
+        {"endpoint": {**ENDPOINT, "structured_method": "json_schema"}},
+        {"request": {"kind": "structured", "schema": {"title": "Verdict"}}},
+        {"messages": [SystemMessage("be brief"), HumanMessage("What is 2+3?")]},
+        {"messages": [HumanMessage("What is 2+2?")]},
+        {"messages": [*MESSAGES, AIMessage("", tool_calls=[{"name": "V", "args": {"a": 1}, "id": "c1"}])]},
+        {"unit": "q1~r1"},  # another repeat unit of the same question samples anew, at any temperature
+        {"step": "answer:retry"},
+    ],
+)
 def test_anything_that_changes_the_answer_misses(tmp_path, change):
     cache = ResponseCache(tmp_path)
     cache.put(_key(cache), AIMessage("4"))

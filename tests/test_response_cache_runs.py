@@ -12,13 +12,24 @@ from tests.run_files import unit_records
 from tests.standin_endpoint import Faults, StandIn
 
 
-
 def _interview(out: Path, standin: StandIn, *extra: str) -> Path:
     from dyneval import cli as run
 
     before = set(out.iterdir()) if out.exists() else set()
-    argv = ["--protocol", "interview", "--limit", "2", "--out", str(out), "--skip-preflight",
-            "--target", standin.spec("target"), "--evaluator", standin.spec("evaluator"), *extra]
+    argv = [
+        "--protocol",
+        "interview",
+        "--limit",
+        "2",
+        "--out",
+        str(out),
+        "--skip-preflight",
+        "--target",
+        standin.spec("target"),
+        "--evaluator",
+        standin.spec("evaluator"),
+        *extra,
+    ]
     assert run.main(argv) == 0
     (run_dir,) = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")]
     return run_dir
@@ -71,8 +82,10 @@ def test_a_malformed_reply_is_not_stored_so_the_next_run_asks_again(tmp_path):
     assert malformed <= sent and not texts & sent
 
 
-@pytest.mark.parametrize("flag, value, says", [("--cache-expiry-hours", "0", "greater than 0"),
-                                                ("--cache-expiry-hours", "soon", "invalid float")])
+@pytest.mark.parametrize(
+    "flag, value, says",
+    [("--cache-expiry-hours", "0", "greater than 0"), ("--cache-expiry-hours", "soon", "invalid float")],
+)
 def test_a_bad_cache_setting_is_one_line_and_exit_2(tmp_path, capsys, flag, value, says):
     from dyneval import cli as run
 

@@ -35,17 +35,22 @@ def finished_run(tmp_path, monkeypatch, standin):
 def _resume(out, run_dir, *extra: str) -> int:
     from dyneval import cli as run
 
-    return run.main(["--protocol", "interview", "--resume", run_dir.name, "--out", str(out), "--skip-preflight",
-                     *extra])
+    return run.main(
+        ["--protocol", "interview", "--resume", run_dir.name, "--out", str(out), "--skip-preflight", *extra]
+    )
 
 
-@pytest.mark.parametrize("extra, blamed", [
-    (["--evaluator", "other@http://127.0.0.1:9/v1"], "--evaluator"),
-    (["--seed", "5"], "--seed"),
-    (["--max-retries", "3"], "--max-retries"),
-])
+@pytest.mark.parametrize(
+    "extra, blamed",
+    [
+        (["--evaluator", "other@http://127.0.0.1:9/v1"], "--evaluator"),
+        (["--seed", "5"], "--seed"),
+        (["--max-retries", "3"], "--max-retries"),
+    ],
+)
 def test_resume_with_a_changed_model_seed_or_parameter_is_refused_before_any_request(
-        finished_run, standin, capsys, extra, blamed):
+    finished_run, standin, capsys, extra, blamed
+):
     out, run_dir = finished_run
     config_before = (run_dir / "config.json").read_text()
     capsys.readouterr()
@@ -66,8 +71,7 @@ def test_a_changed_model_from_the_environment_is_blamed_on_the_variable(finished
     assert "DYNEVAL_EVALUATOR" in err and "evaluator model" in err and "'other'" in err
 
 
-def test_resume_with_the_same_setup_and_another_concurrency_goes_ahead_without_redoing_work(
-        finished_run, standin):
+def test_resume_with_the_same_setup_and_another_concurrency_goes_ahead_without_redoing_work(finished_run, standin):
     out, run_dir = finished_run
     results_before = (run_dir / "results.jsonl").read_text()
     standin.requests.clear()

@@ -41,8 +41,17 @@ def test_whole_last_record_missing_only_its_newline_is_kept(tmp_path):
 
 def test_event_appended_after_a_torn_event_line_starts_on_a_fresh_line(tmp_path):
     path = tmp_path / "events.jsonl"
-    event = dict(unit="u1", role="target", model="m", step="s", messages=[], output="x", prompt_tokens=3,
-                 completion_tokens=1, latency_s=0.1)
+    event = dict(
+        unit="u1",
+        role="target",
+        model="m",
+        step="s",
+        messages=[],
+        output="x",
+        prompt_tokens=3,
+        completion_tokens=1,
+        latency_s=0.1,
+    )
     EventLog(path).record(**event)
     with path.open("a") as fh:
         fh.write('{"ts": 1, "unit": "u1", "role": "tar')  # killed mid-write
@@ -55,14 +64,22 @@ def test_event_appended_after_a_torn_event_line_starts_on_a_fresh_line(tmp_path)
 
 
 def _chats():
-    return {"target": ScriptedChat(lambda m, t: "answer to " + last_text(m)),
-            "evaluator": ScriptedChat(lambda m, t: {"correct": True})}
+    return {
+        "target": ScriptedChat(lambda m, t: "answer to " + last_text(m)),
+        "evaluator": ScriptedChat(lambda m, t: {"correct": True}),
+    }
 
 
 def _open(out: Path, chats: dict, run_id: str | None = None, units: int = 3):
     config = RunConfig(protocol="toy", out=str(out), params={"units": units}, concurrency=1)
-    return open_run(ToyProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                    retry_sleep=lambda s: None)
+    return open_run(
+        ToyProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
 
 
 def test_resume_of_a_run_whose_result_line_was_torn_records_that_unit_from_its_checkpoint(tmp_path):

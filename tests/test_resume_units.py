@@ -6,8 +6,8 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 import pytest
+from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
 
 import dyneval.runtime.executors.threads as threads
@@ -24,8 +24,14 @@ class Killed(BaseException):
 
 def _open(out: Path, chats: dict, run_id: str | None = None, **params):
     config = RunConfig(protocol="toy", out=str(out), params={"units": 3, **params}, concurrency=1)
-    return open_run(ToyProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                    retry_sleep=lambda s: None)
+    return open_run(
+        ToyProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -100,15 +106,21 @@ def test_ungraded_unit_keeps_its_results_and_is_rejudged_on_resume_without_askin
     assert summary["ungraded_verdicts"] == 1
 
     # resumed with the judge still failing: judged again (call + repair), still ungraded, target not asked
-    summary = execute(ToyProtocol(), _open(tmp_path, chats, run_id=run.run_dir.name,
-                                           ungraded_on_judge_failure=True), skip_preflight=True)
+    summary = execute(
+        ToyProtocol(),
+        _open(tmp_path, chats, run_id=run.run_dir.name, ungraded_on_judge_failure=True),
+        skip_preflight=True,
+    )
     assert summary["status_counts"] == {"ok": 2, "ungraded": 1}
     assert len(chats["evaluator"].calls) == 2 + 2 + 2
     assert len(target.calls) == 3
 
     judge_ok["q1"] = True
-    summary = execute(ToyProtocol(), _open(tmp_path, chats, run_id=run.run_dir.name,
-                                           ungraded_on_judge_failure=True), skip_preflight=True)
+    summary = execute(
+        ToyProtocol(),
+        _open(tmp_path, chats, run_id=run.run_dir.name, ungraded_on_judge_failure=True),
+        skip_preflight=True,
+    )
     assert summary["status_counts"] == {"ok": 3}
     latest = {r["unit_id"]: r for r in _records(run.run_dir)}
     assert (latest["q1"]["status"], latest["q1"]["verdict"], latest["q1"]["tallied"]) == ("ok", True, True)
@@ -131,8 +143,11 @@ def test_rejudged_unit_record_counts_every_call_made_for_it(tmp_path):
     run = _open(tmp_path, chats, ungraded_on_judge_failure=True)
     execute(ToyProtocol(), run, skip_preflight=True)
     judge_ok["q1"] = True
-    summary = execute(ToyProtocol(), _open(tmp_path, chats, run_id=run.run_dir.name, ungraded_on_judge_failure=True),
-                      skip_preflight=True)
+    summary = execute(
+        ToyProtocol(),
+        _open(tmp_path, chats, run_id=run.run_dir.name, ungraded_on_judge_failure=True),
+        skip_preflight=True,
+    )
     assert summary["status_counts"] == {"ok": 3}
     events = [json.loads(line) for line in (run.run_dir / "events.jsonl").read_text().splitlines()]
     latest = {r["unit_id"]: r for r in _records(run.run_dir)}

@@ -16,7 +16,10 @@ def _write(tmp_path, name, text):
 
 
 def test_flags_beat_env_beat_file_beat_defaults(tmp_path):
-    cfg_file = _write(tmp_path, "c.toml", """
+    cfg_file = _write(
+        tmp_path,
+        "c.toml",
+        """
 concurrency = 3
 seed = 7
 [roles]
@@ -28,10 +31,15 @@ base_url = "http://127.0.0.1:9000/v1"
 [models.fileB]
 model = "m-b"
 base_url = "http://127.0.0.1:9001/v1"
-""")
+""",
+    )
     env = {"DYNEVAL_EVALUATOR": "fileB", "DYNEVAL_SEED": "11"}
-    cfg = load_config("toy", config_file=cfg_file, environ=env,
-                      flags={"roles": {"target": "local"}, "concurrency": None, "params": {}})
+    cfg = load_config(
+        "toy",
+        config_file=cfg_file,
+        environ=env,
+        flags={"roles": {"target": "local"}, "concurrency": None, "params": {}},
+    )
     assert cfg.role_ref("target") == "local"  # flag beats file
     assert cfg.role_ref("evaluator") == "fileB"  # env beats file
     assert cfg.seed == 11  # env beats file
@@ -55,15 +63,21 @@ def test_role_defaults_chain_student_to_target_and_judges_to_evaluator():
     assert RunConfig(protocol="x").embedded_judges() == ["evaluator", "teacher", "orchestrator", "grader"]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("seed = 1\nroles = [1 2]\n", "bad.toml: not valid TOML: Unclosed array (at line 2, column 12)"),
-    ("[roles]\nboss = 'local'\n", "bad.toml: [roles] boss: unknown role 'boss'"),
-    ("[roles]\ntarget = 'nonsense'\n", "bad.toml: [roles] target: unknown model 'nonsense'"),
-    ("[models.m]\nbase_url = 'http://x'\n", "bad.toml: [models.m]: an openai-compatible spec needs `model`"),
-    ("[models.m]\nmodel = 'x'\ntemperature = 9\n", "bad.toml: [models.m] temperature: Input should be less"),
-    ("[models.m]\nmodel = 'x'\ntemprature = 0.5\n", "[models.m] temprature: unknown key; did you mean 'temperature'?"),
-    ("concurrency = 0\n", "bad.toml: concurrency: Input should be greater than or equal to 1 (got 0)"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("seed = 1\nroles = [1 2]\n", "bad.toml: not valid TOML: Unclosed array (at line 2, column 12)"),
+        ("[roles]\nboss = 'local'\n", "bad.toml: [roles] boss: unknown role 'boss'"),
+        ("[roles]\ntarget = 'nonsense'\n", "bad.toml: [roles] target: unknown model 'nonsense'"),
+        ("[models.m]\nbase_url = 'http://x'\n", "bad.toml: [models.m]: an openai-compatible spec needs `model`"),
+        ("[models.m]\nmodel = 'x'\ntemperature = 9\n", "bad.toml: [models.m] temperature: Input should be less"),
+        (
+            "[models.m]\nmodel = 'x'\ntemprature = 0.5\n",
+            "[models.m] temprature: unknown key; did you mean 'temperature'?",
+        ),
+        ("concurrency = 0\n", "bad.toml: concurrency: Input should be greater than or equal to 1 (got 0)"),
+    ],
+)
 def test_bad_config_is_one_input_error_naming_the_file_and_key(tmp_path, text, needle):
     path = _write(tmp_path, "bad.toml", text)
     with pytest.raises(InputError) as err:
@@ -77,8 +91,12 @@ def test_a_bad_value_is_blamed_on_the_source_it_came_from(tmp_path, source):
     """The same bad value from the file, an env var or a flag names that source, and only that one."""
     path = _write(tmp_path, "c.toml", "concurrency = 0\n" if source == "file" else "seed = 1\n")
     with pytest.raises(InputError) as err:
-        load_config("toy", config_file=path, environ={"DYNEVAL_CONCURRENCY": "0"} if source == "env" else {},
-                    flags={"concurrency": 0} if source == "flag" else {})
+        load_config(
+            "toy",
+            config_file=path,
+            environ={"DYNEVAL_CONCURRENCY": "0"} if source == "env" else {},
+            flags={"concurrency": 0} if source == "flag" else {},
+        )
     blame = {"file": f"{path}: concurrency", "env": "DYNEVAL_CONCURRENCY", "flag": "--concurrency"}[source]
     assert str(err.value).startswith(blame + ": ")
 
@@ -95,14 +113,19 @@ def test_params_from_the_file_are_typed_like_their_flags_and_typos_rejected(tmp_
     from dyneval.runtime.config_loader import ParamSchema
 
     schema = ParamSchema.of(protocol_class("atad"))
-    good = _write(tmp_path, "good.toml", "[params]\nper_task = '3'\nno_orchestrator = true\ntasks = 'T1'\n"
-                                         "lenient_escalation = false\n")
+    good = _write(
+        tmp_path,
+        "good.toml",
+        "[params]\nper_task = '3'\nno_orchestrator = true\ntasks = 'T1'\nlenient_escalation = false\n",
+    )
     cfg = load_config("atad", config_file=good, environ={}, flags={}, params=schema)
     assert cfg.params == {"per_task": 3, "no_orchestrator": True, "tasks": "T1", "lenient_escalation": False}
-    for text, needle in [("per_tsk = 3", "[params] per_tsk: unknown parameter of atad; did you mean 'per_task'?"),
-                         ("per_task = 'ten'", "[params] per_task: Input should be a valid integer"),
-                         ("benchmark = 'b.jsonl'", "[params] benchmark: Input should be a valid list"),
-                         ("seed = 3", "[params] seed: unknown parameter")]:
+    for text, needle in [
+        ("per_tsk = 3", "[params] per_tsk: unknown parameter of atad; did you mean 'per_task'?"),
+        ("per_task = 'ten'", "[params] per_task: Input should be a valid integer"),
+        ("benchmark = 'b.jsonl'", "[params] benchmark: Input should be a valid list"),
+        ("seed = 3", "[params] seed: unknown parameter"),
+    ]:
         bad = _write(tmp_path, "bad.toml", "[params]\n" + text + "\n")
         with pytest.raises(InputError) as err:
             load_config("atad", config_file=bad, environ={}, flags={}, params=schema)
@@ -112,8 +135,10 @@ def test_params_from_the_file_are_typed_like_their_flags_and_typos_rejected(tmp_
 def test_protocol_errors_named_by_flag_are_reblamed_on_the_file_key_or_env_var(tmp_path):
     path = _write(tmp_path, "c.toml", "[params]\nper_task = 0\n")
     cfg = load_config("toy", config_file=path, environ={"DYNEVAL_LIMIT": "4"}, flags={"seed": 3})
-    assert str(InputError("must be at least 1", field="--per-task").blamed(cfg.sources)) == \
-        f"{path}: [params] per_task: must be at least 1"
+    assert (
+        str(InputError("must be at least 1", field="--per-task").blamed(cfg.sources))
+        == f"{path}: [params] per_task: must be at least 1"
+    )
     assert str(InputError("too many", field="--limit").blamed(cfg.sources)) == "DYNEVAL_LIMIT: too many"
     assert str(InputError("odd", field="--seed").blamed(cfg.sources)) == "field '--seed': odd"  # really a flag
 
@@ -128,8 +153,12 @@ def test_missing_api_key_is_blamed_on_the_setting_that_asks_for_it(tmp_path, mon
     monkeypatch.delenv("MY_KEY", raising=False)
     with pytest.raises(InputError, match="^--target: environment variable OPENAI_API_KEY .* is not set"):
         load_config("toy", config_file=None, environ={}, flags={"roles": {"target": "gpt@https://api.example/v1"}})
-    path = _write(tmp_path, "c.toml", "[roles]\nevaluator = 'g'\n[models.g]\nmodel = 'g'\n"
-                                      "base_url = 'https://api.example/v1'\napi_key_env = 'MY_KEY'\n")
+    path = _write(
+        tmp_path,
+        "c.toml",
+        "[roles]\nevaluator = 'g'\n[models.g]\nmodel = 'g'\n"
+        "base_url = 'https://api.example/v1'\napi_key_env = 'MY_KEY'\n",
+    )
     with pytest.raises(InputError, match=r"c.toml: \[models.g\] api_key_env: environment variable MY_KEY"):
         load_config("toy", config_file=path, environ={}, flags={})
 
@@ -147,18 +176,31 @@ def test_unreadable_config_file_is_input_error(tmp_path):
         load_config("toy", config_file=str(tmp_path / "missing.toml"), environ={}, flags={})
 
 
-@pytest.mark.parametrize("dsn", ["postgresql://bob:s3cret@db:5432/ev", "host=db port=5432 user=bob password=s3cret "
-                                 "dbname=ev", "postgresql://bob@db:5432/ev?password=s3cret"])
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://bob:s3cret@db:5432/ev",
+        "host=db port=5432 user=bob password=s3cret dbname=ev",
+        "postgresql://bob@db:5432/ev?password=s3cret",
+    ],
+)
 def test_masked_config_drops_the_dsn_password_in_every_form_and_never_holds_keys(dsn):
-    cfg = RunConfig(protocol="x", stores={"postgres_dsn": dsn, "chroma_url": "http://ann:s3cret@vectors:8000"},
-                    models={"m": {"model": "gpt", "base_url": "https://api.example/v1", "api_key_env": "MY_KEY"}},
-                    roles={"target": "m"})
+    cfg = RunConfig(
+        protocol="x",
+        stores={"postgres_dsn": dsn, "chroma_url": "http://ann:s3cret@vectors:8000"},
+        models={"m": {"model": "gpt", "base_url": "https://api.example/v1", "api_key_env": "MY_KEY"}},
+        roles={"target": "m"},
+    )
     masked = cfg.masked()
     assert "s3cret" not in str(masked) and "MY_KEY" in str(masked)
     from psycopg.conninfo import conninfo_to_dict
 
-    assert conninfo_to_dict(masked["stores"]["postgres_dsn"]) == {"host": "db", "port": "5432", "user": "bob",
-                                                                  "dbname": "ev"}
+    assert conninfo_to_dict(masked["stores"]["postgres_dsn"]) == {
+        "host": "db",
+        "port": "5432",
+        "user": "bob",
+        "dbname": "ev",
+    }
     assert masked["stores"]["chroma_url"] == "http://ann@vectors:8000"
 
 

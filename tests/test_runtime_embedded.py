@@ -24,8 +24,11 @@ def test_role_on_embedded_server_returns_schema_valid_structured_answer(embedded
     services = Services(config=config, run_dir=tmp_path, events=EventLog(tmp_path / "events.jsonl"))
     llm = services.llm("target")
     assert llm.chat.openai_api_base == embedded_url
-    answer = llm.structured(CityAnswer, [("human", "What is the capital of France? Give the city and whether you "
-                                              "are sure.")], step="capital")
+    answer = llm.structured(
+        CityAnswer,
+        [("human", "What is the capital of France? Give the city and whether you are sure.")],
+        step="capital",
+    )
     assert isinstance(answer, CityAnswer) and answer.city.strip()
     text = services.llm("evaluator").text([("human", "Say hello.")], step="hello")
     assert text.strip()

@@ -113,11 +113,22 @@ def test_structured_output_through_openai_tool_calls(flaky_endpoint):
 
 def test_factory_passes_spec_settings_to_the_openai_client(monkeypatch):
     monkeypatch.setenv("MY_KEY", "sk-test")
-    spec = ModelSpec(model="gpt-x", base_url="https://api.example/v1", api_key_env="MY_KEY", temperature=0.3,
-                     max_tokens=77, timeout_s=9, requests_per_second=2)
+    spec = ModelSpec(
+        model="gpt-x",
+        base_url="https://api.example/v1",
+        api_key_env="MY_KEY",
+        temperature=0.3,
+        max_tokens=77,
+        timeout_s=9,
+        requests_per_second=2,
+    )
     chat = build_chat_model(spec)
     assert (chat.model_name, chat.openai_api_base, chat.temperature, chat.max_tokens) == (
-        "gpt-x", "https://api.example/v1", 0.3, 77)
+        "gpt-x",
+        "https://api.example/v1",
+        0.3,
+        77,
+    )
     assert chat.request_timeout == 9 and chat.max_retries == 0
     assert chat.openai_api_key.get_secret_value() == "sk-test"
     assert chat.rate_limiter is None  # the endpoint holds it: the call layer times the wait as queue_s
@@ -143,10 +154,8 @@ def test_concurrency_slots_bound_requests_in_flight():
             in_flight[0] -= 1
         return "ok"
 
-    role = RoleLLM(role="target", model_label="m", chat=ScriptedChat(slow), events=EventLog(),
-                   slots=InFlight(2))
-    threads = [threading.Thread(target=role.text, args=([HumanMessage("x")],), kwargs={"step": "s"})
-               for _ in range(6)]
+    role = RoleLLM(role="target", model_label="m", chat=ScriptedChat(slow), events=EventLog(), slots=InFlight(2))
+    threads = [threading.Thread(target=role.text, args=([HumanMessage("x")],), kwargs={"step": "s"}) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:

@@ -60,9 +60,12 @@ def test_a_structured_call_sends_what_langchains_with_structured_output_sends_an
     standin = StandIn(respond=logged)
     try:
         chat = ChatOpenAI(model="student", base_url=standin.url, api_key="sk-none", max_retries=0)
-        messages = load_prompt("atad/student_solve").render(task_name="ordering", question="Which option is odd?",
-                                                             problem="A. one\nB. two\nC. banana",
-                                                             answer_format="the index of the option")
+        messages = load_prompt("atad/student_solve").render(
+            task_name="ordering",
+            question="Which option is odd?",
+            problem="A. one\nB. two\nC. banana",
+            answer_format="the index of the option",
+        )
         ours = RoleLLM(role="student", model_label="student", chat=chat, events=EventLog(tmp_path / "events.jsonl"))
         got = ours.structured(IndexAnswer, messages, step="student:solve")
         theirs = chat.with_structured_output(IndexAnswer, method="function_calling", include_raw=True).invoke(messages)

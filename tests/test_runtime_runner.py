@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import openai
 import httpx
+import openai
 import pytest
 from rich.console import Console
 
@@ -28,12 +28,18 @@ class Killed(BaseException):
 
 def _open(tmp_path: Path, chats: dict, run_id: str | None = None, **params):
     config = RunConfig(protocol="toy", out=str(tmp_path), params=params, concurrency=2)
-    return open_run(ToyProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                    retry_sleep=lambda s: None)
+    return open_run(
+        ToyProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
 
 
 def _records(run_dir: Path) -> list[dict]:
-    return [json.loads(l) for l in (run_dir / "results.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
 
 
 def test_run_writes_results_summary_report_and_counts_tokens_per_unit(tmp_path):
@@ -48,11 +54,12 @@ def test_run_writes_results_summary_report_and_counts_tokens_per_unit(tmp_path):
     assert all(r["usage"]["calls"] == 2 and r["usage"]["prompt_tokens"] == 20 for r in records)
     assert summary["metrics"]["accuracy"] == pytest.approx(1 / 3)
     assert summary["usage"]["calls"] == 6
-    events = [json.loads(l) for l in (run.run_dir / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (run.run_dir / "events.jsonl").read_text().splitlines()]
     assert {e["unit"] for e in events} == {"q0", "q1", "q2"}
     assert {e["role"] for e in events} == {"target", "evaluator"}
-    assert all(set(e) >= {"messages", "output", "prompt_tokens", "completion_tokens", "latency_s", "error"}
-               for e in events)
+    assert all(
+        set(e) >= {"messages", "output", "prompt_tokens", "completion_tokens", "latency_s", "error"} for e in events
+    )
     for name in ("config.json", "units.jsonl", "summary.json", "report.md", "report.html"):
         assert (run.run_dir / name).exists(), name
     assert "q1" in (run.run_dir / "report.md").read_text()
@@ -83,8 +90,9 @@ def test_resume_redoes_infra_errors_only_and_never_duplicates_finished_units(tmp
 
     def target(m, t):
         if "question 2" in last_text(m) and not healthy["up"]:
-            return openai.InternalServerError("boom", response=httpx.Response(
-                503, request=httpx.Request("POST", "http://x")), body=None)
+            return openai.InternalServerError(
+                "boom", response=httpx.Response(503, request=httpx.Request("POST", "http://x")), body=None
+            )
         return "ok"
 
     target_chat = ScriptedChat(target)
@@ -147,17 +155,25 @@ def test_rejected_input_keeps_an_existing_out_folder_and_its_runs(tmp_path):
     (tmp_path / "earlier-run").mkdir()
     config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 0})
     with pytest.raises(InputError):
-        execute(ToyProtocol(), open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True)),
-                skip_preflight=True)
+        execute(
+            ToyProtocol(),
+            open_run(ToyProtocol(), config, run_id=None, console=Console(quiet=True)),
+            skip_preflight=True,
+        )
     assert [p.name for p in tmp_path.iterdir()] == ["earlier-run"]
 
 
 def test_unwritable_out_is_one_line_naming_out_and_exit_2(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    proc = subprocess.run([sys.executable, "run.py", "--protocol", "toy", "--out", str(blocker / "runs"),
-                           "--skip-preflight"], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"})
+    proc = subprocess.run(
+        [sys.executable, "run.py", "--protocol", "toy", "--out", str(blocker / "runs"), "--skip-preflight"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DYNEVAL_PROTOCOLS": "toy=tests.toy_protocol:ToyProtocol"},
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--out" in lines[0] and "cannot create the run directory" in lines[0], proc.stderr
@@ -167,9 +183,16 @@ def test_unwritable_out_is_one_line_naming_out_and_exit_2(tmp_path):
 def test_every_run_prints_its_id_and_resume_command_first(tmp_path):
     console = Console(record=True, width=300)
     config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": 1})
-    run = open_run(ToyProtocol(), config, run_id=None, console=console,
-                   chat_overrides={"target": ScriptedChat(lambda m, t: "a"),
-                                   "evaluator": ScriptedChat(lambda m, t: {"correct": True})})
+    run = open_run(
+        ToyProtocol(),
+        config,
+        run_id=None,
+        console=console,
+        chat_overrides={
+            "target": ScriptedChat(lambda m, t: "a"),
+            "evaluator": ScriptedChat(lambda m, t: {"correct": True}),
+        },
+    )
     execute(ToyProtocol(), run, skip_preflight=True)
     first = console.export_text().splitlines()[0]
     assert run.run_dir.name in first
@@ -180,9 +203,16 @@ def _console_run(tmp_path: Path, units: int) -> tuple[list[str], dict]:
     """A run on a console that is not a terminal (as under CI or a pipe): its printed lines and its summary."""
     console = Console(record=True, width=200, force_terminal=False)
     config = RunConfig(protocol="toy", out=str(tmp_path), params={"units": units}, concurrency=2)
-    run = open_run(ToyProtocol(), config, run_id=None, console=console,
-                   chat_overrides={"target": ScriptedChat(lambda m, t: "a"),
-                                   "evaluator": ScriptedChat(lambda m, t: {"correct": True})})
+    run = open_run(
+        ToyProtocol(),
+        config,
+        run_id=None,
+        console=console,
+        chat_overrides={
+            "target": ScriptedChat(lambda m, t: "a"),
+            "evaluator": ScriptedChat(lambda m, t: {"correct": True}),
+        },
+    )
     summary = execute(ToyProtocol(), run, skip_preflight=True)
     return console.export_text().splitlines(), summary
 
@@ -204,6 +234,5 @@ def test_writing_the_summary_and_report_is_a_step_announced_before_and_ended_aft
     started = lines.index("writing summary and report…")
     ended = next(i for i, line in enumerate(lines) if line.startswith("writing summary and report: done in "))
     table = next(i for i, line in enumerate(lines) if line.startswith("toy run"))  # the summary's title
-    last_progress = max(i for i, line in enumerate(lines)
-                        if line.startswith("toy ") and not line.startswith("toy run"))
+    last_progress = max(i for i, line in enumerate(lines) if line.startswith("toy ") and not line.startswith("toy run"))
     assert last_progress < started < ended < table

@@ -17,8 +17,7 @@ from tests.conftest import make_services
 
 
 def _roundtrip(client, embeddings) -> list[str]:
-    col = client.get_or_create_collection("roundtrip", embedding_function=embeddings,
-                                          metadata={"hnsw:space": "cosine"})
+    col = client.get_or_create_collection("roundtrip", embedding_function=embeddings, metadata={"hnsw:space": "cosine"})
     col.add(ids=["cat", "physics"], documents=["a cat sleeps on the warm mat", "quarks are bound by gluons"])
     return col.query(query_texts=["a kitten napping"], n_results=1)["ids"][0]
 
@@ -57,8 +56,11 @@ def test_the_offline_embedding_model_loads_at_its_first_call_with_chromas_vector
 def test_chroma_server_is_used_when_a_url_is_configured(tmp_path):
     exe = Path(sys.executable).with_name("chroma")
     port = free_port()
-    proc = subprocess.Popen([str(exe), "run", "--path", str(tmp_path / "srv"), "--host", "127.0.0.1", "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(exe), "run", "--path", str(tmp_path / "srv"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -71,8 +73,9 @@ def test_chroma_server_is_used_when_a_url_is_configured(tmp_path):
         services.config.stores.chroma_url = f"http://127.0.0.1:{port}"
         assert _roundtrip(services.chroma(), services.embeddings()) == ["cat"]
         assert not (services.data_dir / "chroma").exists()  # nothing was written to the on-disk client
-        listed = httpx.get(f"http://127.0.0.1:{port}/api/v2/tenants/default_tenant/databases/default_database/"
-                           "collections").json()
+        listed = httpx.get(
+            f"http://127.0.0.1:{port}/api/v2/tenants/default_tenant/databases/default_database/collections"
+        ).json()
         assert [c["name"] for c in listed] == ["roundtrip"]
     finally:
         proc.terminate()

@@ -40,10 +40,19 @@ def serving(tmp_path: Path, embedded_url: str) -> Iterator[str]:
         pytest.fail("langgraph-cli is not installed (it is part of the test extras)")
     port = free_port()
     log = (tmp_path / "langgraph-dev.log").open("w")  # outside the project tree: no reload loops
-    env = {**os.environ, "DYNEVAL_EMBEDDED_URL": embedded_url, "DYNEVAL_RUN_DIR": str(tmp_path / "studio"),
-           "LANGSMITH_TRACING": "false"}
-    proc = subprocess.Popen([str(exe), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port",
-                             str(port)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "DYNEVAL_EMBEDDED_URL": embedded_url,
+        "DYNEVAL_RUN_DIR": str(tmp_path / "studio"),
+        "LANGSMITH_TRACING": "false",
+    }
+    proc = subprocess.Popen(
+        [str(exe), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -89,8 +98,11 @@ def _choice_fields(graph: str) -> dict[str, tuple[str, ...]]:
     out = {}
     for f in dataclasses.fields(context):
         kind = hints[f.name]
-        args = [a for a in typing.get_args(kind) if a is not type(None)] if typing.get_origin(kind) is not \
-            typing.Literal else [kind]
+        args = (
+            [a for a in typing.get_args(kind) if a is not type(None)]
+            if typing.get_origin(kind) is not typing.Literal
+            else [kind]
+        )
         literal = next((a for a in args if typing.get_origin(a) is typing.Literal), None)
         if literal is not None:
             out[f.name] = typing.get_args(literal)
@@ -125,23 +137,82 @@ def test_every_graph_gives_studio_input_output_and_context_forms_with_choices_as
 
 
 #: What a user gives each graph (its input form), and what the end-of-run panel shows (the unit's result).
-INPUTS = {"interview": {"seed", "unit_id"},
-          "atad": {"task", "topic", "challenge", "style", "target_coherent"},
-          "atad_eval": {"kind", "model", "task", "problem"},
-          "judgeagent": {"batch", "irt"},
-          "judgecheck": {"item"},
-          "llmeval": {"session_id", "paradigm", "model"}}
-OUTPUTS = {"interview": {"seed", "modification", "interactions", "single_turn", "seed_solved", "seed_error_type",
-                         "feedbacks", "followups", "session_summary", "summary_source", "stopped", "transcript"},
-           "atad": {"task", "topic", "challenge", "style", "status", "acceptance", "discard_reason", "ungraded",
-                    "current", "current_level", "base", "student_loops", "successes", "history"},
-           "atad_eval": {"kind", "model", "correct", "predicted", "explanation", "parse_error", "review"},
-           "judgeagent": {"batch", "answer_format", "base", "score", "answered", "trajectory", "rounds",
-                          "question_entities", "feedback", "validation", "irt", "ability", "irt_trace"},
-           "judgecheck": {"item", "verdicts", "jury"},
-           "llmeval": {"session_id", "model", "paradigm", "reference_session_id", "allocated", "answered",
-                       "reference_answered", "judged", "ungraded", "reference_ungraded", "scores", "reference_scores",
-                       "relative", "adaptive", "stopped", "theta", "se"}}
+INPUTS = {
+    "interview": {"seed", "unit_id"},
+    "atad": {"task", "topic", "challenge", "style", "target_coherent"},
+    "atad_eval": {"kind", "model", "task", "problem"},
+    "judgeagent": {"batch", "irt"},
+    "judgecheck": {"item"},
+    "llmeval": {"session_id", "paradigm", "model"},
+}
+OUTPUTS = {
+    "interview": {
+        "seed",
+        "modification",
+        "interactions",
+        "single_turn",
+        "seed_solved",
+        "seed_error_type",
+        "feedbacks",
+        "followups",
+        "session_summary",
+        "summary_source",
+        "stopped",
+        "transcript",
+    },
+    "atad": {
+        "task",
+        "topic",
+        "challenge",
+        "style",
+        "status",
+        "acceptance",
+        "discard_reason",
+        "ungraded",
+        "current",
+        "current_level",
+        "base",
+        "student_loops",
+        "successes",
+        "history",
+    },
+    "atad_eval": {"kind", "model", "correct", "predicted", "explanation", "parse_error", "review"},
+    "judgeagent": {
+        "batch",
+        "answer_format",
+        "base",
+        "score",
+        "answered",
+        "trajectory",
+        "rounds",
+        "question_entities",
+        "feedback",
+        "validation",
+        "irt",
+        "ability",
+        "irt_trace",
+    },
+    "judgecheck": {"item", "verdicts", "jury"},
+    "llmeval": {
+        "session_id",
+        "model",
+        "paradigm",
+        "reference_session_id",
+        "allocated",
+        "answered",
+        "reference_answered",
+        "judged",
+        "ungraded",
+        "reference_ungraded",
+        "scores",
+        "reference_scores",
+        "relative",
+        "adaptive",
+        "stopped",
+        "theta",
+        "se",
+    },
+}
 
 
 def _resolved(schema: dict, part: dict) -> dict:
@@ -177,22 +248,46 @@ def test_every_graphs_input_form_asks_only_what_a_user_gives_and_its_output_is_t
 #: Wrong inputs, each with the field a refusal must name. The first two ran and spent calls (a seed question
 #: given as a list; a model label given as a number); the others failed inside a node with no field named.
 WRONG_INPUTS = [
-    ("interview", {"seed": {"id": "s1", "question": ["What is 6 x 7?"], "answer": "42", "task": "math"}},
-     "seed.question"),
+    (
+        "interview",
+        {"seed": {"id": "s1", "question": ["What is 6 x 7?"], "answer": "42", "task": "math"}},
+        "seed.question",
+    ),
     ("llmeval", {"model": 5, "questions": "many"}, "model"),
     ("interview", {"seed": 5}, "seed"),
     ("interview", {"seed": {"id": "s1", "answer": "42", "task": "math"}}, "seed.question"),
     ("atad", {"task": "T9", "topic": "gardening"}, "task"),
-    ("atad_eval", {"kind": "answer", "model": "examinee@{URL}", "task": "T1",
-                   "problem": {"sentences": "One. Two. Three. Four. Five.", "answer": 4}}, "problem"),
-    ("judgeagent", {"batch": [{"id": "q1", "question": "Which port does the canal reach?", "options": "Harl"}]},
-     "batch.0.answer"),
-    ("judgecheck", {"item": {"id": "i1", "question": "Capital of France?", "response": "Paris",
-                             "label": ["correct"]}}, "item.label"),
+    (
+        "atad_eval",
+        {
+            "kind": "answer",
+            "model": "examinee@{URL}",
+            "task": "T1",
+            "problem": {"sentences": "One. Two. Three. Four. Five.", "answer": 4},
+        },
+        "problem",
+    ),
+    (
+        "judgeagent",
+        {"batch": [{"id": "q1", "question": "Which port does the canal reach?", "options": "Harl"}]},
+        "batch.0.answer",
+    ),
+    (
+        "judgecheck",
+        {"item": {"id": "i1", "question": "Capital of France?", "response": "Paris", "label": ["correct"]}},
+        "item.label",
+    ),
 ]
-T1_PROBLEM = {"sentences": ["Tomatoes need at least six hours of sun a day.", "Water them deeply at the base.",
-                            "Stakes keep the heavy stems off the ground.", "The stock market closed higher on Friday.",
-                            "Pick the fruit when it is evenly red."], "answer": 4}
+T1_PROBLEM = {
+    "sentences": [
+        "Tomatoes need at least six hours of sun a day.",
+        "Water them deeply at the base.",
+        "Stakes keep the heavy stems off the ground.",
+        "The stock market closed higher on Friday.",
+        "Pick the fruit when it is evenly red.",
+    ],
+    "answer": 4,
+}
 
 
 def test_a_wrong_input_is_refused_at_the_graphs_entry_naming_its_field_before_any_model_call(standin_studio):
@@ -202,8 +297,9 @@ def test_a_wrong_input_is_refused_at_the_graphs_entry_naming_its_field_before_an
         for graph, payload, field in WRONG_INPUTS:
             payload = json.loads(json.dumps(payload).replace("{URL}", standin.url))
             thread = client.post("/threads", json={}).json()["thread_id"]
-            final = client.post(f"/threads/{thread}/runs/wait", json={
-                "assistant_id": graph, "input": payload, "context": context}).json()
+            final = client.post(
+                f"/threads/{thread}/runs/wait", json={"assistant_id": graph, "input": payload, "context": context}
+            ).json()
             error = final.get("__error__") or {}
             assert error.get("error") == "GraphInputError", f"{graph} {payload}: {final}"
             assert f"'{field}'" in error["message"], f"{graph}: {error['message']}"
@@ -214,9 +310,14 @@ def test_a_wrong_input_is_refused_at_the_graphs_entry_naming_its_field_before_an
             assert client.get(f"/threads/{thread}").json()["status"] == "error"
         # the same endpoint answers a valid input: the refusals above spent nothing because they were refused
         thread = client.post("/threads", json={}).json()["thread_id"]
-        final = client.post(f"/threads/{thread}/runs/wait", json={
-            "assistant_id": "atad_eval", "context": context,
-            "input": {"kind": "answer", "model": standin.spec("examinee"), "task": "T1", "problem": T1_PROBLEM}}).json()
+        final = client.post(
+            f"/threads/{thread}/runs/wait",
+            json={
+                "assistant_id": "atad_eval",
+                "context": context,
+                "input": {"kind": "answer", "model": standin.spec("examinee"), "task": "T1", "problem": T1_PROBLEM},
+            },
+        ).json()
     assert "__error__" not in final and set(final) <= OUTPUTS["atad_eval"] and "correct" in final, final
     assert [r.model for r in standin.requests] == ["examinee"]
 
@@ -226,11 +327,18 @@ def test_a_human_interview_is_interrupted_and_resumed_to_its_end_through_the_api
     sent as ``Command(resume=...)`` continues it from there, until the session's summary."""
     base, standin = standin_studio
     protocol = protocol_class(STUDIO_GRAPH)()
-    run = open_run(protocol, RunConfig(protocol=STUDIO_GRAPH, out=str(tmp_path / "plan")), run_id=None,
-                   console=Console(quiet=True))
+    run = open_run(
+        protocol, RunConfig(protocol=STUDIO_GRAPH, out=str(tmp_path / "plan")), run_id=None, console=Console(quiet=True)
+    )
     unit = protocol.plan(run)[0]
-    context = {"target": standin.spec("target"), "evaluator": standin.spec("judge"), "interviewee": "human",
-               "single_turn_judge": False, "max_retries": 1, "max_questions": 2}
+    context = {
+        "target": standin.spec("target"),
+        "evaluator": standin.spec("judge"),
+        "interviewee": "human",
+        "single_turn_judge": False,
+        "max_retries": 1,
+        "max_questions": 2,
+    }
     answers = []
     with httpx.Client(base_url=base, timeout=120) as client:
         thread = client.post("/threads", json={}).json()["thread_id"]
@@ -263,14 +371,24 @@ def test_langgraph_dev_lists_every_protocol_graph_and_runs_one_unit(langgraph_de
         assert "target" in json.dumps(schemas.get("context_schema") or schemas.get("config_schema"))
 
         protocol = protocol_class(STUDIO_GRAPH)()
-        run = open_run(protocol, RunConfig(protocol=STUDIO_GRAPH, out=str(tmp_path / "plan")), run_id=None,
-                       console=Console(quiet=True))
+        run = open_run(
+            protocol,
+            RunConfig(protocol=STUDIO_GRAPH, out=str(tmp_path / "plan")),
+            run_id=None,
+            console=Console(quiet=True),
+        )
         unit = protocol.plan(run)[0]
 
         thread = client.post("/threads", json={}).json()["thread_id"]
-        final = client.post(f"/threads/{thread}/runs/wait", timeout=600, json={
-            "assistant_id": STUDIO_GRAPH, "input": unit.input,
-            "context": {"target": "local", "evaluator": "local", "seed": 3}}).json()
+        final = client.post(
+            f"/threads/{thread}/runs/wait",
+            timeout=600,
+            json={
+                "assistant_id": STUDIO_GRAPH,
+                "input": unit.input,
+                "context": {"target": "local", "evaluator": "local", "seed": 3},
+            },
+        ).json()
         assert "__error__" not in final, final
         state = client.get(f"/threads/{thread}/state").json()
         assert state["next"] == []

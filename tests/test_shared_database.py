@@ -44,27 +44,52 @@ def _answers(record: dict) -> list[str]:
 def _run_killed_then_resumed(standin: StandIn, target: str, dsn: str, out: Path, kill_after: int) -> None:
     """``dyneval --protocol interview`` killed with SIGKILL once the stand-in saw ``kill_after`` more requests of
     ``target``, then resumed to its end."""
-    argv = [sys.executable, "run.py", "--protocol", "interview", "--target", standin.spec(target), "--evaluator",
-            standin.spec("judge"), "--postgres-dsn", dsn, "--out", str(out), "--limit", "4", "--concurrency", "2",
-            "--max-questions", "2", "--skip-preflight"]
+    argv = [
+        sys.executable,
+        "run.py",
+        "--protocol",
+        "interview",
+        "--target",
+        standin.spec(target),
+        "--evaluator",
+        standin.spec("judge"),
+        "--postgres-dsn",
+        dsn,
+        "--out",
+        str(out),
+        "--limit",
+        "4",
+        "--concurrency",
+        "2",
+        "--max-questions",
+        "2",
+        "--skip-preflight",
+    ]
     seen = sum(r.model == target for r in standin.requests)
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while sum(r.model == target for r in standin.requests) < seen + kill_after and proc.poll() is None \
-            and time.monotonic() < deadline:
+    while (
+        sum(r.model == target for r in standin.requests) < seen + kill_after
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.01)
     assert proc.poll() is None, f"the run ended before the kill: {proc.stderr.read()[-2000:]}"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
-    done = subprocess.run([*argv[:2], "--protocol", "interview", "--resume", run_dir.name, "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*argv[:2], "--protocol", "interview", "--resume", run_dir.name, "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 @pytest.mark.integration
-def test_two_runs_sharing_one_postgresql_keep_their_own_threads_through_kills_and_resumes(fresh_postgres_db,
-                                                                                          tmp_path):
+def test_two_runs_sharing_one_postgresql_keep_their_own_threads_through_kills_and_resumes(fresh_postgres_db, tmp_path):
     dsn = fresh_postgres_db("shared_runs")
     with StandIn(respond=_by_model, latency_s=0.05) as standin:
         _run_killed_then_resumed(standin, "model-x", dsn, tmp_path / "a", kill_after=3)
@@ -74,8 +99,9 @@ def test_two_runs_sharing_one_postgresql_keep_their_own_threads_through_kills_an
         asked_by_b = [r for r in standin.requests if r.model == "model-y"]
     assert len(a_before) == len(b) == 4 and {r["status"] for r in [*a_before.values(), *b.values()]} == {"ok"}
     assert all(answer.startswith("[model-x]") for r in a_before.values() for answer in _answers(r))
-    assert all(answer.startswith("[model-y]") for r in b.values() for answer in _answers(r)), \
+    assert all(answer.startswith("[model-y]") for r in b.values() for answer in _answers(r)), (
         "run B holds answers it did not get from its own target"
+    )
     assert len(asked_by_b) >= sum(len(_answers(r)) for r in b.values())  # B asked its target every answer itself
     assert _records(tmp_path / "a") == a_before
 
@@ -101,8 +127,9 @@ def test_a_run_directory_from_before_run_scoped_threads_resumes_its_units(tmp_pa
         threads = {row[0] for row in saver.conn.execute("SELECT thread_id FROM checkpoints")}
     assert threads == {"q0", "q1"}
     (run.run_dir / "results.jsonl").write_text("")  # as if killed after the graphs ended, before the records
-    resumed = open_run(ToyProtocol(), config, run_id=run.run_dir.name, console=Console(quiet=True),
-                       chat_overrides=chats)
+    resumed = open_run(
+        ToyProtocol(), config, run_id=run.run_dir.name, console=Console(quiet=True), chat_overrides=chats
+    )
     calls_before = sum(len(chat.calls) for chat in chats.values())
     summary = execute(ToyProtocol(), resumed, skip_preflight=True)
     assert summary["status_counts"] == {"ok": 2}

@@ -14,9 +14,9 @@ from langchain_core.messages import HumanMessage
 from dyneval.runtime.concurrency import InFlight
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.llm import RoleLLM
-from dyneval.state.errors import RetryPolicy, retry_after
 from dyneval.runtime.models import open_endpoint
 from dyneval.state.config import ModelSpec
+from dyneval.state.errors import RetryPolicy, retry_after
 from tests.fake_endpoint import completion, serve, stop, url_of
 
 CAPACITY = 3
@@ -67,8 +67,11 @@ def crowded_endpoint():
                 state["peak_served"] = max(state["peak_served"], state["in"])
         try:
             if crowded:
-                return 429, {"error": {"message": "slow down", "type": "rate_limit"}}, \
-                    {"Retry-After": str(RETRY_AFTER_S)}
+                return (
+                    429,
+                    {"error": {"message": "slow down", "type": "rate_limit"}},
+                    {"Retry-After": str(RETRY_AFTER_S)},
+                )
             time.sleep(0.05)
             return 200, completion("ok")
         finally:
@@ -90,10 +93,18 @@ def test_the_limit_adapts_to_a_crowded_endpoint_and_honours_retry_after(crowded_
         time.sleep(seconds)
 
     events = EventLog()
-    llm = RoleLLM(role="target", model_label="m", chat=endpoint.chat, events=events, slots=endpoint.slots,
-                  policy=RetryPolicy(max_retries=8, base_delay_s=0.01, sleep=sleep))
-    threads = [threading.Thread(target=lambda i=i: [llm.text([HumanMessage(f"q{i}-{j}")], step="s")
-                                                    for j in range(3)]) for i in range(12)]
+    llm = RoleLLM(
+        role="target",
+        model_label="m",
+        chat=endpoint.chat,
+        events=events,
+        slots=endpoint.slots,
+        policy=RetryPolicy(max_retries=8, base_delay_s=0.01, sleep=sleep),
+    )
+    threads = [
+        threading.Thread(target=lambda i=i: [llm.text([HumanMessage(f"q{i}-{j}")], step="s") for j in range(3)])
+        for i in range(12)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -26,8 +26,7 @@ def test_the_structured_chain_is_built_once_per_schema(monkeypatch):
         return real(self, schema, **kwargs)
 
     monkeypatch.setattr(ScriptedChat, "with_structured_output", counting)
-    llm = RoleLLM(role="grader", model_label="m", chat=ScriptedChat(lambda m, t: {"correct": True}),
-                  events=EventLog())
+    llm = RoleLLM(role="grader", model_label="m", chat=ScriptedChat(lambda m, t: {"correct": True}), events=EventLog())
     for i in range(5):
         assert llm.structured(Verdict, [HumanMessage(f"q{i}")], step="grade").correct
     assert built == [Verdict]

@@ -46,8 +46,10 @@ def test_a_model_without_a_ceiling_takes_every_request_the_run_sends(tmp_path):
     svc = make_services(tmp_path, chats={"target": chat, "evaluator": chat})
     svc.config.roles.update(target="m@http://127.0.0.1:9/v1", evaluator="m@http://127.0.0.1:9/v1")
     llms = [svc.llm("target"), svc.llm("evaluator")]
-    threads = [threading.Thread(target=llms[i % 2].text, args=([HumanMessage(f"q{i}")],), kwargs={"step": "s"})
-               for i in range(16)]
+    threads = [
+        threading.Thread(target=llms[i % 2].text, args=([HumanMessage(f"q{i}")],), kwargs={"step": "s"})
+        for i in range(16)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -59,13 +61,16 @@ def test_an_explicit_ceiling_still_bounds_the_endpoint_and_is_told(tmp_path):
     spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1", concurrency=3)
     assert open_endpoint(spec, chat=ScriptedChat(lambda m, t: "ok")).slots.limit == 3
     config = tmp_path / "eval.toml"
-    config.write_text('[models.slow]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nconcurrency = 3\n'
-                      '[roles]\ntarget = "slow"\nevaluator = "slow"\n')
+    config.write_text(
+        '[models.slow]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nconcurrency = 3\n'
+        '[roles]\ntarget = "slow"\nevaluator = "slow"\n'
+    )
     out = tmp_path / "runs"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = cli.main(["--protocol", "atad", "--config", str(config), "--concurrency", "8", "--dry-run",
-                         "--out", str(out)])
+        code = cli.main(
+            ["--protocol", "atad", "--config", str(config), "--concurrency", "8", "--dry-run", "--out", str(out)]
+        )
     assert code == 0
     text = " ".join(printed.getvalue().split())
     assert "m@http://127.0.0.1:9/v1: at most 3 request(s) in flight" in text and "below --concurrency 8" in text
@@ -92,8 +97,7 @@ def test_queue_wait_is_logged_apart_from_endpoint_latency():
         return "ok"
 
     events = EventLog()
-    llm = RoleLLM(role="target", model_label="m", chat=ScriptedChat(answer), events=events,
-                  slots=InFlight(1))
+    llm = RoleLLM(role="target", model_label="m", chat=ScriptedChat(answer), events=events, slots=InFlight(1))
     first = threading.Thread(target=llm.text, args=([HumanMessage("first")],), kwargs={"step": "a"})
     first.start()
     first_in.wait(30)
@@ -122,6 +126,16 @@ def test_rate_limit_wait_is_queue_time(tmp_path):
 
 def test_event_log_rows_carry_both_fields(tmp_path: Path):
     log = EventLog(tmp_path / "events.jsonl")
-    log.record(unit="u", role="r", model="m", step="s", messages=[], output="x", prompt_tokens=1,
-               completion_tokens=1, latency_s=0.2, queue_s=0.5)
+    log.record(
+        unit="u",
+        role="r",
+        model="m",
+        step="s",
+        messages=[],
+        output="x",
+        prompt_tokens=1,
+        completion_tokens=1,
+        latency_s=0.2,
+        queue_s=0.5,
+    )
     assert (log.usage("u").seconds, (tmp_path / "events.jsonl").read_text().count('"queue_s": 0.5')) == (0.2, 1)

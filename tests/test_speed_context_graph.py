@@ -17,8 +17,10 @@ from dyneval.stores.knowledge_base import Document
 from dyneval.stores.vectors import chroma_client
 from tests.fake_embedding import HashEmbedding
 
-WORDS = ("harbor canal river bridge tower market guild council lantern mill quarry orchard ferry beacon "
-         "archive garden foundry chapel granary tannery").split()
+WORDS = (
+    "harbor canal river bridge tower market guild council lantern mill quarry orchard ferry beacon "
+    "archive garden foundry chapel granary tannery"
+).split()
 
 
 def corpus(n_docs: int, seed: int = 0) -> list[Document]:
@@ -41,8 +43,9 @@ def extract(texts: list[str]) -> list[tuple[list[str], str]]:
 
 
 def build(docs: list[Document], cache: Path, embed: HashEmbedding, extractor=extract) -> ContextGraph:
-    return open_context_graph(docs, cache_dir=cache, extractor_label="fake", extract=extractor,
-                              chroma=lambda p: chroma_client(p), embed=embed)
+    return open_context_graph(
+        docs, cache_dir=cache, extractor_label="fake", extract=extractor, chroma=lambda p: chroma_client(p), embed=embed
+    )
 
 
 def paths(graph: ContextGraph, n: int = 25) -> list[dict]:
@@ -67,9 +70,18 @@ def test_a_changed_knowledge_base_embeds_only_its_new_texts(tmp_path):
     docs = corpus(30)
     build(docs, tmp_path, HashEmbedding())
     embed = HashEmbedding()
-    grown = build([*docs, Document(id="new", title="new", chunks=["Boats pass Zephyr Lighthouse and Amber Quay "
-                                                                  "daily since the flood of the old town."])],
-                  tmp_path, embed)
+    grown = build(
+        [
+            *docs,
+            Document(
+                id="new",
+                title="new",
+                chunks=["Boats pass Zephyr Lighthouse and Amber Quay daily since the flood of the old town."],
+            ),
+        ],
+        tmp_path,
+        embed,
+    )
     assert set(embed.texts) == {grown.chunks["new#0"]["text"], "Zephyr Lighthouse", "Amber Quay"}
 
 
@@ -101,8 +113,9 @@ def test_two_knowledge_bases_build_side_by_side(tmp_path):
         return extract(texts)
 
     results: dict[str, ContextGraph] = {}
-    a = threading.Thread(target=lambda: results.setdefault("a", build(corpus(5, 1), tmp_path, HashEmbedding(),
-                                                                         slow_extract)))
+    a = threading.Thread(
+        target=lambda: results.setdefault("a", build(corpus(5, 1), tmp_path, HashEmbedding(), slow_extract))
+    )
     a.start()
     results["b"] = build(corpus(5, 2), tmp_path, HashEmbedding(), quick_extract)
     a.join(60)

@@ -28,8 +28,9 @@ def embeddings_endpoint():
     stop(server)
 
 
-def test_a_graph_embedded_by_an_endpoint_samples_as_the_same_vectors_in_process(tmp_path, embeddings_endpoint,
-                                                                                monkeypatch):
+def test_a_graph_embedded_by_an_endpoint_samples_as_the_same_vectors_in_process(
+    tmp_path, embeddings_endpoint, monkeypatch
+):
     url, batches = embeddings_endpoint
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a loopback server takes any key
     remote = embedding_function(f"hash-embed@{url}")

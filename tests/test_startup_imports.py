@@ -15,8 +15,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 #: Libraries no process may load before it needs them.
-HEAVY = ("chromadb", "sentence_transformers", "torch", "transformers", "matplotlib", "scipy", "sklearn", "fastapi",
-         "uvicorn")
+HEAVY = (
+    "chromadb",
+    "sentence_transformers",
+    "torch",
+    "transformers",
+    "matplotlib",
+    "scipy",
+    "sklearn",
+    "fastapi",
+    "uvicorn",
+)
 
 #: What a protocol's graph, nodes, prompts and stores bring (0.3-1 s together): a run needs them, its help does not.
 RUN_ONLY = ("openai", "langchain_openai", "langgraph", "langsmith", "sqlalchemy", "jinja2")
@@ -34,9 +43,14 @@ print("\\nMODULES " + json.dumps(sorted({m.split('.')[0] for m in sys.modules}))
 
 def loaded_after(*argv: str, printed: str | None = None) -> set[str]:
     """Top-level packages imported by ``python run.py ARGV`` in a fresh interpreter (which printed ``printed``)."""
-    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(list(argv))], cwd=REPO, capture_output=True,
-                          text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")})
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(argv))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")},
+    )
     line = next((x for x in done.stdout.splitlines() if x.startswith("MODULES ")), None)
     assert line is not None, done.stderr[-2000:]
     assert printed is None or printed in done.stdout, done.stdout[-2000:]
@@ -89,9 +103,14 @@ except SystemExit:
 
 
 def _output_of(*argv: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", _FIRST_LINE_PROBE, json.dumps(list(argv))], cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")})
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_LINE_PROBE, json.dumps(list(argv))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")},
+    )
     return [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
 
 

@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_sigterm_during_an_import_lets_the_import_finish_then_stops_the_main_thread(tmp_path, monkeypatch):
     """The handler raises nothing inside the import; the signal is taken once the import has ended."""
     (tmp_path / "signalled_while_imported.py").write_text(
-        "import signal\nsignal.raise_signal(signal.SIGTERM)\nfinished = True\n", encoding="utf-8")
+        "import signal\nsignal.raise_signal(signal.SIGTERM)\nfinished = True\n", encoding="utf-8"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     previous = signal.signal(signal.SIGTERM, on_stop_signal)
     try:
@@ -55,8 +56,20 @@ def test_sigterm_while_the_run_folder_is_made_leaves_no_folder_and_says_so(tmp_p
     monkeypatch.setattr(runner, "write_atomic", signalled)
     out = tmp_path / "runs"
     with StandIn() as standin:
-        code = main(["--protocol", "interview", "--limit", "1", "--target", standin.spec("t"), "--evaluator",
-                     standin.spec("e"), "--out", str(out)])
+        code = main(
+            [
+                "--protocol",
+                "interview",
+                "--limit",
+                "1",
+                "--target",
+                standin.spec("t"),
+                "--evaluator",
+                standin.spec("e"),
+                "--out",
+                str(out),
+            ]
+        )
     assert code == 143
     assert capsys.readouterr().out.strip().splitlines()[-1] == "terminated (SIGTERM) before the run started"
     assert not out.exists()
@@ -74,9 +87,13 @@ def test_sigterm_at_20_random_moments_of_start_up_exits_143_without_a_traceback_
         roles = ["--target", standin.spec("t"), "--evaluator", standin.spec("e")]
         for trial in range(20):
             out = tmp_path / f"trial{trial}"
-            run = subprocess.Popen([sys.executable, "run.py", "--protocol", "interview", "--limit", "1", *roles,
-                                    "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+            run = subprocess.Popen(
+                [sys.executable, "run.py", "--protocol", "interview", "--limit", "1", *roles, "--out", str(out)],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             time.sleep(rng.uniform(0.0, 3.0))
             run.send_signal(signal.SIGTERM)
             stdout, stderr = run.communicate(timeout=120)
@@ -93,9 +110,13 @@ def test_sigterm_at_20_random_moments_of_start_up_exits_143_without_a_traceback_
             for run_dir in left:
                 if run.returncode == 143:
                     assert f"--resume {run_dir.name} " in last, said
-                resumed = subprocess.run([sys.executable, "run.py", "--protocol", "interview", "--resume",
-                                          run_dir.name, "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                                         timeout=300)
+                resumed = subprocess.run(
+                    [sys.executable, "run.py", "--protocol", "interview", "--resume", run_dir.name, "--out", str(out)],
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
                 assert resumed.returncode == 0, f"{said}\nresumed:\n{resumed.stdout}\n{resumed.stderr}"
             outcomes["finished" if run.returncode == 0 else "stopped, run folder left" if left else "stopped"] += 1
     print("\nSIGTERM at 20 moments of start-up:", dict(outcomes))

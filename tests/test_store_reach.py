@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -54,15 +54,23 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("protocol, flag, extra", [
-    ("interview", "--postgres-dsn", ["--postgres-dsn", "postgresql://postgres@127.0.0.1:{closed}/x"]),
-    ("interview", "--postgres-dsn", ["--postgres-dsn", "host=127.0.0.1 port={closed} dbname=x", "--dry-run"]),
-    ("interview", "--postgres-dsn", ["--postgres-dsn", "postgresql://postgres@127.0.0.1:{closed}/x",
-                                     "--executor", "ray"]),
-    ("llmeval", "--bank-db", ["--bank-db", "postgresql://postgres@127.0.0.1:{closed}/bank"]),
-], ids=["checkpoints", "checkpoints-dry-run", "checkpoints-ray", "llmeval-bank"])
+@pytest.mark.parametrize(
+    "protocol, flag, extra",
+    [
+        ("interview", "--postgres-dsn", ["--postgres-dsn", "postgresql://postgres@127.0.0.1:{closed}/x"]),
+        ("interview", "--postgres-dsn", ["--postgres-dsn", "host=127.0.0.1 port={closed} dbname=x", "--dry-run"]),
+        (
+            "interview",
+            "--postgres-dsn",
+            ["--postgres-dsn", "postgresql://postgres@127.0.0.1:{closed}/x", "--executor", "ray"],
+        ),
+        ("llmeval", "--bank-db", ["--bank-db", "postgresql://postgres@127.0.0.1:{closed}/bank"]),
+    ],
+    ids=["checkpoints", "checkpoints-dry-run", "checkpoints-ray", "llmeval-bank"],
+)
 def test_a_store_that_refuses_connections_fails_in_one_line_with_exit_6_before_anything_is_made(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], protocol: str, flag: str, extra: list[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], protocol: str, flag: str, extra: list[str]
+) -> None:
     """Refused at once: the 3 attempts take their waits only; Ray is not started, and a dry run needs its stores as
     a run does."""
     import ray
@@ -78,13 +86,17 @@ def test_a_store_that_refuses_connections_fails_in_one_line_with_exit_6_before_a
     assert not ray.is_initialized()
 
 
-@pytest.mark.parametrize("protocol, flag, store", [
-    ("interview", "--postgres-dsn", "postgresql://postgres@127.0.0.1:{port}/x"),
-    ("judgeagent", "--chroma-url", "http://127.0.0.1:{port}"),
-], ids=["postgresql", "chroma"])
+@pytest.mark.parametrize(
+    "protocol, flag, store",
+    [
+        ("interview", "--postgres-dsn", "postgresql://postgres@127.0.0.1:{port}/x"),
+        ("judgeagent", "--chroma-url", "http://127.0.0.1:{port}"),
+    ],
+    ids=["postgresql", "chroma"],
+)
 def test_a_store_that_never_answers_fails_with_exit_6_within_the_stated_bound(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], silent_port: int, protocol: str, flag: str,
-        store: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], silent_port: int, protocol: str, flag: str, store: str
+) -> None:
     """A server that accepts and hangs: each attempt ends at its timeout, the third one fails the command."""
     out = tmp_path / "runs"
     code, took = _run(out, protocol, flag, store.format(port=silent_port))
@@ -94,14 +106,18 @@ def test_a_store_that_never_answers_fails_with_exit_6_within_the_stated_bound(
     assert 3 * CONNECT_TIMEOUT_S <= took <= BOUND_S + 5  # + the command's own work on a loaded machine
 
 
-@pytest.mark.parametrize("protocol, flag, value, says", [
-    ("llmeval", "--bank-db", "garbage://x", "not a garbage:// address"),
-    ("interview", "--postgres-dsn", "host=127.0.0.1 dbnme=x", 'invalid connection option "dbnme"'),
-    ("interview", "--postgres-dsn", "postgresql://u:secret@[::1/x", "not a PostgreSQL DSN libpq can read"),
-    ("interview", "--postgres-dsn", "postgresql://u@127.0.0.1:notaport/x", "a number from 1 to 65535"),
-])
+@pytest.mark.parametrize(
+    "protocol, flag, value, says",
+    [
+        ("llmeval", "--bank-db", "garbage://x", "not a garbage:// address"),
+        ("interview", "--postgres-dsn", "host=127.0.0.1 dbnme=x", 'invalid connection option "dbnme"'),
+        ("interview", "--postgres-dsn", "postgresql://u:secret@[::1/x", "not a PostgreSQL DSN libpq can read"),
+        ("interview", "--postgres-dsn", "postgresql://u@127.0.0.1:notaport/x", "a number from 1 to 65535"),
+    ],
+)
 def test_a_malformed_store_address_is_bad_input_in_one_line_before_anything_is_made(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], protocol: str, flag: str, value: str, says: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], protocol: str, flag: str, value: str, says: str
+) -> None:
     out = tmp_path / "runs"
     code, took = _run(out, protocol, flag, value)
     assert code == gate.EXIT_BAD_INPUT == 2
@@ -112,7 +128,8 @@ def test_a_malformed_store_address_is_bad_input_in_one_line_before_anything_is_m
 
 
 def test_a_chroma_server_is_reached_by_the_protocols_that_keep_vectors_and_by_no_other(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The interview keeps no vectors: a Chroma server named in a shared configuration is none of its business;
     JudgeAgent's context graph is kept there, so it does not start without it."""
     chroma = f"http://127.0.0.1:{free_port()}"

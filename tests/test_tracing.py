@@ -46,15 +46,39 @@ class Sink:
 
 def test_langsmith_tracing_sends_the_graph_its_nodes_and_the_model_calls(tmp_path):
     sink = Sink()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))},
-           "LANGSMITH_TRACING": "true", "LANGSMITH_ENDPOINT": sink.url, "LANGSMITH_API_KEY": "local-test-key",
-           "LANGSMITH_PROJECT": "dyneval-test"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))},
+        "LANGSMITH_TRACING": "true",
+        "LANGSMITH_ENDPOINT": sink.url,
+        "LANGSMITH_API_KEY": "local-test-key",
+        "LANGSMITH_PROJECT": "dyneval-test",
+    }
     try:
         with StandIn() as standin:
-            done = subprocess.run([sys.executable, "run.py", "--protocol", "interview", "--target",
-                                   standin.spec("t"), "--evaluator", standin.spec("j"), "--out", str(tmp_path),
-                                   "--limit", "1", "--max-questions", "1", "--skip-preflight"], cwd=REPO, env=env,
-                                  capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "run.py",
+                    "--protocol",
+                    "interview",
+                    "--target",
+                    standin.spec("t"),
+                    "--evaluator",
+                    standin.spec("j"),
+                    "--out",
+                    str(tmp_path),
+                    "--limit",
+                    "1",
+                    "--max-questions",
+                    "1",
+                    "--skip-preflight",
+                ],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
     finally:
         sink.close()
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -22,7 +22,7 @@ def test_an_orchestrator_without_a_usable_verdict_stops_the_unit_ungraded(tmp_pa
     svc = services(tmp_path, world, teacher=teacher, orchestrator=broken, student=student_chat(world, [False]))
     out = run_graph(svc, unit_input())
     assert steps(out) == ["generate", "validate"]
-    assert len(teacher.calls) == 1 and len(broken.calls) == 2   # the verdict and its one repair, no new draft
+    assert len(teacher.calls) == 1 and len(broken.calls) == 2  # the verdict and its one repair, no new draft
     assert "status" not in out and out["approved"] is None and "orchestrator" in out["ungraded"]
     assert [e["approved"] for e in out["history"] if e["step"] == "validate"] == [None]
     assert AtadProtocol().ungraded(out) == 1
@@ -40,8 +40,13 @@ def test_a_reviewer_without_a_usable_review_is_ungraded_and_in_no_mean(tmp_path)
     assert AtadEvalProtocol().ungraded({"kind": "answer", "correct": False, "parse_error": "x"}) == 0
     meta = {"kind": "review", "model": "rev", "orchestrator": True, "bench": 0, "bench_label": "b", "task": "T1"}
     good = {"validity": 4, "coherence": 4, "fairness": 4, "approved": True}
-    m = evaluation_metrics([{"status": "ungraded", "meta": meta, "review": None},
-                            {"status": "ok", "meta": meta, "review": good}])
+    m = evaluation_metrics(
+        [{"status": "ungraded", "meta": meta, "review": None}, {"status": "ok", "meta": meta, "review": good}]
+    )
     assert m["reviews_ungraded"] == 1 and m["excluded_infra_errors"] == 0
-    assert m["table3"]["reviews"]["rev"]["with"] == {**{k: 4 for k in ("validity", "coherence", "fairness")},
-                                                     "approval": 100.0, "n": 1, "ungraded": 1}
+    assert m["table3"]["reviews"]["rev"]["with"] == {
+        **{k: 4 for k in ("validity", "coherence", "fairness")},
+        "approval": 100.0,
+        "n": 1,
+        "ungraded": 1,
+    }

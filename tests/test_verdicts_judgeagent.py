@@ -23,10 +23,12 @@ def kb(tmp_path):
 
 def _verdicts_then(base, bad: bool = True):
     """An evaluator whose Verdict replies are malformed (the repair too); other steps as ``base``."""
+
     def evaluator(messages, tool):
         if bad and tool and tool["function"]["name"] == "Verdict":
             return {"verdict": "maybe"}
         return base(messages, tool)
+
     return evaluator
 
 
@@ -67,8 +69,10 @@ def test_a_judge_failure_is_ungraded_never_wrong(tmp_path):
 
 
 def test_answer_format_is_chosen_from_the_references():
-    short = [BaseQuestion(id="1", question="q", answer="Harl"), BaseQuestion(id="2", question="q", answer="B",
-                                                                             options=["x", "y"])]
+    short = [
+        BaseQuestion(id="1", question="q", answer="Harl"),
+        BaseQuestion(id="2", question="q", answer="B", options=["x", "y"]),
+    ]
     long = [*short, BaseQuestion(id="3", question="q", answer="Aspirin lowers fever. It also thins the blood.")]
     assert answer_format("auto", short) == "phrase" and answer_format("auto", long) == "free"
     assert answer_format("phrase", long) == "phrase" and answer_format("free", short) == "free"
@@ -77,8 +81,10 @@ def test_answer_format_is_chosen_from_the_references():
 
 
 def test_multi_sentence_references_run_in_free_form_mode_and_the_judge_sees_the_full_reference(tmp_path, kb):
-    reference = ("The marsh surface rises because Spartina grasses trap silt at high tide. Over years the trapped "
-                 "silt builds up, so the marsh keeps pace with the sea.")
+    reference = (
+        "The marsh surface rises because Spartina grasses trap silt at high tide. Over years the trapped "
+        "silt builds up, so the marsh keeps pace with the sea."
+    )
     q = BaseQuestion(id="m1", question="Why does the surface of a salt marsh slowly rise?", answer=reference)
     ev = FakeEvaluator(verdict=True)
     target_prompts = []
@@ -98,11 +104,11 @@ def test_multi_sentence_references_run_in_free_form_mode_and_the_judge_sees_the_
 def test_ungraded_base_answers_leave_the_score_and_the_difficulty_alone(tmp_path, kb):
     """One option letter right (code, hard: gain 2), one free-form answer the judge cannot grade: the average is
     2/1 over the graded answer only -> hard. Every extension judgement fails too: rounds stay at hard."""
-    mc = BaseQuestion(id="c", question="Which port, case 1?", options=["Orden", "Harl"], answer="B",
-                      difficulty="hard")
+    mc = BaseQuestion(id="c", question="Which port, case 1?", options=["Orden", "Harl"], answer="B", difficulty="hard")
     free = BaseQuestion(id="f", question="Name the canal engineer.", answer="Mira Stolt")
-    svc = fake_services(tmp_path, _verdicts_then(FakeEvaluator()),
-                        lambda m, t: "B" if "case 1" in last_text(m) else "Stolt, perhaps")
+    svc = fake_services(
+        tmp_path, _verdicts_then(FakeEvaluator()), lambda m, t: "B" if "case 1" in last_text(m) else "Stolt, perhaps"
+    )
     out = run_batch(svc, [mc, free], kb, rounds=2, no_validation=True)
     assert [b["verdict"] for b in out["base"]] == ["correct", "ungraded"]
     assert out["answered"] == 1 and out["score"] == pytest.approx(2.0)
@@ -137,17 +143,29 @@ def test_failed_feedback_leaves_the_batch_unvalidated_visible_and_resumable(tmp_
 
 
 def test_validation_rates_leave_ungraded_rows_out_and_count_them():
-    rows = [{"correct1": True, "correct2": True}, {"correct1": False, "correct2": True},
-            {"correct1": True, "correct2": None}, {"correct1": None, "correct2": False}]
+    rows = [
+        {"correct1": True, "correct2": True},
+        {"correct1": False, "correct2": True},
+        {"correct1": True, "correct2": None},
+        {"correct1": None, "correct2": False},
+    ]
     m = validation_metrics(rows)
     assert (m["n"], m["ungraded"], m["acc1"], m["acc2"], m["cr"], m["cte"]) == (2, 2, 0.5, 1.0, 0.5, 0.0)
 
 
 def test_base_accuracy_and_running_scores_show_denominators_and_ungraded_counts():
-    records = [{"base": [{"gain": 1.0, "correct": True, "verdict": "correct"},
-                         {"gain": 0.0, "correct": None, "verdict": "ungraded"}],
-                "rounds": [{"round": 1, "status": "ok", "gain": 0.0, "correct": None, "verdict": "ungraded"},
-                           {"round": 2, "status": "ok", "gain": 1.5, "correct": True, "verdict": "correct"}]}]
+    records = [
+        {
+            "base": [
+                {"gain": 1.0, "correct": True, "verdict": "correct"},
+                {"gain": 0.0, "correct": None, "verdict": "ungraded"},
+            ],
+            "rounds": [
+                {"round": 1, "status": "ok", "gain": 0.0, "correct": None, "verdict": "ungraded"},
+                {"round": 2, "status": "ok", "gain": 1.5, "correct": True, "verdict": "correct"},
+            ],
+        }
+    ]
     assert accuracy(records) == {"value": 1.0, "n": 1, "ungraded": 1}
     table = dynamic_table(records, 2)
     assert table["base"] == {"value": 1.0, "n": 1, "ungraded": 1}
@@ -166,19 +184,31 @@ def test_the_run_says_which_answer_format_it_chose_in_the_console_summary_and_re
     from dyneval.state.config import RunConfig
 
     data = tmp_path / "long.jsonl"
-    data.write_text(json.dumps({"id": "m1", "question": "Why does a salt marsh rise?",
-                                "answer": "Grasses trap silt at high tide. The silt builds up over the years."}) + "\n")
-    config = RunConfig(protocol="judgeagent", out=str(tmp_path / "runs"),
-                       params={"data": str(data), "kb": str(kb), "rounds": 0})
+    data.write_text(
+        json.dumps(
+            {
+                "id": "m1",
+                "question": "Why does a salt marsh rise?",
+                "answer": "Grasses trap silt at high tide. The silt builds up over the years.",
+            }
+        )
+        + "\n"
+    )
+    config = RunConfig(
+        protocol="judgeagent", out=str(tmp_path / "runs"), params={"data": str(data), "kb": str(kb), "rounds": 0}
+    )
     console = Console(record=True, width=200)
     chats = {"evaluator": ScriptedChat(FakeEvaluator(True)), "target": ScriptedChat(lambda m, t: "Silt.")}
-    run = open_run(JudgeAgentProtocol(), config, run_id=None, console=console, chat_overrides=chats,
-                   retry_sleep=lambda s: None)
+    run = open_run(
+        JudgeAgentProtocol(), config, run_id=None, console=console, chat_overrides=chats, retry_sleep=lambda s: None
+    )
     summary = execute(JudgeAgentProtocol(), run, skip_preflight=True)
     assert "answer format: free (auto: chosen from the reference answers)" in console.export_text()
     assert summary["metrics"]["answer_format"] == "free"
-    assert "free-form answers (judged by the evaluator against the full reference)" in (
-        run.run_dir / "report.md").read_text()
+    assert (
+        "free-form answers (judged by the evaluator against the full reference)"
+        in (run.run_dir / "report.md").read_text()
+    )
 
 
 def test_an_unknown_answer_format_is_an_input_error(tmp_path, kb):

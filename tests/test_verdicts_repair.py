@@ -8,9 +8,9 @@ from pydantic import BaseModel
 
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.llm import RoleLLM
-from dyneval.state.errors import RetryPolicy
 from dyneval.runtime.models import build_chat_model
 from dyneval.state.config import ModelSpec
+from dyneval.state.errors import RetryPolicy
 from tests.standin_endpoint import REPAIR_PREFIX, StandIn
 
 
@@ -34,14 +34,22 @@ def _bad_then_standin(first: dict):
 def _ask(standin: StandIn) -> tuple[Score, EventLog]:
     events = EventLog()
     chat = build_chat_model(ModelSpec(model="judge", base_url=standin.url, timeout_s=5))
-    llm = RoleLLM(role="evaluator", model_label="judge", chat=chat, events=events,
-                  policy=RetryPolicy(max_retries=0, sleep=lambda s: None))
+    llm = RoleLLM(
+        role="evaluator",
+        model_label="judge",
+        chat=chat,
+        events=events,
+        policy=RetryPolicy(max_retries=0, sleep=lambda s: None),
+    )
     return llm.structured(Score, [HumanMessage("Is 2 + 2 = 4?")], step="judge"), events
 
 
 def _tool_call(arguments: str) -> dict:
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "Score", "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "Score", "arguments": arguments}}],
+    }
 
 
 def test_repair_quotes_the_raw_arguments_of_a_tool_call_that_is_not_json():
@@ -53,7 +61,7 @@ def test_repair_quotes_the_raw_arguments_of_a_tool_call_that_is_not_json():
     assert '{"correct": tru, "reason": "fine' in repair and "tool call Score" in repair
     assert "not valid JSON" in repair
     assert "(empty reply)" not in repair and "no Score object was returned" not in repair
-    assert '{"correct": tru' in events.records[0]["output"]["unparsed"]   # the event log keeps it too
+    assert '{"correct": tru' in events.records[0]["output"]["unparsed"]  # the event log keeps it too
 
 
 def test_repair_quotes_the_arguments_of_a_tool_call_with_wrong_fields_and_the_validation_error():

@@ -32,28 +32,47 @@ class Switch:
 
 def _records(run: Any) -> dict[str, dict[str, Any]]:
     lines = (run.run_dir / "results.jsonl").read_text().splitlines()
-    return {r["unit_id"]: r for r in map(json.loads, lines)}   # the latest record per unit
+    return {r["unit_id"]: r for r in map(json.loads, lines)}  # the latest record per unit
 
 
 def _interview(tmp_path: Path, out: str, grade: Switch, run_id: str | None = None) -> Any:
     data = tmp_path / "seeds.jsonl"
     data.write_text("".join(json.dumps(math_seed(i)) + "\n" for i in range(3)))
-    config = RunConfig(protocol="interview", out=str(tmp_path / out), concurrency=1,
-                       params={"data": str(data), "max_retries": 1, "max_questions": 2, "summarize": False})
-    chats = {"target": simulated_interviewee(0.5, salt="resume"), "evaluator": ScriptedChat(interviewer),
-             "grader": ScriptedChat(grade)}
+    config = RunConfig(
+        protocol="interview",
+        out=str(tmp_path / out),
+        concurrency=1,
+        params={"data": str(data), "max_retries": 1, "max_questions": 2, "summarize": False},
+    )
+    chats = {
+        "target": simulated_interviewee(0.5, salt="resume"),
+        "evaluator": ScriptedChat(interviewer),
+        "grader": ScriptedChat(grade),
+    }
     from dyneval.protocols.interview import InterviewProtocol
 
-    run = open_run(InterviewProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                   retry_sleep=lambda s: None)
+    run = open_run(
+        InterviewProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides=chats,
+        retry_sleep=lambda s: None,
+    )
     execute(InterviewProtocol(), run, skip_preflight=True)
     return run
 
 
 def _sessions(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {u: (r["status"], [(i["attempt"], i["verdict"]) for i in r["seed_interactions"]],
-                [(i["q"], i["verdict"]) for i in r["followup_results"]], r["single_turn"].get("verdict"))
-            for u, r in records.items()}
+    return {
+        u: (
+            r["status"],
+            [(i["attempt"], i["verdict"]) for i in r["seed_interactions"]],
+            [(i["q"], i["verdict"]) for i in r["followup_results"]],
+            r["single_turn"].get("verdict"),
+        )
+        for u, r in records.items()
+    }
 
 
 def test_interview_sessions_stopped_by_a_failing_grader_are_rejudged_on_resume(tmp_path):
@@ -74,15 +93,28 @@ def _judgeagent(tmp_path: Path, evaluator: Switch, run_id: str | None = None) ->
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     data = tmp_path / "questions.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Who built the Voss Canal, case {i}?",
-                                        "answer": "Mira Stolt"}) + "\n" for i in range(4)))
-    config = RunConfig(protocol="judgeagent", out=str(tmp_path / "runs"), concurrency=1,
-                       params={"data": str(data), "kb": str(write_kb(tmp_path / "kb")), "batch_size": 2,
-                               "rounds": 1})
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "question": f"Who built the Voss Canal, case {i}?", "answer": "Mira Stolt"})
+            + "\n"
+            for i in range(4)
+        )
+    )
+    config = RunConfig(
+        protocol="judgeagent",
+        out=str(tmp_path / "runs"),
+        concurrency=1,
+        params={"data": str(data), "kb": str(write_kb(tmp_path / "kb")), "batch_size": 2, "rounds": 1},
+    )
     target = ScriptedChat(lambda m, t: "Mira Stolt built it" if "case 1" in str(m[-1].content) else "Harl")
-    run = open_run(JudgeAgentProtocol(), config, run_id=run_id, console=Console(quiet=True),
-                   chat_overrides={"target": target, "evaluator": ScriptedChat(evaluator)},
-                   retry_sleep=lambda s: None)
+    run = open_run(
+        JudgeAgentProtocol(),
+        config,
+        run_id=run_id,
+        console=Console(quiet=True),
+        chat_overrides={"target": target, "evaluator": ScriptedChat(evaluator)},
+        retry_sleep=lambda s: None,
+    )
     execute(JudgeAgentProtocol(), run, skip_preflight=True)
     return run
 
@@ -109,18 +141,27 @@ def test_judgeagent_ungraded_answers_and_unvalidated_batches_are_redone_on_resum
 
 
 def test_llmeval_session_with_an_unusable_judge_is_ungraded_reported_and_rejudged_on_resume(tmp_path):
-    from dyneval.runtime.config_loader import load_config
     from dyneval.protocols.llmeval.protocol import LLMEvalProtocol
+    from dyneval.runtime.config_loader import load_config
 
     judge = Switch(lambda m, t: {"rating": 2, "reason": "fine"}, broken=True)
     chats = {"target": ScriptedChat(lambda m, t: "true. I am fairly sure."), "evaluator": ScriptedChat(judge)}
 
     def run_it(run_id: str | None = None) -> tuple[Any, dict[str, Any]]:
-        config = load_config("llmeval", config_file=None, environ={},
-                             flags={"out": str(tmp_path / "runs"), "params": {"near_dup_threshold": 0,
-                                                                              "questions": 4}})
-        run = open_run(LLMEvalProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                       retry_sleep=lambda s: None)
+        config = load_config(
+            "llmeval",
+            config_file=None,
+            environ={},
+            flags={"out": str(tmp_path / "runs"), "params": {"near_dup_threshold": 0, "questions": 4}},
+        )
+        run = open_run(
+            LLMEvalProtocol(),
+            config,
+            run_id=run_id,
+            console=Console(quiet=True),
+            chat_overrides=chats,
+            retry_sleep=lambda s: None,
+        )
         return run, execute(LLMEvalProtocol(), run, skip_preflight=True)
 
     first, summary = run_it()
@@ -143,14 +184,23 @@ def test_atad_unit_stopped_on_an_unusable_orchestrator_verdict_is_revalidated_on
     world = World()
     approve = orchestrator_chat()
     orch = Switch(lambda m, t: approve.responder(m, t), broken=True, tool="Verdict")
-    chats = {"teacher": teacher_chat(world), "orchestrator": ScriptedChat(orch),
-             "student": student_chat(world, [False, False])}
+    chats = {
+        "teacher": teacher_chat(world),
+        "orchestrator": ScriptedChat(orch),
+        "student": student_chat(world, [False, False]),
+    }
     params = {"tasks": "T1,T3", "per_task": 1}
 
     def run_it(run_id: str | None = None) -> tuple[Any, dict[str, Any]]:
         config = RunConfig(protocol="atad", out=str(tmp_path / "runs"), params=params, concurrency=1)
-        run = open_run(AtadProtocol(), config, run_id=run_id, console=Console(quiet=True), chat_overrides=chats,
-                       retry_sleep=lambda s: None)
+        run = open_run(
+            AtadProtocol(),
+            config,
+            run_id=run_id,
+            console=Console(quiet=True),
+            chat_overrides=chats,
+            retry_sleep=lambda s: None,
+        )
         return run, execute(AtadProtocol(), run, skip_preflight=True)
 
     first, summary = run_it()
@@ -163,5 +213,5 @@ def test_atad_unit_stopped_on_an_unusable_orchestrator_verdict_is_revalidated_on
     records = _records(second)
     assert {r["status"] for r in records.values()} == {"ok"}
     assert summary["metrics"]["finalized"] == 2 and summary["metrics"]["ungraded"] == {}
-    for r in records.values():   # the re-validated branch: one approval, no trace of the unjudged one
+    for r in records.values():  # the re-validated branch: one approval, no trace of the unjudged one
         assert [e.get("approved") for e in r["item"]["history"] if e["step"] == "validate"] == [True]

@@ -36,14 +36,24 @@ pytestmark = pytest.mark.integration
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-NEEDS = ("needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver) and "
-         "selenium (pip install -e '.[test]')")
+NEEDS = (
+    "needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver) and "
+    "selenium (pip install -e '.[test]')"
+)
 #: Every protocol's run: the golden cases and a pairwise judge check over the shipped pairs.
-RUNS = {**CASES, "judgecheck": ["--protocol", "judgecheck", "--judge", "pairwise", "--limit", "6",
-                                "--bootstrap-resamples", "100"]}
+RUNS = {
+    **CASES,
+    "judgecheck": ["--protocol", "judgecheck", "--judge", "pairwise", "--limit", "6", "--bootstrap-resamples", "100"],
+}
 #: The column that holds each run's outcome (the first a reader looks for).
-OUTCOME = {"atad_generate": "outcome", "atad_evaluate": "correct", "judgeagent": "JudgeAgent score",
-           "interview": "Score@1", "llmeval": "S", "judgecheck": "verdict"}
+OUTCOME = {
+    "atad_generate": "outcome",
+    "atad_evaluate": "correct",
+    "judgeagent": "JudgeAgent score",
+    "interview": "Score@1",
+    "llmeval": "S",
+    "judgecheck": "verdict",
+}
 WIDTH, HEIGHT = 1400, 900
 
 
@@ -55,8 +65,13 @@ def _driver(tmp_path: Path) -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size={WIDTH},{HEIGHT}",
-                f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--window-size={WIDTH},{HEIGHT}",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -69,7 +84,7 @@ def _respond_by_model(body: dict[str, Any]) -> dict[str, Any] | None:
     name = tools[0]["function"]["name"] if tools else ""
     if name in ("IndexAnswer", "OrderAnswer"):
         draw = _Draw(hashlib.sha256((content_key(body) + str(body.get("model"))).encode()).hexdigest())
-        args = {"answer": draw.rng.randint(1, 5)} if name == "IndexAnswer" else {"coherent": draw.rng.random() < .5}
+        args = {"answer": draw.rng.randint(1, 5)} if name == "IndexAnswer" else {"coherent": draw.rng.random() < 0.5}
         return _tool_call(body, name, {**args, "explanation": draw.words() + "."})
     return respond(body)
 
@@ -136,8 +151,9 @@ def _opened_unit(browser: Any) -> str:
         rows = [r.get_attribute("data-unit") for r in driver.find_elements(By.CSS_SELECTOR, "#units tbody tr.open")]
         return title if rows == [title] else None
 
-    return WebDriverWait(browser, 60, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
-                         ).until(agreed)
+    return WebDriverWait(
+        browser, 60, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+    ).until(agreed)
 
 
 def _wait_opened(browser: Any, unit: str) -> None:
@@ -155,7 +171,8 @@ def _headers(browser: Any) -> list[str]:
 
 @pytest.mark.parametrize("case", list(RUNS))
 def test_view_of_each_protocol_shows_its_outcome_first_filters_units_and_shows_a_units_exchanges(
-        case, runs, browser, tmp_path):
+    case, runs, browser, tmp_path
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -174,8 +191,11 @@ def test_view_of_each_protocol_shows_its_outcome_first_filters_units_and_shows_a
     assert _headers(browser)[:2] == ["unit", OUTCOME[case]]
     width, height = browser.execute_script("return [document.documentElement.clientWidth, window.innerHeight]")
     first = browser.find_elements(By.CSS_SELECTOR, "#units tbody tr:first-child td")[1]
-    box = browser.execute_script("const r = arguments[0].getBoundingClientRect(); "
-                                 "return [r.left, r.right, r.top, r.bottom, window.scrollX, window.scrollY];", first)
+    box = browser.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); "
+        "return [r.left, r.right, r.top, r.bottom, window.scrollX, window.scrollY];",
+        first,
+    )
     assert box[4:] == [0, 0] and 0 <= box[0] and box[1] <= width <= WIDTH and box[3] <= height <= HEIGHT, box
 
     selects = browser.find_elements(By.CSS_SELECTOR, ".filters select")
@@ -192,8 +212,9 @@ def test_view_of_each_protocol_shows_its_outcome_first_filters_units_and_shows_a
         choice.select_by_value("")
 
     events = _jsonl(run_dir / "events.jsonl")
-    unit = next(r["unit_id"] for r in _jsonl(run_dir / "results.jsonl")
-                if any(e["unit"] == r["unit_id"] for e in events))
+    unit = next(
+        r["unit_id"] for r in _jsonl(run_dir / "results.jsonl") if any(e["unit"] == r["unit_id"] for e in events)
+    )
     own = [e for e in events if e["unit"] == unit]
     search = browser.find_element(By.ID, "filter-text")
     search.send_keys(unit)
@@ -209,8 +230,9 @@ def test_view_of_each_protocol_shows_its_outcome_first_filters_units_and_shows_a
     assert own[-1]["role"] in summary and own[-1]["step"] in summary
     assert _shown(own[-1]["output"])[:200] in last.find_element(By.CSS_SELECTOR, ".output pre").text
     prompts = [m.text for m in last.find_elements(By.CSS_SELECTOR, ".msg:not(.output) pre")]
-    assert [" ".join(p.split())[:100] for p in prompts] == [" ".join(str(m["content"]).split())[:100]
-                                                           for m in own[-1]["messages"]]  # long ones stored once
+    assert [" ".join(p.split())[:100] for p in prompts] == [
+        " ".join(str(m["content"]).split())[:100] for m in own[-1]["messages"]
+    ]  # long ones stored once
     browser.save_screenshot(str(tmp_path / f"{case}.png"))
     _no_console_errors(browser)
 
@@ -250,8 +272,10 @@ def test_judgecheck_rows_show_verdict_and_agreement_and_filter_by_it(runs, brows
     _open(browser, run_dir / "view.html")
     Select(browser.find_element(By.ID, "filter-agree")).select_by_value("disagree")
     columns = _headers(browser)
-    rows = [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
-            for r in browser.find_elements(By.CSS_SELECTOR, "#units tbody tr")]
+    rows = [
+        [td.text for td in r.find_elements(By.TAG_NAME, "td")]
+        for r in browser.find_elements(By.CSS_SELECTOR, "#units tbody tr")
+    ]
     assert sorted(r[0] for r in rows) == disagree
     assert all(r[columns.index("verdict")] == str(first[r[0]]["value"]) for r in rows)
     _no_console_errors(browser)
@@ -266,8 +290,9 @@ def test_run_index_lists_the_runs_of_the_folder_and_its_links_work(runs, browser
     _open(browser, out / "index.html")
     listed = [r.get_attribute("data-run") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody input")]
     assert sorted(listed) == sorted(d.name for d in runs.values())  # every run, and nothing else (_cache)
-    row = browser.find_element(By.CSS_SELECTOR, f'#runs tbody input[data-run="{runs["llmeval"].name}"]'
-                               ).find_element(By.XPATH, "./ancestor::tr")
+    row = browser.find_element(By.CSS_SELECTOR, f'#runs tbody input[data-run="{runs["llmeval"].name}"]').find_element(
+        By.XPATH, "./ancestor::tr"
+    )
     assert "Absolute score S:" in row.text and "finished: ok=" in row.text
     atad = [runs["atad_evaluate"].name, runs["atad_generate"].name]  # newest first, as listed
     for run_id in atad:
@@ -314,18 +339,23 @@ def test_comparison_page_opens_with_the_paired_difference_and_links_changed_unit
     paired = browser.find_element(By.ID, "paired")
     bottom = browser.execute_script("return arguments[0].getBoundingClientRect().bottom", paired)
     assert bottom <= browser.execute_script("return window.innerHeight") <= HEIGHT  # in the first screen
-    rows = {r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
-            for r in browser.find_elements(By.CSS_SELECTOR, "#paired tbody tr")}
+    rows = {
+        r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
+        for r in browser.find_elements(By.CSS_SELECTOR, "#paired tbody tr")
+    }
     row = rows["correct"]
     assert row[1] == "B \u2212 A" and row[2] == str(len(correct[0]))
     assert float(row[5]) == pytest.approx(diff, abs=5e-4) and float(row[6]) <= float(row[5]) <= float(row[7])
     headers = " ".join(th.text for th in browser.find_elements(By.TAG_NAME, "th"))
     assert a.name not in headers and b.name not in headers  # short labels; the legend names the runs
-    legend = {r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[1].text
-              for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")}
+    legend = {
+        r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[1].text
+        for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+    }
     assert legend == {"A": a.name, "B": b.name}
-    units = [r.find_element(By.TAG_NAME, "td").text for r in browser.find_elements(By.CSS_SELECTOR,
-                                                                                      "#unit-diffs tbody tr")]
+    units = [
+        r.find_element(By.TAG_NAME, "td").text for r in browser.find_elements(By.CSS_SELECTOR, "#unit-diffs tbody tr")
+    ]
     assert sorted(units) == changed
     browser.save_screenshot(str(tmp_path / "compare.png"))
     _no_console_errors(browser)

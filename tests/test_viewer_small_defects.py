@@ -21,8 +21,16 @@ def test_dry_run_prints_the_plan_and_leaves_no_run_folder(protocol, tmp_path):
     out = tmp_path / "runs"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = cli.main(["--protocol", protocol, "--dry-run", "--out", str(out),
-                         *[x for role in ROLES for x in (f"--{role}", "m@http://127.0.0.1:9/v1")]])
+        code = cli.main(
+            [
+                "--protocol",
+                protocol,
+                "--dry-run",
+                "--out",
+                str(out),
+                *[x for role in ROLES for x in (f"--{role}", "m@http://127.0.0.1:9/v1")],
+            ]
+        )
     assert code == 0 and "units:" in printed.getvalue()
     assert not out.exists()
 
@@ -32,15 +40,29 @@ def _unusable_problem(body: dict[str, Any]) -> dict[str, Any] | None:
     tools = body.get("tools") or []
     name = tools[0]["function"]["name"] if tools else ""
     if TEACHER_TOOL.match(name):
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}],
+        }
     return None
 
 
 def test_atad_report_without_a_finalized_problem_says_so_instead_of_none(tmp_path):
     with StandIn(respond=_unusable_problem) as standin, contextlib.redirect_stdout(io.StringIO()):
-        code = cli.main(["--protocol", "atad", "--per-task", "1", "--limit", "1", "--out", str(tmp_path),
-                         *[x for role in ROLES for x in (f"--{role}", standin.spec(role))]])
+        code = cli.main(
+            [
+                "--protocol",
+                "atad",
+                "--per-task",
+                "1",
+                "--limit",
+                "1",
+                "--out",
+                str(tmp_path),
+                *[x for role in ROLES for x in (f"--{role}", standin.spec(role))],
+            ]
+        )
     assert code == 0
     (report,) = tmp_path.glob("*/report.md")
     text = report.read_text(encoding="utf-8")

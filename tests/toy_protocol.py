@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
 from dyneval.runtime.protocol import Protocol, Run, Unit
-from dyneval.state.blocks import Table
 from dyneval.runtime.services import services_of
+from dyneval.state.blocks import Table
 from dyneval.state.context import BaseContext, described
 from dyneval.state.errors import InputError, ModelError
 

@@ -69,11 +69,14 @@ def knowledge_tools(graph: ContextGraph) -> list[BaseTool]:
         key = _key(entity)
         if key is None:
             return []
-        return [{"entity": n, "name": graph.name(n), "relation": graph.relation(key, n)}
-                for n in graph.nearest_neighbours(key, k, exclude=[key, *(exclude or [])])]
+        return [
+            {"entity": n, "name": graph.name(n), "relation": graph.relation(key, n)}
+            for n in graph.nearest_neighbours(key, k, exclude=[key, *(exclude or [])])
+        ]
 
-    def sample_knowledge_path(seeds: list[PathSeed], hops: int = 3, seed: int | str = 0, k: int = 5,
-                              random_chunks: bool = False) -> dict[str, Any]:
+    def sample_knowledge_path(
+        seeds: list[PathSeed], hops: int = 3, seed: int | str = 0, k: int = 5, random_chunks: bool = False
+    ) -> dict[str, Any]:
         rng = random.Random(seed)
         if random_chunks:
             path = graph.random_path(hops, rng)
@@ -87,12 +90,28 @@ def knowledge_tools(graph: ContextGraph) -> list[BaseTool]:
         return graph.search_chunks(query, k, entity=entity)
 
     return [
-        StructuredTool.from_function(entity_lookup, name="entity_lookup", args_schema=EntityLookupArgs,
-                                     description="Find context-graph entities similar to a name."),
-        StructuredTool.from_function(neighbour_search, name="neighbour_search", args_schema=NeighbourArgs,
-                                     description="The graph neighbours of an entity most similar to it."),
-        StructuredTool.from_function(sample_knowledge_path, name="sample_knowledge_path", args_schema=PathArgs,
-                                     description="Sample a knowledge path of H chunks (JudgeAgent Algorithm 4)."),
-        StructuredTool.from_function(chunk_search, name="chunk_search", args_schema=ChunkSearchArgs,
-                                     description="Knowledge-base chunks most similar to a query."),
+        StructuredTool.from_function(
+            entity_lookup,
+            name="entity_lookup",
+            args_schema=EntityLookupArgs,
+            description="Find context-graph entities similar to a name.",
+        ),
+        StructuredTool.from_function(
+            neighbour_search,
+            name="neighbour_search",
+            args_schema=NeighbourArgs,
+            description="The graph neighbours of an entity most similar to it.",
+        ),
+        StructuredTool.from_function(
+            sample_knowledge_path,
+            name="sample_knowledge_path",
+            args_schema=PathArgs,
+            description="Sample a knowledge path of H chunks (JudgeAgent Algorithm 4).",
+        ),
+        StructuredTool.from_function(
+            chunk_search,
+            name="chunk_search",
+            args_schema=ChunkSearchArgs,
+            description="Knowledge-base chunks most similar to a query.",
+        ),
     ]

@@ -29,8 +29,11 @@ def task_vars(state: dict[str, Any]) -> dict[str, str]:
     challenge = challenge_text(state.get("challenge"))
     target = state.get("target_coherent")
     if target is not None:  # T2: the seeded label keeps the benchmark balanced
-        challenge += (" Present the sentences in a coherent order and set coherent=true." if target else
-                      " Present the sentences in a scrambled, incoherent order and set coherent=false.")
+        challenge += (
+            " Present the sentences in a coherent order and set coherent=true."
+            if target
+            else " Present the sentences in a scrambled, incoherent order and set coherent=false."
+        )
     return {
         "style": state.get("style") or "GRE",
         "task_id": spec.id,

@@ -29,8 +29,12 @@ def answer_item(state: EvalState, runtime: Runtime[EvalContext]) -> dict[str, An
     """The evaluated model solves the problem; correctness is checked in code."""
     llm = services_of(runtime.context).model(state["model"], role="student")
     result = solve_problem(llm, state["task"], state["problem"], step="evaluate:answer")
-    return {"correct": result["correct"], "predicted": result["predicted"], "explanation": result["explanation"],
-            "parse_error": result["parse_error"]}
+    return {
+        "correct": result["correct"],
+        "predicted": result["predicted"],
+        "explanation": result["explanation"],
+        "parse_error": result["parse_error"],
+    }
 
 
 def review_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str) -> dict[str, Any]:
@@ -38,14 +42,22 @@ def review_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: st
     ``review`` None with ``parse_error`` when it gave no usable review."""
     spec = TASKS[task]
     messages = load_prompt("atad/reviewer_review").render(
-        task_id=spec.id, task_name=spec.name, anomaly=spec.anomaly, problem=render_with_answer(task, problem))
+        task_id=spec.id, task_name=spec.name, anomaly=spec.anomaly, problem=render_with_answer(task, problem)
+    )
     try:
         r = llm.structured(Review, messages, step=step)
     except ModelError as exc:
         return {"review": None, "parse_error": str(exc)}
     clamp = lambda v: max(1, min(5, int(v)))  # noqa: E731
-    return {"review": {"validity": clamp(r.validity), "coherence": clamp(r.coherence),
-                       "fairness": clamp(r.fairness), "approved": bool(r.approved)}, "parse_error": None}
+    return {
+        "review": {
+            "validity": clamp(r.validity),
+            "coherence": clamp(r.coherence),
+            "fairness": clamp(r.fairness),
+            "approved": bool(r.approved),
+        },
+        "parse_error": None,
+    }
 
 
 def review_item(state: EvalState, runtime: Runtime[EvalContext]) -> dict[str, Any]:

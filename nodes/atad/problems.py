@@ -79,8 +79,11 @@ def _shape_errors(task: str, problem: dict[str, Any], target_coherent: bool | No
             return ["missing_sentences: give the paragraph as a list of sentences"]
         n = len(sentences)
         if not spec.min_sentences <= n <= spec.max_sentences:
-            want = (f"{spec.min_sentences}" if spec.min_sentences == spec.max_sentences
-                    else f"{spec.min_sentences} to {spec.max_sentences}")
+            want = (
+                f"{spec.min_sentences}"
+                if spec.min_sentences == spec.max_sentences
+                else f"{spec.min_sentences} to {spec.max_sentences}"
+            )
             errors.append(f"sentence_count: expected {want} sentences, got {n}")
         errors += _distinct_errors([str(s) for s in sentences], "sentences")
         if spec.kind == "sentences":
@@ -105,8 +108,9 @@ def _shape_errors(task: str, problem: dict[str, Any], target_coherent: bool | No
         if not sentence:
             errors.append("missing_sentence: the sentence with the blank is empty")
         elif len(_BLANK.findall(sentence)) != 1:
-            errors.append(f"blank_count: the sentence must contain exactly one blank ___, found "
-                          f"{len(_BLANK.findall(sentence))}")
+            errors.append(
+                f"blank_count: the sentence must contain exactly one blank ___, found {len(_BLANK.findall(sentence))}"
+            )
     else:  # bridge
         for key, label in (("first", "first paragraph"), ("second", "second paragraph")):
             if len(str(problem.get(key) or "").split()) < 5:
@@ -133,8 +137,11 @@ def render(task: str, problem: dict[str, Any]) -> str:
     if kind == "blank":
         lines += [f"Sentence: {problem.get('sentence', '')}", "Choices:"]
     elif kind == "bridge":
-        lines += [f"Paragraph A: {problem.get('first', '')}", f"Paragraph B: {problem.get('second', '')}",
-                  "Candidate bridge sentences:"]
+        lines += [
+            f"Paragraph A: {problem.get('first', '')}",
+            f"Paragraph B: {problem.get('second', '')}",
+            "Candidate bridge sentences:",
+        ]
     lines += [f"{i}. {x}" for i, x in enumerate(options_of(task, problem), 1)]
     return "\n".join(lines)
 
@@ -160,25 +167,25 @@ def is_correct(task: str, problem: dict[str, Any], predicted: Any) -> bool:
 #: What the teacher fills in, per Table 6 structure kind (the schema field names).
 STRUCTURE_TEXT: dict[str, str] = {
     "sentences": "sentences = list of {n} sentences forming one paragraph (one sentence per item, no numbering); "
-                 "answer = number of the anomalous sentence (1 = first).",
+    "answer = number of the anomalous sentence (1 = first).",
     "order": "sentences = list of 5 sentences in the order the solver will see them (no numbering); "
-             "coherent = true if that order is coherent, false if it is scrambled.",
+    "coherent = true if that order is coherent, false if it is scrambled.",
     "blank": "sentence = one sentence with exactly one blank written as ___; choices = list of 5 different "
-             "words or phrases for the blank; answer = number of the inappropriate choice (1 = first).",
+    "words or phrases for the blank; answer = number of the inappropriate choice (1 = first).",
     "bridge": "first = paragraph A; second = paragraph B; choices = list of 5 different candidate sentences to "
-              "put between them; answer = number of the candidate that does not connect them (1 = first).",
+    "put between them; answer = number of the candidate that does not connect them (1 = first).",
 }
 
 #: A tiny example of the output shape per structure kind, on an unrelated subject (small models need it).
 EXAMPLE_TEXT: dict[str, str] = {
     "sentences": '{"sentences": ["Bees collect nectar.", "They turn it into honey.", "Honey feeds the hive in '
-                 'winter.", "Granite forms from magma.", "Workers guard the entrance."], "answer": 4}',
+    'winter.", "Granite forms from magma.", "Workers guard the entrance."], "answer": 4}',
     "order": '{"sentences": ["The bread was eaten.", "Flour was mixed with water.", "The dough was baked.", '
-             '"The dough rose.", "The wheat was ground."], "coherent": false}',
+    '"The dough rose.", "The wheat was ground."], "coherent": false}',
     "blank": '{"sentence": "The lecture was so ___ that half the audience fell asleep.", "choices": ["dull", '
-             '"tedious", "monotonous", "thrilling", "dry"], "answer": 4}',
+    '"tedious", "monotonous", "thrilling", "dry"], "answer": 4}',
     "bridge": '{"first": "Rivers carry sediment to the sea.", "second": "Deltas therefore grow each year.", '
-              '"choices": ["The sediment settles where the river slows.", "...", "...", "...", "..."], "answer": 3}',
+    '"choices": ["The sediment settles where the river slows.", "...", "...", "...", "..."], "answer": 3}',
 }
 
 #: The question the student answers, per structure kind.
@@ -186,9 +193,9 @@ QUESTION_TEXT: dict[str, str] = {
     "sentences": "Exactly one sentence below is anomalous: {anomaly}. Which sentence is it?",
     "order": "Are the sentences below in a coherent order (topic flow, causes before effects, time order)?",
     "blank": "Each choice could fill the blank. Exactly one of them is inappropriate in this context: {anomaly}. "
-             "Which choice is it?",
+    "Which choice is it?",
     "bridge": "Each candidate could be placed between paragraph A and paragraph B. Exactly one fails to connect "
-              "them coherently. Which candidate is it?",
+    "them coherently. Which candidate is it?",
 }
 
 ANSWER_FORMAT: dict[bool, str] = {
@@ -199,10 +206,15 @@ ANSWER_FORMAT: dict[bool, str] = {
 
 def structure_text(task: str) -> str:
     spec = TASKS[task]
-    n = str(spec.min_sentences) if spec.min_sentences == spec.max_sentences else \
-        f"{spec.min_sentences} or {spec.max_sentences}"
-    return (STRUCTURE_TEXT[spec.kind].replace("{n}", n) + "\nShape of the answer (example on another subject, "
-            "write your own on the topic): " + EXAMPLE_TEXT[spec.kind])
+    n = (
+        str(spec.min_sentences)
+        if spec.min_sentences == spec.max_sentences
+        else f"{spec.min_sentences} or {spec.max_sentences}"
+    )
+    return (
+        STRUCTURE_TEXT[spec.kind].replace("{n}", n) + "\nShape of the answer (example on another subject, "
+        "write your own on the topic): " + EXAMPLE_TEXT[spec.kind]
+    )
 
 
 def question_text(task: str) -> str:

@@ -14,8 +14,8 @@ from dyneval.nodes.atad.common import level_name
 from dyneval.nodes.atad.problems import answer_format, is_correct, question_text, render
 from dyneval.prompts import load_prompt
 from dyneval.runtime.llm import RoleLLM
-from dyneval.state.atad import TASKS, AtadContext, AtadState, IndexAnswer, OrderAnswer
 from dyneval.runtime.services import services_of
+from dyneval.state.atad import TASKS, AtadContext, AtadState, IndexAnswer, OrderAnswer
 from dyneval.state.errors import ModelError
 
 
@@ -23,16 +23,23 @@ def solve_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str
     """Ask ``llm`` to solve ``problem``: ``{predicted, explanation, correct, parse_error}``."""
     spec = TASKS[task]
     messages = load_prompt("atad/student_solve").render(
-        task_name=spec.name, question=question_text(task), problem=render(task, problem),
-        answer_format=answer_format(task))
+        task_name=spec.name,
+        question=question_text(task),
+        problem=render(task, problem),
+        answer_format=answer_format(task),
+    )
     order = spec.kind == "order"
     try:
         reply = llm.structured(OrderAnswer if order else IndexAnswer, messages, step=step)
     except ModelError as exc:
         return {"predicted": None, "explanation": "", "correct": False, "parse_error": str(exc)}
     predicted = reply.coherent if order else reply.answer
-    return {"predicted": predicted, "explanation": reply.explanation.strip(),
-            "correct": is_correct(task, problem, predicted), "parse_error": None}
+    return {
+        "predicted": predicted,
+        "explanation": reply.explanation.strip(),
+        "correct": is_correct(task, problem, predicted),
+        "parse_error": None,
+    }
 
 
 def solve(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
@@ -40,5 +47,9 @@ def solve(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
     ctx = runtime.context
     result = solve_problem(services_of(ctx).llm("student"), state["task"], state["current"], step="student:solve")
     loops = state.get("student_loops", 0) + 1
-    return {"student_loops": loops, "last_correct": result["correct"], "last_explanation": result["explanation"],
-            "history": [{"step": "solve", "level": level_name(ctx, state.get("current_level", 0)), **result}]}
+    return {
+        "student_loops": loops,
+        "last_correct": result["correct"],
+        "last_explanation": result["explanation"],
+        "history": [{"step": "solve", "level": level_name(ctx, state.get("current_level", 0)), **result}],
+    }

@@ -26,21 +26,31 @@ def _messages(state: AtadState, ctx: AtadContext) -> tuple[str, list]:
     level = state.get("level", 0)
     if state.get("phase", "init") == "init":
         return "generate", load_prompt("atad/teacher_generate").render(
-            **base, difficulty=level_name(ctx, level), feedback=state.get("feedback") or "(first attempt)")
+            **base, difficulty=level_name(ctx, level), feedback=state.get("feedback") or "(first attempt)"
+        )
     previous = render_with_answer(task, state["current"])
     if not state.get("attempts"):
         esc = state.get("escalation") or {}
         suggestions = "; ".join(esc.get("suggestions") or []) or "(none)"
         return "escalate", load_prompt("atad/teacher_escalate").render(
-            **base, previous=previous, from_level=level_name(ctx, state.get("current_level", 0)),
-            level=level_name(ctx, level), analysis=esc.get("analysis") or "(none)", suggestions=suggestions,
-            increase=esc.get("increase") or "(none)")
+            **base,
+            previous=previous,
+            from_level=level_name(ctx, state.get("current_level", 0)),
+            level=level_name(ctx, level),
+            analysis=esc.get("analysis") or "(none)",
+            suggestions=suggestions,
+            increase=esc.get("increase") or "(none)",
+        )
     rejected = state.get("candidate")
     return "retry", load_prompt("atad/teacher_retry").render(
-        **base, previous=previous, level=level_name(ctx, level),
-        rejected=render_with_answer(task, rejected) if rejected and not state.get("candidate_unusable")
+        **base,
+        previous=previous,
+        level=level_name(ctx, level),
+        rejected=render_with_answer(task, rejected)
+        if rejected and not state.get("candidate_unusable")
         else "(your reply could not be read as a problem)",
-        feedback=state.get("feedback") or "(none)")
+        feedback=state.get("feedback") or "(none)",
+    )
 
 
 def generate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
@@ -48,8 +58,11 @@ def generate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
     ctx = runtime.context
     kind, messages = _messages(state, ctx)
     schema = PROBLEM_SCHEMAS[state["task"]]
-    update: dict[str, Any] = {"attempts": state.get("attempts", 0) + 1, "teacher_error": None,
-                              "candidate_unusable": False}
+    update: dict[str, Any] = {
+        "attempts": state.get("attempts", 0) + 1,
+        "teacher_error": None,
+        "candidate_unusable": False,
+    }
     try:
         problem = services_of(ctx).llm("teacher").structured(schema, messages, step=f"teacher:{kind}")
         update["candidate"] = normalize(state["task"], problem.model_dump())

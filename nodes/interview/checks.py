@@ -28,6 +28,7 @@ REDACTED = "[withheld]"
 
 # -- numbers and final answers ---------------------------------------------------------------------
 
+
 def parse_number(text: str) -> float | None:
     """A number written as ``18``, ``$1,200``, ``7.5``, ``3/4`` or ``40%`` (``None`` if it is none of these)."""
     s = str(text or "").strip().rstrip(".").replace("$", "").replace(",", "").replace(" ", "")
@@ -113,6 +114,7 @@ def check_math_answer(response: str, reference: str) -> dict[str, Any]:
 
 # -- answer leaks in feedback --------------------------------------------------------------------
 
+
 def _norm_words(text: str) -> list[str]:
     return _WORD.findall(str(text or "").lower())
 
@@ -135,10 +137,10 @@ def leak_spans(feedback: str, reference_answer: str) -> list[tuple[int, int]]:
         return []
     n = len(words) if len(words) <= 12 else 8
     spans: list[tuple[int, int]] = []
-    grams = {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
     tokens = [(m.group(0), m.span()) for m in _WORD.finditer(feedback.lower())]
     for i in range(len(tokens) - n + 1):
-        if tuple(t for t, _ in tokens[i:i + n]) in grams:
+        if tuple(t for t, _ in tokens[i : i + n]) in grams:
             spans.append((tokens[i][1][0], tokens[i + n - 1][1][1]))
     return spans
 
@@ -169,11 +171,15 @@ def repeats_previous(feedback: str, previous: list[str]) -> bool:
 
 # -- normalising labels -------------------------------------------------------------------------
 
+
 def error_type(value: str) -> str:
     """One of Concept / Misinterpret / Calculation / N/A from a grader's free label."""
     v = str(value or "").strip().lower()
-    for name, keys in (("Concept", ("concept",)), ("Misinterpret", ("misinterp", "misunder", "interpret")),
-                       ("Calculation", ("calcul", "arithmetic", "comput"))):
+    for name, keys in (
+        ("Concept", ("concept",)),
+        ("Misinterpret", ("misinterp", "misunder", "interpret")),
+        ("Calculation", ("calcul", "arithmetic", "comput")),
+    ):
         if any(k in v for k in keys):
             return name
     return "N/A"
@@ -189,6 +195,7 @@ def feedback_kind(value: str) -> str:
 
 # -- long-form facts ----------------------------------------------------------------------------
 
+
 def precision(facts: list[dict[str, Any]]) -> float:
     """Factual precision: supported facts / all facts (0 when the answer states nothing)."""
     return sum(1 for f in facts if f.get("supported")) / len(facts) if facts else 0.0
@@ -203,6 +210,7 @@ def factual_status(facts: list[dict[str, Any]], complete: bool) -> str:
 
 
 # -- follow-up type (Table 1) -------------------------------------------------------------------
+
 
 def followup_type(task: str, solved: bool, rng: random.Random) -> str:
     """The Table 1 follow-up type for a session outcome.

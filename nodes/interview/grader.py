@@ -24,7 +24,8 @@ session stops there like at any ungraded answer (resume asks the jury again).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -40,8 +41,10 @@ from dyneval.state.verdicts import is_ungraded, outcome
 
 
 def _facts_text(facts: list[dict[str, Any]]) -> str:
-    return "\n".join(f"- [{'supported' if f.get('supported') else 'unsupported'}] {f.get('fact', '')}"
-                     for f in facts) or "(none)"
+    return (
+        "\n".join(f"- [{'supported' if f.get('supported') else 'unsupported'}] {f.get('fact', '')}" for f in facts)
+        or "(none)"
+    )
 
 
 def _verdict(correct: bool | None, score: float | None, **fields: Any) -> dict[str, Any]:
@@ -50,17 +53,33 @@ def _verdict(correct: bool | None, score: float | None, **fields: Any) -> dict[s
 
 def ungraded(exc: ModelError, words: int, **fields: Any) -> dict[str, Any]:
     """The record of an answer the grader could not grade (never counted for or against the target)."""
-    return _verdict(None, None, error_type="N/A", graded_by="ungraded", words=words,
-                    reason=f"ungraded: the grader gave no usable verdict: {exc}"[:600], **fields)
+    return _verdict(
+        None,
+        None,
+        error_type="N/A",
+        graded_by="ungraded",
+        words=words,
+        reason=f"ungraded: the grader gave no usable verdict: {exc}"[:600],
+        **fields,
+    )
 
 
 def _empty(words: int) -> dict[str, Any]:
     return _verdict(False, 0.0, error_type="N/A", graded_by="code", words=words, reason="empty answer")
 
 
-def grade_response(svc: Services, seed: dict[str, Any], question: str, explanation: str, response: str, *,
-                   previous_facts: list[dict[str, Any]] | None = None, feedback: str = "",
-                   step: str = "grade", grader: RoleLLM | None = None) -> dict[str, Any]:
+def grade_response(
+    svc: Services,
+    seed: dict[str, Any],
+    question: str,
+    explanation: str,
+    response: str,
+    *,
+    previous_facts: list[dict[str, Any]] | None = None,
+    feedback: str = "",
+    step: str = "grade",
+    grader: RoleLLM | None = None,
+) -> dict[str, Any]:
     """Grade one answer to a seed question: ``verdict``, ``correct``, ``score``, ``error_type``, ``reason``,
     ``graded_by``. ``grader`` replaces the grader role's model (a judge-check jury member)."""
     task = seed.get("task", "generic")
@@ -73,13 +92,21 @@ def grade_response(svc: Services, seed: dict[str, Any], question: str, explanati
     if task == "math":
         check = checks.check_math_answer(response, seed.get("answer", ""))
         messages = load_prompt("interview/grader_math").render(
-            question=question, explanation=explanation or "none (no value was hidden)",
-            solution=seed.get("solution") or "(none)", answer=seed.get("answer") or "(none)", response=response)
+            question=question,
+            explanation=explanation or "none (no value was hidden)",
+            solution=seed.get("solution") or "(none)",
+            answer=seed.get("answer") or "(none)",
+            response=response,
+        )
     else:
         check = {"match": None}
         messages = load_prompt("interview/grader_generic").render(
-            task=task, question=question, solution=seed.get("solution") or "(none)",
-            answer=seed.get("answer") or "(none)", response=response)
+            task=task,
+            question=question,
+            solution=seed.get("solution") or "(none)",
+            answer=seed.get("answer") or "(none)",
+            response=response,
+        )
     try:
         g = grader.structured(Grade, messages, step=step)
     except ModelError as exc:
@@ -94,20 +121,31 @@ def grade_response(svc: Services, seed: dict[str, Any], question: str, explanati
             reason = f"final answer {check.get('extracted')!r} differs from the reference. {reason}"
     if correct:
         err = "N/A"
-    return _verdict(correct, 1.0 if correct else 0.0, error_type=err, reason=reason, graded_by=graded_by,
-                    check=check, words=words)
+    return _verdict(
+        correct, 1.0 if correct else 0.0, error_type=err, reason=reason, graded_by=graded_by, check=check, words=words
+    )
 
 
-def _grade_factual(grader: Any, seed: dict[str, Any], question: str, response: str,
-                   previous_facts: list[dict[str, Any]] | None, feedback: str, step: str) -> dict[str, Any]:
+def _grade_factual(
+    grader: Any,
+    seed: dict[str, Any],
+    question: str,
+    response: str,
+    previous_facts: list[dict[str, Any]] | None,
+    feedback: str,
+    step: str,
+) -> dict[str, Any]:
     solution = seed.get("solution") or seed.get("answer") or ""
     if previous_facts:
         messages = load_prompt("interview/grader_facts_update").render(
-            question=question, solution=solution, feedback=feedback or "(none)",
-            previous_facts=_facts_text(previous_facts), correction=response)
+            question=question,
+            solution=solution,
+            feedback=feedback or "(none)",
+            previous_facts=_facts_text(previous_facts),
+            correction=response,
+        )
     else:
-        messages = load_prompt("interview/grader_facts").render(question=question, solution=solution,
-                                                                response=response)
+        messages = load_prompt("interview/grader_facts").render(question=question, solution=solution, response=response)
     try:
         out = grader.structured(FactGrade, messages, step=step)
     except ModelError as exc:
@@ -118,33 +156,53 @@ def _grade_factual(grader: Any, seed: dict[str, Any], question: str, response: s
     p = checks.precision(facts)
     unsupported = [f["fact"] for f in facts if not f["supported"]]
     reason = f"{sum(f['supported'] for f in facts)}/{len(facts)} facts supported; " + (
-        "covers the main points" if complete else "misses main points")
-    return _verdict(status == "complete", round(p, 4),
-                    error_type="N/A" if status == "complete" else ("Concept" if unsupported else "N/A"),
-                    reason=reason, graded_by="grader", facts=facts, complete=complete, status=status)
+        "covers the main points" if complete else "misses main points"
+    )
+    return _verdict(
+        status == "complete",
+        round(p, 4),
+        error_type="N/A" if status == "complete" else ("Concept" if unsupported else "N/A"),
+        reason=reason,
+        graded_by="grader",
+        facts=facts,
+        complete=complete,
+        status=status,
+    )
 
 
-def grade_followup(svc: Services, seed: dict[str, Any], cur: dict[str, Any], response: str, *,
-                   grader: RoleLLM | None = None) -> dict[str, Any]:
+def grade_followup(
+    svc: Services, seed: dict[str, Any], cur: dict[str, Any], response: str, *, grader: RoleLLM | None = None
+) -> dict[str, Any]:
     """Grade a follow-up answer against the interviewer's expected answer (section 3.2); ``grader``: see
     :func:`grade_response`."""
     words = len(str(response or "").split())
     if not str(response or "").strip():
         return _empty(words)
     messages = load_prompt("interview/grader_followup").render(
-        followup_type=cur.get("type", ""), seed_question=seed.get("question", ""),
-        solution=seed.get("solution") or seed.get("answer") or "(none)", question=cur["text"],
-        expected=cur.get("expected") or "(not given)", response=response)
+        followup_type=cur.get("type", ""),
+        seed_question=seed.get("question", ""),
+        solution=seed.get("solution") or seed.get("answer") or "(none)",
+        question=cur["text"],
+        expected=cur.get("expected") or "(not given)",
+        response=response,
+    )
     try:
         g = (grader or svc.llm("grader")).structured(FollowUpGrade, messages, step=f"grade:q{cur['q']}")
     except ModelError as exc:
         return ungraded(exc, words)
-    return _verdict(bool(g.correct), 1.0 if g.correct else 0.0, error_type="N/A", reason=g.reason.strip(),
-                    graded_by="grader", words=words)
+    return _verdict(
+        bool(g.correct),
+        1.0 if g.correct else 0.0,
+        error_type="N/A",
+        reason=g.reason.strip(),
+        graded_by="grader",
+        words=words,
+    )
 
 
-def by_jury(svc: Services, jury: list[str] | None, grade_one: Callable[[RoleLLM | None], dict[str, Any]]
-            ) -> dict[str, Any]:
+def by_jury(
+    svc: Services, jury: list[str] | None, grade_one: Callable[[RoleLLM | None], dict[str, Any]]
+) -> dict[str, Any]:
     """``grade_one`` by the grader role, or by each ``jury`` model (``--judge-jury``) combined by majority vote
     (:func:`state.judgecheck.jury_vote`): the majority member's record, its reason prefixed with the tally; a
     vote without a majority is ungraded with ``graded_by`` ``split``; no graded member: the first one's
@@ -153,8 +211,15 @@ def by_jury(svc: Services, jury: list[str] | None, grade_one: Callable[[RoleLLM 
         return grade_one(None)
     vote, keep, tally = jury_vote([grade_one(svc.model(ref, role="grader")) for ref in jury])
     if vote == SPLIT:
-        return _verdict(None, None, error_type="N/A", graded_by="split", words=keep.get("words", 0),
-                        reason=f"split: the grader jury has no majority ({tally})", jury=tally)
+        return _verdict(
+            None,
+            None,
+            error_type="N/A",
+            graded_by="split",
+            words=keep.get("words", 0),
+            reason=f"split: the grader jury has no majority ({tally})",
+            jury=tally,
+        )
     return {**keep, "reason": f"jury ({tally}): {keep['reason']}"[:600], "jury": tally}
 
 
@@ -182,22 +247,48 @@ def grade(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[str
     else:
         previous = [i for i in state.get("interactions", []) if i["q"] == cur["q"] and i.get("facts")]
         fb = [f["text"] for f in state.get("feedbacks", []) if f["q"] == cur["q"]]
-        result = by_jury(svc, ctx.judge_jury, lambda g: grade_response(
-            svc, seed, cur["text"], state.get("modification", {}).get("explanation", ""), response,
-            previous_facts=previous[-1]["facts"] if previous else None, feedback=fb[-1] if fb else "", step=step,
-            grader=g))
-    record = {"q": cur["q"], "kind": cur["kind"], "type": cur.get("type", "seed"), "attempt": cur["attempt"],
-              "answer": response, **result}
-    turn = {"speaker": "grader", "kind": "grade", "q": cur["q"], "attempt": cur["attempt"],
-            "text": f"{verdict_text(result)}: {result['reason']}"[:600]}
+        result = by_jury(
+            svc,
+            ctx.judge_jury,
+            lambda g: grade_response(
+                svc,
+                seed,
+                cur["text"],
+                state.get("modification", {}).get("explanation", ""),
+                response,
+                previous_facts=previous[-1]["facts"] if previous else None,
+                feedback=fb[-1] if fb else "",
+                step=step,
+                grader=g,
+            ),
+        )
+    record = {
+        "q": cur["q"],
+        "kind": cur["kind"],
+        "type": cur.get("type", "seed"),
+        "attempt": cur["attempt"],
+        "answer": response,
+        **result,
+    }
+    turn = {
+        "speaker": "grader",
+        "kind": "grade",
+        "q": cur["q"],
+        "attempt": cur["attempt"],
+        "text": f"{verdict_text(result)}: {result['reason']}"[:600],
+    }
     update: dict[str, Any] = {"last_grade": record, "interactions": [record], "transcript": [turn]}
     if is_ungraded(result):
         split = " (the grader jury split)" if result.get("graded_by") == "split" else ""
-        why = (f"session stopped at question {cur['q']} try {cur['attempt']}: the answer is ungraded{split} "
-               f"(resume re-judges it)")
+        why = (
+            f"session stopped at question {cur['q']} try {cur['attempt']}: the answer is ungraded{split} "
+            f"(resume re-judges it)"
+        )
         update["stopped"] = why
-        update["transcript"] = [turn, {"speaker": "system", "kind": "note", "q": cur["q"],
-                                       "attempt": cur["attempt"], "text": why}]
+        update["transcript"] = [
+            turn,
+            {"speaker": "system", "kind": "note", "q": cur["q"], "attempt": cur["attempt"], "text": why},
+        ]
     elif cur["kind"] == "seed" and (result["correct"] or cur["attempt"] > ctx.max_retries):
         update["seed_solved"] = bool(result["correct"])
         update["seed_error_type"] = result["error_type"]
@@ -214,11 +305,17 @@ def single_turn_judge(state: InterviewState, runtime: Runtime[InterviewContext])
     seed = state["seed"]
     response = answer_single_turn(ctx, seed.get("task", "generic"), seed["question"])
     svc = services_of(ctx)
-    result = by_jury(svc, ctx.judge_jury,
-                     lambda g: grade_response(svc, seed, seed["question"], "", response, step="single_turn:grade",
-                                              grader=g))
+    result = by_jury(
+        svc,
+        ctx.judge_jury,
+        lambda g: grade_response(svc, seed, seed["question"], "", response, step="single_turn:grade", grader=g),
+    )
     result.pop("check", None)
-    note = {"speaker": "system", "kind": "note", "q": 0, "attempt": 0,
-            "text": f"single-turn judge on the unmodified question: {verdict_text(result)} "
-                    f"(score {result['score']})"}
+    note = {
+        "speaker": "system",
+        "kind": "note",
+        "q": 0,
+        "attempt": 0,
+        "text": f"single-turn judge on the unmodified question: {verdict_text(result)} (score {result['score']})",
+    }
     return {"single_turn": {"answer": response, **result}, "transcript": [note]}

@@ -51,11 +51,15 @@ def answer(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[st
     cur = state["current"]
     if ctx.interviewee == "human":
         pending = [t for t in state.get("transcript", []) if t.get("speaker") == "interviewer"]
-        value = interrupt({
-            "question": interviewer_message(pending[-1]) if pending else cur["text"],
-            "kind": cur["kind"], "q": cur["q"], "attempt": cur["attempt"],
-            "hint": "reply with your answer (a string, or {'answer': ...})",
-        })
+        value = interrupt(
+            {
+                "question": interviewer_message(pending[-1]) if pending else cur["text"],
+                "kind": cur["kind"],
+                "q": cur["q"],
+                "attempt": cur["attempt"],
+                "hint": "reply with your answer (a string, or {'answer': ...})",
+            }
+        )
         text = value.get("answer", "") if isinstance(value, dict) else str(value if value is not None else "")
     else:
         svc = services_of(ctx)

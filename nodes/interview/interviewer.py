@@ -17,7 +17,7 @@ from dyneval.nodes.interview import checks
 from dyneval.prompts import load_prompt
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import ModelError
-from dyneval.state.interview import FollowUp, Feedback, InterviewContext, InterviewState, ModifiedQuestion
+from dyneval.state.interview import Feedback, FollowUp, InterviewContext, InterviewState, ModifiedQuestion
 
 INTERVIEWER = "evaluator"
 
@@ -71,8 +71,11 @@ def modify_question(state: InterviewState, runtime: Runtime[InterviewContext]) -
     question = seed["question"]
     if strategy != "none":
         prompt = f"interview/interviewer_modify_{strategy}"
-        values = {"question": seed["question"], "solution": seed.get("solution") or "(none)",
-                  "answer": seed.get("answer") or "(none)"}
+        values = {
+            "question": seed["question"],
+            "solution": seed.get("solution") or "(none)",
+            "answer": seed.get("answer") or "(none)",
+        }
         prompt_obj = load_prompt(prompt)
         messages = prompt_obj.render(**{k: v for k, v in values.items() if k in prompt_obj.variables})
         try:
@@ -85,16 +88,24 @@ def modify_question(state: InterviewState, runtime: Runtime[InterviewContext]) -
                 info.update(status="modified", explanation=out.explanation.strip())
         except ModelError as exc:
             info.update(status="failed", reason=str(exc))
-    note = (f"question modification: {strategy} -> {info['status']}"
-            + (f" ({info.get('reason')})" if info.get("reason") else "")
-            + (f"; note: {info['explanation']}" if info["explanation"] else ""))
-    turns = [{"speaker": "system", "kind": "note", "q": 0, "attempt": 0, "text": note[:800]},
-             {"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1, "text": question}]
-    return {"modification": info, "transcript": turns,
-            "current": {"q": 0, "kind": "seed", "type": "seed", "text": question, "expected": "", "attempt": 1}}
+    note = (
+        f"question modification: {strategy} -> {info['status']}"
+        + (f" ({info.get('reason')})" if info.get("reason") else "")
+        + (f"; note: {info['explanation']}" if info["explanation"] else "")
+    )
+    turns = [
+        {"speaker": "system", "kind": "note", "q": 0, "attempt": 0, "text": note[:800]},
+        {"speaker": "interviewer", "kind": "question", "q": 0, "attempt": 1, "text": question},
+    ]
+    return {
+        "modification": info,
+        "transcript": turns,
+        "current": {"q": 0, "kind": "seed", "type": "seed", "text": question, "expected": "", "attempt": 1},
+    }
 
 
 # -- feedback ----------------------------------------------------------------------------------
+
 
 def _feedback_messages(state: InterviewState, level: int, previous: list[str]) -> tuple[str, list]:
     """(prompt name, messages) of the feedback generator for the current question."""
@@ -104,22 +115,42 @@ def _feedback_messages(state: InterviewState, level: int, previous: list[str]) -
     response = state.get("last_answer", "")
     if cur["kind"] == "seed" and task == "math":
         return "math", load_prompt("interview/interviewer_feedback_math").render(
-            question=cur["text"], explanation=state.get("modification", {}).get("explanation") or "(none)",
-            solution=seed.get("solution") or "(none)", answer=seed.get("answer") or "(none)",
-            evaluation=f"{grade['error_type']}: {grade['reason']}", previous_feedback=prev, response=response,
-            level=str(level))
+            question=cur["text"],
+            explanation=state.get("modification", {}).get("explanation") or "(none)",
+            solution=seed.get("solution") or "(none)",
+            answer=seed.get("answer") or "(none)",
+            evaluation=f"{grade['error_type']}: {grade['reason']}",
+            previous_feedback=prev,
+            response=response,
+            level=str(level),
+        )
     if cur["kind"] == "seed" and task == "factual":
-        facts = "\n".join(f"- [{'supported' if f['supported'] else 'unsupported'}] {f['fact']}"
-                          for f in grade.get("facts", [])) or grade["reason"]
+        facts = (
+            "\n".join(
+                f"- [{'supported' if f['supported'] else 'unsupported'}] {f['fact']}" for f in grade.get("facts", [])
+            )
+            or grade["reason"]
+        )
         return "factual", load_prompt("interview/interviewer_feedback_factual").render(
-            question=cur["text"], solution=seed.get("solution") or "(none)", status=grade.get("status", ""),
-            evaluation=facts, previous_feedback=prev, response=response, level=str(level))
+            question=cur["text"],
+            solution=seed.get("solution") or "(none)",
+            status=grade.get("status", ""),
+            evaluation=facts,
+            previous_feedback=prev,
+            response=response,
+            level=str(level),
+        )
     answer = cur.get("expected") if cur["kind"] == "followup" else seed.get("answer")
     return "generic", load_prompt("interview/interviewer_feedback_generic").render(
-        task=task if cur["kind"] == "seed" else f"follow-up ({cur.get('type')})", question=cur["text"],
-        solution=seed.get("solution") or "(none)", answer=answer or "(none)",
-        evaluation=f"{grade['error_type']}: {grade['reason']}", previous_feedback=prev, response=response,
-        level=str(level))
+        task=task if cur["kind"] == "seed" else f"follow-up ({cur.get('type')})",
+        question=cur["text"],
+        solution=seed.get("solution") or "(none)",
+        answer=answer or "(none)",
+        evaluation=f"{grade['error_type']}: {grade['reason']}",
+        previous_feedback=prev,
+        response=response,
+        level=str(level),
+    )
 
 
 def reference_for_leaks(state: InterviewState) -> str:
@@ -142,8 +173,15 @@ def give_feedback(state: InterviewState, runtime: Runtime[InterviewContext]) -> 
     previous = [f["text"] for f in state.get("feedbacks", []) if f["q"] == cur["q"]]
     level = len(previous) + 1
     reference = reference_for_leaks(state)
-    record: dict[str, Any] = {"q": cur["q"], "attempt": cur["attempt"], "level": level, "leaked": False,
-                              "regenerated": False, "redacted": False, "repeated": False}
+    record: dict[str, Any] = {
+        "q": cur["q"],
+        "attempt": cur["attempt"],
+        "level": level,
+        "leaked": False,
+        "regenerated": False,
+        "redacted": False,
+        "repeated": False,
+    }
     if not ctx.feedback:
         text = str(load_prompt("interview/interviewee_plain_retry").render()[0].content).strip()
         record.update(source="plain", kind="none")
@@ -166,9 +204,13 @@ def give_feedback(state: InterviewState, runtime: Runtime[InterviewContext]) -> 
             if not text:
                 raise ModelError("empty feedback")
         except ModelError as exc:
-            text = str(load_prompt("interview/interviewer_feedback_fallback").render(
-                level=str(level), error_type=grade.get("error_type", "N/A"),
-                reason=grade.get("reason", "")[:300])[0].content).strip()
+            text = str(
+                load_prompt("interview/interviewer_feedback_fallback")
+                .render(
+                    level=str(level), error_type=grade.get("error_type", "N/A"), reason=grade.get("reason", "")[:300]
+                )[0]
+                .content
+            ).strip()
             kind, source = "error_identification", "fallback"
             record["fallback_reason"] = str(exc)[:300]
         if checks.leaks_answer(text, reference):
@@ -181,6 +223,7 @@ def give_feedback(state: InterviewState, runtime: Runtime[InterviewContext]) -> 
 
 
 # -- follow-up questions -------------------------------------------------------------------------
+
 
 def _history(state: InterviewState, q: int) -> str:
     lines = []
@@ -203,24 +246,52 @@ def ask_followup(state: InterviewState, runtime: Runtime[InterviewContext]) -> d
     asked_text = "\n".join(f"- {a}" for a in asked) or "(none)"
     seed_answers = [i for i in state.get("interactions", []) if i["q"] == 0]
     last_seed_answer = seed_answers[-1]["answer"] if seed_answers else ""
-    question0 = next((t["text"] for t in state.get("transcript", [])
-                      if t.get("q") == 0 and t.get("kind") == "question"), seed["question"])
+    question0 = next(
+        (t["text"] for t in state.get("transcript", []) if t.get("q") == 0 and t.get("kind") == "question"),
+        seed["question"],
+    )
     solution = seed.get("solution") or "(none)"
     if ftype == "rationale":
-        name, values = "rationale", dict(question=question0, answer=seed.get("answer") or "(none)",
-                                         solution=solution, response=last_seed_answer, asked=asked_text)
+        name, values = (
+            "rationale",
+            dict(
+                question=question0,
+                answer=seed.get("answer") or "(none)",
+                solution=solution,
+                response=last_seed_answer,
+                asked=asked_text,
+            ),
+        )
     elif ftype == "clarification":
-        name, values = "clarification", dict(question=question0, answer=seed.get("answer") or "(none)",
-                                             solution=solution, history=_history(state, 0),
-                                             error_type=state.get("seed_error_type") or "N/A", asked=asked_text)
+        name, values = (
+            "clarification",
+            dict(
+                question=question0,
+                answer=seed.get("answer") or "(none)",
+                solution=solution,
+                history=_history(state, 0),
+                error_type=state.get("seed_error_type") or "N/A",
+                asked=asked_text,
+            ),
+        )
     elif ftype == "additional_facts":
         facts = seed_answers[-1].get("facts", []) if seed_answers else []
         unsupported = "\n".join(f"- {f['fact']}" for f in facts if not f["supported"]) or "(none listed)"
-        name, values = "facts", dict(question=question0, solution=solution, response=last_seed_answer,
-                                     unsupported=unsupported, asked=asked_text)
+        name, values = (
+            "facts",
+            dict(
+                question=question0,
+                solution=solution,
+                response=last_seed_answer,
+                unsupported=unsupported,
+                asked=asked_text,
+            ),
+        )
     else:
-        name, values = "instruction", dict(question=question0, response=last_seed_answer, followup_type=ftype,
-                                           asked=asked_text)
+        name, values = (
+            "instruction",
+            dict(question=question0, response=last_seed_answer, followup_type=ftype, asked=asked_text),
+        )
     messages = load_prompt(f"interview/interviewer_followup_{name}").render(**values)
     entry: dict[str, Any] = {"q": q, "type": ftype, "seed_solved": solved}
     try:
@@ -233,23 +304,39 @@ def ask_followup(state: InterviewState, runtime: Runtime[InterviewContext]) -> d
         entry.update(status="asked", question=text, expected=out.answer.strip())
     except ModelError as exc:
         entry.update(status="failed", reason=str(exc)[:300])
-        note = {"speaker": "system", "kind": "note", "q": q, "attempt": 0,
-                "text": f"follow-up ({ftype}) could not be generated: {str(exc)[:200]}"}
+        note = {
+            "speaker": "system",
+            "kind": "note",
+            "q": q,
+            "attempt": 0,
+            "text": f"follow-up ({ftype}) could not be generated: {str(exc)[:200]}",
+        }
         return {"followups": [entry], "transcript": [note]}
     turn = {"speaker": "interviewer", "kind": "follow-up", "q": q, "attempt": 1, "text": text}
-    return {"followups": [entry], "transcript": [turn],
-            "current": {"q": q, "kind": "followup", "type": ftype, "text": text, "expected": entry["expected"],
-                        "attempt": 1}}
+    return {
+        "followups": [entry],
+        "transcript": [turn],
+        "current": {
+            "q": q,
+            "kind": "followup",
+            "type": ftype,
+            "text": text,
+            "expected": entry["expected"],
+            "attempt": 1,
+        },
+    }
 
 
 # -- session summary ---------------------------------------------------------------------------
+
 
 def transcript_text(transcript: list[dict[str, Any]], limit: int = 900) -> str:
     """The transcript as readable lines (also used in the report)."""
     lines = []
     for t in transcript:
         who = {"interviewer": "Interviewer", "interviewee": "Interviewee", "grader": "Grader"}.get(
-            t.get("speaker", ""), "Note")
+            t.get("speaker", ""), "Note"
+        )
         text = str(t.get("text", ""))
         if limit and len(text) > limit:
             text = text[:limit] + " ..."
@@ -272,8 +359,10 @@ def code_summary(state: InterviewState) -> str:
     fb = len([f for f in state.get("feedbacks", []) if f["q"] == 0])
     parts = [head, f"Received {fb} feedback message(s)."]
     if fups:
-        parts.append(f"Answered {sum(1 for i in fups if i['correct'])}/{len(fups)} follow-up answer(s) correctly "
-                     f"({', '.join(sorted({i['type'] for i in fups}))}).")
+        parts.append(
+            f"Answered {sum(1 for i in fups if i['correct'])}/{len(fups)} follow-up answer(s) correctly "
+            f"({', '.join(sorted({i['type'] for i in fups}))})."
+        )
     return " ".join(parts)
 
 
@@ -283,7 +372,8 @@ def summarize_session(state: InterviewState, runtime: Runtime[InterviewContext])
     if not ctx.summarize:
         return {"session_summary": code_summary(state), "summary_source": "code"}
     messages = load_prompt("interview/interviewer_session_summary").render(
-        transcript=transcript_text(state.get("transcript", []), limit=600))
+        transcript=transcript_text(state.get("transcript", []), limit=600)
+    )
     text = services_of(ctx).llm(INTERVIEWER).text(messages, step="summary").strip()
     if not text:
         return {"session_summary": code_summary(state), "summary_source": "code (empty LLM summary)"}

@@ -42,12 +42,16 @@ def ability(state: JudgeAgentState) -> irt.Ability:
     """EAP ability from the graded base answers on calibrated questions (ungraded answers are no response)."""
     items = state.get("irt") or {}
     graded = [b for b in state.get("base", []) if b["id"] in items and not is_ungraded(b)]
-    return irt.eap([items[b["id"]][0] for b in graded], [items[b["id"]][1] for b in graded],
-                   [int(bool(b["correct"])) for b in graded])
+    return irt.eap(
+        [items[b["id"]][0] for b in graded],
+        [items[b["id"]][1] for b in graded],
+        [int(bool(b["correct"])) for b in graded],
+    )
 
 
-def expected_average(control: DifficultyControl, theta: float, questions: list[BaseQuestion],
-                     items: dict[str, list[float]]) -> tuple[float, int]:
+def expected_average(
+    control: DifficultyControl, theta: float, questions: list[BaseQuestion], items: dict[str, list[float]]
+) -> tuple[float, int]:
     """``(sum c(d_i) P_i(theta), n)``: the Appendix B score sum and count the target is expected to reach on
     ``questions`` (the pool's calibrated ones), to go into ``DECIDE_DIFFICULTY`` in place of ``sc_B``.
 
@@ -76,11 +80,10 @@ def select_base(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> 
         ids = [q["id"] for q in state["batch"] if q["id"] in items]
         a, b = _params(items, ids)
         rng = irt.seeded_rng(seed_for(ctx.seed, "irt", len(asked)))
-        k = irt.select_item(now.theta, a, b, np.array([i not in asked for i in ids], bool), rng,
-                            k=ctx.irt_exposure_k)
+        k = irt.select_item(now.theta, a, b, np.array([i not in asked for i in ids], bool), rng, k=ctx.irt_exposure_k)
         if k is not None:
             pick = ids[k]
-            entry.update(chose=pick, information=float(irt.information(now.theta, a[k:k + 1], b[k:k + 1])[0]))
+            entry.update(chose=pick, information=float(irt.information(now.theta, a[k : k + 1], b[k : k + 1])[0]))
     return {"pick": pick, "irt_trace": [*state.get("irt_trace", []), entry]}
 
 
@@ -119,15 +122,32 @@ def close_grading(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -
     a, b = _params(items, [q.id for q in calibrated])
     nxt = level(exp_total, n_cal)
     summary = {
-        "theta": now.theta, "se": now.se, "responses": now.n, "asked": [x["id"] for x in base],
-        "pool": len(pool), "calibrated": n_cal, "not_asked": len(pool) - len(base),
+        "theta": now.theta,
+        "se": now.se,
+        "responses": now.n,
+        "asked": [x["id"] for x in base],
+        "pool": len(pool),
+        "calibrated": n_cal,
+        "not_asked": len(pool) - len(base),
         "observed_avg": score / answered if answered else None,
         "expected_avg": exp_total / n_cal if n_cal else None,
         "expected_accuracy": float(irt.probability(now.theta, a, b).mean()) if n_cal else None,
         "first_difficulty": nxt,
         "difficulty_interval": [level_at(now.theta - irt.Z95 * now.se), level_at(now.theta + irt.Z95 * now.se)],
     }
-    return {"batch": [pool[x["id"]].model_dump() for x in base], "score": score, "answered": answered,
-            "difficulty": nxt, "ability": summary,
-            "trajectory": [{"after": "base", "avg": summary["observed_avg"], "next": nxt,
-                            "ungraded": len(base) - answered, "irt_avg": summary["expected_avg"]}]}
+    return {
+        "batch": [pool[x["id"]].model_dump() for x in base],
+        "score": score,
+        "answered": answered,
+        "difficulty": nxt,
+        "ability": summary,
+        "trajectory": [
+            {
+                "after": "base",
+                "avg": summary["observed_avg"],
+                "next": nxt,
+                "ungraded": len(base) - answered,
+                "irt_avg": summary["expected_avg"],
+            }
+        ],
+    }

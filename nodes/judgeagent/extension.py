@@ -21,15 +21,15 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.judgeagent.common import clip
+from dyneval.nodes.judgeagent.grading import next_difficulty
+from dyneval.nodes.judgeagent.judging import judge_free
+from dyneval.nodes.judgeagent.knowledge import keyword_entities
 from dyneval.prompts import load_prompt
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import ExtendedQuestion, JudgeAgentContext, JudgeAgentState
 from dyneval.stores.choices import normalize_answer
-from dyneval.nodes.judgeagent.common import clip
-from dyneval.nodes.judgeagent.grading import next_difficulty
-from dyneval.nodes.judgeagent.judging import judge_free
-from dyneval.nodes.judgeagent.knowledge import keyword_entities
 
 MAX_ANSWER_CHARS = 160
 MAX_CONTEXT_CHARS = 2400
@@ -47,7 +47,8 @@ def generate_question(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext
     difficulty = state["difficulty"]
     context = clip(path["text"], MAX_CONTEXT_CHARS)
     messages = load_prompt("judgeagent/evaluator_generate_question").render(
-        difficulty=difficulty, entity=focus_entities(path), context=context)
+        difficulty=difficulty, entity=focus_entities(path), context=context
+    )
     try:
         out = svc.llm("evaluator").structured(ExtendedQuestion, messages, step="generate_question")
     except ModelError as exc:
@@ -69,8 +70,9 @@ def ask_target(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> d
     if gen.get("status") != "ok":
         return {}
     svc = services_of(runtime.context)
-    reply = svc.llm("target").text(load_prompt("judgeagent/target_answer_phrase").render(question=gen["question"]),
-                                   step="extended_answer")
+    reply = svc.llm("target").text(
+        load_prompt("judgeagent/target_answer_phrase").render(question=gen["question"]), step="extended_answer"
+    )
     return {"generated": {**gen, "reply": reply}}
 
 
@@ -84,24 +86,31 @@ def estimate_capability(state: JudgeAgentState, runtime: Runtime[JudgeAgentConte
     difficulty = state["difficulty"]
     score, answered = state["score"], state["answered"]
     record: dict[str, Any] = {
-        "round": k, "difficulty": difficulty, "status": gen.get("status"),
+        "round": k,
+        "difficulty": difficulty,
+        "status": gen.get("status"),
         "path": {key: path.get(key) for key in ("mode", "seed_entity", "entities", "chunks", "truncated")},
         "context": clip(path.get("text", ""), 1500),
     }
     graded = False
     if gen.get("status") == "ok":
-        verdict = judge_free(svc, gen["question"], gen["answer"], gen.get("reply", ""), step="extended_judge",
-                             jury=ctx.judge_jury)
+        verdict = judge_free(
+            svc, gen["question"], gen["answer"], gen.get("reply", ""), step="extended_judge", jury=ctx.judge_jury
+        )
         graded = verdict["verdict"] != "ungraded"
         gain = ctx.control().gain(difficulty) if verdict["correct"] else 0.0
         score, answered = score + gain, answered + int(graded)
-        record.update(question=gen["question"], answer=gen["answer"], reply=gen.get("reply", ""), gain=gain,
-                      **verdict)
+        record.update(question=gen["question"], answer=gen["answer"], reply=gen.get("reply", ""), gain=gain, **verdict)
     else:
         record["reason"] = gen.get("reason")
     nxt = next_difficulty(ctx, score, answered, difficulty) if graded else difficulty
     avg = score / answered if answered else None
     record.update(avg_after=avg, next_difficulty=nxt)
-    return {"rounds": [record], "score": score, "answered": answered, "difficulty": nxt,
-            "trajectory": [*state.get("trajectory", []), {"after": k, "avg": avg, "next": nxt}],
-            "generated": None}
+    return {
+        "rounds": [record],
+        "score": score,
+        "answered": answered,
+        "difficulty": nxt,
+        "trajectory": [*state.get("trajectory", []), {"after": k, "avg": avg, "next": nxt}],
+        "generated": None,
+    }

@@ -15,11 +15,11 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.judgeagent.common import clip, question_text
 from dyneval.prompts import load_prompt
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import BaseQuestion, Feedback, JudgeAgentContext, JudgeAgentState
-from dyneval.nodes.judgeagent.common import clip, question_text
 from dyneval.stores.choices import normalize_answer
 
 REPLY_CHARS = 200
@@ -41,18 +41,21 @@ def feedback_history(state: JudgeAgentState) -> str:
     for q in (BaseQuestion(**x) for x in state["batch"]):
         n += 1
         b = base.get(q.id, {})
-        lines += [f"Q{n} (base question, difficulty {q.difficulty or 'unlabeled'}): "
-                  f"{clip(question_text(q), QUESTION_CHARS)}",
-                  f"   Model's answer: {clip(b.get('reply', ''), REPLY_CHARS)}",
-                  f"   Judged: {_verdict(b)} (correct answer withheld)"]
+        lines += [
+            f"Q{n} (base question, difficulty {q.difficulty or 'unlabeled'}): {clip(question_text(q), QUESTION_CHARS)}",
+            f"   Model's answer: {clip(b.get('reply', ''), REPLY_CHARS)}",
+            f"   Judged: {_verdict(b)} (correct answer withheld)",
+        ]
     for r in state.get("rounds", []):
         if r.get("status") != "ok":
             continue
         n += 1
-        lines += [f"Q{n} (follow-up question, difficulty {r['difficulty']}): {clip(r['question'], QUESTION_CHARS)}",
-                  f"   Correct answer: {r['answer']}",
-                  f"   Model's answer: {clip(r.get('reply', ''), REPLY_CHARS)}",
-                  f"   Judged: {_verdict(r)}"]
+        lines += [
+            f"Q{n} (follow-up question, difficulty {r['difficulty']}): {clip(r['question'], QUESTION_CHARS)}",
+            f"   Correct answer: {r['answer']}",
+            f"   Model's answer: {clip(r.get('reply', ''), REPLY_CHARS)}",
+            f"   Judged: {_verdict(r)}",
+        ]
     return "\n".join(lines)
 
 
@@ -78,5 +81,10 @@ def feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dic
         return {"feedback": {"status": "failed", "reason": str(exc)[:300], "suggestions": ""}}
     data = out.model_dump()
     full = " ".join(str(v) for v in data.values())
-    return {"feedback": {"status": "ok" if data["suggestions"].strip() else "empty", **data,
-                         "leak_suspects": leaked_answers(state, full)}}
+    return {
+        "feedback": {
+            "status": "ok" if data["suggestions"].strip() else "empty",
+            **data,
+            "leak_suspects": leaked_answers(state, full),
+        }
+    }

@@ -18,12 +18,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.judgeagent.common import options_block, question_text
+from dyneval.nodes.judgeagent.judging import answer_format, grade_reply
 from dyneval.prompts import load_prompt
 from dyneval.runtime.concurrency import parallel_map
 from dyneval.runtime.services import services_of
 from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
-from dyneval.nodes.judgeagent.common import options_block, question_text
-from dyneval.nodes.judgeagent.judging import answer_format, grade_reply
 
 #: Starting extension level when no base answer could be graded (the level of an unlabeled question, R2).
 NEUTRAL_DIFFICULTY = "medium"
@@ -31,8 +31,9 @@ NEUTRAL_DIFFICULTY = "medium"
 
 def base_messages(q: BaseQuestion, fmt: str) -> list:
     if q.options:
-        return load_prompt("judgeagent/target_answer_choice").render(question=q.question,
-                                                                    options=options_block(q.options))
+        return load_prompt("judgeagent/target_answer_choice").render(
+            question=q.question, options=options_block(q.options)
+        )
     return load_prompt(f"judgeagent/target_answer_{fmt}").render(question=q.question)
 
 
@@ -53,8 +54,9 @@ def grade_question(ctx: JudgeAgentContext, q: BaseQuestion, fmt: str) -> dict[st
     """Algorithm 1, lines 12-14 for one base question: the target's answer, its verdict and its gain."""
     svc = services_of(ctx)
     reply = svc.llm("target").text(base_messages(q, fmt), step="base_answer")
-    verdict = grade_reply(svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge",
-                          jury=ctx.judge_jury)
+    verdict = grade_reply(
+        svc, question_text(q), q.answer, reply, q.options, fmt=fmt, step="base_judge", jury=ctx.judge_jury
+    )
     gain = ctx.control().gain(q.difficulty) if verdict["correct"] else 0.0
     return {"id": q.id, "question": q.question, "difficulty": q.difficulty, "reply": reply, "gain": gain, **verdict}
 
@@ -71,6 +73,18 @@ def grade_benchmark(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext])
     base = parallel_map(lambda q: grade_question(ctx, q, fmt), questions)
     score, answered = base_totals(base)
     nxt = next_difficulty(ctx, score, answered)
-    return {"answer_format": fmt, "base": base, "score": score, "answered": answered, "difficulty": nxt,
-            "trajectory": [{"after": "base", "avg": score / answered if answered else None, "next": nxt,
-                            "ungraded": len(base) - answered}]}
+    return {
+        "answer_format": fmt,
+        "base": base,
+        "score": score,
+        "answered": answered,
+        "difficulty": nxt,
+        "trajectory": [
+            {
+                "after": "base",
+                "avg": score / answered if answered else None,
+                "next": nxt,
+                "ungraded": len(base) - answered,
+            }
+        ],
+    }

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from dyneval.prompts import load_prompt
 from dyneval.runtime.llm import RoleLLM
@@ -88,7 +89,7 @@ def unwrap_json_answer(reply: str) -> str:
     start, end = text.find("{"), text.rfind("}")
     if start != -1 and end > start:
         try:
-            data = json.loads(text[start:end + 1])
+            data = json.loads(text[start : end + 1])
         except json.JSONDecodeError:
             return text
         if isinstance(data, dict) and "answer" in data:
@@ -96,8 +97,17 @@ def unwrap_json_answer(reply: str) -> str:
     return text
 
 
-def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt: str = "phrase",
-               step: str, llm: RoleLLM | None = None, jury: list[str] | None = None) -> dict[str, Any]:
+def judge_free(
+    svc: Services,
+    question: str,
+    reference: str,
+    reply: str,
+    *,
+    fmt: str = "phrase",
+    step: str,
+    llm: RoleLLM | None = None,
+    jury: list[str] | None = None,
+) -> dict[str, Any]:
     """Free-form correctness: empty -> wrong, exact normalised match -> correct, else the evaluator (or ``llm``,
     a judge-check jury member, in its place; or each ``jury`` model, ``--judge-jury``, by majority vote).
 
@@ -116,8 +126,13 @@ def judge_free(svc: Services, question: str, reference: str, reply: str, *, fmt:
         return _judge(llm or svc.llm("evaluator"), messages, step)
     vote, keep, tally = jury_vote([_judge(svc.model(ref, role="evaluator"), messages, step) for ref in jury])
     if vote == SPLIT:
-        return {"verdict": "ungraded", "correct": None, "how": "split", "jury": tally,
-                "error": f"split: the judge jury has no majority ({tally})"}
+        return {
+            "verdict": "ungraded",
+            "correct": None,
+            "how": "split",
+            "jury": tally,
+            "error": f"split: the judge jury has no majority ({tally})",
+        }
     return {**keep, "jury": tally}
 
 
@@ -126,20 +141,37 @@ def _judge(llm: RoleLLM, messages: list, step: str) -> dict[str, Any]:
         verdict = llm.structured(Verdict, messages, step=step)
     except ModelError as exc:
         return {"verdict": "ungraded", "correct": None, "how": "ungraded", "error": str(exc)[:300]}
-    return {"verdict": outcome(bool(verdict.correct)), "correct": bool(verdict.correct), "how": "evaluator",
-            "reason": verdict.reason.strip()}
+    return {
+        "verdict": outcome(bool(verdict.correct)),
+        "correct": bool(verdict.correct),
+        "how": "evaluator",
+        "reason": verdict.reason.strip(),
+    }
 
 
-def grade_reply(svc: Services, question: str, reference: str, reply: str, options: list[str] | None, *,
-                fmt: str = "phrase", step: str, llm: RoleLLM | None = None,
-                jury: list[str] | None = None) -> dict[str, Any]:
+def grade_reply(
+    svc: Services,
+    question: str,
+    reference: str,
+    reply: str,
+    options: list[str] | None,
+    *,
+    fmt: str = "phrase",
+    step: str,
+    llm: RoleLLM | None = None,
+    jury: list[str] | None = None,
+) -> dict[str, Any]:
     """Correctness of ``reply``: an option letter in code, anything else via :func:`judge_free` (``llm`` and
     ``jury``: see there)."""
     if options:
         letter = choice_letter(reply, options)
         if letter is not None:
-            return {"verdict": outcome(letter == reference), "correct": letter == reference, "how": "code",
-                    "choice": letter}
+            return {
+                "verdict": outcome(letter == reference),
+                "correct": letter == reference,
+                "how": "code",
+                "choice": letter,
+            }
         gold = LETTERS.index(reference) if reference in LETTERS[: len(options)] else None
         full = f"{reference}. {options[gold]}" if gold is not None else reference
         return judge_free(svc, question, full, reply, fmt="phrase", step=step, llm=llm, jury=jury) | {"choice": None}

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.judgeagent.common import question_text, seed_for
 from dyneval.prompts import load_prompt
 from dyneval.runtime.concurrency import parallel_map
 from dyneval.runtime.services import Background, Services, services_of
@@ -32,20 +34,124 @@ from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, EntityLabels, Judg
 from dyneval.stores.context_graph import ContextGraph, Progress
 from dyneval.stores.context_graph_build import open_context_graph
 from dyneval.stores.knowledge_base import Document, load_knowledge_base
-from dyneval.nodes.judgeagent.common import question_text, seed_for
 from dyneval.tools.knowledge import knowledge_tools
 
-
 _STOP = {
-    "a", "an", "the", "and", "or", "but", "if", "of", "in", "on", "at", "to", "for", "by", "with", "from",
-    "as", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those",
-    "which", "what", "who", "whom", "whose", "when", "where", "why", "how", "not", "no", "yes", "do", "does",
-    "did", "has", "have", "had", "can", "could", "would", "should", "may", "might", "will", "shall", "than",
-    "then", "there", "their", "they", "them", "he", "she", "his", "her", "we", "our", "you", "your", "i",
-    "also", "into", "about", "after", "before", "during", "over", "under", "between", "most", "more",
-    "many", "much", "some", "such", "only", "other", "each", "both", "all", "any", "one", "two", "three",
-    "first", "second", "while", "because", "although", "however", "within", "without", "through", "around",
-    "following", "called", "known", "used", "using", "made", "make", "often", "usually", "later",
+    "a",
+    "an",
+    "the",
+    "and",
+    "or",
+    "but",
+    "if",
+    "of",
+    "in",
+    "on",
+    "at",
+    "to",
+    "for",
+    "by",
+    "with",
+    "from",
+    "as",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "being",
+    "it",
+    "its",
+    "this",
+    "that",
+    "these",
+    "those",
+    "which",
+    "what",
+    "who",
+    "whom",
+    "whose",
+    "when",
+    "where",
+    "why",
+    "how",
+    "not",
+    "no",
+    "yes",
+    "do",
+    "does",
+    "did",
+    "has",
+    "have",
+    "had",
+    "can",
+    "could",
+    "would",
+    "should",
+    "may",
+    "might",
+    "will",
+    "shall",
+    "than",
+    "then",
+    "there",
+    "their",
+    "they",
+    "them",
+    "he",
+    "she",
+    "his",
+    "her",
+    "we",
+    "our",
+    "you",
+    "your",
+    "i",
+    "also",
+    "into",
+    "about",
+    "after",
+    "before",
+    "during",
+    "over",
+    "under",
+    "between",
+    "most",
+    "more",
+    "many",
+    "much",
+    "some",
+    "such",
+    "only",
+    "other",
+    "each",
+    "both",
+    "all",
+    "any",
+    "one",
+    "two",
+    "three",
+    "first",
+    "second",
+    "while",
+    "because",
+    "although",
+    "however",
+    "within",
+    "without",
+    "through",
+    "around",
+    "following",
+    "called",
+    "known",
+    "used",
+    "using",
+    "made",
+    "make",
+    "often",
+    "usually",
+    "later",
 }
 _CAPS = re.compile(r"\b[A-Z][\w'\-]*(?:\s+(?:of|de|la|du|van|von)?\s*[A-Z][\w'\-]*)*")
 
@@ -75,17 +181,22 @@ def _usable(entities: list[str], text: str) -> list[str]:
     for e in entities:
         e = re.sub(r"\s+", " ", str(e)).strip(" .,;:'\"")
         e = re.sub(r"^(?:the|a|an)\s+", "", e, flags=re.IGNORECASE)  # "The Voss Canal" = "Voss Canal"
-        if 2 <= len(e) <= 80 and e.lower() in low and e.lower() not in _STOP and e.lower() not in \
-                {o.lower() for o in out}:
+        if (
+            2 <= len(e) <= 80
+            and e.lower() in low
+            and e.lower() not in _STOP
+            and e.lower() not in {o.lower() for o in out}
+        ):
             out.append(e)
     return out
 
 
-def label_entities(svc: Services, texts: list[str], batch: int = 5, *, step: str = "extract_entities",
-                   progress: Progress | None = None) -> list[tuple[list[str], str]]:
+def label_entities(
+    svc: Services, texts: list[str], batch: int = 5, *, step: str = "extract_entities", progress: Progress | None = None
+) -> list[tuple[list[str], str]]:
     """Table 11 over ``texts``, ``batch`` texts per call (up to the run's ``--concurrency`` at once);
     ``(entities, source)`` each. ``progress`` hears ``("extraction", texts labelled, len(texts))`` per call."""
-    groups = [texts[i:i + max(1, batch)] for i in range(0, len(texts), max(1, batch))]
+    groups = [texts[i : i + max(1, batch)] for i in range(0, len(texts), max(1, batch))]
 
     def one(group: list[str]) -> list[tuple[list[str], str]]:
         numbered = "\n".join(f"[{n}] {t}" for n, t in enumerate(group, 1))
@@ -132,8 +243,10 @@ def extractor_key(svc: Services, ctx: JudgeAgentContext) -> str:
     knowledge base's content: the model and its generation settings and the chunks per extraction call. Not the
     endpoint's URL: the same model served on another port or host extracts the same."""
     spec = svc.spec("evaluator")
-    return (f"{svc.model_label('evaluator').split('@')[0]} t={spec.temperature} max_tokens={spec.max_tokens} "
-            f"{spec.structured_method} batch={ctx.extract_batch}")
+    return (
+        f"{svc.model_label('evaluator').split('@')[0]} t={spec.temperature} max_tokens={spec.max_tokens} "
+        f"{spec.structured_method} batch={ctx.extract_batch}"
+    )
 
 
 def _open_graph(svc: Services, ctx: JudgeAgentContext, log: Any, progress: Progress | None = None) -> ContextGraph:
@@ -144,11 +257,17 @@ def _open_graph(svc: Services, ctx: JudgeAgentContext, log: Any, progress: Progr
     item of it (:func:`build_item`), its result cached as it comes back (a killed build loses what was out)."""
     spread = svc.spread
     return open_context_graph(
-        kb_documents(ctx), cache_dir=svc.cache_dir, extractor_label=extractor_key(svc, ctx),
+        kb_documents(ctx),
+        cache_dir=svc.cache_dir,
+        extractor_label=extractor_key(svc, ctx),
         extract=lambda texts: label_entities(svc, texts, ctx.extract_batch, step="build_graph", progress=progress),
-        chroma=svc.chroma, embed=svc.embeddings(), log=log, progress=progress,
+        chroma=svc.chroma,
+        embed=svc.embeddings(),
+        log=log,
+        progress=progress,
         label_slice=ctx.extract_batch if spread.remote else ctx.extract_batch * max(1, svc.config.concurrency) * 8,
-        spread=(lambda items: spread.map(build_item, items)) if spread.remote else None)
+        spread=(lambda items: spread.map(build_item, items)) if spread.remote else None,
+    )
 
 
 def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: None) -> ContextGraph:
@@ -157,8 +276,9 @@ def context_graph(svc: Services, ctx: JudgeAgentContext, log: Any = lambda s: No
     return svc.cached(f"judgeagent:graph:{_kb_key(ctx)}", lambda: _open_graph(svc, ctx, log))
 
 
-def start_context_graph(svc: Services, ctx: JudgeAgentContext, log: Any,
-                        on_built: Callable[[ContextGraph], None]) -> Background:
+def start_context_graph(
+    svc: Services, ctx: JudgeAgentContext, log: Any, on_built: Callable[[ContextGraph], None]
+) -> Background:
     """Build the run's context graph on a background thread (:meth:`Services.start_background`): a unit runs
     its grading and question-entity steps meanwhile and waits in ``sample_knowledge``, the first step that needs
     the graph (Algorithm 4). ``on_built`` runs on that thread once the graph is ready, before anyone gets it."""
@@ -181,12 +301,14 @@ def knowledge_tool(svc: Services, ctx: JudgeAgentContext, name: str) -> BaseTool
     """One of the run's retrieval tools (:func:`tools.knowledge.knowledge_tools`) over its context graph (over
     the chunks alone in the "w/o context graph" ablation)."""
     graph = _chunks_only(svc, ctx) if ctx.no_context_graph else context_graph(svc, ctx)  # waits outside the lock
-    tools = svc.cached(f"judgeagent:tools:{ctx.no_context_graph}:{_kb_key(ctx)}",
-                       lambda: {t.name: t for t in knowledge_tools(graph)})
+    tools = svc.cached(
+        f"judgeagent:tools:{ctx.no_context_graph}:{_kb_key(ctx)}", lambda: {t.name: t for t in knowledge_tools(graph)}
+    )
     return tools[name]
 
 
 # -- nodes -------------------------------------------------------------------------------------
+
 
 def extract_question_entities(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
     """Algorithm 4, lines 3-7: entities of the batch's base questions (one Table 11 call for the batch)."""
@@ -207,6 +329,13 @@ def sample_knowledge(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]
     ctx = runtime.context
     seeds = [{"entity": s["entity"], "question": s["question"]} for s in state.get("question_entities", [])]
     tool = knowledge_tool(services_of(ctx), ctx, "sample_knowledge_path")
-    path = tool.invoke({"seeds": seeds, "hops": ctx.hops, "k": ctx.top_k, "random_chunks": ctx.no_context_graph,
-                        "seed": seed_for(ctx.seed, "path", len(state.get("rounds", [])) + 1)})
+    path = tool.invoke(
+        {
+            "seeds": seeds,
+            "hops": ctx.hops,
+            "k": ctx.top_k,
+            "random_chunks": ctx.no_context_graph,
+            "seed": seed_for(ctx.seed, "path", len(state.get("rounds", [])) + 1),
+        }
+    )
     return {"path": path}

@@ -15,17 +15,19 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from dyneval.nodes.judgeagent.common import clip, question_text
+from dyneval.nodes.judgeagent.judging import grade_reply, unwrap_json_answer
 from dyneval.prompts import load_prompt
 from dyneval.runtime.concurrency import parallel_map
 from dyneval.runtime.services import services_of
 from dyneval.state.judgeagent import BaseQuestion, JudgeAgentContext, JudgeAgentState
-from dyneval.nodes.judgeagent.common import clip, question_text
-from dyneval.nodes.judgeagent.judging import grade_reply, unwrap_json_answer
 
 SUGGESTION_CHARS = 2000
-FORMAT_HINTS = {"choice": "The answer must be the letter of the correct option.",
-                "phrase": "The answer must be short: a word or a phrase.",
-                "free": "Answer completely and precisely, in a few sentences, conclusion first."}
+FORMAT_HINTS = {
+    "choice": "The answer must be the letter of the correct option.",
+    "phrase": "The answer must be short: a word or a phrase.",
+    "free": "Answer completely and precisely, in a few sentences, conclusion first.",
+}
 
 
 def validate(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
@@ -36,15 +38,32 @@ def validate(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dic
     fmt = state.get("answer_format") or "phrase"
 
     def one(q: BaseQuestion) -> dict[str, Any]:
-        messages = prompt.render(question=question_text(q), suggestions=suggestions,
-                                 format_hint=FORMAT_HINTS["choice" if q.options else fmt])
+        messages = prompt.render(
+            question=question_text(q), suggestions=suggestions, format_hint=FORMAT_HINTS["choice" if q.options else fmt]
+        )
         reply = svc.llm("target").text(messages, step="validation_answer")
-        verdict = grade_reply(svc, question_text(q), q.answer, unwrap_json_answer(reply), q.options, fmt=fmt,
-                              step="validation_judge", jury=runtime.context.judge_jury)
+        verdict = grade_reply(
+            svc,
+            question_text(q),
+            q.answer,
+            unwrap_json_answer(reply),
+            q.options,
+            fmt=fmt,
+            step="validation_judge",
+            jury=runtime.context.judge_jury,
+        )
         first = base[q.id]
-        return {"id": q.id, "question": q.question, "difficulty": q.difficulty, "verdict1": first["verdict"],
-                "correct1": first["correct"], "verdict2": verdict["verdict"], "correct2": verdict["correct"],
-                "reply2": reply, "how2": verdict["how"],
-                **{f"{key}2": verdict[key] for key in ("reason", "error") if key in verdict}}
+        return {
+            "id": q.id,
+            "question": q.question,
+            "difficulty": q.difficulty,
+            "verdict1": first["verdict"],
+            "correct1": first["correct"],
+            "verdict2": verdict["verdict"],
+            "correct2": verdict["correct"],
+            "reply2": reply,
+            "how2": verdict["how"],
+            **{f"{key}2": verdict[key] for key in ("reason", "error") if key in verdict},
+        }
 
     return {"validation": parallel_map(one, [BaseQuestion(**x) for x in state["batch"]])}

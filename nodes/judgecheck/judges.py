@@ -44,71 +44,97 @@ _ORIGINAL = {("original", "A"): "1", ("original", "B"): "2", ("swapped", "A"): "
 def judge_pair(llm: RoleLLM, item: LabelledItem, order: str, *, step: str) -> dict[str, Any]:
     """Which output is better, ``output_1`` shown first (``original``) or second (``swapped``)."""
     first, second = (item.output_1, item.output_2) if order == "original" else (item.output_2, item.output_1)
-    messages = load_prompt("judgecheck/evaluator_pairwise").render(instruction=item.question, output_a=first,
-                                                                   output_b=second)
+    messages = load_prompt("judgecheck/evaluator_pairwise").render(
+        instruction=item.question, output_a=first, output_b=second
+    )
     try:
         verdict = llm.structured(PairwiseVerdict, messages, step=step)
     except ModelError as exc:
-        return {"value": None, "reason": f"ungraded: the judge gave no usable verdict: {exc}"[:600],
-                "how": "ungraded"}
+        return {"value": None, "reason": f"ungraded: the judge gave no usable verdict: {exc}"[:600], "how": "ungraded"}
     value = "tie" if verdict.winner == "tie" else _ORIGINAL[order, verdict.winner]
     return {"value": value, "reason": verdict.reason.strip(), "how": f"judge:{verdict.winner}"}
 
 
 def _llmeval(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
-    stars, reason, status = judge_item(llm, {
-        "qtype": question_type(item.qtype, item.options, item.reference, item.question),
-        "question": item.question, "options": item.options or None, "answer": item.reference,
-        "explanation": item.explanation, "response": item.response})
+    stars, reason, status = judge_item(
+        llm,
+        {
+            "qtype": question_type(item.qtype, item.options, item.reference, item.question),
+            "question": item.question,
+            "options": item.options or None,
+            "answer": item.reference,
+            "explanation": item.explanation,
+            "response": item.response,
+        },
+    )
     return {"value": None if stars is None else str(stars), "reason": reason, "how": status}
 
 
-def _interview(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
-               step: str) -> dict[str, Any]:
+def _interview(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
     seed = {"task": item.task, "question": item.question, "solution": item.solution, "answer": item.reference}
     out = grade_response(svc, seed, item.question, "", item.response, step=step, grader=llm)
     value = None if out["correct"] is None else ("correct" if out["correct"] else "wrong")
     return {"value": value, "reason": out.get("reason", ""), "how": out.get("graded_by", "")}
 
 
-def _judgeagent(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
-                step: str) -> dict[str, Any]:
+def _judgeagent(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
     q = BaseQuestion(id=item.id, question=item.question, answer=item.reference, options=item.options or None)
-    out = grade_reply(svc, judgeagent_question(q), q.answer, item.response, q.options,
-                      fmt=answer_format("auto", [q]), step=step, llm=llm)
+    out = grade_reply(
+        svc,
+        judgeagent_question(q),
+        q.answer,
+        item.response,
+        q.options,
+        fmt=answer_format("auto", [q]),
+        step=step,
+        llm=llm,
+    )
     value = None if out["correct"] is None else ("correct" if out["correct"] else "wrong")
     return {"value": value, "reason": out.get("error", ""), "how": out["how"]}
 
 
-def _orchestrator(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
-                  step: str) -> dict[str, Any]:
-    out = judge_problem(llm, item.task, item.problem, level=item.level or None, lenient=ctx.lenient_escalation,
-                        step=step)
+def _orchestrator(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
+    out = judge_problem(
+        llm, item.task, item.problem, level=item.level or None, lenient=ctx.lenient_escalation, step=step
+    )
     if out["approved"] is None:
-        return {"value": None, "reason": f"ungraded: the orchestrator gave no usable verdict: {out['error']}"[:600],
-                "how": "ungraded"}
-    return {"value": "approved" if out["approved"] else "rejected", "reason": out["feedback"],
-            "how": "scaled" if item.level else "initial"}
+        return {
+            "value": None,
+            "reason": f"ungraded: the orchestrator gave no usable verdict: {out['error']}"[:600],
+            "how": "ungraded",
+        }
+    return {
+        "value": "approved" if out["approved"] else "rejected",
+        "reason": out["feedback"],
+        "how": "scaled" if item.level else "initial",
+    }
 
 
-def _reviewer(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem,
-              step: str) -> dict[str, Any]:
+def _reviewer(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
     out = review_problem(llm, item.task, item.problem, step=step)
     if out["review"] is None:
-        return {"value": None, "reason": f"ungraded: the reviewer gave no usable review: {out['parse_error']}"[:600],
-                "how": "ungraded"}
+        return {
+            "value": None,
+            "reason": f"ungraded: the reviewer gave no usable review: {out['parse_error']}"[:600],
+            "how": "ungraded",
+        }
     review = out["review"]
     scores = ", ".join(f"{k} {review[k]}" for k in ("validity", "coherence", "fairness"))
-    return {"value": str(review[ctx.aspect]), "reason": f"{scores}; approved {review['approved']}",
-            "how": "reviewer"}
+    return {"value": str(review[ctx.aspect]), "reason": f"{scores}; approved {review['approved']}", "how": "reviewer"}
 
 
-_POINTWISE = {"llmeval.judge": _llmeval, "interview.grader": _interview, "judgeagent.judge": _judgeagent,
-              "atad.orchestrator": _orchestrator, "atad.reviewer": _reviewer}
+_POINTWISE = {
+    "llmeval.judge": _llmeval,
+    "interview.grader": _interview,
+    "judgeagent.judge": _judgeagent,
+    "atad.orchestrator": _orchestrator,
+    "atad.reviewer": _reviewer,
+}
 
 
-def judge_once(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, order: str, *,
-               step: str) -> dict[str, Any]:
+def judge_once(
+    ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, order: str, *, step: str
+) -> dict[str, Any]:
     """One verdict of the context's judging step by ``llm`` on ``item`` (``order`` matters for ``pairwise``
     only)."""
     if ctx.judge == "pairwise":

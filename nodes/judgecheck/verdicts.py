@@ -40,15 +40,18 @@ def judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> dict[s
         for repeat in range(ctx.repeats):
             for order in orders(ctx):
                 before = svc.events.usage(unit)
-                out = judge_once(ctx, svc, llm, item, order,
-                                 step=f"judgecheck:{ctx.judge}:m{member}:r{repeat}:{order}")
+                out = judge_once(ctx, svc, llm, item, order, step=f"judgecheck:{ctx.judge}:m{member}:r{repeat}:{order}")
                 after = svc.events.usage(unit)
-                cost = {"calls": after.calls - before.calls,
-                        "tokens": (after.prompt_tokens + after.completion_tokens
-                                   - before.prompt_tokens - before.completion_tokens),
-                        "seconds": round(after.seconds - before.seconds, 3)}
-                verdicts.append({"member": member, "model": llm.model_label, "repeat": repeat, "order": order,
-                                 **out, "cost": cost})
+                cost = {
+                    "calls": after.calls - before.calls,
+                    "tokens": (
+                        after.prompt_tokens + after.completion_tokens - before.prompt_tokens - before.completion_tokens
+                    ),
+                    "seconds": round(after.seconds - before.seconds, 3),
+                }
+                verdicts.append(
+                    {"member": member, "model": llm.model_label, "repeat": repeat, "order": order, **out, "cost": cost}
+                )
     return {"verdicts": verdicts}
 
 

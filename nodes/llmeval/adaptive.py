@@ -41,8 +41,12 @@ def adaptive_step(bank: QuestionBank, session_id: str, params: ItemParams | None
         raise ValueError(f"no calibrated question for {conf['irt_model']}: calibrate the bank first")
     rows = bank.judged_items(session_id)
     ability = ability_of(params, [(r["question_uuid"], r["stars"]) for r in rows if r["stars"] is not None])
-    out: dict[str, Any] = {"theta": ability.theta, "se": ability.se, "allocated": len(rows),
-                           "answered": sum(r["status"] == "completed" for r in rows)}
+    out: dict[str, Any] = {
+        "theta": ability.theta,
+        "se": ability.se,
+        "allocated": len(rows),
+        "answered": sum(r["status"] == "completed" for r in rows),
+    }
     if conf["stopped"]:
         return {**out, "stopped": conf["stopped"]}
     if any(r["status"] != "completed" for r in rows):  # a slot is open (e.g. re-entered on resume)

@@ -32,8 +32,9 @@ MIN_OPTIONS, MAX_OPTIONS = 2, 10
 _VARIANT_NS = uuidlib.UUID("6f1c7d0e-2b7a-4d55-9a3e-0c1f5e2d9b11")
 _REWRITE_NS = uuidlib.UUID("0b7e1d52-8a61-4c3f-b2f4-5d8e1a9c7e23")
 #: The true/false form of one option (Figure 7); {stem} ends with the answer slot.
-TF_TEMPLATE = ("{stem}\nIs it correct to place the answer \"{option}\" in the blank? "
-               "Answer true or false and give your reason.")
+TF_TEMPLATE = (
+    '{stem}\nIs it correct to place the answer "{option}" in the blank? Answer true or false and give your reason.'
+)
 
 
 def check_format(q: Question) -> list[tuple[str, str]]:
@@ -42,8 +43,9 @@ def check_format(q: Question) -> list[tuple[str, str]]:
     if q.qtype == "mcq":
         options = q.options or []
         if not MIN_OPTIONS <= len(options) <= MAX_OPTIONS:
-            problems.append(("options", f"a multiple-choice question needs {MIN_OPTIONS}-{MAX_OPTIONS} options, "
-                                        f"got {len(options)}"))
+            problems.append(
+                ("options", f"a multiple-choice question needs {MIN_OPTIONS}-{MAX_OPTIONS} options, got {len(options)}")
+            )
         if any(not str(o).strip() for o in options):
             problems.append(("options", "empty option"))
         if len({str(o).strip().casefold() for o in options}) != len(options):
@@ -93,11 +95,19 @@ def expand_mcq(q: Question) -> list[Question]:
     for i, option in enumerate(q.options or []):
         correct = chr(65 + i) in letters
         why = f"The correct option is: {keyed}." + (f" {q.explanation}" if q.explanation else "")
-        out.append(Question(
-            uuid=str(uuidlib.uuid5(_VARIANT_NS, f"{q.uuid}:{i}")), discipline=q.discipline,
-            sub_discipline=q.sub_discipline, qtype="true_false",
-            question=TF_TEMPLATE.format(stem=stem, option=str(option).strip()),
-            answer="true" if correct else "false", explanation=why, source=q.source, parent_uuid=q.uuid))
+        out.append(
+            Question(
+                uuid=str(uuidlib.uuid5(_VARIANT_NS, f"{q.uuid}:{i}")),
+                discipline=q.discipline,
+                sub_discipline=q.sub_discipline,
+                qtype="true_false",
+                question=TF_TEMPLATE.format(stem=stem, option=str(option).strip()),
+                answer="true" if correct else "false",
+                explanation=why,
+                source=q.source,
+                parent_uuid=q.uuid,
+            )
+        )
     return out
 
 
@@ -125,9 +135,18 @@ def rewrite_material(svc: Services, q: Question) -> tuple[list[Question], str | 
     texts = [s.strip() for s in out.statements]
     if not 2 <= len(texts) <= 5 or any(len(t) < 10 for t in texts) or len(set(texts)) != len(texts):
         return [], "need 2-5 distinct statements of at least 10 characters"
-    variants = [Question(uuid=str(uuidlib.uuid5(_REWRITE_NS, f"{q.uuid}:{t}")), discipline=q.discipline,
-                         sub_discipline=q.sub_discipline, qtype="true_false",
-                         question=f"True or false? {t} Give your reason.", answer="true" if truth else "false",
-                         explanation=f"Derived from the material-analysis question {q.uuid}.", source=q.source,
-                         parent_uuid=q.uuid) for t, truth in zip(texts, out.truths)]
+    variants = [
+        Question(
+            uuid=str(uuidlib.uuid5(_REWRITE_NS, f"{q.uuid}:{t}")),
+            discipline=q.discipline,
+            sub_discipline=q.sub_discipline,
+            qtype="true_false",
+            question=f"True or false? {t} Give your reason.",
+            answer="true" if truth else "false",
+            explanation=f"Derived from the material-analysis question {q.uuid}.",
+            source=q.source,
+            parent_uuid=q.uuid,
+        )
+        for t, truth in zip(texts, out.truths)
+    ]
     return variants, None

@@ -30,9 +30,10 @@ from __future__ import annotations
 import ast
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, field_validator
 from pydantic_core import PydanticCustomError
@@ -53,19 +54,29 @@ if TYPE_CHECKING:
     from dyneval.runtime.spread import Spread
 
 FLAG = "--bank"
-CANONICAL = ("uuid", "discipline", "sub_discipline", "qtype", "question", "options", "answer", "explanation",
-             "source")
+CANONICAL = ("uuid", "discipline", "sub_discipline", "qtype", "question", "options", "answer", "explanation", "source")
 #: Fields that may join several columns with ``+`` (``question=passage+question``: a reading passage and its
 #: question become one question text, paragraphs apart).
 JOINABLE = ("question",)
 #: The LLMEval record layout (appendix A.2 / Figure 8) as a ``--fields`` mapping.
 LLMEVAL_LAYOUT = "uuid=question_uuid,discipline=category,sub_discipline=sub_category,question=dialog,answer=hint"
 QTYPE_ALIASES = {
-    "multiple_choice": "mcq", "multiple-choice": "mcq", "choice": "mcq", "mc": "mcq",
-    "tf": "true_false", "true/false": "true_false", "true-false": "true_false", "judgement": "true_false",
-    "fill_in_the_blank": "fill_blank", "fill-in-the-blank": "fill_blank", "blank": "fill_blank",
-    "short": "short_answer", "short-answer": "short_answer", "term_explanation": "term",
-    "material_analysis": "material", "analysis": "material",
+    "multiple_choice": "mcq",
+    "multiple-choice": "mcq",
+    "choice": "mcq",
+    "mc": "mcq",
+    "tf": "true_false",
+    "true/false": "true_false",
+    "true-false": "true_false",
+    "judgement": "true_false",
+    "fill_in_the_blank": "fill_blank",
+    "fill-in-the-blank": "fill_blank",
+    "blank": "fill_blank",
+    "short": "short_answer",
+    "short-answer": "short_answer",
+    "term_explanation": "term",
+    "material_analysis": "material",
+    "analysis": "material",
 }
 
 
@@ -73,8 +84,12 @@ def dialog_question(dialog: Any) -> str | None:
     """The first non-empty user turn of an LLMEval ``dialog`` (a list of turns or one turn), else ``None``."""
     turns = dialog if isinstance(dialog, list) else [dialog]
     for turn in turns:
-        if isinstance(turn, dict) and turn.get("role") == "user" and isinstance(turn.get("content"), str) \
-                and turn["content"].strip():
+        if (
+            isinstance(turn, dict)
+            and turn.get("role") == "user"
+            and isinstance(turn.get("content"), str)
+            and turn["content"].strip()
+        ):
             return turn["content"]
     return None
 
@@ -117,8 +132,9 @@ class RawQuestion(BaseModel):
                 except json.JSONDecodeError as exc:
                     listed = _python_list(text)
                     if listed is None:
-                        raise PydanticCustomError("options", "not a valid JSON list ({msg})",
-                                                  {"msg": exc.msg}) from None
+                        raise PydanticCustomError(
+                            "options", "not a valid JSON list ({msg})", {"msg": exc.msg}
+                        ) from None
                     return listed
             return [o.strip() for o in text.split("||")]
         return value
@@ -149,12 +165,20 @@ def question_type(given: str, options: list[str], answer: str, question: str) ->
     qtype = QTYPE_ALIASES.get(given.strip().lower(), given.strip().lower())
     if qtype:
         return qtype
-    return ("mcq" if options else "true_false" if tf_value(answer) is not None
-            else "fill_blank" if BLANK_RE.search(question) else "short_answer")
+    return (
+        "mcq"
+        if options
+        else "true_false"
+        if tf_value(answer) is not None
+        else "fill_blank"
+        if BLANK_RE.search(question)
+        else "short_answer"
+    )
 
 
-def to_question(rec: Record, fields: FieldMap, source: str, discipline: str | None = None,
-                form: AnswerForm = "any") -> Question:
+def to_question(
+    rec: Record, fields: FieldMap, source: str, discipline: str | None = None, form: AnswerForm = "any"
+) -> Question:
     """A :class:`Question` from one record, or :class:`InputError` naming file, record and field.
 
     ``discipline`` (``--discipline``) is the discipline of a record without one (none mapped, or blank); a
@@ -177,10 +201,17 @@ def to_question(rec: Record, fields: FieldMap, source: str, discipline: str | No
         except ValueError as exc:
             raise fields.error(rec, "answer", str(exc)) from None
         answer = letters[0] if len(letters) == 1 else raw.answer
-    q = Question(uuid=raw.uuid.strip() if raw.uuid and raw.uuid.strip() else new_uuid(),
-                 discipline=raw.discipline.strip(), sub_discipline=raw.sub_discipline.strip(), qtype=qtype,
-                 question=raw.question, answer=answer, explanation=raw.explanation,
-                 source=raw.source or source, options=raw.options or None)
+    q = Question(
+        uuid=raw.uuid.strip() if raw.uuid and raw.uuid.strip() else new_uuid(),
+        discipline=raw.discipline.strip(),
+        sub_discipline=raw.sub_discipline.strip(),
+        qtype=qtype,
+        question=raw.question,
+        answer=answer,
+        explanation=raw.explanation,
+        source=raw.source or source,
+        options=raw.options or None,
+    )
     problems = check_format(q)
     if problems:
         raise fields.error(rec, *problems[0])
@@ -211,17 +242,24 @@ class ImportReport:
     def lines(self) -> list[str]:
         out = [reason for _, reason in self.rejected]
         if self.unused:
-            out.append(f"{self.file}: columns not imported (no --fields name maps them; join one into the question "
-                       "with --fields question=PASSAGE+QUESTION): "
-                       + ", ".join(f"{c} ({n} records)" for c, n in sorted(self.unused.items())))
-        out += [f"{self.file}, record {d.record}: skipped, {d.kind} duplicate of {d.of}"
-                + (f" (cosine {d.similarity:.3f})" if d.similarity is not None else "") for d in self.duplicates]
+            out.append(
+                f"{self.file}: columns not imported (no --fields name maps them; join one into the question "
+                "with --fields question=PASSAGE+QUESTION): "
+                + ", ".join(f"{c} ({n} records)" for c, n in sorted(self.unused.items()))
+            )
+        out += [
+            f"{self.file}, record {d.record}: skipped, {d.kind} duplicate of {d.of}"
+            + (f" (cosine {d.similarity:.3f})" if d.similarity is not None else "")
+            for d in self.duplicates
+        ]
         out.append(self.summary())
         return out
 
     def summary(self) -> str:
-        return (f"{self.file}: {self.read} records: {self.imported} imported, {len(self.duplicates)} duplicates "
-                f"skipped, {len(self.rejected)} rejected; {self.augmented} true/false variants added")
+        return (
+            f"{self.file}: {self.read} records: {self.imported} imported, {len(self.duplicates)} duplicates "
+            f"skipped, {len(self.rejected)} rejected; {self.augmented} true/false variants added"
+        )
 
 
 @dataclass
@@ -254,18 +292,31 @@ def unmapped_columns(records: list[Record], fmap: FieldMap) -> dict[str, int]:
     return counts
 
 
-def load_file(path: Path, *, fields: str | None = None, skip_invalid: bool = False,
-              discipline: str | None = None, form: AnswerForm = "any") -> LoadedFile:
+def load_file(
+    path: Path,
+    *,
+    fields: str | None = None,
+    skip_invalid: bool = False,
+    discipline: str | None = None,
+    form: AnswerForm = "any",
+) -> LoadedFile:
     """Read and validate every record of ``path`` (no bank access): file-level faults always stop. ``discipline``:
     that of every record without one; ``form``: how multiple-choice answers are read (:func:`to_question`)."""
     records = read_records(path, flag=FLAG)
     fmap = field_map(fields, records[0])
-    loaded = LoadedFile(file=str(path), read=len(records), questions=[], rejected=[], skip_invalid=skip_invalid,
-                        unused=unmapped_columns(records, fmap))
+    loaded = LoadedFile(
+        file=str(path),
+        read=len(records),
+        questions=[],
+        rejected=[],
+        skip_invalid=skip_invalid,
+        unused=unmapped_columns(records, fmap),
+    )
     for rec in records:
         try:
-            loaded.questions.append((rec, to_question(rec, fmap, source=Path(path).name, discipline=discipline,
-                                                      form=form)))
+            loaded.questions.append(
+                (rec, to_question(rec, fmap, source=Path(path).name, discipline=discipline, form=form))
+            )
         except InputError as exc:
             loaded.reject(rec, exc)
     return loaded
@@ -283,8 +334,9 @@ class NearDuplicateIndex:
     def __init__(self, client: Any, embed: Callable[[list[str]], Any], name: str) -> None:
         self.embed = embed
         # a new collection indexes in larger batches (brute force over the rest): ~1.5x faster bulk import
-        self.collection = client.get_or_create_collection(name, metadata={
-            "hnsw:space": "cosine", "hnsw:batch_size": 2000, "hnsw:sync_threshold": 20000})
+        self.collection = client.get_or_create_collection(
+            name, metadata={"hnsw:space": "cosine", "hnsw:batch_size": 2000, "hnsw:sync_threshold": 20000}
+        )
 
     def vectors(self, texts: list[str]) -> np.ndarray:
         """The embeddings of ``texts`` (one call to the embedding function) as rows of a float64 matrix."""
@@ -297,8 +349,7 @@ class NearDuplicateIndex:
         if len(vectors) == 0 or self.collection.count() == 0:
             return [None] * len(vectors)
         found = self.collection.query(query_embeddings=vectors.astype(np.float32), n_results=1, include=["distances"])
-        return [(ids[0], 1.0 - float(dist[0])) if ids else None
-                for ids, dist in zip(found["ids"], found["distances"])]
+        return [(ids[0], 1.0 - float(dist[0])) if ids else None for ids, dist in zip(found["ids"], found["distances"])]
 
     def add(self, ids: list[str], vectors: np.ndarray) -> None:
         if ids:
@@ -336,7 +387,7 @@ class SpreadEmbedding:
         import numpy as np
 
         size = self.batch if self.spread.remote else max(len(texts), 1)
-        items = [list(texts[i:i + size]) for i in range(0, len(texts), size)]
+        items = [list(texts[i : i + size]) for i in range(0, len(texts), size)]
         parts: list[np.ndarray | None] = [None] * len(items)
         for i, rows in self.spread.map(embed_batch, items):
             parts[i] = rows
@@ -365,8 +416,9 @@ class _Seen:
     imported: dict[str, Record] = field(default_factory=dict)  # uuid -> record, of the questions it imported
 
 
-def _exact_checks(bank: QuestionBank, batch: list[tuple[Record, Question]], seen: _Seen, loaded: LoadedFile,
-                  report: ImportReport) -> list[tuple[Record, Question]]:
+def _exact_checks(
+    bank: QuestionBank, batch: list[tuple[Record, Question]], seen: _Seen, loaded: LoadedFile, report: ImportReport
+) -> list[tuple[Record, Question]]:
     """UUID conflicts (rejected) and exact duplicates (skipped) of one batch, with two bank queries."""
     digests = [content_hash(q.question, q.options or []) for _, q in batch]
     held = bank.hashes_of(q.uuid for _, q in batch)
@@ -374,12 +426,16 @@ def _exact_checks(bank: QuestionBank, batch: list[tuple[Record, Question]], seen
     candidates = []
     for (rec, q), digest in zip(batch, digests):
         if q.uuid in seen.by_uuid and seen.by_uuid[q.uuid][1] != digest:
-            loaded.reject(rec, rec.error(f"UUID {q.uuid} is already used by record {seen.by_uuid[q.uuid][0].n} "
-                                         "for another question", field="uuid"))
+            loaded.reject(
+                rec,
+                rec.error(
+                    f"UUID {q.uuid} is already used by record {seen.by_uuid[q.uuid][0].n} for another question",
+                    field="uuid",
+                ),
+            )
             continue
         if q.uuid in held and held[q.uuid] != digest:
-            loaded.reject(rec, rec.error(f"UUID {q.uuid} already names another question in the bank",
-                                         field="uuid"))
+            loaded.reject(rec, rec.error(f"UUID {q.uuid} already names another question in the bank", field="uuid"))
             continue
         earlier = seen.first_with.get(digest)
         if earlier is not None or digest in in_bank:
@@ -392,8 +448,13 @@ def _exact_checks(bank: QuestionBank, batch: list[tuple[Record, Question]], seen
     return candidates
 
 
-def _near_checks(index: NearDuplicateIndex, candidates: list[tuple[Record, Question]], seen: _Seen,
-                 threshold: float, near: list[Duplicate]) -> tuple[list[tuple[Record, Question]], np.ndarray]:
+def _near_checks(
+    index: NearDuplicateIndex,
+    candidates: list[tuple[Record, Question]],
+    seen: _Seen,
+    threshold: float,
+    near: list[Duplicate],
+) -> tuple[list[tuple[Record, Question]], np.ndarray]:
     """Near duplicates of one batch (skipped): one embedding call and one index query for the batch, then each
     record in file order against the index (the bank and the file's earlier batches) and against the records
     of this batch accepted before it; the most similar wins, the index on a tie, the earlier record among
@@ -427,11 +488,21 @@ def _near_checks(index: NearDuplicateIndex, candidates: list[tuple[Record, Quest
 BATCH = 1000
 
 
-def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | None = None,
-                skip_invalid: bool = False, discipline: str | None = None, form: AnswerForm = "any",
-                index: NearDuplicateIndex | None = None, threshold: float = 0.95, augment: bool = False,
-                batch: int = BATCH, progress: Callable[[int], None] | None = None,
-                defer_index: bool = False) -> ImportReport:
+def import_file(
+    bank: QuestionBank,
+    path: Path | LoadedFile,
+    *,
+    fields: str | None = None,
+    skip_invalid: bool = False,
+    discipline: str | None = None,
+    form: AnswerForm = "any",
+    index: NearDuplicateIndex | None = None,
+    threshold: float = 0.95,
+    augment: bool = False,
+    batch: int = BATCH,
+    progress: Callable[[int], None] | None = None,
+    defer_index: bool = False,
+) -> ImportReport:
     """Validate one file (or take an already :func:`load_file`-ed one) and import it into ``bank``.
 
     Batches of ``batch`` records in file order; each is checked against the bank, the file's earlier batches and
@@ -442,8 +513,11 @@ def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | No
     (without ``index``): no near-duplicate check now, and the questions wait as pending for the next import's
     index, so a file known to hold no near duplicates (the shipped sample) imports without the embedding model.
     """
-    loaded = (path if isinstance(path, LoadedFile)
-              else load_file(path, fields=fields, skip_invalid=skip_invalid, discipline=discipline, form=form))
+    loaded = (
+        path
+        if isinstance(path, LoadedFile)
+        else load_file(path, fields=fields, skip_invalid=skip_invalid, discipline=discipline, form=form)
+    )
     report = ImportReport(file=loaded.file, read=loaded.read, unused=loaded.unused)
     stray = bank.index_pending() if index is not None else []
     if stray:
@@ -452,7 +526,7 @@ def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | No
     seen = _Seen()
     near: list[Duplicate] = []  # reported after the exact duplicates, as a whole-file check lists them
     for start in range(0, len(loaded.questions), batch):
-        part = loaded.questions[start:start + batch]
+        part = loaded.questions[start : start + batch]
         accepted = _exact_checks(bank, part, seen, loaded, report)
         vectors = None
         if index is not None and accepted:
@@ -468,8 +542,9 @@ def import_file(bank: QuestionBank, path: Path | LoadedFile, *, fields: str | No
             held = bank.existing_uuids(v.uuid for v in variants)
             variants = [v for v in variants if v.uuid not in held]
         pending = bool(to_add) and (defer_index if index is None else vectors is not None)
-        bank.add_questions(to_add + variants, deactivate={v.parent_uuid for v in variants if v.parent_uuid},
-                           index_pending=pending)
+        bank.add_questions(
+            to_add + variants, deactivate={v.parent_uuid for v in variants if v.parent_uuid}, index_pending=pending
+        )
         if pending and index is not None:  # after the bank write: the index never names a question the bank lacks
             index.add([q.uuid for q in to_add], vectors)
             bank.index_done()
@@ -490,22 +565,46 @@ def export_bank(bank: QuestionBank, path: Path, *, layout: str = "native") -> in
     rows = []
     for q in bank.iter_export():
         if layout == "llmeval":
-            rows.append({"category": q.discipline, "sub_category": q.sub_discipline, "question_uuid": q.uuid,
-                         "dialog": [{"role": "user", "content": q.question}], "hint": q.answer,
-                         "qtype": q.qtype, "options": q.options or None, "explanation": q.explanation})
+            rows.append(
+                {
+                    "category": q.discipline,
+                    "sub_category": q.sub_discipline,
+                    "question_uuid": q.uuid,
+                    "dialog": [{"role": "user", "content": q.question}],
+                    "hint": q.answer,
+                    "qtype": q.qtype,
+                    "options": q.options or None,
+                    "explanation": q.explanation,
+                }
+            )
         else:
-            rows.append({"uuid": q.uuid, "discipline": q.discipline, "sub_discipline": q.sub_discipline,
-                         "qtype": q.qtype, "question": q.question, "options": q.options or None, "answer": q.answer,
-                         "explanation": q.explanation, "source": q.source, "created_at": q.created_at,
-                         "parent_uuid": q.parent_uuid})
+            rows.append(
+                {
+                    "uuid": q.uuid,
+                    "discipline": q.discipline,
+                    "sub_discipline": q.sub_discipline,
+                    "qtype": q.qtype,
+                    "question": q.question,
+                    "options": q.options or None,
+                    "answer": q.answer,
+                    "explanation": q.explanation,
+                    "source": q.source,
+                    "created_at": q.created_at,
+                    "parent_uuid": q.parent_uuid,
+                }
+            )
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".csv":
         with path.open("w", encoding="utf-8", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["uuid"])
             writer.writeheader()
             for r in rows:
-                writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, list) else
-                                 ("" if v is None else v) for k, v in r.items()})
+                writer.writerow(
+                    {
+                        k: json.dumps(v, ensure_ascii=False) if isinstance(v, list) else ("" if v is None else v)
+                        for k, v in r.items()
+                    }
+                )
     else:
         with path.open("w", encoding="utf-8") as fh:
             for r in rows:

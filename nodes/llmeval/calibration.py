@@ -44,8 +44,9 @@ def latest_responses(bank: QuestionBank) -> dict[tuple[str, str], int]:
     return out
 
 
-def calibrate_bank(bank: QuestionBank, irt_model: str = "2pl", *, min_responses: int = 10,
-                   force: bool = False) -> dict[str, Any]:
+def calibrate_bank(
+    bank: QuestionBank, irt_model: str = "2pl", *, min_responses: int = 10, force: bool = False
+) -> dict[str, Any]:
     """Fit (or refit) ``irt_model`` on the bank's responses and store it; returns the fit's record.
 
     ``refit: False`` in the record when nothing changed since the last fit (same responses and
@@ -54,18 +55,21 @@ def calibrate_bank(bank: QuestionBank, irt_model: str = "2pl", *, min_responses:
     """
     responses = latest_responses(bank)
     last = bank.last_calibration(irt_model)
-    if (not force and last is not None and last["responses"] == len(responses)
-            and last["details"].get("min_responses") == min_responses):
+    if (
+        not force
+        and last is not None
+        and last["responses"] == len(responses)
+        and last["details"].get("min_responses") == min_responses
+    ):
         return {**last, "refit": False}
     per_item: dict[str, int] = {}
-    for (_, uid) in responses:
+    for _, uid in responses:
         per_item[uid] = per_item.get(uid, 0) + 1
     active = {q.uuid for q in bank.all_questions(active_only=True)}
     uuids = sorted(u for u, n in per_item.items() if n >= min_responses and u in active)
     used = [(m, u, s) for (m, u), s in responses.items() if u in set(uuids)]
     models = sorted({m for m, _, _ in used})
-    fit: dict[str, Any] = {"fitted_at": now(), "responses": len(responses), "examinees": len(models),
-                           "refit": True}
+    fit: dict[str, Any] = {"fitted_at": now(), "responses": len(responses), "examinees": len(models), "refit": True}
     if not used:  # nothing to fit: an earlier calibration stays as it was
         return {**fit, "items": 0, "refit": False}
     item_ix = {u: i for i, u in enumerate(uuids)}
@@ -79,13 +83,18 @@ def calibrate_bank(bank: QuestionBank, irt_model: str = "2pl", *, min_responses:
     b0 = np.array([stored.get(u, {}).get("b", 0.0) for u in uuids])
     result = irt.calibrate(ex, it, y, len(uuids), model=irt_model, a0=a0, b0=b0)
     fit["details"] = {
-        "min_responses": min_responses, "fitted_responses": int(y.size), "iterations": result.iterations,
-        "converged": result.converged, "warm_start": bool(stored),
+        "min_responses": min_responses,
+        "fitted_responses": int(y.size),
+        "iterations": result.iterations,
+        "converged": result.converged,
+        "warm_start": bool(stored),
         "stars_correct": float(stars[y == 1].mean()) if y.any() else float(irt.CORRECT_FROM_STARS),
-        "stars_wrong": float(stars[y == 0].mean()) if (y == 0).any() else 0.0}
+        "stars_wrong": float(stars[y == 0].mean()) if (y == 0).any() else 0.0,
+    }
     counts = np.bincount(it, minlength=len(uuids))
-    bank.save_calibration(irt_model, {u: (float(result.a[i]), float(result.b[i]), int(counts[i]))
-                                      for i, u in enumerate(uuids)}, fit)
+    bank.save_calibration(
+        irt_model, {u: (float(result.a[i]), float(result.b[i]), int(counts[i])) for i, u in enumerate(uuids)}, fit
+    )
     return {**fit, "items": len(uuids)}
 
 
@@ -97,10 +106,14 @@ def load_params(bank: QuestionBank, irt_model: str) -> ItemParams | None:
         return None
     uuids = sorted(params)
     details = last["details"]
-    return ItemParams(uuids=uuids, a=np.array([params[u]["a"] for u in uuids]),
-                      b=np.array([params[u]["b"] for u in uuids]),
-                      stars_correct=float(details.get("stars_correct", 3.0)),
-                      stars_wrong=float(details.get("stars_wrong", 0.0)), fit=last)
+    return ItemParams(
+        uuids=uuids,
+        a=np.array([params[u]["a"] for u in uuids]),
+        b=np.array([params[u]["b"] for u in uuids]),
+        stars_correct=float(details.get("stars_correct", 3.0)),
+        stars_wrong=float(details.get("stars_wrong", 0.0)),
+        fit=last,
+    )
 
 
 def ability_of(params: ItemParams, judged: list[tuple[str, int]]) -> irt.Ability:
@@ -114,8 +127,12 @@ def ability_of(params: ItemParams, judged: list[tuple[str, int]]) -> irt.Ability
 def expected_scores(params: ItemParams, ability: irt.Ability, z: float = 1.96) -> dict[str, float]:
     """Expected absolute score on the calibrated bank at theta, and at theta -/+ z SE (a monotone map,
     so this is the interval of the score implied by theta's interval)."""
+
     def at(t: float) -> float:
         return irt.expected_score(t, params.a, params.b, params.stars_correct, params.stars_wrong)
 
-    return {"expected_S": at(ability.theta), "expected_S_low": at(ability.theta - z * ability.se),
-            "expected_S_high": at(ability.theta + z * ability.se)}
+    return {
+        "expected_S": at(ability.theta),
+        "expected_S_low": at(ability.theta - z * ability.se),
+        "expected_S_high": at(ability.theta + z * ability.se),
+    }

@@ -8,9 +8,9 @@ from typing import Any
 
 from dyneval.nodes.llmeval.bankio import import_file
 from dyneval.runtime.services import Services, services_of
+from dyneval.samples import sample
 from dyneval.stores.bank_location import server_dsn
 from dyneval.stores.question_bank import QuestionBank
-from dyneval.samples import sample
 
 
 def bank_location(ctx: Any, svc: Services) -> str:

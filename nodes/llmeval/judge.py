@@ -33,8 +33,11 @@ from dyneval.stores.question_bank import QuestionBank
 
 _TF = re.compile(r"\b(true|false|correct|incorrect|yes|no)\b", re.I)
 #: "answer is C", "Answer: (C)", "option C", or a line starting "C." / "(C)" / "C" alone (not the article "A ...")
-_LETTER = re.compile(r"(?:(?i:\banswer)(?:\s+(?i:is)|:)?\s*\(?([A-J])\b|(?i:\boption)\s+\(?([A-J])\b"
-                     r"|^\s*\(?([A-J])(?:[.):\]]|\s*$))", re.M)
+_LETTER = re.compile(
+    r"(?:(?i:\banswer)(?:\s+(?i:is)|:)?\s*\(?([A-J])\b|(?i:\boption)\s+\(?([A-J])\b"
+    r"|^\s*\(?([A-J])(?:[.):\]]|\s*$))",
+    re.M,
+)
 
 
 def response_verdict(response: str) -> bool | None:
@@ -70,8 +73,10 @@ def judge_item(llm: RoleLLM, item: dict[str, Any]) -> tuple[int | None, str, str
         return 0, "empty answer", "empty"
     verdict = code_verdict(item)
     messages = load_prompt("llmeval/judge_rate").render(
-        question=question_text(item["question"], item.get("options")), response=response,
-        reference=item["answer"] + (f" ({item['explanation']})" if item.get("explanation") else ""))
+        question=question_text(item["question"], item.get("options")),
+        response=response,
+        reference=item["answer"] + (f" ({item['explanation']})" if item.get("explanation") else ""),
+    )
     try:
         rating = llm.structured(JudgeRating, messages, step="judge")
     except ModelError as exc:
@@ -105,8 +110,11 @@ def jury_item(llms: list[RoleLLM], item: dict[str, Any]) -> tuple[int | None, st
 
 def judge_session(bank: QuestionBank, session_id: str, llms: list[RoleLLM], concurrency: int) -> tuple[int, int]:
     """Judge every completed slot not judged yet (or left ungraded) concurrently; returns (judged, ungraded)."""
-    todo = [i for i in bank.judged_items(session_id)
-            if i["status"] == "completed" and i["judge_status"] in (None, "ungraded")]
+    todo = [
+        i
+        for i in bank.judged_items(session_id)
+        if i["status"] == "completed" and i["judge_status"] in (None, "ungraded")
+    ]
     for it in todo:
         q = bank.get(it["question_uuid"])
         it["options"] = q.options if q else None
@@ -137,4 +145,3 @@ def judge_answers(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict
     if state.get("reference_session_id"):
         _, reference_ungraded = judge_session(bank, state["reference_session_id"], llms, int(ctx.judge_concurrency))
     return {"judged": judged, "ungraded": ungraded, "reference_ungraded": reference_ungraded}
-

@@ -10,7 +10,8 @@ The formulas live here, below the protocol layer, which uses them too (leaderboa
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -54,8 +55,9 @@ def session_scores(bank: QuestionBank, session_id: str) -> dict[str, Any]:
         "ungraded": sum(r["judge_status"] == "ungraded" for r in rows),
         "disciplines": discipline_scores((r["discipline"], r["stars"]) for r in scored),
         "stars": {str(s): sum(r["stars"] == s for r in scored) for s in range(4)},
-        "judge_status": {k: sum(r["judge_status"] == k for r in rows)
-                         for k in sorted({str(r["judge_status"]) for r in rows})},
+        "judge_status": {
+            k: sum(r["judge_status"] == k for r in rows) for k in sorted({str(r["judge_status"]) for r in rows})
+        },
     }
 
 
@@ -69,13 +71,21 @@ def adaptive_scores(bank: QuestionBank, session_id: str, scores: dict[str, Any])
     params = load_params(bank, conf.get("irt_model", "2pl"))
     rows = [r for r in bank.judged_items(session_id) if r["stars"] is not None]
     out = {k: v for k, v in scores.items() if k != "S"}
-    out.update({"S_asked": scores["S"], "irt_model": conf.get("irt_model"), "stopped": conf.get("stopped"),
-                "items": len(rows)})
+    out.update(
+        {"S_asked": scores["S"], "irt_model": conf.get("irt_model"), "stopped": conf.get("stopped"), "items": len(rows)}
+    )
     if params is not None:
         ability = ability_of(params, [(r["question_uuid"], r["stars"]) for r in rows])
-        out.update({"theta": ability.theta, "se": ability.se, "irt_responses": ability.n,
-                    **expected_scores(params, ability), "calibrated_items": len(params.uuids),
-                    "calibrated_at": params.fit["fitted_at"]})
+        out.update(
+            {
+                "theta": ability.theta,
+                "se": ability.se,
+                "irt_responses": ability.n,
+                **expected_scores(params, ability),
+                "calibrated_items": len(params.uuids),
+                "calibrated_at": params.fit["fitted_at"],
+            }
+        )
     return out
 
 
@@ -96,8 +106,12 @@ def score_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict
         ref = session_scores(bank, state["reference_session_id"])
         update["reference_scores"] = ref
         update["relative"] = relative_score(scores["S"], ref["S"])
-        scores = {**scores, "R": update["relative"], "S_ref": ref["S"],
-                  "reference_session_id": state["reference_session_id"]}
+        scores = {
+            **scores,
+            "R": update["relative"],
+            "S_ref": ref["S"],
+            "reference_session_id": state["reference_session_id"],
+        }
         if ref["S"] is not None:
             bank.set_scores(state["reference_session_id"], {**ref, "R": 100.0 if ref["S"] else None})
     if scores["S"] is not None:

@@ -27,23 +27,48 @@ def open_session(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[
         raise ValueError(f"unknown paradigm {paradigm!r}; use one of {', '.join(PARADIGMS)}")
     model = state.get("model") or svc.model_label("target")
     if ctx.adaptive or bank.adaptive_state(session_id) is not None:
-        session = bank.create_adaptive_session(session_id, model=model, paradigm=paradigm, seed=f"{ctx.seed}:{unit}",
-                                               irt_model=ctx.irt_model, target_se=float(ctx.target_se),
-                                               max_items=int(ctx.max_items), exposure_k=int(ctx.exposure_k),
-                                               run_id=str(ctx.run_dir or ""))
+        session = bank.create_adaptive_session(
+            session_id,
+            model=model,
+            paradigm=paradigm,
+            seed=f"{ctx.seed}:{unit}",
+            irt_model=ctx.irt_model,
+            target_se=float(ctx.target_se),
+            max_items=int(ctx.max_items),
+            exposure_k=int(ctx.exposure_k),
+            run_id=str(ctx.run_dir or ""),
+        )
         quota = bank.quota(session_id)
-        return {"session_id": session_id, "model": session["model"], "paradigm": session["paradigm"],
-                "adaptive": True, "allocated": quota["allocated"], "answered": quota["completed"]}
-    session = bank.create_session(session_id, model=model, n=int(ctx.questions), seed=f"{ctx.seed}:{unit}",
-                                  paradigm=paradigm, stratified=bool(ctx.stratified),
-                                  fewshot_k=int(ctx.fewshot_k) if paradigm == "few-shot" else 0,
-                                  run_id=str(ctx.run_dir or ""))
-    update: dict[str, Any] = {"session_id": session_id, "model": session["model"], "paradigm": session["paradigm"],
-                              "allocated": session["n"], "answered": bank.quota(session_id)["completed"]}
+        return {
+            "session_id": session_id,
+            "model": session["model"],
+            "paradigm": session["paradigm"],
+            "adaptive": True,
+            "allocated": quota["allocated"],
+            "answered": quota["completed"],
+        }
+    session = bank.create_session(
+        session_id,
+        model=model,
+        n=int(ctx.questions),
+        seed=f"{ctx.seed}:{unit}",
+        paradigm=paradigm,
+        stratified=bool(ctx.stratified),
+        fewshot_k=int(ctx.fewshot_k) if paradigm == "few-shot" else 0,
+        run_id=str(ctx.run_dir or ""),
+    )
+    update: dict[str, Any] = {
+        "session_id": session_id,
+        "model": session["model"],
+        "paradigm": session["paradigm"],
+        "allocated": session["n"],
+        "answered": bank.quota(session_id)["completed"],
+    }
     if ctx.reference_model:
         ref_id = f"{session_id}#ref"
-        bank.create_mirror(ref_id, session_id, model=svc.model_label("reference", ctx.reference_model),
-                           run_id=str(ctx.run_dir or ""))
+        bank.create_mirror(
+            ref_id, session_id, model=svc.model_label("reference", ctx.reference_model), run_id=str(ctx.run_dir or "")
+        )
         update["reference_session_id"] = ref_id
         update["reference_answered"] = bank.quota(ref_id)["completed"]
     return update

@@ -25,16 +25,17 @@ fails at once, so ``--per-task 1`` costs about 3-10 calls per task.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from dyneval.protocols.atad.benchmark import item_record, write_benchmark
 from dyneval.protocols.atad.metrics import generation_intervals, generation_stats, mean
 from dyneval.results.headline import report_blocks as headline_blocks
-from dyneval.runtime.protocol import Protocol, Run, Unit
-from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
 from dyneval.results.report import bar_chart, figure_path
+from dyneval.runtime.protocol import Protocol, Run, Unit
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
+from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
 from dyneval.state.context import described
 
 if TYPE_CHECKING:
@@ -61,17 +62,26 @@ class AtadBatch:
     per_task: int = described(10, "problems per task type", minimum=1, maximum=10_000)
     tasks: str = described(",".join(TASK_IDS), "comma-separated task types, e.g. T1,T3", check=parse_tasks)
     problem_style: str = described("GRE", "exam style of the problems")
-    challenge_prob: float = described(0.5, "probability of adding a challenge factor to a problem",
-                                      minimum=0, maximum=1)
+    challenge_prob: float = described(
+        0.5, "probability of adding a challenge factor to a problem", minimum=0, maximum=1
+    )
     evaluate: list[str] | None = described(
-        None, "evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)", metavar="MODEL")
+        None, "evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)", metavar="MODEL"
+    )
     benchmark: list[str] | None = described(
-        None, "benchmark JSONL file(s) to evaluate or review (one per generator); default: the shipped sample of "
-              "seven hand-written problems", metavar="FILE")
-    fields: str | None = described(None, "column names of --benchmark records, e.g. id=item_id,task=type "
-                                         "(names: id, task, item_status, problem, base_problem)")
+        None,
+        "benchmark JSONL file(s) to evaluate or review (one per generator); default: the shipped sample of "
+        "seven hand-written problems",
+        metavar="FILE",
+    )
+    fields: str | None = described(
+        None,
+        "column names of --benchmark records, e.g. id=item_id,task=type "
+        "(names: id, task, item_status, problem, base_problem)",
+    )
     review: list[str] | None = described(
-        None, "quality review of --benchmark problems by these reviewer models (Table 3)", metavar="MODEL")
+        None, "quality review of --benchmark problems by these reviewer models (Table 3)", metavar="MODEL"
+    )
 
 
 class AtadProtocol(Protocol):
@@ -81,9 +91,11 @@ class AtadProtocol(Protocol):
     batch_cls = AtadBatch
     roles = ("teacher", "orchestrator", "student")
     judge_roles = ("orchestrator",)
-    rescore_note = ("The orchestrator's validation of each candidate is re-judged over the teacher's and student's "
-                    "replayed replies. Escalation follows its verdicts and feedback (seed 003, Sec. 3), so a problem "
-                    "whose verdict or feedback changed reaches requests the source never made and diverged.")
+    rescore_note = (
+        "The orchestrator's validation of each candidate is re-judged over the teacher's and student's "
+        "replayed replies. Escalation follows its verdicts and feedback (seed 003, Sec. 3), so a problem "
+        "whose verdict or feedback changed reaches requests the source never made and diverged."
+    )
 
     def builder(self) -> StateGraph:
         from dyneval.graphs.atad import builder
@@ -102,9 +114,19 @@ class AtadProtocol(Protocol):
                 topic = rng.choice(spec.topics)
                 challenge = rng.choice(spec.challenge_factors) if rng.random() < options.challenge_prob else None
                 target = rng.random() < 0.5 if spec.kind == "order" else None
-                units.append(Unit(id=uid, input={"task": task, "topic": topic, "challenge": challenge,
-                                                 "style": options.problem_style, "target_coherent": target},
-                                  meta={"task": task, "topic": topic, "challenge": challenge}))
+                units.append(
+                    Unit(
+                        id=uid,
+                        input={
+                            "task": task,
+                            "topic": topic,
+                            "challenge": challenge,
+                            "style": options.problem_style,
+                            "target_coherent": target,
+                        },
+                        meta={"task": task, "topic": topic, "challenge": challenge},
+                    )
+                )
         return units
 
     def expected_calls(self, run: Run) -> str:
@@ -138,8 +160,11 @@ class AtadProtocol(Protocol):
         generator = {r: run.services.model_label(r) for r in self.roles}
         orchestrator = not run.params.get("no_orchestrator")
         levels = self._levels(run)
-        return (item_record(r["unit_id"], r["item"], levels=levels, orchestrator=orchestrator, generator=generator)
-                for r in sorted(records, key=lambda r: r["unit_id"]) if r["status"] == "ok")
+        return (
+            item_record(r["unit_id"], r["item"], levels=levels, orchestrator=orchestrator, generator=generator)
+            for r in sorted(records, key=lambda r: r["unit_id"])
+            if r["status"] == "ok"
+        )
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         items = list(self._items(run, records))
@@ -158,7 +183,8 @@ class AtadProtocol(Protocol):
             # what a finalized problem itself took
             "own_wall_s": round(mean(r.get("wall_s", 0.0) for r in fin_records), 3) if fin_records else None,
             "own_llm_calls": round(mean((r.get("usage") or {}).get("calls", 0) for r in fin_records), 3)
-            if fin_records else None,
+            if fin_records
+            else None,
         }
         stats["benchmark_file"] = str(path)
         stats["orchestrator"] = not run.params.get("no_orchestrator")
@@ -166,59 +192,129 @@ class AtadProtocol(Protocol):
         stats["ungraded"] = {r["unit_id"]: r["item"].get("ungraded") for r in records if r["status"] == "ungraded"}
         # cost first and the long per-task breakdown last, so the console summary shows what matters
         per_task = stats.pop("per_task")
-        stats = {"per_finalized": stats.pop("per_finalized"), **stats, "per_task": per_task,
-                 **generation_intervals(items)}
+        stats = {
+            "per_finalized": stats.pop("per_finalized"),
+            **stats,
+            "per_task": per_task,
+            **generation_intervals(items),
+        }
         run.console.print(f"benchmark: [bold]{path}[/] ({n_fin} finalized, {stats['discarded']} discarded)")
         return stats
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         m = summary["metrics"]
         cost = m["per_finalized"]
-        per_finalized = (f"Per finalized problem: {cost['wall_s']} s wall and {cost['llm_calls']} LLM calls (all "
-                         "units' cost divided by the finalized ones)." if m["finalized"] else
-                         "No problem was finalized, so there is no cost per finalized problem.")
-        blocks: list[Block] = [Text(
-            f"Benchmark file: {m['benchmark_file']} ({m['finalized']} finalized, {m['discarded']} discarded; "
-            f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). {per_finalized}"),
-            *headline_blocks(self.name, m)]
+        per_finalized = (
+            f"Per finalized problem: {cost['wall_s']} s wall and {cost['llm_calls']} LLM calls (all "
+            "units' cost divided by the finalized ones)."
+            if m["finalized"]
+            else "No problem was finalized, so there is no cost per finalized problem."
+        )
+        blocks: list[Block] = [
+            Text(
+                f"Benchmark file: {m['benchmark_file']} ({m['finalized']} finalized, {m['discarded']} discarded; "
+                f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). {per_finalized}"
+            ),
+            *headline_blocks(self.name, m),
+        ]
         if m.get("ungraded"):
-            blocks.append(Table(["unit", "why it stopped"], [[u, why] for u, why in sorted(m["ungraded"].items())],
-                                caption="Units stopped unjudged (the orchestrator gave no usable verdict after "
-                                        "retries and one repair): neither finalized nor discarded; --resume redoes "
-                                        "the validation"))
-        blocks.append(Table(["task", "name", "finalized", "discarded"],
-                            [[t, TASKS[t].name, v["finalized"], v["discarded"]] for t, v in m["per_task"].items()],
-                            caption="Items per task type"))
+            blocks.append(
+                Table(
+                    ["unit", "why it stopped"],
+                    [[u, why] for u, why in sorted(m["ungraded"].items())],
+                    caption="Units stopped unjudged (the orchestrator gave no usable verdict after "
+                    "retries and one repair): neither finalized nor discarded; --resume redoes "
+                    "the validation",
+                )
+            )
+        blocks.append(
+            Table(
+                ["task", "name", "finalized", "discarded"],
+                [[t, TASKS[t].name, v["finalized"], v["discarded"]] for t, v in m["per_task"].items()],
+                caption="Items per task type",
+            )
+        )
         if m["acceptance"]:
-            blocks.append(Table(["acceptance", "meaning", "items"],
-                                [[k, ACCEPTANCE_TEXT.get(k, k), v] for k, v in m["acceptance"].items()],
-                                caption="Acceptance status of finalized items"))
+            blocks.append(
+                Table(
+                    ["acceptance", "meaning", "items"],
+                    [[k, ACCEPTANCE_TEXT.get(k, k), v] for k, v in m["acceptance"].items()],
+                    caption="Acceptance status of finalized items",
+                )
+            )
         levels = [name for name, _ in self._levels(run)]
         if m["difficulty"]:
             counts = [m["difficulty"].get(name, 0) for name in levels]
-            blocks.append(Figure(bar_chart(figure_path(run.run_dir, "atad_difficulty"), levels, counts,
-                                           title="Difficulty reached by finalized problems", ylabel="items"),
-                                 "Difficulty reached"))
+            blocks.append(
+                Figure(
+                    bar_chart(
+                        figure_path(run.run_dir, "atad_difficulty"),
+                        levels,
+                        counts,
+                        title="Difficulty reached by finalized problems",
+                        ylabel="items",
+                    ),
+                    "Difficulty reached",
+                )
+            )
         if m["rejection_reasons"]:
             reasons = m["rejection_reasons"]
-            blocks.append(Figure(bar_chart(figure_path(run.run_dir, "atad_rejections"), list(reasons),
-                                           list(reasons.values()), title="Rejection reasons", ylabel="count"),
-                                 "Why candidates were rejected (structure checks in code, orchestrator verdicts)"))
+            blocks.append(
+                Figure(
+                    bar_chart(
+                        figure_path(run.run_dir, "atad_rejections"),
+                        list(reasons),
+                        list(reasons.values()),
+                        title="Rejection reasons",
+                        ylabel="count",
+                    ),
+                    "Why candidates were rejected (structure checks in code, orchestrator verdicts)",
+                )
+            )
             blocks.append(Table(["reason", "count"], [[k, v] for k, v in reasons.items()], caption="Rejections"))
         rows, examples = [], []
         for i in self._items(run, records):
-            rows.append([i["id"], i["topic"], i["challenge"] or "", i["item_status"], i["acceptance"] or "",
-                         i["difficulty"] or "", i["student_loops"], i["teacher_attempts"],
-                         (i["discard_reason"] or "")[:120]])
+            rows.append(
+                [
+                    i["id"],
+                    i["topic"],
+                    i["challenge"] or "",
+                    i["item_status"],
+                    i["acceptance"] or "",
+                    i["difficulty"] or "",
+                    i["student_loops"],
+                    i["teacher_attempts"],
+                    (i["discard_reason"] or "")[:120],
+                ]
+            )
             if i["item_status"] == "finalized" and len(examples) < 3:
                 examples.append(i)
-        blocks.append(Table(["item", "topic", "challenge", "status", "acceptance", "difficulty", "student loops",
-                             "teacher attempts", "discard reason"], rows, caption="Items"))
+        blocks.append(
+            Table(
+                [
+                    "item",
+                    "topic",
+                    "challenge",
+                    "status",
+                    "acceptance",
+                    "difficulty",
+                    "student loops",
+                    "teacher attempts",
+                    "discard reason",
+                ],
+                rows,
+                caption="Items",
+            )
+        )
         if examples:
             from dyneval.nodes.atad.problems import render_with_answer
 
             blocks.append(Heading("Example problems", level=3))
             for i in examples:
-                blocks.append(Details(f"{i['id']} ({i['task_name']}, {i['difficulty']})",
-                                      [Code(render_with_answer(i["task"], i["problem"]))]))
+                blocks.append(
+                    Details(
+                        f"{i['id']} ({i['task_name']}, {i['difficulty']})",
+                        [Code(render_with_answer(i["task"], i["problem"]))],
+                    )
+                )
         return blocks

@@ -21,8 +21,9 @@ from dyneval.stores.inputs import FieldMap, Scalar, read_records
 CANONICAL = ("id", "task", "item_status", "problem", "base_problem")
 
 
-def item_record(unit_id: str, state: dict[str, Any], *, levels: list[tuple[str, int]], orchestrator: bool,
-                generator: dict[str, str]) -> dict[str, Any]:
+def item_record(
+    unit_id: str, state: dict[str, Any], *, levels: list[tuple[str, int]], orchestrator: bool, generator: dict[str, str]
+) -> dict[str, Any]:
     """The benchmark record of one finished generation thread."""
     task = state["task"]
     finalized = state.get("status") == "finalized"
@@ -49,8 +50,12 @@ def item_record(unit_id: str, state: dict[str, Any], *, levels: list[tuple[str, 
         "base_problem": base,
         "base_answer": gold(task, base) if base else None,
         "base_difficulty": levels[0][0] if base else None,
-        "problem_meta": {"source": state.get("style"), "topic": state.get("topic"),
-                         "anomaly_type": state.get("challenge"), "difficulty": difficulty},
+        "problem_meta": {
+            "source": state.get("style"),
+            "topic": state.get("topic"),
+            "anomaly_type": state.get("challenge"),
+            "difficulty": difficulty,
+        },
         "orchestrator": orchestrator,
         "generator": generator,
         "teacher_attempts": sum(1 for e in history if e.get("step") == "generate"),

@@ -29,14 +29,20 @@ from rich.table import Table as RichTable
 
 from dyneval.prompts import load_prompt
 from dyneval.protocols.atad.benchmark import load_benchmark
-from dyneval.samples import sample, shown
-from dyneval.protocols.atad.metrics import (average_tables, consistency_curve, curve_sizes, evaluation_intervals,
-                                            per_task_accuracy, review_summary)
+from dyneval.protocols.atad.metrics import (
+    average_tables,
+    consistency_curve,
+    curve_sizes,
+    evaluation_intervals,
+    per_task_accuracy,
+    review_summary,
+)
 from dyneval.results.headline import report_blocks as headline_blocks
-from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
-from dyneval.state.blocks import Block, Figure, Table, Text
 from dyneval.results.report import bar_chart, figure_path, heatmap, line_chart
+from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
+from dyneval.samples import sample, shown
 from dyneval.state.atad import TASK_IDS, EvalContext
+from dyneval.state.blocks import Block, Figure, Table, Text
 from dyneval.state.errors import InfraError, InputError
 
 if TYPE_CHECKING:
@@ -80,25 +86,45 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
     for bi, items in enumerate(benchmarks):
         finalized = [i for i in items if i["item_status"] == "finalized"]
         if not finalized:
-            raise InputError("the benchmark holds no finalized item to evaluate", file=str(paths[bi]),
-                             field="--benchmark")
+            raise InputError(
+                "the benchmark holds no finalized item to evaluate", file=str(paths[bi]), field="--benchmark"
+            )
         for pos, item in enumerate(finalized):
-            common = {"bench": bi, "bench_label": labels[bi], "bench_file": names[bi], "item": item["id"],
-                      "task": item["task"], "pos": pos, "orchestrator": bool(item.get("orchestrator", True))}
+            common = {
+                "bench": bi,
+                "bench_label": labels[bi],
+                "bench_file": names[bi],
+                "item": item["id"],
+                "task": item["task"],
+                "pos": pos,
+                "orchestrator": bool(item.get("orchestrator", True)),
+            }
             same = item["base_problem"] == item["problem"]
             for mi, model in enumerate(models):
                 versions = ["final"] if same else ["final", "base"]
                 for version in versions:
                     problem = item["problem"] if version == "final" else item["base_problem"]
-                    units.append(Unit(
-                        id=f"ans-m{mi}-b{bi}-{item['id']}-{version}",
-                        input={"kind": "answer", "model": model, "task": item["task"], "problem": problem},
-                        meta={**common, "kind": "answer", "model": model, "version": version, "base_is_final": same}))
+                    units.append(
+                        Unit(
+                            id=f"ans-m{mi}-b{bi}-{item['id']}-{version}",
+                            input={"kind": "answer", "model": model, "task": item["task"], "problem": problem},
+                            meta={
+                                **common,
+                                "kind": "answer",
+                                "model": model,
+                                "version": version,
+                                "base_is_final": same,
+                            },
+                        )
+                    )
             for ri, reviewer in enumerate(reviewers):
-                units.append(Unit(id=f"rev-r{ri}-b{bi}-{item['id']}",
-                                  input={"kind": "review", "model": reviewer, "task": item["task"],
-                                         "problem": item["problem"]},
-                                  meta={**common, "kind": "review", "model": reviewer}))
+                units.append(
+                    Unit(
+                        id=f"rev-r{ri}-b{bi}-{item['id']}",
+                        input={"kind": "review", "model": reviewer, "task": item["task"], "problem": item["problem"]},
+                        meta={**common, "kind": "review", "model": reviewer},
+                    )
+                )
     return units
 
 
@@ -130,9 +156,13 @@ class AtadEvalProtocol(Protocol):
         return int(state.get("kind") == "review" and state.get("review") is None and bool(state.get("parse_error")))
 
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
-        return {"correct": state.get("correct"), "predicted": state.get("predicted"),
-                "explanation": state.get("explanation"), "parse_error": state.get("parse_error"),
-                "review": state.get("review")}
+        return {
+            "correct": state.get("correct"),
+            "predicted": state.get("predicted"),
+            "explanation": state.get("explanation"),
+            "parse_error": state.get("parse_error"),
+            "review": state.get("review"),
+        }
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         return evaluation_metrics(records)
@@ -174,8 +204,11 @@ def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
                     base_rows.append((r["meta"]["task"], bool(r["correct"])))
                 elif item in base.get((model, bi), {}):
                     base_rows.append((r["meta"]["task"], bool(base[(model, bi)][item]["correct"])))
-            table2.setdefault(model, {})[label] = {"base": per_task_accuracy(base_rows)["avg"],
-                                                   "final": table["avg"], "n": table["n"]}
+            table2.setdefault(model, {})[label] = {
+                "base": per_task_accuracy(base_rows)["avg"],
+                "final": table["avg"],
+                "n": table["n"],
+            }
             by_task: dict[str, list[bool]] = defaultdict(list)
             for r in sorted(fin.values(), key=lambda r: r["meta"]["pos"]):
                 by_task[r["meta"]["task"]].append(bool(r["correct"]))
@@ -211,45 +244,93 @@ def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _task_rows(tables: dict[str, dict[str, Any]]) -> list[list[Any]]:
-    return [[name, *[_fmt(t.get(k)) for k in TASK_IDS], _fmt(t.get("avg")), t.get("n", 0)]
-            for name, t in tables.items()]
+    return [
+        [name, *[_fmt(t.get(k)) for k in TASK_IDS], _fmt(t.get("avg")), t.get("n", 0)] for name, t in tables.items()
+    ]
 
 
 def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
     headers = ["model", *TASK_IDS, "Avg.", "n"]
-    blocks: list[Block] = [Text(
-        f"{m['answers']} answers ({m['parse_errors']} unparseable, counted wrong: the evaluated model gave no "
-        f"usable answer), {m['reviews']} reviews ({m.get('reviews_ungraded', 0)} ungraded: the reviewer gave no "
-        f"usable review; in no mean, redone by --resume); {m['excluded_infra_errors']} units with endpoint errors "
-        "excluded from every metric. Accuracy in %."),
-        Text("What this run measured: each evaluated model's answers, scored in code against the benchmark's "
-             "answer keys (no LLM judge is involved, so the embedded model is measured honestly here). Generating "
-             "a benchmark of your own needs a teacher and an orchestrator much stronger than the embedded 135M "
-             "model: dyneval --protocol atad --teacher MODEL@URL --orchestrator MODEL@URL --per-task 2, then "
-             "dyneval --protocol atad --evaluate local MODEL@URL --benchmark runs/RUN_ID/benchmark.jsonl"),
-        *headline_blocks("atad", m)]
+    blocks: list[Block] = [
+        Text(
+            f"{m['answers']} answers ({m['parse_errors']} unparseable, counted wrong: the evaluated model gave no "
+            f"usable answer), {m['reviews']} reviews ({m.get('reviews_ungraded', 0)} ungraded: the reviewer gave no "
+            f"usable review; in no mean, redone by --resume); {m['excluded_infra_errors']} units with endpoint errors "
+            "excluded from every metric. Accuracy in %."
+        ),
+        Text(
+            "What this run measured: each evaluated model's answers, scored in code against the benchmark's "
+            "answer keys (no LLM judge is involved, so the embedded model is measured honestly here). Generating "
+            "a benchmark of your own needs a teacher and an orchestrator much stronger than the embedded 135M "
+            "model: dyneval --protocol atad --teacher MODEL@URL --orchestrator MODEL@URL --per-task 2, then "
+            "dyneval --protocol atad --evaluate local MODEL@URL --benchmark runs/RUN_ID/benchmark.jsonl"
+        ),
+        *headline_blocks("atad", m),
+    ]
     if m["models"]:
-        blocks.append(Table(headers, _task_rows(m["table1"]),
-                            caption="Table 1: accuracy per task on the final problems (mean over benchmark files)"))
+        blocks.append(
+            Table(
+                headers,
+                _task_rows(m["table1"]),
+                caption="Table 1: accuracy per task on the final problems (mean over benchmark files)",
+            )
+        )
         vals = [[m["table1"][mo].get(t) or 0.0 for t in TASK_IDS] for mo in m["models"]]
-        blocks.append(Figure(heatmap(figure_path(run.run_dir, "atad_task_heatmap"), m["models"], list(TASK_IDS),
-                                     vals, title="Accuracy per task (%)"), "Per-task accuracy"))
-        rows = [[mo, label, _fmt(v["base"]), _fmt(v["final"]),
-                 _fmt(v["base"] - v["final"]) if v["base"] is not None and v["final"] is not None else "-"]
-                for mo, files in m["table2"].items() for label, v in files.items()]
-        blocks.append(Table(["model", "benchmark", "base", "final", "drop"], rows,
-                            caption="Table 2: accuracy on base vs final problems"))
+        blocks.append(
+            Figure(
+                heatmap(
+                    figure_path(run.run_dir, "atad_task_heatmap"),
+                    m["models"],
+                    list(TASK_IDS),
+                    vals,
+                    title="Accuracy per task (%)",
+                ),
+                "Per-task accuracy",
+            )
+        )
+        rows = [
+            [
+                mo,
+                label,
+                _fmt(v["base"]),
+                _fmt(v["final"]),
+                _fmt(v["base"] - v["final"]) if v["base"] is not None and v["final"] is not None else "-",
+            ]
+            for mo, files in m["table2"].items()
+            for label, v in files.items()
+        ]
+        blocks.append(
+            Table(
+                ["model", "benchmark", "base", "final", "drop"],
+                rows,
+                caption="Table 2: accuracy on base vs final problems",
+            )
+        )
         labels = [f"{mo} | {label}" for mo, files in m["table2"].items() for label in files]
         drops = [(v["base"] or 0.0) - (v["final"] or 0.0) for files in m["table2"].values() for v in files.values()]
-        blocks.append(Figure(bar_chart(figure_path(run.run_dir, "atad_base_final_drop"), labels, drops,
-                                       title="Base -> final accuracy drop", ylabel="percentage points"),
-                             "Accuracy drop from base to final problems"))
+        blocks.append(
+            Figure(
+                bar_chart(
+                    figure_path(run.run_dir, "atad_base_final_drop"),
+                    labels,
+                    drops,
+                    title="Base -> final accuracy drop",
+                    ylabel="percentage points",
+                ),
+                "Accuracy drop from base to final problems",
+            )
+        )
         for label, tables in m["table5"].items():
             blocks.append(Table(headers, _task_rows(tables), caption=f"Table 5: benchmark generated by {label}"))
         if len(m["benchmarks"]) > 1:
             matrix = [[mo, *[_fmt(m["table5"][b][mo]["avg"]) for b in m["benchmarks"]]] for mo in m["models"]]
-            blocks.append(Table(["evaluated model", *m["benchmarks"]], matrix,
-                                caption="Generator x evaluated model: average accuracy"))
+            blocks.append(
+                Table(
+                    ["evaluated model", *m["benchmarks"]],
+                    matrix,
+                    caption="Generator x evaluated model: average accuracy",
+                )
+            )
         for model, files in m["consistency"].items():
             for label, points in files.items():
                 if len(points) < 2:
@@ -257,11 +338,20 @@ def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
                 avg = [p["avg"] for p in points]
                 band = ([p["avg"] - p["std"] for p in points], [p["avg"] + p["std"] for p in points])
                 path = figure_path(run.run_dir, f"atad_consistency_{abs(hash((model, label))) % 10**8}")
-                blocks.append(Figure(line_chart(path, {model: avg}, x=[p["n"] for p in points], band={model: band},
-                                                title=f"Consistency on {label}", xlabel="samples per task",
-                                                ylabel="avg accuracy (%)"),
-                                     f"Figure 4: {model} on {label}; band = std of task-wise deviations from the "
-                                     "full benchmark"))
+                blocks.append(
+                    Figure(
+                        line_chart(
+                            path,
+                            {model: avg},
+                            x=[p["n"] for p in points],
+                            band={model: band},
+                            title=f"Consistency on {label}",
+                            xlabel="samples per task",
+                            ylabel="avg accuracy (%)",
+                        ),
+                        f"Figure 4: {model} on {label}; band = std of task-wise deviations from the full benchmark",
+                    )
+                )
     t3 = m["table3"]
     if t3["reviews"] or any(len(v) > 1 for v in t3["performance"].values()):
         rows = []
@@ -272,9 +362,25 @@ def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
             for key in ("validity", "coherence", "fairness", "approval"):
                 row += [_fmt((rev.get("without") or {}).get(key)), _fmt((rev.get("with") or {}).get(key))]
             rows.append(row)
-        blocks.append(Table(["model", "acc w/o orch.", "acc w/ orch.", "validity w/o", "validity w/",
-                             "coherence w/o", "coherence w/", "fairness w/o", "fairness w/", "approval % w/o",
-                             "approval % w/"], rows, caption="Table 3: performance and problem quality"))
+        blocks.append(
+            Table(
+                [
+                    "model",
+                    "acc w/o orch.",
+                    "acc w/ orch.",
+                    "validity w/o",
+                    "validity w/",
+                    "coherence w/o",
+                    "coherence w/",
+                    "fairness w/o",
+                    "fairness w/",
+                    "approval % w/o",
+                    "approval % w/",
+                ],
+                rows,
+                caption="Table 3: performance and problem quality",
+            )
+        )
     return blocks
 
 

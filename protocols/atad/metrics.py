@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +61,14 @@ def consistency_curve(by_task: dict[str, Sequence[bool]], sizes: Sequence[int]) 
         if not accs:
             continue
         devs = [accs[t] - full[t] for t in accs]
-        points.append({"n": n, "avg": sum(accs.values()) / len(accs),
-                       "std": statistics.pstdev(devs) if len(devs) > 1 else 0.0, "per_task": accs})
+        points.append(
+            {
+                "n": n,
+                "avg": sum(accs.values()) / len(accs),
+                "std": statistics.pstdev(devs) if len(devs) > 1 else 0.0,
+                "per_task": accs,
+            }
+        )
     return points
 
 
@@ -82,8 +89,7 @@ def review_summary(reviews: Iterable[dict[str, Any]]) -> dict[str, Any]:
     ungraded = len(reviews) - len(graded)
     reviews = graded
     if not reviews:
-        return {"validity": None, "coherence": None, "fairness": None, "approval": None, "n": 0,
-                "ungraded": ungraded}
+        return {"validity": None, "coherence": None, "fairness": None, "approval": None, "n": 0, "ungraded": ungraded}
     return {
         "ungraded": ungraded,
         "validity": mean(r["validity"] for r in reviews),
@@ -125,6 +131,7 @@ def generation_stats(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 # -- intervals (results.stats) -------------------------------------------------------------------
 
+
 def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """95 % intervals and separable differences of the generation headline metrics. Each unit generates its own
     problem, so the finalized and discarded counts are binomial: the exact interval of the share, shown on the
@@ -135,9 +142,13 @@ def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str,
     share = proportion(finalized, n, "problems")
     other = proportion(n - finalized, n, "problems")
     levels = [float(i["level"]) for i in items if i.get("item_status") == "finalized"]
-    return summary_entries({"finalized": share and share.scaled(n, scale="share of problems"),
-                            "discarded": other and other.scaled(n, scale="share of problems"),
-                            "mean_level": mean_estimate(levels, "finalized problems")})
+    return summary_entries(
+        {
+            "finalized": share and share.scaled(n, scale="share of problems"),
+            "discarded": other and other.scaled(n, scale="share of problems"),
+            "mean_level": mean_estimate(levels, "finalized problems"),
+        }
+    )
 
 
 def table1_estimate(answers: Sequence[tuple[str, str, bool]]) -> Estimate | None:
@@ -162,8 +173,7 @@ def table1_estimate(answers: Sequence[tuple[str, str, bool]]) -> Estimate | None
             with np.errstate(invalid="ignore", divide="ignore"):
                 means.append((right * hit).sum(axis=axis) / hit.sum(axis=axis))  # nan: absent from the resample
         stacked = np.stack(means)
-        per_task = [np.nanmean(stacked[[i for i, (_, t) in enumerate(strata) if t == task]], axis=0)
-                    for task in tasks]
+        per_task = [np.nanmean(stacked[[i for i, (_, t) in enumerate(strata) if t == task]], axis=0) for task in tasks]
         return 100.0 * np.nanmean(np.stack(per_task), axis=0)
 
     return bootstrap([code, correct], avg, n=len(answers), unit="answers", method="bootstrap-units")

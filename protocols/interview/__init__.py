@@ -37,10 +37,14 @@ def unit_id(seed_id: str, repeat: int, repeats: int) -> str:
 class InterviewBatch:
     """Batch-only options: the seed questions, repeats, and the report's sample-size check."""
 
-    data: str | None = described(None, "seed questions (JSONL, JSON, CSV or TSV: question, solution, answer, task, "
-                                       "level, id); default: the shipped sample")
-    fields: str | None = described(None, f"column names of --data, e.g. question=Problem,answer=Final "
-                                         f"(names: {', '.join(CANONICAL)})")
+    data: str | None = described(
+        None,
+        "seed questions (JSONL, JSON, CSV or TSV: question, solution, answer, task, "
+        "level, id); default: the shipped sample",
+    )
+    fields: str | None = described(
+        None, f"column names of --data, e.g. question=Problem,answer=Final (names: {', '.join(CANONICAL)})"
+    )
     task: TaskType | None = described(None, "treat every seed question as this task type")
     repeats: int = described(1, "interview every seed question K times (run-to-run std)", minimum=1, maximum=100)
     bootstrap_resamples: int = described(10_000, "resamples of the sample-size check", minimum=1, maximum=100_000)
@@ -48,17 +52,20 @@ class InterviewBatch:
 
 class InterviewProtocol(Protocol):
     name = "interview"
-    description = ("LLM-as-an-Interviewer: modified seed questions, feedback and retries, follow-up questions, "
-                   "Interview Report")
+    description = (
+        "LLM-as-an-Interviewer: modified seed questions, feedback and retries, follow-up questions, Interview Report"
+    )
     context_cls = InterviewContext
     batch_cls = InterviewBatch
     roles = ("target", "evaluator", "grader")
     judge_roles = ("evaluator", "grader")
-    rescore_note = ("A new grader (--grader) re-grades the replayed answers; Score@n, follow-up accuracy and the "
-                    "error analysis are re-scored where the grades leave the session's path as it was. Retries and "
-                    "follow-ups depend on the grades and the interviewer's feedback (seed 004, Sec. 3), so a session "
-                    "they change, and any session under a new interviewer (--evaluator) that rewrites its questions, "
-                    "diverged.")
+    rescore_note = (
+        "A new grader (--grader) re-grades the replayed answers; Score@n, follow-up accuracy and the "
+        "error analysis are re-scored where the grades leave the session's path as it was. Retries and "
+        "follow-ups depend on the grades and the interviewer's feedback (seed 004, Sec. 3), so a session "
+        "they change, and any session under a new interviewer (--evaluator) that rewrites its questions, "
+        "diverged."
+    )
 
     def builder(self) -> StateGraph:
         from dyneval.graphs.interview import builder
@@ -74,8 +81,13 @@ class InterviewProtocol(Protocol):
         for k in range(options.repeats):
             for s in seeds:
                 uid = unit_id(s.id, k, options.repeats)
-                units.append(Unit(id=uid, input={"unit_id": uid, "seed": s.model_dump()},
-                                  meta={"seed_id": s.id, "repeat": k, "task": s.task, "level": s.level}))
+                units.append(
+                    Unit(
+                        id=uid,
+                        input={"unit_id": uid, "seed": s.model_dump()},
+                        meta={"seed_id": s.id, "repeat": k, "task": s.task, "level": s.level},
+                    )
+                )
         return units
 
     def inputs(self, run: Run) -> str:
@@ -106,18 +118,22 @@ class InterviewProtocol(Protocol):
         the graph from its checkpoint."""
         question = value.get("question", value) if isinstance(value, dict) else value
         with _input_lock:
-            head = f"[{unit.id}] " + (f"question {value.get('q')} try {value.get('attempt')}"
-                                      if isinstance(value, dict) else "")
+            head = f"[{unit.id}] " + (
+                f"question {value.get('q')} try {value.get('attempt')}" if isinstance(value, dict) else ""
+            )
             try:
                 return ask(run.console, head, str(question))
             except EOFError:
-                raise InfraError("no answer from the human interviewee (input closed); the session is kept at "
-                                 "its checkpoint: continue with --resume RUN_ID") from None
+                raise InfraError(
+                    "no answer from the human interviewee (input closed); the session is kept at "
+                    "its checkpoint: continue with --resume RUN_ID"
+                ) from None
 
     def ungraded(self, state: dict[str, Any]) -> int:
         """Ungraded answers of the session (interactions and the single-turn judge answer)."""
-        return (sum(1 for i in state.get("interactions", []) if is_ungraded(i))
-                + int(is_ungraded(state.get("single_turn"))))
+        return sum(1 for i in state.get("interactions", []) if is_ungraded(i)) + int(
+            is_ungraded(state.get("single_turn"))
+        )
 
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         inter = state.get("interactions", [])
@@ -128,18 +144,29 @@ class InterviewProtocol(Protocol):
         seed = state["seed"]
         solved_at = next((i["attempt"] for i in seed_inter if i["correct"]), None)
         return {
-            "seed_id": seed["id"], "repeat": unit.meta.get("repeat", 0), "task": seed.get("task", "generic"),
-            "level": seed.get("level"), "original_question": seed["question"],
-            "question": next((t["text"] for t in state.get("transcript", [])
-                              if t.get("q") == 0 and t.get("kind") == "question"), seed["question"]),
+            "seed_id": seed["id"],
+            "repeat": unit.meta.get("repeat", 0),
+            "task": seed.get("task", "generic"),
+            "level": seed.get("level"),
+            "original_question": seed["question"],
+            "question": next(
+                (t["text"] for t in state.get("transcript", []) if t.get("q") == 0 and t.get("kind") == "question"),
+                seed["question"],
+            ),
             "modification": state.get("modification", {}),
-            "seed_scores": [i["score"] for i in seed_inter], "seed_correct": [i["correct"] for i in seed_inter],
+            "seed_scores": [i["score"] for i in seed_inter],
+            "seed_correct": [i["correct"] for i in seed_inter],
             "seed_solved": None if is_ungraded(seed_inter[-1]) else bool(seed_inter[-1]["correct"]),
-            "solved_at": solved_at, "ungraded": self.ungraded(state), "stopped": state.get("stopped", ""),
+            "solved_at": solved_at,
+            "ungraded": self.ungraded(state),
+            "stopped": state.get("stopped", ""),
             "seed_interactions": [_slim(i) for i in seed_inter],
-            "followups": state.get("followups", []), "followup_results": [_slim(i) for i in fups],
-            "feedbacks": state.get("feedbacks", []), "single_turn": _slim(state.get("single_turn", {})),
-            "session_summary": state.get("session_summary", ""), "summary_source": state.get("summary_source", ""),
+            "followups": state.get("followups", []),
+            "followup_results": [_slim(i) for i in fups],
+            "feedbacks": state.get("feedbacks", []),
+            "single_turn": _slim(state.get("single_turn", {})),
+            "session_summary": state.get("session_summary", ""),
+            "summary_source": state.get("summary_source", ""),
             "transcript": state.get("transcript", []),
         }
 
@@ -154,25 +181,36 @@ class InterviewProtocol(Protocol):
             "inputs": {"seed_questions": self.inputs(run)},
             "sessions": len(ok),
             "sessions_ungraded": sum(1 for r in ok if r.get("ungraded")),
-            "answers_ungraded": sum(1 for r in ok for i in [*r["seed_interactions"], *r["followup_results"]]
-                                    if is_ungraded(i)),
+            "answers_ungraded": sum(
+                1 for r in ok for i in [*r["seed_interactions"], *r["followup_results"]] if is_ungraded(i)
+            ),
             "judge": judge["value"],
             **{f"score@{n + 1}": s for n, s in enumerate(scores)},
-            "denominators": {"judge": {k: judge[k] for k in ("n", "ungraded")},
-                             **{f"score@{n + 1}": {k: r[k] for k in ("n", "ungraded")} for n, r in enumerate(rates)}},
+            "denominators": {
+                "judge": {k: judge[k] for k in ("n", "ungraded")},
+                **{f"score@{n + 1}": {k: r[k] for k in ("n", "ungraded")} for n, r in enumerate(rates)},
+            },
             "delta": (scores[-1] - scores[0]) if None not in (scores[-1], scores[0]) else None,
             "followup_accuracy": metrics.followup_accuracy(ok),
-            "by_task": {t: {"sessions": len(rs), "judge": metrics.judge_score(rs),
-                            "score_at_n": metrics.score_at_n(rs, n_max)} for t, rs in metrics.by_task(ok).items()},
-            "by_level": {lv: {"sessions": len(rs), "judge": metrics.judge_score(rs),
-                              "score_at_n": metrics.score_at_n(rs, n_max),
-                              "run_to_run": metrics.run_to_run_std(rs, n_max)}
-                         for lv, rs in metrics.by_level(ok).items()},
+            "by_task": {
+                t: {"sessions": len(rs), "judge": metrics.judge_score(rs), "score_at_n": metrics.score_at_n(rs, n_max)}
+                for t, rs in metrics.by_task(ok).items()
+            },
+            "by_level": {
+                lv: {
+                    "sessions": len(rs),
+                    "judge": metrics.judge_score(rs),
+                    "score_at_n": metrics.score_at_n(rs, n_max),
+                    "run_to_run": metrics.run_to_run_std(rs, n_max),
+                }
+                for lv, rs in metrics.by_level(ok).items()
+            },
             "error_types": metrics.error_distribution(ok),
             "verbosity_bias": metrics.verbosity_bias(ok, n_max),
             "run_to_run": metrics.run_to_run_std(ok, n_max),
-            "bootstrap": metrics.bootstrap_table(ok, resamples=self.batch(run).bootstrap_resamples,
-                                                 seed=run.config.seed),
+            "bootstrap": metrics.bootstrap_table(
+                ok, resamples=self.batch(run).bootstrap_resamples, seed=run.config.seed
+            ),
             "feedback_checks": metrics.feedback_checks(ok),
             "graded_by": metrics.graded_by(ok),
             "modification": dict(sorted(_count(r["modification"].get("status", "?") for r in ok).items())),
@@ -187,26 +225,36 @@ class InterviewProtocol(Protocol):
         if not ok:
             return "", "none"
         fa = out["followup_accuracy"]
-        at_n = ", ".join(f"@{n}=" + ("n/a" if out[f"score@{n}"] is None else f"{out[f'score@{n}']:.2f}")
-                         for n in range(1, out["n_max"] + 1))
-        overall = "n/a" if fa["overall"] is None else "%.2f" % fa["overall"]
+        at_n = ", ".join(
+            f"@{n}=" + ("n/a" if out[f"score@{n}"] is None else f"{out[f'score@{n}']:.2f}")
+            for n in range(1, out["n_max"] + 1)
+        )
+        overall = "n/a" if fa["overall"] is None else f"{fa['overall']:.2f}"
         scores = f"Score@n: {at_n}; follow-up accuracy overall {overall}"
         if not self.context(run).summarize or not any(r["session_summary"] for r in ok):
             return _code_overall(ok, out), "code"
         summaries = "\n".join(f"- {r['session_summary'][:600]}" for r in ok[:40] if r["session_summary"])
         from dyneval.prompts import load_prompt  # LangChain's prompt classes: not with `dyneval --help`
+
         try:
-            text = run.services.llm("evaluator").text(
-                load_prompt("interview/interviewer_report_summary").render(summaries=summaries, scores=scores),
-                step="report_summary").strip()
+            text = (
+                run.services.llm("evaluator")
+                .text(
+                    load_prompt("interview/interviewer_report_summary").render(summaries=summaries, scores=scores),
+                    step="report_summary",
+                )
+                .strip()
+            )
         except (InfraError, ModelError) as exc:
             return _code_overall(ok, out) + f" (interviewer summary failed: {exc})", "code"
         return (text, "interviewer") if text else (_code_overall(ok, out), "code")
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         inputs = summary.get("metrics", {}).get("inputs", {})
-        return [Text(f"Seed questions: {inputs.get('seed_questions')}."),
-                *report_blocks(run, summary.get("metrics", {}), records)]
+        return [
+            Text(f"Seed questions: {inputs.get('seed_questions')}."),
+            *report_blocks(run, summary.get("metrics", {}), records),
+        ]
 
 
 def _count(items: Any) -> dict[str, int]:
@@ -227,8 +275,10 @@ def _code_overall(ok: list[dict[str, Any]], out: dict[str, Any]) -> str:
     after = solved - first
     errs = {t: v["count"] for t, v in out["error_types"]["types"].items() if v["count"]}
     fa = out["followup_accuracy"]
-    parts = [f"Solved {first}/{len(graded)} graded seed questions at the first answer and {solved}/{len(graded)} "
-             f"in the end ({after} thanks to feedback)."]
+    parts = [
+        f"Solved {first}/{len(graded)} graded seed questions at the first answer and {solved}/{len(graded)} "
+        f"in the end ({after} thanks to feedback)."
+    ]
     if len(graded) < len(ok):
         parts.append(f"{len(ok) - len(graded)} session(s) stopped at an ungraded answer and are not counted.")
     if errs:

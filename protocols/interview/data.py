@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from dyneval.samples import sample
 from dyneval.state.interview import TASK_TYPES, SeedQuestion
 from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, input_error, read_records
-from dyneval.samples import sample
 
 SAMPLE = sample("interview", "seeds.jsonl")
 CANONICAL = ("id", "question", "solution", "answer", "task", "level")
@@ -62,15 +62,21 @@ def to_seed(rec: Record, fields: FieldMap, task_override: str | None = None) -> 
     if task == "factual" and not (solution or answer).strip():
         raise fields.missing(rec, "solution", "a factual seed question needs a reference solution")
     try:
-        return SeedQuestion(id=raw.id if raw.id is not None else f"q{rec.n:04d}" if isinstance(rec.n, int)
-                            else str(rec.n), question=raw.question, solution=solution, answer=answer, task=task,
-                            level=raw.level)
+        return SeedQuestion(
+            id=raw.id if raw.id is not None else f"q{rec.n:04d}" if isinstance(rec.n, int) else str(rec.n),
+            question=raw.question,
+            solution=solution,
+            answer=answer,
+            task=task,
+            level=raw.level,
+        )
     except ValidationError as exc:
         raise rec.error(exc.errors()[0]["msg"]) from None
 
 
-def load_seeds(path: str | Path | None = None, task_override: str | None = None,
-               fields: str | None = None) -> list[SeedQuestion]:
+def load_seeds(
+    path: str | Path | None = None, task_override: str | None = None, fields: str | None = None
+) -> list[SeedQuestion]:
     """Load and validate seed questions (``path`` None = the shipped sample); bad input raises InputError."""
     if task_override and task_override not in TASK_TYPES:
         raise input_error(f"unknown task {task_override!r}; use one of {', '.join(TASK_TYPES)}", flag="--task")

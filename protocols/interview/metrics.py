@@ -12,10 +12,11 @@ import math
 import random
 import statistics
 from collections import Counter, defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from dyneval.runtime.protocol import with_results
 from dyneval.results.stats import Estimate, clustered, summary_entries
+from dyneval.runtime.protocol import with_results
 from dyneval.state.interview import ERROR_TYPES
 from dyneval.state.verdicts import is_ungraded, rate
 
@@ -30,6 +31,7 @@ def _mean(xs: list[float]) -> float | None:
 
 
 # -- Score@n -----------------------------------------------------------------------------------
+
 
 def seed_score_at(seed_scores: list[float | None], n: int) -> float | None:
     """Score of the seed question at the n-th interaction (1-based); ``None`` = ungraded.
@@ -72,8 +74,11 @@ def score_at_n(records: list[dict[str, Any]], n_max: int) -> list[float | None]:
 
 
 def _judged(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r["single_turn"] for r in ok_records(records)
-            if "score" in (r.get("single_turn") or {}) or is_ungraded(r.get("single_turn"))]
+    return [
+        r["single_turn"]
+        for r in ok_records(records)
+        if "score" in (r.get("single_turn") or {}) or is_ungraded(r.get("single_turn"))
+    ]
 
 
 def judge_rate(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,6 +92,7 @@ def judge_score(records: list[dict[str, Any]]) -> float | None:
 
 
 # -- follow-ups ----------------------------------------------------------------------------------
+
 
 def followup_accuracy(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Follow-up accuracy within solved seed questions, failed ones and overall (section 3.2, Table 3).
@@ -108,13 +114,20 @@ def followup_accuracy(records: list[dict[str, Any]]) -> dict[str, Any]:
             buckets["solved" if r.get("seed_solved") else "failed"].append(value)
     overall = buckets["solved"] + buckets["failed"]
     types = {t: rate(v) for t, v in sorted(by_type.items())}
-    return {"solved": _mean(buckets["solved"]), "failed": _mean(buckets["failed"]), "overall": _mean(overall),
-            "n_solved": len(buckets["solved"]), "n_failed": len(buckets["failed"]), "n": len(overall),
-            "ungraded": ungraded,
-            "by_type": {t: {"accuracy": v["value"], "n": v["n"], "ungraded": v["ungraded"]} for t, v in types.items()}}
+    return {
+        "solved": _mean(buckets["solved"]),
+        "failed": _mean(buckets["failed"]),
+        "overall": _mean(overall),
+        "n_solved": len(buckets["solved"]),
+        "n_failed": len(buckets["failed"]),
+        "n": len(overall),
+        "ungraded": ungraded,
+        "by_type": {t: {"accuracy": v["value"], "n": v["n"], "ungraded": v["ungraded"]} for t, v in types.items()},
+    }
 
 
 # -- errors -----------------------------------------------------------------------------------
+
 
 def error_distribution(records: list[dict[str, Any]], examples: int = 2) -> dict[str, Any]:
     """Error types over every wrong seed-question answer (section 3.2 (2)), with examples; ungraded answers
@@ -128,15 +141,27 @@ def error_distribution(records: list[dict[str, Any]], examples: int = 2) -> dict
             et = i.get("error_type") if i.get("error_type") in ERROR_TYPES else "N/A"
             counts[et] += 1
             if len(samples[et]) < examples and all(e["unit"] != r["unit_id"] for e in samples[et]):
-                samples[et].append({"unit": r["unit_id"], "attempt": i["attempt"], "question": r["question"],
-                                    "answer": i["answer"], "reason": i.get("reason", "")})
+                samples[et].append(
+                    {
+                        "unit": r["unit_id"],
+                        "attempt": i["attempt"],
+                        "question": r["question"],
+                        "answer": i["answer"],
+                        "reason": i.get("reason", ""),
+                    }
+                )
     total = sum(counts.values())
-    return {"total": total,
-            "types": {t: {"count": counts[t], "rate": counts[t] / total if total else None,
-                          "examples": samples[t]} for t in ERROR_TYPES}}
+    return {
+        "total": total,
+        "types": {
+            t: {"count": counts[t], "rate": counts[t] / total if total else None, "examples": samples[t]}
+            for t in ERROR_TYPES
+        },
+    }
 
 
 # -- verbosity bias (section 7) ----------------------------------------------------------------
+
 
 def pearson(xs: list[float], ys: list[float]) -> tuple[float | None, float | None]:
     """Pearson r and two-sided p (scipy); None when undefined (fewer than 3 points or no variance)."""
@@ -160,14 +185,19 @@ def verbosity_bias(records: list[dict[str, Any]], n_max: int) -> list[dict[str, 
     r_, p_ = pearson([float(a) for a, _ in judge], [float(b) for _, b in judge])
     rows.append({"interaction": "judge", "n": len(judge), "r": r_, "p": p_})
     for n in range(1, n_max + 1):
-        pts = [(i["words"], i["score"]) for r in recs for i in r.get("seed_interactions", [])
-               if i["attempt"] == n and i.get("score") is not None]
+        pts = [
+            (i["words"], i["score"])
+            for r in recs
+            for i in r.get("seed_interactions", [])
+            if i["attempt"] == n and i.get("score") is not None
+        ]
         r_, p_ = pearson([float(a) for a, _ in pts], [float(b) for _, b in pts])
         rows.append({"interaction": f"@{n}", "n": len(pts), "r": r_, "p": p_})
     return rows
 
 
 # -- run-to-run variation (section 7, Table 6) ---------------------------------------------------
+
 
 def run_to_run_std(records: list[dict[str, Any]], n_max: int) -> dict[str, Any] | None:
     """Std of Score@n (and of the judge score) across the ``--repeats`` runs; None with one repeat.
@@ -186,11 +216,16 @@ def run_to_run_std(records: list[dict[str, Any]], n_max: int) -> dict[str, Any] 
         xs = [s[n] for s in per_rep.values() if s[n] is not None]
         std.append(statistics.stdev(xs) if len(xs) >= 2 else None)
     judges = [j for j in (judge_score(v) for v in by_rep.values()) if j is not None]
-    return {"repeats": len(by_rep), "score_at_n": {str(k): v for k, v in per_rep.items()}, "std": std,
-            "judge_std": statistics.stdev(judges) if len(judges) >= 2 else None}
+    return {
+        "repeats": len(by_rep),
+        "score_at_n": {str(k): v for k, v in per_rep.items()},
+        "std": std,
+        "judge_std": statistics.stdev(judges) if len(judges) >= 2 else None,
+    }
 
 
 # -- bootstrap sample-size check (Appendix C.2, Table 7) ------------------------------------------
+
 
 def bootstrap_p(values: list[float], size: int, *, resamples: int = 10_000, seed: int = 0) -> float | None:
     """Two-sided bootstrap p-value of the full-set mean under the means of resamples of ``size``.
@@ -215,8 +250,9 @@ def bootstrap_p(values: list[float], size: int, *, resamples: int = 10_000, seed
     return min(1.0, 2 * min(lo, hi))
 
 
-def bootstrap_table(records: list[dict[str, Any]], sizes: list[int] | None = None, *, resamples: int = 10_000,
-                    seed: int = 0) -> list[dict[str, Any]]:
+def bootstrap_table(
+    records: list[dict[str, Any]], sizes: list[int] | None = None, *, resamples: int = 10_000, seed: int = 0
+) -> list[dict[str, Any]]:
     """Table 7: for each sample size, the bootstrap p of Score@1 (interviewer) and of the judge score."""
     recs = ok_records(records)
     inter = [x for x in (seed_score_at(r["seed_scores"], 1) for r in recs) if x is not None]
@@ -225,12 +261,18 @@ def bootstrap_table(records: list[dict[str, Any]], sizes: list[int] | None = Non
     if n == 0:
         return []
     sizes = sizes or sorted({max(1, math.ceil(n * f)) for f in (0.2, 0.6, 1.0)})
-    return [{"size": s, "interviewer_p": bootstrap_p(inter, s, resamples=resamples, seed=seed),
-             "judge_p": bootstrap_p(judge, min(s, len(judge)), resamples=resamples, seed=seed) if judge else None}
-            for s in sizes]
+    return [
+        {
+            "size": s,
+            "interviewer_p": bootstrap_p(inter, s, resamples=resamples, seed=seed),
+            "judge_p": bootstrap_p(judge, min(s, len(judge)), resamples=resamples, seed=seed) if judge else None,
+        }
+        for s in sizes
+    ]
 
 
 # -- feedback and grading provenance -------------------------------------------------------------
+
 
 def feedback_checks(records: list[dict[str, Any]]) -> dict[str, int]:
     """How often the code check caught an answer leak, and what was done about it."""
@@ -271,6 +313,7 @@ def by_level(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 # -- intervals (results.stats) -------------------------------------------------------------------
 
+
 def _by_seed(records: list[dict[str, Any]], values: Any, unit: str) -> Estimate | None:
     """``sum / count`` of the values ``values(record)`` yields, clustered by seed question: the sessions of one
     seed question (``--repeats``) and a session's follow-ups share it and are resampled together; where every
@@ -292,10 +335,14 @@ def intervals(records: list[dict[str, Any]], n_max: int) -> dict[str, dict[str, 
     complete = _graded_throughout(recs, n_max)
     estimates: dict[str, Estimate | None] = {
         f"score@{n}": _by_seed(complete, lambda r, n=n: [seed_score_at(r["seed_scores"], n)], "sessions")
-        for n in range(1, n_max + 1)}
-    estimates["judge"] = _by_seed(recs, lambda r: [st["score"] for st in _judged([r]) if not is_ungraded(st)],
-                                  "sessions")
+        for n in range(1, n_max + 1)
+    }
+    estimates["judge"] = _by_seed(
+        recs, lambda r: [st["score"] for st in _judged([r]) if not is_ungraded(st)], "sessions"
+    )
     estimates["followup_accuracy.overall"] = _by_seed(
-        recs, lambda r: [float(bool(i["correct"])) for i in r.get("followup_results", []) if not is_ungraded(i)],
-        "follow-up answers")
+        recs,
+        lambda r: [float(bool(i["correct"])) for i in r.get("followup_results", []) if not is_ungraded(i)],
+        "follow-up answers",
+    )
     return summary_entries(estimates)

@@ -31,11 +31,19 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dyneval.protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
-from dyneval.protocols.judgeagent.report import build_report
 from dyneval.nodes.judgeagent.judging import answer_format
-from dyneval.protocols.judgeagent.metrics import (accuracy, difficulty_distribution, dynamic_table, intervals,
-                                                  overall_score, ungraded_answers, unvalidated, validation_by_label)
+from dyneval.protocols.judgeagent.data import SAMPLE_DATA, load_questions, split_batches, uses_sample
+from dyneval.protocols.judgeagent.metrics import (
+    accuracy,
+    difficulty_distribution,
+    dynamic_table,
+    intervals,
+    overall_score,
+    ungraded_answers,
+    unvalidated,
+    validation_by_label,
+)
+from dyneval.protocols.judgeagent.report import build_report
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.state.blocks import Block, Text
 from dyneval.state.context import described
@@ -59,26 +67,38 @@ class JudgeAgentBatch:
     """Batch-only options: the questions, how they are batched, and the build-only mode."""
 
     data: str | None = described(None, "base questions: JSONL, JSON, CSV or TSV (default: shipped sample)")
-    fields: str | None = described(None, "column names: id, question, answer, options, difficulty, references, "
-                                         "e.g. question=QUESTION,answer=final_decision,references=CONTEXTS "
-                                         "(options=A+B+C+D and references=P1+P2 join columns)")
+    fields: str | None = described(
+        None,
+        "column names: id, question, answer, options, difficulty, references, "
+        "e.g. question=QUESTION,answer=final_decision,references=CONTEXTS "
+        "(options=A+B+C+D and references=P1+P2 join columns)",
+    )
     choices: str | None = described(None, "the same options for every question, e.g. yes,no,maybe")
-    answer_form: AnswerForm = described("any", "how a multiple-choice answer is read: any (an option letter, a "
-                                               "0-based index or an option's text; refused when two name different "
-                                               "options), or only as letter, index or text")
-    hf_dataset: str | None = described(None, "Hugging Face dataset id[:config], read from the local Hugging Face cache "
-                                          "(HF_HUB_OFFLINE=0 lets it download)")
+    answer_form: AnswerForm = described(
+        "any",
+        "how a multiple-choice answer is read: any (an option letter, a "
+        "0-based index or an option's text; refused when two name different "
+        "options), or only as letter, index or text",
+    )
+    hf_dataset: str | None = described(
+        None,
+        "Hugging Face dataset id[:config], read from the local Hugging Face cache (HF_HUB_OFFLINE=0 lets it download)",
+    )
     hf_split: str = described("test", "split of --hf-dataset")
     batch_size: int = described(3, "N_B questions per batch", minimum=1, maximum=100)
     build_kb_only: bool = described(False, "build (or load) the context graph, print its statistics and stop")
-    irt_runs: str | None = described(None, "adaptive base questions: earlier judgeagent runs of other targets on "
-                                           "these questions (directories or globs, comma-separated) whose verdicts "
-                                           "calibrate the questions; each batch's --batch-size questions become a "
-                                           "pool, --irt-items of them asked (protocols/judgeagent/irt.py)",
-                                      metavar="DIR[,DIR...]")
+    irt_runs: str | None = described(
+        None,
+        "adaptive base questions: earlier judgeagent runs of other targets on "
+        "these questions (directories or globs, comma-separated) whose verdicts "
+        "calibrate the questions; each batch's --batch-size questions become a "
+        "pool, --irt-items of them asked (protocols/judgeagent/irt.py)",
+        metavar="DIR[,DIR...]",
+    )
     irt_model: IrtModel = described("2pl", "with --irt-runs: item response model")
-    irt_min_responses: int = described(5, "with --irt-runs: responses a question needs to be calibrated (others "
-                                          "are not asked)", minimum=2)
+    irt_min_responses: int = described(
+        5, "with --irt-runs: responses a question needs to be calibrated (others are not asked)", minimum=2
+    )
 
 
 class JudgeAgentProtocol(Protocol):
@@ -88,10 +108,12 @@ class JudgeAgentProtocol(Protocol):
     batch_cls = JudgeAgentBatch
     roles = ("target", "evaluator")
     judge_roles = ("evaluator",)
-    rescore_note = ("Base-question grading is re-judged over the replayed target answers. The extension rounds "
-                    "adapt the difficulty to the verdicts and the evaluator writes their questions (seed 000, Sec. "
-                    "3), so a batch whose extension questions change diverged; the capability score, difficulty "
-                    "trajectory and validation metrics cover the batches that kept their path.")
+    rescore_note = (
+        "Base-question grading is re-judged over the replayed target answers. The extension rounds "
+        "adapt the difficulty to the verdicts and the evaluator writes their questions (seed 000, Sec. "
+        "3), so a batch whose extension questions change diverged; the capability score, difficulty "
+        "trajectory and validation metrics cover the batches that kept their path."
+    )
     uses_chroma = True  # the context graph's chunk and entity vectors
 
     def builder(self) -> StateGraph:
@@ -140,23 +162,36 @@ class JudgeAgentProtocol(Protocol):
         ctx = self._check_params(run)
         check_jury(ctx.judge_jury, run.config.models, "--judge-jury")
         questions, source = load_questions(run.params)
-        if not (run.params.get("kb") or run.params.get("no_extension") or any(q.references for q in questions)
-                or uses_sample(run.params)):
-            raise InputError("no knowledge base: pass --kb or map a references field with --fields",
-                             file=source, field="--kb")
+        if not (
+            run.params.get("kb")
+            or run.params.get("no_extension")
+            or any(q.references for q in questions)
+            or uses_sample(run.params)
+        ):
+            raise InputError(
+                "no knowledge base: pass --kb or map a references field with --fields", file=source, field="--kb"
+            )
         for name, where in self.inputs(run, questions).items():
             run.console.print(f"{name.replace('_', ' ')}: {where}", markup=False, highlight=False)
         requested = ctx.answer_format
         run.params["answer_format"] = answer_format(requested, questions)
-        run.console.print(f"answer format: {run.params['answer_format']}"
-                          + (" (auto: chosen from the reference answers)" if requested == "auto" else ""),
-                          markup=False, highlight=False)
+        run.console.print(
+            f"answer format: {run.params['answer_format']}"
+            + (" (auto: chosen from the reference answers)" if requested == "auto" else ""),
+            markup=False,
+            highlight=False,
+        )
         if run.params.get("irt_runs"):
             return irt_plan().adaptive_units(run, questions, ctx, self.batch(run), source)
         units = []
         for i, batch in enumerate(split_batches(questions, self.batch(run).batch_size), 1):
-            units.append(Unit(id=f"batch-{i:04d}", input={"batch": [q.model_dump() for q in batch]},
-                              meta={"questions": [q.id for q in batch], "source": source}))
+            units.append(
+                Unit(
+                    id=f"batch-{i:04d}",
+                    input={"batch": [q.model_dump() for q in batch]},
+                    meta={"questions": [q.id for q in batch], "source": source},
+                )
+            )
         return units
 
     def expected_calls(self, run: Run) -> str:
@@ -164,9 +199,11 @@ class JudgeAgentProtocol(Protocol):
         if run.params.get("irt_runs"):  # up to --irt-items of each pool are asked
             n = min(n, self.context(run).irt_items)
         r = self._rounds(run)
-        return (f"{n} base answers (+ a judge call for each that is not an option letter or the exact reference), "
-                f"1 entity call, {r} x (generate, answer, judge unless exact), 1 feedback, {n} validation answers "
-                "(+ judge calls likewise); graph build: chunks/extract_batch calls on first use only")
+        return (
+            f"{n} base answers (+ a judge call for each that is not an option letter or the exact reference), "
+            f"1 entity call, {r} x (generate, answer, judge unless exact), 1 feedback, {n} validation answers "
+            "(+ judge calls likewise); graph build: chunks/extract_batch calls on first use only"
+        )
 
     def _rounds(self, run: Run) -> int:
         """Extension rounds per batch (none with ``--no-extension``)."""
@@ -183,8 +220,13 @@ class JudgeAgentProtocol(Protocol):
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("w", encoding="utf-8") as fh:
                 for q in refs:
-                    fh.write(json.dumps({"id": f"q:{q.id}", "title": f"references of {q.id}",
-                                         "text": "\n\n".join(q.references)}, ensure_ascii=False) + "\n")
+                    fh.write(
+                        json.dumps(
+                            {"id": f"q:{q.id}", "title": f"references of {q.id}", "text": "\n\n".join(q.references)},
+                            ensure_ascii=False,
+                        )
+                        + "\n"
+                    )
             return str(path)
         return str(SAMPLE_KB)
 
@@ -214,8 +256,9 @@ class JudgeAgentProtocol(Protocol):
         the runner shows its progress); its statistics are written and shown when it is ready."""
         from dyneval.nodes.judgeagent.knowledge import start_context_graph  # the graph's modules: not with --help
 
-        start_context_graph(run.services, self.context(run), run.console.print,
-                            lambda graph: self._graph_stats(run, source, graph))
+        start_context_graph(
+            run.services, self.context(run), run.console.print, lambda graph: self._graph_stats(run, source, graph)
+        )
 
     def _graph_stats(self, run: Run, source: str, graph: ContextGraph) -> dict[str, Any]:
         """Write, print and return the statistics of the run's context graph.
@@ -223,14 +266,15 @@ class JudgeAgentProtocol(Protocol):
         When the evaluator labelled no chunk at all, every entity comes from the keyword fallback: the
         statistics carry a ``warning`` that the console, ``summary.json`` and the report repeat.
         """
-        stats: dict[str, Any] = {"kb": run.params["kb"], "source": source,
-                                 "folder": str(graph.folder), **graph.stats()}
+        stats: dict[str, Any] = {"kb": run.params["kb"], "source": source, "folder": str(graph.folder), **graph.stats()}
         sources = stats["entity_sources"]
         if stats["chunks"] and not sources.get("llm"):
-            stats["warning"] = (f"the evaluator labelled no entity in any of the {stats['chunks']} knowledge-base "
-                                "chunks; all context-graph entities come from the keyword fallback "
-                                f"({sources.get('keyword', 0)} entities), so knowledge paths follow keywords, "
-                                "not the evaluator's entity labels (Table 11)")
+            stats["warning"] = (
+                f"the evaluator labelled no entity in any of the {stats['chunks']} knowledge-base "
+                "chunks; all context-graph entities come from the keyword fallback "
+                f"({sources.get('keyword', 0)} entities), so knowledge paths follow keywords, "
+                "not the evaluator's entity labels (Table 11)"
+            )
         (run.run_dir / KB_STATS).write_text(json.dumps(stats, indent=2), encoding="utf-8")
         run.console.print(f"context graph: {stats}", markup=False, highlight=False)
         if stats.get("warning"):
@@ -279,9 +323,21 @@ class JudgeAgentProtocol(Protocol):
         # the format the batches were asked in: plan() resolves it into run.params, which a resumed run (its units
         # read back, not planned again) does not have
         fmt = " / ".join(sorted({r["answer_format"] for r in ok if r.get("answer_format")})) or None
-        settings = {k: run.params.get(k) for k in ("kb", "batch_size", "rounds", "hops", "gains", "thresholds",
-                                                   "no_context_graph", "no_difficulty_adaptation",
-                                                   "fixed_difficulty", "no_extension")}
+        settings = {
+            k: run.params.get(k)
+            for k in (
+                "kb",
+                "batch_size",
+                "rounds",
+                "hops",
+                "gains",
+                "thresholds",
+                "no_context_graph",
+                "no_difficulty_adaptation",
+                "fixed_difficulty",
+                "no_extension",
+            )
+        }
         return {
             "batches": len(ok),
             "batches_ungraded": sum(1 for r in ok if r.get("ungraded")),
@@ -298,11 +354,16 @@ class JudgeAgentProtocol(Protocol):
             "unvalidated_batches": unvalidated(ok),
             "feedback_status": _count(r["feedback"].get("status", "none") for r in ok),
             "leak_suspects": [q for r in ok for q in r["feedback"].get("leak_suspects", [])],
-            "generation": {"rounds": len(gen), "failed": sum(1 for x in gen if x.get("status") != "ok"),
-                           "path_modes": _count(x["path"].get("mode") for x in gen)},
+            "generation": {
+                "rounds": len(gen),
+                "failed": sum(1 for x in gen if x.get("status") != "ok"),
+                "path_modes": _count(x["path"].get("mode") for x in gen),
+            },
             "judged_by": hows,
-            "efficiency": {"avg_tokens_per_seed_question": tokens / n_questions if n_questions else None,
-                           "avg_seconds_per_seed_question": seconds / n_questions if n_questions else None},
+            "efficiency": {
+                "avg_tokens_per_seed_question": tokens / n_questions if n_questions else None,
+                "avg_seconds_per_seed_question": seconds / n_questions if n_questions else None,
+            },
             "inputs": self._run_inputs(run),
             "settings": {**settings, "answer_format": fmt},
             **(irt_plan().adaptive_summary(run, ok) if run.params.get("irt_runs") else {}),
@@ -323,8 +384,9 @@ class JudgeAgentProtocol(Protocol):
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         inputs = summary["metrics"].get("inputs", {})
-        blocks: list[Block] = [Text(f"Questions: {inputs.get('questions')}. Knowledge base: "
-                                    f"{inputs.get('knowledge_base')}.")]
+        blocks: list[Block] = [
+            Text(f"Questions: {inputs.get('questions')}. Knowledge base: {inputs.get('knowledge_base')}.")
+        ]
         if inputs.get("knowledge_base_warning"):
             blocks.append(Text(f"Warning: {inputs['knowledge_base_warning']}."))
         return blocks + build_report(run, summary["metrics"], records)

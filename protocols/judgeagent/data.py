@@ -22,11 +22,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator
 from pydantic_core import PydanticCustomError
 
+from dyneval.samples import sample
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion
 from dyneval.stores.choices import LETTERS, AnswerForm, option_letters
 from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
-from dyneval.samples import sample
 
 SAMPLE_DATA = sample("judgeagent", "questions.jsonl")
 CANONICAL = ("id", "question", "answer", "options", "difficulty", "references")
@@ -42,8 +42,9 @@ def _options(value: Any) -> Any:
     elif not isinstance(value, list):
         value = [value]
     if len(value) < 2 or any(isinstance(v, (dict, list)) for v in value):
-        raise PydanticCustomError("options", "options must be a list (or object, or 'a|b|c' text) of at least two "
-                                  "texts or numbers")
+        raise PydanticCustomError(
+            "options", "options must be a list (or object, or 'a|b|c' text) of at least two texts or numbers"
+        )
     blank = [LETTERS[i] for i, v in enumerate(value) if v is None or (isinstance(v, str) and not v.strip())]
     if blank:
         raise PydanticCustomError("options", "option {letters} is empty", {"letters": ", ".join(blank)})
@@ -71,8 +72,7 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
     try:
         import datasets  # type: ignore[import-not-found]
     except ImportError:
-        raise InputError("reading a Hugging Face dataset needs: pip install datasets", field="--hf-dataset") \
-            from None
+        raise InputError("reading a Hugging Face dataset needs: pip install datasets", field="--hf-dataset") from None
     name, _, config = dataset_id.partition(":")
     try:
         ds = datasets.load_dataset(name, config or None, split=split)
@@ -81,8 +81,9 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
     return [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
 
 
-def to_question(rec: Record, fields: FieldMap, *, choices: list[str] | None = None,
-                form: AnswerForm = "any") -> BaseQuestion:
+def to_question(
+    rec: Record, fields: FieldMap, *, choices: list[str] | None = None, form: AnswerForm = "any"
+) -> BaseQuestion:
     """One record -> a :class:`BaseQuestion` (a multiple-choice answer read as ``form``, ``--answer-form``, says);
     any problem raises :class:`InputError` naming the record."""
     raw = fields.validate(RawQuestion, rec)
@@ -97,12 +98,18 @@ def to_question(rec: Record, fields: FieldMap, *, choices: list[str] | None = No
     if raw.difficulty is not None:
         d = DIFFICULTY_ALIASES.get(raw.difficulty.strip().lower(), raw.difficulty.strip().lower())
         if d not in DIFFICULTIES:
-            raise fields.error(rec, "difficulty", f"difficulty {raw.difficulty!r} is not one of easy, medium, "
-                                                  "hard (or 1-3)")
+            raise fields.error(
+                rec, "difficulty", f"difficulty {raw.difficulty!r} is not one of easy, medium, hard (or 1-3)"
+            )
         difficulty = d
-    return BaseQuestion(id=raw.id if raw.id is not None else f"q{rec.n}", question=raw.question, answer=answer,
-                        options=options, difficulty=difficulty,
-                        references=[t for t in raw.references if t.strip()])
+    return BaseQuestion(
+        id=raw.id if raw.id is not None else f"q{rec.n}",
+        question=raw.question,
+        answer=answer,
+        options=options,
+        difficulty=difficulty,
+        references=[t for t in raw.references if t.strip()],
+    )
 
 
 def load_questions(params: dict[str, Any]) -> tuple[list[BaseQuestion], str]:
@@ -142,4 +149,4 @@ def split_batches(questions: list[BaseQuestion], size: int) -> list[list[BaseQue
     """SPLIT_BATCHES(D, N_B) of Algorithm 1: consecutive batches of ``size`` (the last may be smaller)."""
     if size < 1:
         raise InputError("batch size must be at least 1", field="--batch-size")
-    return [questions[i:i + size] for i in range(0, len(questions), size)]
+    return [questions[i : i + size] for i in range(0, len(questions), size)]

@@ -17,7 +17,8 @@ is listed by :func:`unvalidated` with its reason.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from dyneval.results.stats import Estimate, clustered, proportion, summary_entries
 from dyneval.state.judgeagent import DIFFICULTIES
@@ -44,9 +45,16 @@ def validation_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     acc2 = sum(1 for r in rows if r["correct2"])
     cr = sum(1 for r in rows if r["correct2"] and not r["correct1"])
     ce = sum(1 for r in rows if r["correct1"] and not r["correct2"])
-    return {"n": n, "ungraded": len(every) - n, "acc1": _ratio(acc1, n), "acc2": _ratio(acc2, n),
-            "cr": _ratio(cr, n), "cte": _ratio(ce, n),
-            "cr_given_wrong": _ratio(cr, n - acc1), "cte_given_right": _ratio(ce, acc1)}
+    return {
+        "n": n,
+        "ungraded": len(every) - n,
+        "acc1": _ratio(acc1, n),
+        "acc2": _ratio(acc2, n),
+        "cr": _ratio(cr, n),
+        "cte": _ratio(ce, n),
+        "cr_given_wrong": _ratio(cr, n - acc1),
+        "cte_given_right": _ratio(ce, acc1),
+    }
 
 
 def unvalidated(records: Iterable[dict[str, Any]]) -> dict[str, str]:
@@ -55,8 +63,9 @@ def unvalidated(records: Iterable[dict[str, Any]]) -> dict[str, str]:
     for r in records:
         fb = r.get("feedback") or {}
         if fb and fb.get("status") != "ok":
-            out[r.get("unit_id", "?")] = (f"feedback {fb.get('status')}"
-                                          + (f": {fb['reason']}" if fb.get("reason") else ""))
+            out[r.get("unit_id", "?")] = f"feedback {fb.get('status')}" + (
+                f": {fb['reason']}" if fb.get("reason") else ""
+            )
     return out
 
 
@@ -151,15 +160,22 @@ def intervals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     rows = [v for batch in per_batch for v in batch]
 
     def by_batch(test: Any) -> Estimate | None:
-        return clustered([sum(1 for v in batch if test(v)) for batch in per_batch], [len(b) for b in per_batch],
-                         "validated questions", "batches")
+        return clustered(
+            [sum(1 for v in batch if test(v)) for batch in per_batch],
+            [len(b) for b in per_batch],
+            "validated questions",
+            "batches",
+        )
 
-    return summary_entries({
-        "score": clustered([r["score"] for r in records], [r["answered"] for r in records], "answers", "batches"),
-        "base_accuracy.value": proportion(sum(graded), len(graded), "base questions"),
-        "validation.overall.acc1": proportion(sum(1 for v in rows if v["correct1"]), len(rows),
-                                              "validated questions"),
-        "validation.overall.acc2": by_batch(lambda v: v["correct2"]),
-        "validation.overall.cr": by_batch(lambda v: v["correct2"] and not v["correct1"]),
-        "validation.overall.cte": by_batch(lambda v: v["correct1"] and not v["correct2"]),
-    })
+    return summary_entries(
+        {
+            "score": clustered([r["score"] for r in records], [r["answered"] for r in records], "answers", "batches"),
+            "base_accuracy.value": proportion(sum(graded), len(graded), "base questions"),
+            "validation.overall.acc1": proportion(
+                sum(1 for v in rows if v["correct1"]), len(rows), "validated questions"
+            ),
+            "validation.overall.acc2": by_batch(lambda v: v["correct2"]),
+            "validation.overall.cr": by_batch(lambda v: v["correct2"] and not v["correct1"]),
+            "validation.overall.cte": by_batch(lambda v: v["correct1"] and not v["correct2"]),
+        }
+    )

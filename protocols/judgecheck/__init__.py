@@ -36,20 +36,32 @@ if TYPE_CHECKING:
 class JudgeCheckBatch:
     """Batch-only options: the labelled set, its column names, the bootstrap."""
 
-    labels: str | None = described(None, "human-labelled items (JSONL, JSON, CSV or TSV: question or input, "
-                                         "response or output_1 + output_2, reference, category, label; ATAD: "
-                                         "task, problem, level); "
-                                         "default: the shipped sample for --judge")
-    fields: str | None = described(None, f"column names of --labels, e.g. label=Human,response=Answer "
-                                         f"(names: {', '.join(CANONICAL)})")
-    label_map: str | None = described(None, "label values of --labels mapped to the judge's labels, e.g. "
-                                            "0=tie,1=1,2=2 (PandaLM); only the mapped values are accepted",
-                                      check=split_label_map, metavar="VALUE=LABEL,...")
-    skip_invalid: bool = described(False, "leave out records of --labels that cannot be judged (an empty output, "
-                                          "a boolean where text belongs, a label off the scale), counted per reason "
-                                          "in the console, summary.json and the report")
-    bootstrap_resamples: int = described(1000, "bootstrap resamples of the items for each interval", minimum=100,
-                                         maximum=100_000)
+    labels: str | None = described(
+        None,
+        "human-labelled items (JSONL, JSON, CSV or TSV: question or input, "
+        "response or output_1 + output_2, reference, category, label; ATAD: "
+        "task, problem, level); "
+        "default: the shipped sample for --judge",
+    )
+    fields: str | None = described(
+        None, f"column names of --labels, e.g. label=Human,response=Answer (names: {', '.join(CANONICAL)})"
+    )
+    label_map: str | None = described(
+        None,
+        "label values of --labels mapped to the judge's labels, e.g. "
+        "0=tie,1=1,2=2 (PandaLM); only the mapped values are accepted",
+        check=split_label_map,
+        metavar="VALUE=LABEL,...",
+    )
+    skip_invalid: bool = described(
+        False,
+        "leave out records of --labels that cannot be judged (an empty output, "
+        "a boolean where text belongs, a label off the scale), counted per reason "
+        "in the console, summary.json and the report",
+    )
+    bootstrap_resamples: int = described(
+        1000, "bootstrap resamples of the items for each interval", minimum=100, maximum=100_000
+    )
 
 
 #: Where plan() keeps what it read of --labels (kept and skipped records), for the summary of a resumed run too.
@@ -58,9 +70,11 @@ LABELS_READ = "labels_read.json"
 
 class JudgeCheckProtocol(Protocol):
     name = "judgecheck"
-    description = ("Judge check: agreement of a judging step with human labels (accuracy, kappa, Spearman, "
-                   "per-label precision / recall / F1), "
-                   "position-swap and repeat consistency, juries, cost per judged item")
+    description = (
+        "Judge check: agreement of a judging step with human labels (accuracy, kappa, Spearman, "
+        "per-label precision / recall / F1), "
+        "position-swap and repeat consistency, juries, cost per judged item"
+    )
     context_cls = JudgeCheckContext
     batch_cls = JudgeCheckBatch
     roles = ("evaluator",)
@@ -74,18 +88,26 @@ class JudgeCheckProtocol(Protocol):
         ctx, options = self.context(run), self.batch(run)
         check_jury(ctx.jury, run.config.models, "--jury")
         if local := embedded_members(run):
-            run.console.print(f"warning: {smoke_warning(local)}", style="bold yellow", markup=False,
-                              highlight=False)
-        labelled = load_labelled(options.labels, ctx.judge, options.fields, aspect=ctx.aspect,
-                                 label_map=options.label_map, skip_invalid=options.skip_invalid)
+            run.console.print(f"warning: {smoke_warning(local)}", style="bold yellow", markup=False, highlight=False)
+        labelled = load_labelled(
+            options.labels,
+            ctx.judge,
+            options.fields,
+            aspect=ctx.aspect,
+            label_map=options.label_map,
+            skip_invalid=options.skip_invalid,
+        )
         items = labelled.items
         run.console.print(f"labelled items: {self.inputs(run)}", markup=False, highlight=False)
         if labelled.skipped:
-            run.console.print(f"--skip-invalid: {skipped_line(labelled.summary())}", style="yellow", markup=False,
-                              highlight=False)
+            run.console.print(
+                f"--skip-invalid: {skipped_line(labelled.summary())}", style="yellow", markup=False, highlight=False
+            )
         write_atomic(run.run_dir / LABELS_READ, json.dumps(labelled.summary(), indent=2))
-        return [Unit(id=i.id, input={"item": i.model_dump()}, meta={"category": i.category, "label": i.label})
-                for i in items]
+        return [
+            Unit(id=i.id, input={"item": i.model_dump()}, meta={"category": i.category, "label": i.label})
+            for i in items
+        ]
 
     def roles_in(self, run: Run) -> tuple[str, ...]:
         """A jury judges instead of the evaluator, which is then left out."""
@@ -128,8 +150,13 @@ class JudgeCheckProtocol(Protocol):
 
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         item = state["item"]
-        return {"item_id": item["id"], "category": item.get("category", ""), "label": item["label"],
-                "verdicts": state.get("verdicts", []), "jury": state.get("jury", [])}
+        return {
+            "item_id": item["id"],
+            "category": item.get("category", ""),
+            "label": item["label"],
+            "verdicts": state.get("verdicts", []),
+            "jury": state.get("jury", []),
+        }
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         ctx, options = self.context(run), self.batch(run)
@@ -141,15 +168,27 @@ class JudgeCheckProtocol(Protocol):
         raters = {}
         for key, (model, obs) in found.items():
             raters[key] = {
-                "name": names[key], "model": model, "items": len(obs),
-                "measures": metrics.measures(obs, pairwise=pairwise, swapped=swapped, ordinal=ordinal,
-                                             resamples=options.bootstrap_resamples, seed=run.config.seed),
-                "per_class": {order: metrics.per_class(obs, SCALES[ctx.judge], order=order,
-                                                       resamples=options.bootstrap_resamples, seed=run.config.seed)
-                              for order in (("original", "swapped") if swapped else ("original",))},
+                "name": names[key],
+                "model": model,
+                "items": len(obs),
+                "measures": metrics.measures(
+                    obs,
+                    pairwise=pairwise,
+                    swapped=swapped,
+                    ordinal=ordinal,
+                    resamples=options.bootstrap_resamples,
+                    seed=run.config.seed,
+                ),
+                "per_class": {
+                    order: metrics.per_class(
+                        obs, SCALES[ctx.judge], order=order, resamples=options.bootstrap_resamples, seed=run.config.seed
+                    )
+                    for order in (("original", "swapped") if swapped else ("original",))
+                },
                 "confusion": metrics.confusion(obs, SCALES[ctx.judge]),
-                "by_category": metrics.by_category(obs, swapped=swapped, resamples=options.bootstrap_resamples,
-                                                   seed=run.config.seed),
+                "by_category": metrics.by_category(
+                    obs, swapped=swapped, resamples=options.bootstrap_resamples, seed=run.config.seed
+                ),
                 "cost": metrics.cost(obs),
             }
         for r in done:  # how each verdict came about: judge (pairwise: the position it picked), code, ungraded
@@ -158,14 +197,19 @@ class JudgeCheckProtocol(Protocol):
                 how[v["how"]] = how.get(v["how"], 0) + 1
         local = embedded_members(run)
         read = run.run_dir / LABELS_READ
-        summary = {"judge": ctx.judge, "inputs": {"labels": self.inputs(run)},
-                   "labels_read": json.loads(read.read_text(encoding="utf-8")) if read.is_file() else None,
-                   "label_map": options.label_map,
-                   "jury": {f"m{i}": run.services.model_label("evaluator", ref)
-                            for i, ref in enumerate(ctx.jury or [])},
-                   "jury_smoke_test": smoke_warning(local) if local else None,
-                   "items": len(done), "scale": list(SCALES[ctx.judge]), "repeats": ctx.repeats,
-                   "orders": 2 if swapped else 1, "raters": raters}
+        summary = {
+            "judge": ctx.judge,
+            "inputs": {"labels": self.inputs(run)},
+            "labels_read": json.loads(read.read_text(encoding="utf-8")) if read.is_file() else None,
+            "label_map": options.label_map,
+            "jury": {f"m{i}": run.services.model_label("evaluator", ref) for i, ref in enumerate(ctx.jury or [])},
+            "jury_smoke_test": smoke_warning(local) if local else None,
+            "items": len(done),
+            "scale": list(SCALES[ctx.judge]),
+            "repeats": ctx.repeats,
+            "orders": 2 if swapped else 1,
+            "raters": raters,
+        }
         summary["intervals"] = headline_intervals(summary)
         return summary
 
@@ -178,8 +222,10 @@ def display_names(models: dict[str, str]) -> dict[str, str]:
     """Rater key (``m0``, ``m0-vote``, ``jury``) -> how a person knows it: the judge's model (a model judging
     twice in one jury gets its key beside it), ``jury (majority of N)`` for the jury."""
     seen = Counter(models.values())
-    return {key: f"jury ({model})" if key == "jury" else model if seen[model] == 1 else f"{model} ({key})"
-            for key, model in models.items()}
+    return {
+        key: f"jury ({model})" if key == "jury" else model if seen[model] == 1 else f"{model} ({key})"
+        for key, model in models.items()
+    }
 
 
 def headline_intervals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -192,8 +238,14 @@ def headline_intervals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for h in headline_metrics(adapter("judgecheck"), summary):
         m = dig(summary, h["path"].removesuffix(".value"))
         if isinstance(m, dict) and m.get("low") is not None:
-            out[h["path"]] = {"estimate": m["value"], "low": m["low"], "high": m["high"], "n": m["n"],
-                              "level": 0.95, "method": "bootstrap-units"}
+            out[h["path"]] = {
+                "estimate": m["value"],
+                "low": m["low"],
+                "high": m["high"],
+                "n": m["n"],
+                "level": 0.95,
+                "method": "bootstrap-units",
+            }
     return out
 
 
@@ -229,21 +281,34 @@ def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tupl
         obs = []
         for r in records:
             mine = [v for v in r["verdicts"] if v["member"] == member]
-            obs.append(metrics.Obs(
-                r["item_id"], r["category"], r["label"], {(v["repeat"], v["order"]): v["value"] for v in mine},
-                {(v["repeat"], v["order"]): float(v["value"]) for v in mine if ordinal and v["value"] is not None},
-                {(v["repeat"], v["order"]): v["reason"] for v in mine}, _cost(mine)))
+            obs.append(
+                metrics.Obs(
+                    r["item_id"],
+                    r["category"],
+                    r["label"],
+                    {(v["repeat"], v["order"]): v["value"] for v in mine},
+                    {(v["repeat"], v["order"]): float(v["value"]) for v in mine if ordinal and v["value"] is not None},
+                    {(v["repeat"], v["order"]): v["reason"] for v in mine},
+                    _cost(mine),
+                )
+            )
         raters[f"m{member}"] = (model, obs)
         repeats = 1 + max(v["repeat"] for v in by_member[member])
         if repeats > 1:
             raters[f"m{member}-vote"] = (f"{model}, majority of its {repeats} repeats", [_vote(o) for o in obs])
     if any(r.get("jury") for r in records):
-        obs = [metrics.Obs(r["item_id"], r["category"], r["label"],
-                           {(j["repeat"], j["order"]): j["value"] for j in r["jury"]},
-                           {(j["repeat"], j["order"]): j.get("score") for j in r["jury"] if ordinal},
-                           {(j["repeat"], j["order"]): "votes: " + ", ".join(str(x) for x in j["votes"])
-                            for j in r["jury"]}, _cost(r["verdicts"]))
-               for r in records]
+        obs = [
+            metrics.Obs(
+                r["item_id"],
+                r["category"],
+                r["label"],
+                {(j["repeat"], j["order"]): j["value"] for j in r["jury"]},
+                {(j["repeat"], j["order"]): j.get("score") for j in r["jury"] if ordinal},
+                {(j["repeat"], j["order"]): "votes: " + ", ".join(str(x) for x in j["votes"]) for j in r["jury"]},
+                _cost(r["verdicts"]),
+            )
+            for r in records
+        ]
         raters["jury"] = (f"majority of {len(by_member)}", obs)
     return raters
 

@@ -32,21 +32,41 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from dyneval.nodes.atad.problems import normalize, structure_errors
+from dyneval.samples import sample
 from dyneval.state.atad import PROBLEM_SCHEMAS, TASK_IDS
-from dyneval.state.interview import TASK_TYPES
 from dyneval.state.errors import InputError
+from dyneval.state.interview import TASK_TYPES
 from dyneval.state.judgecheck import PROBLEM_JUDGES, LabelledItem, normalize_label, parse_label_map
 from dyneval.state.llmeval import QTYPES
 from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, parse_bounded, read_records
-from dyneval.samples import sample
 
 SAMPLES = sample("judgecheck")
 #: The shipped hand-written sample for each judge.
-SAMPLE_OF = {"llmeval.judge": "stars.jsonl", "interview.grader": "correctness.jsonl",
-             "judgeagent.judge": "correctness.jsonl", "atad.orchestrator": "problems.jsonl",
-             "atad.reviewer": "problems.jsonl", "pairwise": "pairwise.jsonl"}
-CANONICAL = ("id", "category", "question", "response", "output_1", "output_2", "reference", "solution",
-             "explanation", "options", "qtype", "task", "problem", "level", "label")
+SAMPLE_OF = {
+    "llmeval.judge": "stars.jsonl",
+    "interview.grader": "correctness.jsonl",
+    "judgeagent.judge": "correctness.jsonl",
+    "atad.orchestrator": "problems.jsonl",
+    "atad.reviewer": "problems.jsonl",
+    "pairwise": "pairwise.jsonl",
+}
+CANONICAL = (
+    "id",
+    "category",
+    "question",
+    "response",
+    "output_1",
+    "output_2",
+    "reference",
+    "solution",
+    "explanation",
+    "options",
+    "qtype",
+    "task",
+    "problem",
+    "level",
+    "label",
+)
 
 
 def _object(value: Any) -> Any:
@@ -92,8 +112,14 @@ def to_item(rec: Record, fields: FieldMap, judge: str, label_map: dict[str, str]
         values["question"] = rec.data["input"]
     raw = fields.validate(RawItem, rec, values)
     if judge in PROBLEM_JUDGES:
-        return LabelledItem(id=_item_id(raw, rec), category=raw.category, task=raw.task, level=raw.level,
-                            problem=_problem(rec, fields, raw), label=_label(rec, fields, judge, raw.label, label_map))
+        return LabelledItem(
+            id=_item_id(raw, rec),
+            category=raw.category,
+            task=raw.task,
+            level=raw.level,
+            problem=_problem(rec, fields, raw),
+            label=_label(rec, fields, judge, raw.label, label_map),
+        )
     if not raw.question.strip():
         raise fields.missing(rec, "question")
     needed = ("output_1", "output_2") if judge == "pairwise" else ("response",)
@@ -105,10 +131,21 @@ def to_item(rec: Record, fields: FieldMap, judge: str, label_map: dict[str, str]
         raise fields.error(rec, "task", f"unknown task {raw.task!r}; use one of {', '.join(TASK_TYPES)}")
     if judge == "llmeval.judge" and raw.qtype and raw.qtype not in QTYPES:
         raise fields.error(rec, "qtype", f"unknown question type {raw.qtype!r} (one of {', '.join(QTYPES)})")
-    return LabelledItem(id=_item_id(raw, rec), category=raw.category, question=raw.question, response=raw.response,
-                        output_1=raw.output_1, output_2=raw.output_2, reference=raw.reference,
-                        solution=raw.solution, explanation=raw.explanation, options=raw.options, qtype=raw.qtype,
-                        task=raw.task, label=label)
+    return LabelledItem(
+        id=_item_id(raw, rec),
+        category=raw.category,
+        question=raw.question,
+        response=raw.response,
+        output_1=raw.output_1,
+        output_2=raw.output_2,
+        reference=raw.reference,
+        solution=raw.solution,
+        explanation=raw.explanation,
+        options=raw.options,
+        qtype=raw.qtype,
+        task=raw.task,
+        label=label,
+    )
 
 
 def _item_id(raw: RawItem, rec: Record) -> str:
@@ -149,17 +186,28 @@ class Labelled:
     examples: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"read": len(self.items) + sum(self.skipped.values()), "kept": len(self.items),
-                "skipped": sum(self.skipped.values()), "skipped_by_reason": dict(self.skipped),
-                "skipped_examples": self.examples}
+        return {
+            "read": len(self.items) + sum(self.skipped.values()),
+            "kept": len(self.items),
+            "skipped": sum(self.skipped.values()),
+            "skipped_by_reason": dict(self.skipped),
+            "skipped_examples": self.examples,
+        }
 
 
 #: How many skipped records are quoted in the summary and the report (the counts cover them all).
 SKIPPED_EXAMPLES = 5
 
 
-def load_labelled(path: str | Path | None, judge: str, fields: str | None = None, *, aspect: str = "validity",
-                  label_map: str | None = None, skip_invalid: bool = False) -> Labelled:
+def load_labelled(
+    path: str | Path | None,
+    judge: str,
+    fields: str | None = None,
+    *,
+    aspect: str = "validity",
+    label_map: str | None = None,
+    skip_invalid: bool = False,
+) -> Labelled:
     """Validated labelled items for ``judge`` (``path`` None = the shipped sample); bad input: InputError naming
     file, record and field, or with ``skip_invalid`` the record left out and counted by :func:`reason`.
     ``aspect``: the reviewer's score compared with the labels (its column holds them unless label is mapped);
@@ -176,9 +224,12 @@ def load_labelled(path: str | Path | None, judge: str, fields: str | None = None
             item = to_item(rec, mapping, judge, labels)
         except InputError as exc:
             if not skip_invalid:
-                raise InputError(f"{_bare(exc, rec)}; fix the record, or leave invalid records out with "
-                                 f"--skip-invalid [{rec.flag}]", file=exc.file, record=exc.record,
-                                 field=exc.field) from None
+                raise InputError(
+                    f"{_bare(exc, rec)}; fix the record, or leave invalid records out with --skip-invalid [{rec.flag}]",
+                    file=exc.file,
+                    record=exc.record,
+                    field=exc.field,
+                ) from None
             skipped[reason(rec, exc)] += 1
             if len(out.examples) < SKIPPED_EXAMPLES:
                 out.examples.append(str(exc))
@@ -189,14 +240,19 @@ def load_labelled(path: str | Path | None, judge: str, fields: str | None = None
         out.items.append(item)
     out.skipped = dict(skipped.most_common())
     if not out.items:
-        raise InputError(f"no valid record: all {sum(skipped.values())} were skipped ("
-                         + ", ".join(f"{k}: {v}" for k, v in out.skipped.items()) + ")",
-                         file=str(path or sample_path(judge)), field="--skip-invalid")
+        raise InputError(
+            f"no valid record: all {sum(skipped.values())} were skipped ("
+            + ", ".join(f"{k}: {v}" for k, v in out.skipped.items())
+            + ")",
+            file=str(path or sample_path(judge)),
+            field="--skip-invalid",
+        )
     return out
 
 
-def load_items(path: str | Path | None, judge: str, fields: str | None = None, *,
-               aspect: str = "validity") -> list[LabelledItem]:
+def load_items(
+    path: str | Path | None, judge: str, fields: str | None = None, *, aspect: str = "validity"
+) -> list[LabelledItem]:
     """The items of :func:`load_labelled` without skipping (every bad record is an error)."""
     return load_labelled(path, judge, fields, aspect=aspect).items
 
@@ -214,8 +270,15 @@ def reason(rec: Record, exc: InputError) -> str:
         return f"{column} empty"
     message = _bare(exc, rec)
     if not isinstance(value, str) and "expected text" in message:
-        kind = ("a boolean" if isinstance(value, bool) else "a number" if isinstance(value, (int, float))
-                else "an object" if isinstance(value, dict) else "a list")
+        kind = (
+            "a boolean"
+            if isinstance(value, bool)
+            else "a number"
+            if isinstance(value, (int, float))
+            else "an object"
+            if isinstance(value, dict)
+            else "a list"
+        )
         return f"{column}: {kind}, expected text"
     return f"{column}: {message.split(';')[0]}"
 

@@ -23,8 +23,9 @@ comparison with the item's label; the bootstrap resamples items with all their v
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +58,12 @@ def pairs(obs: list[Obs], order: str = "original") -> list[tuple[str, str]]:
 
 def item_pairs(obs: list[Obs], order: str = "original") -> list[tuple[int, str, str]]:
     """(item index, label, verdict) of every graded verdict in ``order``."""
-    return [(k, o.label, v) for k, o in enumerate(obs) for (_, od), v in sorted(o.values.items())
-            if od == order and v is not None]
+    return [
+        (k, o.label, v)
+        for k, o in enumerate(obs)
+        for (_, od), v in sorted(o.values.items())
+        if od == order and v is not None
+    ]
 
 
 def ungraded(obs: list[Obs], order: str = "original") -> int:
@@ -137,12 +142,14 @@ def repeat_consistency(obs: list[Obs], order: str = "original") -> float | None:
 def bootstrap(stat: Stat, obs: list[Obs], *, resamples: int, seed: int) -> dict[str, Any]:
     """``stat`` on the items with its 95 % percentile bootstrap interval (items resampled with replacement,
     seeded; resamples where ``stat`` is undefined are left out); ``low``/``high`` None under two items."""
-    return bootstrap_many(lambda idx: {"": stat(obs if idx is None else [obs[i] for i in idx])}, len(obs),
-                          resamples=resamples, seed=seed)[""]
+    return bootstrap_many(
+        lambda idx: {"": stat(obs if idx is None else [obs[i] for i in idx])}, len(obs), resamples=resamples, seed=seed
+    )[""]
 
 
-def bootstrap_many(stats: Callable[[np.ndarray | None], dict[str, float | None]], items: int, *, resamples: int,
-                   seed: int) -> dict[str, dict[str, Any]]:
+def bootstrap_many(
+    stats: Callable[[np.ndarray | None], dict[str, float | None]], items: int, *, resamples: int, seed: int
+) -> dict[str, dict[str, Any]]:
     """:func:`bootstrap` of several statistics computed together on the same resamples: ``stats(None)`` on the
     ``items`` as they are, ``stats(indexes)`` on a resample (the drawn item indexes, with repeats)."""
     values = stats(None)
@@ -158,23 +165,30 @@ def bootstrap_many(stats: Callable[[np.ndarray | None], dict[str, float | None]]
     return out
 
 
-def measures(obs: list[Obs], *, pairwise: bool, swapped: bool, ordinal: bool, resamples: int,
-             seed: int) -> dict[str, Any]:
+def measures(
+    obs: list[Obs], *, pairwise: bool, swapped: bool, ordinal: bool, resamples: int, seed: int
+) -> dict[str, Any]:
     """Every measure that applies, each ``{value, low, high, n, ungraded}`` (n = graded verdicts used);
     ``swapped``: a pairwise judge saw both orders."""
     stats: dict[str, tuple[Stat, str]] = {}
     if pairwise:
-        stats.update({"accuracy_original": (lambda x: accuracy(x, "original"), "original"),
-                      "kappa_original": (lambda x: kappa(x, "original"), "original")})
+        stats.update(
+            {
+                "accuracy_original": (lambda x: accuracy(x, "original"), "original"),
+                "kappa_original": (lambda x: kappa(x, "original"), "original"),
+            }
+        )
     if pairwise and swapped:
-        stats.update({
-            "accuracy_swapped": (lambda x: accuracy(x, "swapped"), "swapped"),
-            "accuracy_mean": (mean_accuracy, "both"),
-            "both_orders_correct": (both_correct, "both"),
-            "swap_consistency": (swap_consistency, "both"),
-            "kappa_swapped": (lambda x: kappa(x, "swapped"), "swapped"),
-            "kappa_between_orders": (order_kappa, "both"),
-        })
+        stats.update(
+            {
+                "accuracy_swapped": (lambda x: accuracy(x, "swapped"), "swapped"),
+                "accuracy_mean": (mean_accuracy, "both"),
+                "both_orders_correct": (both_correct, "both"),
+                "swap_consistency": (swap_consistency, "both"),
+                "kappa_swapped": (lambda x: kappa(x, "swapped"), "swapped"),
+                "kappa_between_orders": (order_kappa, "both"),
+            }
+        )
     if not pairwise:
         stats.update({"accuracy": (accuracy, "original"), "kappa": (kappa, "original")})
         if ordinal:
@@ -183,7 +197,9 @@ def measures(obs: list[Obs], *, pairwise: bool, swapped: bool, ordinal: bool, re
     for order in ("original", "swapped") if swapped else ("original",):
         if repeat_sets(obs, order):
             stats[f"repeat_consistency_{order}" if pairwise else "repeat_consistency"] = (
-                lambda x, od=order: repeat_consistency(x, od), order)
+                lambda x, od=order: repeat_consistency(x, od),
+                order,
+            )
     out = {}
     for name, (stat, order) in stats.items():
         if order == "both":
@@ -202,13 +218,17 @@ def confusion(obs: list[Obs], scale: tuple[str, ...], order: str = "original") -
 
     got = pairs(obs, order)
     columns = [*scale, *([SPLIT] if any(v == SPLIT for _, v in got) else [])]
-    matrix = (confusion_matrix([a for a, _ in got], [b for _, b in got], labels=columns).tolist() if got
-              else [[0] * len(columns) for _ in columns])
+    matrix = (
+        confusion_matrix([a for a, _ in got], [b for _, b in got], labels=columns).tolist()
+        if got
+        else [[0] * len(columns) for _ in columns]
+    )
     return {"labels": list(scale), "columns": columns, "matrix": [row[: len(columns)] for row in matrix[: len(scale)]]}
 
 
-def class_scores(truth: np.ndarray, said: np.ndarray, scale: tuple[str, ...],
-                 weights: np.ndarray | None = None) -> dict[str, float | None]:
+def class_scores(
+    truth: np.ndarray, said: np.ndarray, scale: tuple[str, ...], weights: np.ndarray | None = None
+) -> dict[str, float | None]:
     """``"<class>.precision"`` / ``.recall`` / ``.f1`` for each label of ``scale`` and ``"macro.<measure>"`` with
     scikit-learn, from labels and verdicts coded as their index in ``scale`` (a verdict off the scale, a jury's
     ``split``: ``len(scale)``, a miss of its label's class), each pair counted ``weights`` times (a bootstrap
@@ -217,8 +237,9 @@ def class_scores(truth: np.ndarray, said: np.ndarray, scale: tuple[str, ...],
 
     if not len(truth) or (weights is not None and not weights.any()):
         return {}
-    each = precision_recall_fscore_support(truth, said, labels=list(range(len(scale))), sample_weight=weights,
-                                           zero_division=np.nan)
+    each = precision_recall_fscore_support(
+        truth, said, labels=list(range(len(scale))), sample_weight=weights, zero_division=np.nan
+    )
     out: dict[str, float | None] = {}
     for name, values in zip(("precision", "recall", "f1"), each[:3]):
         for label, value in zip(scale, values):
@@ -227,22 +248,36 @@ def class_scores(truth: np.ndarray, said: np.ndarray, scale: tuple[str, ...],
     return out
 
 
-def per_class(obs: list[Obs], scale: tuple[str, ...], *, order: str = "original", resamples: int,
-              seed: int) -> dict[str, Any]:
+def per_class(
+    obs: list[Obs], scale: tuple[str, ...], *, order: str = "original", resamples: int, seed: int
+) -> dict[str, Any]:
     """Precision, recall and F1 of each class of ``scale`` (and their macro averages) in ``order``, each
     ``{value, low, high, n}`` (n = graded verdicts), with ``support`` (labels of the class) and ``chosen``
     (verdicts of it) per class; one bootstrap over the items for all of them."""
     got = item_pairs(obs, order)
     owner = np.array([k for k, _, _ in got], dtype=int)
-    truth, said = (np.array([scale.index(x) if x in scale else len(scale) for x in column], dtype=int)
-                   for column in ([a for _, a, _ in got], [b for _, _, b in got]))
-    found = bootstrap_many(lambda idx: class_scores(truth, said, scale, None if idx is None else
-                                                    np.bincount(idx, minlength=len(obs))[owner]),
-                           len(obs), resamples=resamples, seed=seed)
+    truth, said = (
+        np.array([scale.index(x) if x in scale else len(scale) for x in column], dtype=int)
+        for column in ([a for _, a, _ in got], [b for _, _, b in got])
+    )
+    found = bootstrap_many(
+        lambda idx: class_scores(
+            truth, said, scale, None if idx is None else np.bincount(idx, minlength=len(obs))[owner]
+        ),
+        len(obs),
+        resamples=resamples,
+        seed=seed,
+    )
     out: dict[str, Any] = {}
     for label in (*scale, "macro"):
-        out[label] = {name: {**found.get(f"{label}.{name}", {"value": None, "low": None, "high": None}),
-                             "n": len(got), "ungraded": ungraded(obs, order)} for name in ("precision", "recall", "f1")}
+        out[label] = {
+            name: {
+                **found.get(f"{label}.{name}", {"value": None, "low": None, "high": None}),
+                "n": len(got),
+                "ungraded": ungraded(obs, order),
+            }
+            for name in ("precision", "recall", "f1")
+        }
         if label != "macro":
             out[label]["support"] = sum(a == label for _, a, _ in got)
             out[label]["chosen"] = sum(b == label for _, _, b in got)
@@ -255,14 +290,21 @@ def by_category(obs: list[Obs], *, swapped: bool, resamples: int, seed: int) -> 
     for o in obs:
         groups[o.category or "(none)"].append(o)
     stat: Stat = mean_accuracy if swapped else accuracy
-    return {cat: {"items": len(group), **bootstrap(stat, group, resamples=resamples, seed=seed),
-                  "n": len(pairs(group)), "ungraded": ungraded(group)}
-            for cat, group in sorted(groups.items())}
+    return {
+        cat: {
+            "items": len(group),
+            **bootstrap(stat, group, resamples=resamples, seed=seed),
+            "n": len(pairs(group)),
+            "ungraded": ungraded(group),
+        }
+        for cat, group in sorted(groups.items())
+    }
 
 
 def cost(obs: list[Obs]) -> dict[str, float | None]:
     """Calls, tokens and seconds per judged item (the rater's verdicts on it, all repeats and orders)."""
     if not obs:
         return {"calls_per_item": None, "tokens_per_item": None, "seconds_per_item": None}
-    return {f"{k}_per_item": round(sum(o.cost.get(k, 0) for o in obs) / len(obs), 3)
-            for k in ("calls", "tokens", "seconds")}
+    return {
+        f"{k}_per_item": round(sum(o.cost.get(k, 0) for o in obs) / len(obs), 3) for k in ("calls", "tokens", "seconds")
+    }

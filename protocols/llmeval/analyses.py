@@ -16,16 +16,23 @@ import random
 from pathlib import Path
 from typing import Any
 
+from dyneval.nodes.irt import expected_score
 from dyneval.nodes.llmeval.bankio import dialog_question
 from dyneval.nodes.llmeval.calibration import ability_of, expected_scores, latest_responses, load_params
-from dyneval.nodes.irt import expected_score
 from dyneval.nodes.llmeval.scoring import discipline_scores
-from dyneval.protocols.llmeval.metrics import (cohen_kappa, mask_tail, mean, population_variance, recalled,
-                                               replay_match, stability)
 from dyneval.prompts import load_prompt
+from dyneval.protocols.llmeval.metrics import (
+    cohen_kappa,
+    mask_tail,
+    mean,
+    population_variance,
+    recalled,
+    replay_match,
+    stability,
+)
 from dyneval.runtime.concurrency import parallel_map
-from dyneval.state.errors import InputError
 from dyneval.runtime.llm import RoleLLM
+from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS
 from dyneval.stores.inputs import read_records
 from dyneval.stores.question_bank import QuestionBank
@@ -47,23 +54,29 @@ def leaderboard(bank: QuestionBank) -> list[dict[str, Any]]:
     for model, sess in by_model.items():
         pairs = []
         for s in sess:
-            pairs += [(i["discipline"], i["stars"]) for i in bank.judged_items(s["session_id"])
-                      if i["stars"] is not None]
+            pairs += [
+                (i["discipline"], i["stars"]) for i in bank.judged_items(s["session_id"]) if i["stars"] is not None
+            ]
         rs = [s["scores"]["R"] for s in sess if s["scores"].get("R") is not None]
-        para = {p: mean([s["scores"]["S"] for s in sess if s["paradigm"] == p])
-                for p in PARADIGMS if any(s["paradigm"] == p for s in sess)}
-        rows.append({
-            "model": model,
-            "sessions": len(sess),
-            "runs": len({s["run_id"] for s in sess}),
-            "answers": len(pairs),
-            "S": mean([s["scores"]["S"] for s in sess]),
-            "R": mean(rs) if rs else None,
-            "disciplines": discipline_scores(pairs),
-            "paradigms": para,
-            "paradigm_mean": mean(list(para.values())) if para else None,
-            "paradigm_variance": population_variance(list(para.values())) if len(para) > 1 else None,
-        })
+        para = {
+            p: mean([s["scores"]["S"] for s in sess if s["paradigm"] == p])
+            for p in PARADIGMS
+            if any(s["paradigm"] == p for s in sess)
+        }
+        rows.append(
+            {
+                "model": model,
+                "sessions": len(sess),
+                "runs": len({s["run_id"] for s in sess}),
+                "answers": len(pairs),
+                "S": mean([s["scores"]["S"] for s in sess]),
+                "R": mean(rs) if rs else None,
+                "disciplines": discipline_scores(pairs),
+                "paradigms": para,
+                "paradigm_mean": mean(list(para.values())) if para else None,
+                "paradigm_variance": population_variance(list(para.values())) if len(para) > 1 else None,
+            }
+        )
     rows.sort(key=lambda r: (-(r["R"] if r["R"] is not None else -1), -r["S"], r["model"]))
     return rows
 
@@ -73,20 +86,32 @@ def score_matrix(bank: QuestionBank) -> dict[str, dict[str, float]]:
     return {m: {q: mean(v) for q, v in qs.items()} for m, qs in bank.answers_by_model().items()}
 
 
-def stability_from_bank(bank: QuestionBank, *, sizes: list[int], trials: int, reference: str | None,
-                        seed: int = 0, models: list[str] | None = None) -> dict[str, Any]:
+def stability_from_bank(
+    bank: QuestionBank,
+    *,
+    sizes: list[int],
+    trials: int,
+    reference: str | None,
+    seed: int = 0,
+    models: list[str] | None = None,
+) -> dict[str, Any]:
     """Table 9 / Figure 5: every model resampled on the questions it shares with the reference model."""
     matrix = score_matrix(bank)
     if models:
         matrix = {m: v for m, v in matrix.items() if m in models}
     if len(matrix) < 2:
-        raise InputError("ranking stability needs judged answers of at least two models (run sessions with "
-                         "--reference-model, or several targets on the same --out)", field="--stability")
+        raise InputError(
+            "ranking stability needs judged answers of at least two models (run sessions with "
+            "--reference-model, or several targets on the same --out)",
+            field="--stability",
+        )
     if reference is None:
         reference = max(matrix, key=lambda m: len(matrix[m]))  # the model that replayed the most questions
     if reference not in matrix:
-        raise InputError(f"reference model {reference!r} has no judged answers; models: {', '.join(matrix)}",
-                         field="--reference-model")
+        raise InputError(
+            f"reference model {reference!r} has no judged answers; models: {', '.join(matrix)}",
+            field="--reference-model",
+        )
     try:
         return stability(matrix, reference=reference, sizes=sizes, trials=trials, seed=seed)
     except ValueError as exc:
@@ -139,7 +164,8 @@ def kappa_from_labels(bank: QuestionBank, path: Path) -> dict[str, Any]:
     if not human:
         raise InputError("no label matches a judged answer in the bank", file=str(path))
     return {
-        "matched": len(human), "unmatched": missing,
+        "matched": len(human),
+        "unmatched": missing,
         "agreement": sum(a == b for a, b in zip(human, machine)) / len(human),
         "kappa": cohen_kappa(human, machine),
         "kappa_quadratic": cohen_kappa(human, machine, weights="quadratic"),
@@ -161,9 +187,18 @@ def public_questions(path: Path) -> list[str]:
     return out
 
 
-def contamination_test(llm: RoleLLM, sets: dict[str, list[str]], *, per_set: int, attempts: int = 3,
-                       needed: int = 2, temperature: float = 0.7, seed: int = 0, concurrency: int = 4,
-                       threshold: float = 0.8) -> dict[str, Any]:
+def contamination_test(
+    llm: RoleLLM,
+    sets: dict[str, list[str]],
+    *,
+    per_set: int,
+    attempts: int = 3,
+    needed: int = 2,
+    temperature: float = 0.7,
+    seed: int = 0,
+    concurrency: int = 4,
+    threshold: float = 0.8,
+) -> dict[str, Any]:
     """Finding 6: for up to ``per_set`` questions of each set, mask the tail and ask for ``attempts``
     continuations (sampled at ``temperature``); a question is recalled when ``needed`` attempts
     reproduce the tail (:func:`replay_match`). Returns recalled counts and rates per set."""
@@ -175,18 +210,28 @@ def contamination_test(llm: RoleLLM, sets: dict[str, list[str]], *, per_set: int
         usable = [(t, m) for t, m in split if m]
         chosen = rng.sample(usable, min(per_set, len(usable)))
 
-        def one(entry: tuple[str, tuple[str, str]]) -> dict[str, Any]:
+        def one(entry: tuple[str, tuple[str, str]], step: str = f"replay:{name}") -> dict[str, Any]:
             _, (prefix, tail) = entry
             messages = load_prompt("llmeval/examinee_complete").render(prefix=prefix)
-            completions = [sampler.text(messages, step=f"replay:{name}") for _ in range(attempts)]
+            completions = [sampler.text(messages, step=step) for _ in range(attempts)]
             hits = [replay_match(c, tail, threshold) for c in completions]
-            return {"prefix": prefix[-80:], "tail": tail, "hits": sum(hits), "recalled": recalled(hits, needed),
-                    "first": completions[0][:120]}
+            return {
+                "prefix": prefix[-80:],
+                "tail": tail,
+                "hits": sum(hits),
+                "recalled": recalled(hits, needed),
+                "first": completions[0][:120],
+            }
 
         rows = parallel_map(one, chosen, workers=concurrency)
         n_rec = sum(r["recalled"] for r in rows)
-        out[name] = {"tested": len(rows), "skipped_short": len(split) - len(usable), "recalled": n_rec,
-                     "rate": n_rec / len(rows) if rows else 0.0, "examples": rows[:5]}
+        out[name] = {
+            "tested": len(rows),
+            "skipped_short": len(split) - len(usable),
+            "recalled": n_rec,
+            "rate": n_rec / len(rows) if rows else 0.0,
+            "examples": rows[:5],
+        }
     return out
 
 
@@ -198,8 +243,10 @@ def irt_abilities(bank: QuestionBank, irt_model: str) -> dict[str, dict[str, Any
     judged answer to every calibrated question, fixed and adaptive sessions alike."""
     params = load_params(bank, irt_model)
     if params is None:
-        raise InputError(f"no calibrated question ({irt_model}); run --calibrate after sessions of several models",
-                         field="--irt-model")
+        raise InputError(
+            f"no calibrated question ({irt_model}); run --calibrate after sessions of several models",
+            field="--irt-model",
+        )
     by_model: dict[str, list[tuple[str, int]]] = {}
     for (model, uid), stars in latest_responses(bank).items():
         by_model.setdefault(model, []).append((uid, stars))
@@ -207,9 +254,14 @@ def irt_abilities(bank: QuestionBank, irt_model: str) -> dict[str, dict[str, Any
     for model, judged in by_model.items():
         ability = ability_of(params, judged)
         if ability.n:
-            out[model] = {"theta": ability.theta, "se": ability.se, "responses": ability.n,
-                          "theta_low": ability.theta - Z95 * ability.se, "theta_high": ability.theta + Z95 * ability.se,
-                          **expected_scores(params, ability, Z95)}
+            out[model] = {
+                "theta": ability.theta,
+                "se": ability.se,
+                "responses": ability.n,
+                "theta_low": ability.theta - Z95 * ability.se,
+                "theta_high": ability.theta + Z95 * ability.se,
+                **expected_scores(params, ability, Z95),
+            }
     return out
 
 
@@ -235,8 +287,10 @@ def paired_comparison(bank: QuestionBank, irt_model: str, first: str, second: st
     ab = irt_abilities(bank, irt_model)
     for name in (first, second):
         if name not in ab:
-            raise InputError(f"model {name!r} has no judged answer on a calibrated question; models: "
-                             f"{', '.join(sorted(ab))}", field="--compare")
+            raise InputError(
+                f"model {name!r} has no judged answer on a calibrated question; models: {', '.join(sorted(ab))}",
+                field="--compare",
+            )
     params = load_params(bank, irt_model)
     assert params is not None
     a, b = ab[first], ab[second]
@@ -244,18 +298,32 @@ def paired_comparison(bank: QuestionBank, irt_model: str, first: str, second: st
 
     def slope(theta: float) -> float:  # d expected score / d theta
         h = 1e-4
-        return (expected_score(theta + h, params.a, params.b, params.stars_correct, params.stars_wrong)
-                - expected_score(theta - h, params.a, params.b, params.stars_correct, params.stars_wrong)) / (2 * h)
+        return (
+            expected_score(theta + h, params.a, params.b, params.stars_correct, params.stars_wrong)
+            - expected_score(theta - h, params.a, params.b, params.stars_correct, params.stars_wrong)
+        ) / (2 * h)
 
     s_diff = a["expected_S"] - b["expected_S"]
     s_se = ((slope(a["theta"]) * a["se"]) ** 2 + (slope(b["theta"]) * b["se"]) ** 2) ** 0.5
     low, high = diff - Z95 * se, diff + Z95 * se
     distinguishable = low > 0 or high < 0
-    verdict = (f"{first if diff > 0 else second} is ahead (95 % interval of the difference excludes 0)"
-               if distinguishable else
-               f"cannot distinguish {first} and {second}: the 95 % interval of the difference contains 0; "
-               "more questions (a lower --target-se) are needed to tell them apart")
-    return {"first": first, "second": second, "theta_diff": diff, "theta_diff_se": se, "theta_diff_low": low,
-            "theta_diff_high": high, "S_diff": s_diff, "S_diff_low": s_diff - Z95 * s_se,
-            "S_diff_high": s_diff + Z95 * s_se, "distinguishable": distinguishable, "verdict": verdict,
-            "responses": [a["responses"], b["responses"]]}
+    verdict = (
+        f"{first if diff > 0 else second} is ahead (95 % interval of the difference excludes 0)"
+        if distinguishable
+        else f"cannot distinguish {first} and {second}: the 95 % interval of the difference contains 0; "
+        "more questions (a lower --target-se) are needed to tell them apart"
+    )
+    return {
+        "first": first,
+        "second": second,
+        "theta_diff": diff,
+        "theta_diff_se": se,
+        "theta_diff_low": low,
+        "theta_diff_high": high,
+        "S_diff": s_diff,
+        "S_diff_low": s_diff - Z95 * s_se,
+        "S_diff_high": s_diff + Z95 * s_se,
+        "distinguishable": distinguishable,
+        "verdict": verdict,
+        "responses": [a["responses"], b["responses"]],
+    }

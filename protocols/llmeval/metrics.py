@@ -21,7 +21,8 @@ import difflib
 import itertools
 import random
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,8 +80,14 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(spearmanr(x, y).statistic)
 
 
-def elo(matches: Iterable[tuple[str, str, float]], *, k: float = 32, initial: float = 1000,
-        scale: float = 400, players: Iterable[str] = ()) -> dict[str, float]:
+def elo(
+    matches: Iterable[tuple[str, str, float]],
+    *,
+    k: float = 32,
+    initial: float = 1000,
+    scale: float = 400,
+    players: Iterable[str] = (),
+) -> dict[str, float]:
     """Sequential Elo ratings from pairwise outcomes ``(a, b, score_of_a)`` with score 1 / 0.5 / 0.
 
     E_a = 1 / (1 + 10^((R_b - R_a) / scale)); R_a += k (score - E_a); R_b -= k (score - E_a).
@@ -106,8 +113,9 @@ def pairwise_outcomes(matrix: dict[str, dict[str, float]], questions: Sequence[s
     return out
 
 
-def stability(matrix: dict[str, dict[str, float]], *, reference: str, sizes: Sequence[int], trials: int,
-              seed: int = 0) -> dict[str, Any]:
+def stability(
+    matrix: dict[str, dict[str, float]], *, reference: str, sizes: Sequence[int], trials: int, seed: int = 0
+) -> dict[str, Any]:
     """Ranking stability under resampling (appendix D.1, Table 9; Figure 5).
 
     ``matrix`` maps model -> question id -> stars. As in the paper, each model is
@@ -133,8 +141,7 @@ def stability(matrix: dict[str, dict[str, float]], *, reference: str, sizes: Seq
     from dyneval.nodes.llmeval.scoring import absolute_score, relative_score  # the node's module loads LangGraph
 
     def rel(m: str, qs: Sequence[str]) -> float:
-        return relative_score(absolute_score([matrix[m][q] for q in qs]),
-                              absolute_score([ref[q] for q in qs])) or 0.0
+        return relative_score(absolute_score([matrix[m][q] for q in qs]), absolute_score([ref[q] for q in qs])) or 0.0
 
     full = {m: rel(m, pools[m]) for m in models}
     full_list = [full[m] for m in models]
@@ -147,8 +154,13 @@ def stability(matrix: dict[str, dict[str, float]], *, reference: str, sizes: Seq
             r = {m: rel(m, draws[m]) for m in models}
             matches = []
             for a, b in itertools.combinations(models, 2):
-                shared = draws[a] if b == reference else draws[b] if a == reference else \
-                    sorted(set(draws[a]) & set(draws[b]))
+                shared = (
+                    draws[a]
+                    if b == reference
+                    else draws[b]
+                    if a == reference
+                    else sorted(set(draws[a]) & set(draws[b]))
+                )
                 matches += pairwise_outcomes({a: matrix[a], b: matrix[b]}, shared)
             rng.shuffle(matches)
             ratings = elo(matches, players=models)
@@ -157,8 +169,12 @@ def stability(matrix: dict[str, dict[str, float]], *, reference: str, sizes: Seq
                 all_r[m].append(r[m])
             rho_rel.append(spearman([r[m] for m in models], full_list))
             rho_elo.append(spearman([ratings[m] for m in models], full_list))
-        per_size[str(size)] = {"n": min(size, max(len(p) for p in pools.values())), "trials": rows,
-                               "spearman_relative": mean(rho_rel), "spearman_elo": mean(rho_elo)}
+        per_size[str(size)] = {
+            "n": min(size, max(len(p) for p in pools.values())),
+            "trials": rows,
+            "spearman_relative": mean(rho_rel),
+            "spearman_elo": mean(rho_elo),
+        }
     return {
         "pool": min(len(pools[m]) for m in models),
         "pools": {m: len(pools[m]) for m in models},
@@ -204,5 +220,9 @@ def intervals(sessions: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """95 % intervals and separable differences of S (equation 1) and R (equation 2), each a mean over the
     scored sessions, bootstrapped over sessions: a session draws its questions from the bank at random and never
     repeats one the model met (section 3), so the run's sessions are independent units."""
-    return summary_entries({"S": mean_estimate([r["S"] for r in sessions if r.get("S") is not None], "sessions"),
-                            "R": mean_estimate([r["R"] for r in sessions if r.get("R") is not None], "sessions")})
+    return summary_entries(
+        {
+            "S": mean_estimate([r["S"] for r in sessions if r.get("S") is not None], "sessions"),
+            "R": mean_estimate([r["R"] for r in sessions if r.get("R") is not None], "sessions"),
+        }
+    )

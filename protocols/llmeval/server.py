@@ -51,13 +51,14 @@ import secrets
 import signal
 import socket
 import threading
-from collections import deque
 import time
 import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import h11
 import jwt
@@ -103,8 +104,10 @@ SHUTDOWN_TIMEOUT_S = 5
 BEARER = HTTPBearer(auto_error=False, description="an admin or examinee token (JWT)")
 #: Response header naming the server process (pid) that answered.
 WORKER_HEADER = "X-Exam-Worker"
-PERMISSIONS = {"admin": ["sessions:create", "sessions:read", "sessions:score", "leaderboard:read"],
-               "examinee": ["questions:read", "answers:write"]}
+PERMISSIONS = {
+    "admin": ["sessions:create", "sessions:read", "sessions:score", "leaderboard:read"],
+    "examinee": ["questions:read", "answers:write"],
+}
 
 
 class NewSession(BaseModel):
@@ -161,9 +164,11 @@ def signing_secret(bank: QuestionBank, path: Path) -> str:
         _create_secret(path, secrets.token_hex(32))
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
-        raise InputError(f"the token signing secret is readable by other users (mode {mode:o}): chmod 600 it, or "
-                         "delete it for a new secret (tokens signed with the old one then stop working)",
-                         file=str(path))
+        raise InputError(
+            f"the token signing secret is readable by other users (mode {mode:o}): chmod 600 it, or "
+            "delete it for a new secret (tokens signed with the old one then stop working)",
+            file=str(path),
+        )
     return _hs256_key(path.read_text(encoding="utf-8").strip(), file=str(path))
 
 
@@ -171,9 +176,17 @@ class ExamServer:
     """One server process: signing secret, limits, bank and graph (users, answers and rate buckets live in the
     bank, so several processes over one PostgreSQL bank act as one server)."""
 
-    def __init__(self, ctx: LLMEvalContext, *, secret: str | None = None, token_ttl_s: int = 3600,
-                 rate: float = 20.0, burst: int = 40, max_body: int = LLMEvalBatch.max_request_body,
-                 max_headers: int = LLMEvalBatch.max_request_headers) -> None:
+    def __init__(
+        self,
+        ctx: LLMEvalContext,
+        *,
+        secret: str | None = None,
+        token_ttl_s: int = 3600,
+        rate: float = 20.0,
+        burst: int = 40,
+        max_body: int = LLMEvalBatch.max_request_body,
+        max_headers: int = LLMEvalBatch.max_request_headers,
+    ) -> None:
         self.ctx = ctx
         self.bank = bank_of(ctx)
         self.secret = secret or signing_secret(self.bank, secret_file(ctx, services_of(ctx)))
@@ -185,8 +198,15 @@ class ExamServer:
     # -- tokens (Algorithm 1, lines 1-6) -----------------------------------------------------
     def issue(self, sub: str, role: str, session_id: str | None = None, ttl_s: int | None = None) -> str:
         now = int(time.time())
-        payload = {"sub": sub, "role": role, "session_id": session_id, "permissions": PERMISSIONS[role],
-                   "iat": now, "exp": now + (self.ttl if ttl_s is None else ttl_s), "jti": uuid.uuid4().hex}
+        payload = {
+            "sub": sub,
+            "role": role,
+            "session_id": session_id,
+            "permissions": PERMISSIONS[role],
+            "iat": now,
+            "exp": now + (self.ttl if ttl_s is None else ttl_s),
+            "jti": uuid.uuid4().hex,
+        }
         return jwt.encode(payload, self.secret, algorithm=ALGORITHM)
 
     def admin_token(self) -> str:
@@ -202,13 +222,16 @@ class ExamServer:
         return own
 
     # -- verification (Algorithm 1, lines 12-29) ----------------------------------------------
-    def claims(self, request: Request,
-               bearer: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> dict[str, Any]:
+    def claims(self, request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> dict[str, Any]:
         if bearer is None:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         try:
-            claims = jwt.decode(bearer.credentials, self.secret, algorithms=[ALGORITHM],
-                                options={"require": ["exp", "iat", "sub", "role"]})
+            claims = jwt.decode(
+                bearer.credentials,
+                self.secret,
+                algorithms=[ALGORITHM],
+                options={"require": ["exp", "iat", "sub", "role"]},
+            )
         except jwt.ExpiredSignatureError:
             raise HTTPException(401, "token expired", headers={"WWW-Authenticate": "Bearer"}) from None
         except jwt.InvalidTokenError as exc:
@@ -217,8 +240,15 @@ class ExamServer:
         wait = self.bank.take_token(str(claims["sub"]), self.rate, self.burst)
         if wait:
             raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": f"{max(1, round(wait))}"})
-        self.log.append({"sub": claims["sub"], "ts": time.time(), "session_id": claims.get("session_id"),
-                         "path": request.url.path, "pid": os.getpid()})
+        self.log.append(
+            {
+                "sub": claims["sub"],
+                "ts": time.time(),
+                "session_id": claims.get("session_id"),
+                "path": request.url.path,
+                "pid": os.getpid(),
+            }
+        )
         return claims
 
     def require(self, claims: dict[str, Any], permission: str, session_id: str | None = None) -> None:
@@ -235,33 +265,52 @@ class ExamServer:
             raise HTTPException(422, f"paradigm must be one of {', '.join(PARADIGMS)}")
         session_id = f"srv-{uuid.uuid4().hex[:16]}"
         examinee = body.examinee or f"examinee-{session_id}"
-        ctx = dataclasses.replace(self.ctx, questions=body.questions or self.ctx.questions, paradigm=body.paradigm,
-                                  stratified=body.stratified, reference_model="", adaptive=body.adaptive,
-                                  target_se=body.target_se or self.ctx.target_se,
-                                  max_items=body.max_items or self.ctx.max_items)
+        ctx = dataclasses.replace(
+            self.ctx,
+            questions=body.questions or self.ctx.questions,
+            paradigm=body.paradigm,
+            stratified=body.stratified,
+            reference_model="",
+            adaptive=body.adaptive,
+            target_se=body.target_se or self.ctx.target_se,
+            max_items=body.max_items or self.ctx.max_items,
+        )
         if body.adaptive and load_params(self.bank, self.ctx.irt_model) is None:
-            raise HTTPException(409, f"no calibrated question ({self.ctx.irt_model}) for an adaptive session; "
-                                     "calibrate the bank first (--calibrate)")
+            raise HTTPException(
+                409,
+                f"no calibrated question ({self.ctx.irt_model}) for an adaptive session; "
+                "calibrate the bank first (--calibrate)",
+            )
         with self.bank.exclusive("examinees"):  # name check, allocation and registration: one at a time
             if self.bank.examinee_session(examinee) is not None:
                 raise HTTPException(409, f"examinee {examinee!r} is already registered")
             try:
-                state = open_session({"session_id": session_id, "model": body.model, "paradigm": body.paradigm},
-                                     Runtime(context=ctx))
+                state = open_session(
+                    {"session_id": session_id, "model": body.model, "paradigm": body.paradigm}, Runtime(context=ctx)
+                )
                 if body.adaptive:  # the first question, chosen at the prior's ability
                     state = adaptive_step(self.bank, session_id, run_params(self.ctx, self.bank, session_id))
                 self.bank.register_examinee(examinee, session_id)
             except ValueError as exc:
                 raise HTTPException(409, str(exc)) from None
-        return {"session_id": session_id, "examinee": examinee, "allocated": state["allocated"],
-                "token": self.issue(examinee, "examinee", session_id)}
+        return {
+            "session_id": session_id,
+            "examinee": examinee,
+            "allocated": state["allocated"],
+            "token": self.issue(examinee, "examinee", session_id),
+        }
 
     def status(self, session_id: str) -> dict[str, Any]:
         session = self.bank.session(session_id)
         if session is None:
             raise HTTPException(404, "no such session")
-        return {"session_id": session_id, "model": session["model"], "paradigm": session["paradigm"],
-                "quota": self.bank.quota(session_id), "scored": session["scores"] is not None}
+        return {
+            "session_id": session_id,
+            "model": session["model"],
+            "paradigm": session["paradigm"],
+            "quota": self.bank.quota(session_id),
+            "scored": session["scores"] is not None,
+        }
 
     def next_question(self, session_id: str) -> dict[str, Any]:
         try:
@@ -271,8 +320,10 @@ class ExamServer:
         session = self.bank.session(session_id) or {}
         paradigm = session.get("paradigm", "zero-shot")
         examples = fewshot_examples(self.bank, session) if paradigm == "few-shot" else ""
-        messages = [{"role": {"human": "user"}.get(m.type, m.type), "content": m.content}
-                    for m in build_messages(item, paradigm, examples)]
+        messages = [
+            {"role": {"human": "user"}.get(m.type, m.type), "content": m.content}
+            for m in build_messages(item, paradigm, examples)
+        ]
         return {**item, "paradigm": paradigm, "messages": messages}
 
     def answer(self, session_id: str, body: Answer) -> dict[str, Any]:
@@ -293,8 +344,11 @@ class ExamServer:
         session = self.bank.session(session_id)
         if session is None or not session.get("owner") or self.bank.examinee_session(session["owner"]) != session_id:
             raise HTTPException(404, "no examinee session with that id")
-        return {"session_id": session_id, "examinee": session["owner"],
-                "token": self.issue(session["owner"], "examinee", session_id)}
+        return {
+            "session_id": session_id,
+            "examinee": session["owner"],
+            "token": self.issue(session["owner"], "examinee", session_id),
+        }
 
     def score(self, session_id: str) -> dict[str, Any]:
         from dyneval.graphs.llmeval import builder
@@ -305,8 +359,11 @@ class ExamServer:
         if quota["completed"] < quota["allocated"]:
             raise HTTPException(409, f"session not finished: {quota['completed']}/{quota['allocated']} answered")
         graph = builder.compile(name="llmeval")
-        final = graph.invoke({"session_id": session_id}, {"configurable": {"thread_id": session_id}},
-                             context=dataclasses.replace(self.ctx, reference_model=""))
+        final = graph.invoke(
+            {"session_id": session_id},
+            {"configurable": {"thread_id": session_id}},
+            context=dataclasses.replace(self.ctx, reference_model=""),
+        )
         return {"session_id": session_id, "scores": final.get("scores")}
 
     def shut_down(self, path: Path) -> None:
@@ -421,8 +478,9 @@ class RequestLimits:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        head = len(scope["raw_path"]) + len(scope["query_string"]) + sum(len(k) + len(v) + 4
-                                                                        for k, v in scope["headers"])
+        head = (
+            len(scope["raw_path"]) + len(scope["query_string"]) + sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+        )
         if head > self.max_headers:
             return await _refuse(scope, receive, send, 431, f"request headers beyond {self.max_headers} bytes")
         declared = dict(scope["headers"]).get(b"content-length", b"")
@@ -491,8 +549,12 @@ class H11Limited(H11Protocol):
         self._stopping = True
         if self._draining:
             self.transport.close()
-        elif self._deadline is not None and self._deadline.when() - self.loop.time() > ARRIVAL_GRACE_S \
-                and self.cycle is not None and not self.cycle.response_complete:
+        elif (
+            self._deadline is not None
+            and self._deadline.when() - self.loop.time() > ARRIVAL_GRACE_S
+            and self.cycle is not None
+            and not self.cycle.response_complete
+        ):
             self._deadline.cancel()  # its body is arriving: answered if it arrives within the grace
             self._expect(ARRIVAL_GRACE_S, 503, "the server is stopping; request not received")
         super().shutdown()  # closes a connection between requests, or with a request head still arriving
@@ -523,9 +585,15 @@ class H11Limited(H11Protocol):
         """Answer ``status`` with ``detail`` and close the connection, after ``linger`` seconds of dropping what
         the client still sends."""
         body = json.dumps({"detail": detail}).encode()
-        head = h11.Response(status_code=status, reason=HTTPStatus(status).phrase.encode(),
-                            headers=[(b"content-type", b"application/json"), (b"connection", b"close"),
-                                     (b"content-length", str(len(body)).encode())])
+        head = h11.Response(
+            status_code=status,
+            reason=HTTPStatus(status).phrase.encode(),
+            headers=[
+                (b"content-type", b"application/json"),
+                (b"connection", b"close"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        )
         for event in (head, h11.Data(data=body), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
         self._draining = True
@@ -533,14 +601,22 @@ class H11Limited(H11Protocol):
         self.loop.call_later(linger, self.transport.close)
 
 
-def http_server(server: ExamServer, port: int, on_stop: Callable[[], Any] | None = None,
-                **options: Any) -> uvicorn.Server:
+def http_server(
+    server: ExamServer, port: int, on_stop: Callable[[], Any] | None = None, **options: Any
+) -> uvicorn.Server:
     """The uvicorn server of ``server`` on 127.0.0.1:``port``, with its header limit (h11: the header bytes it
     buffers are bounded, unlike httptools'), its read timeouts (:class:`H11Limited`) and its bounded stop, after
     which it calls ``on_stop``."""
-    config = uvicorn.Config(create_app(server, on_stop), host="127.0.0.1", port=port, log_level="warning",
-                            http=H11Limited, h11_max_incomplete_event_size=server.max_headers,
-                            timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S, **options)
+    config = uvicorn.Config(
+        create_app(server, on_stop),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        http=H11Limited,
+        h11_max_incomplete_event_size=server.max_headers,
+        timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S,
+        **options,
+    )
     return uvicorn.Server(config)
 
 
@@ -553,8 +629,11 @@ def bind_port(port: int) -> socket.socket:
         sock.bind(("127.0.0.1", port))
     except OSError as exc:
         sock.close()
-        raise InputError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc} (another server listens there?); "
-                         "choose another port", field="--port") from None
+        raise InputError(
+            f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc} (another server listens there?); "
+            "choose another port",
+            field="--port",
+        ) from None
     sock.set_inheritable(True)
     return sock
 

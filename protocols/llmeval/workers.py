@@ -3,10 +3,11 @@
 The LLMEval-3 exam (seed 002, section 2.2) is served by processes that share nothing but the bank: uvicorn's own
 multi-process mode (what ``uvicorn.run(APP, workers=N)`` runs) binds 127.0.0.1:PORT once in the parent, whose
 supervisor starts N workers sharing that socket; each imports the application by path, :data:`APP` (the
-factory :func:`protocols.llmeval.protocol.worker_app`), and builds its :class:`ExamServer` from the run's configuration, handed over in the
-environment variable :data:`SETTINGS_ENV`. Sessions, examinees, answers (one per slot, by a conditional update)
-and the rate buckets live in the bank (:mod:`stores.question_bank`), so any worker may answer any request; the
-token signing secret comes from the same variable or file in every worker, and a token carries all it needs.
+factory :func:`protocols.llmeval.protocol.worker_app`), and builds its :class:`ExamServer` from the run's
+configuration, handed over in the environment variable :data:`SETTINGS_ENV`. Sessions, examinees, answers (one
+per slot, by a conditional update) and the rate buckets live in the bank (:mod:`stores.question_bank`), so any
+worker may answer any request; the token signing secret comes from the same variable or file in every worker, and
+a token carries all it needs.
 
 SIGTERM or Ctrl-C to the parent: it closes its copy of the listening socket (the workers close theirs, so new
 connections are refused, not queued) and sends SIGTERM to every worker; each finishes its requests in flight (within
@@ -35,7 +36,6 @@ from dyneval.stores.files import read_records
 from dyneval.stores.private_files import private_file
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
     from uvicorn.supervisors import Multiprocess
 
 #: The worker application, by import path (a factory: ``uvicorn --factory``).
@@ -60,10 +60,16 @@ def worker_run() -> Run:
     settings = json.loads(os.environ[SETTINGS_ENV])
     config = RunConfig.model_validate(settings["config"])
     run_dir = Path(settings["run_dir"])
-    events = EventLog(private_file(run_dir / PART.format(name="events", pid=os.getpid())),
-                      pricing=Pricing.for_run(config))
-    return Run(config=config, run_dir=run_dir, services=Services(config=config, run_dir=run_dir, events=events),
-               console=Console(stderr=True), resumed=True)
+    events = EventLog(
+        private_file(run_dir / PART.format(name="events", pid=os.getpid())), pricing=Pricing.for_run(config)
+    )
+    return Run(
+        config=config,
+        run_dir=run_dir,
+        services=Services(config=config, run_dir=run_dir, events=events),
+        console=Console(stderr=True),
+        resumed=True,
+    )
 
 
 def access_log_part(run: Run) -> Path:
@@ -81,11 +87,19 @@ def serve_workers(run: Run, listener: socket.socket, workers: int, max_headers: 
 
     previous = {sig: signal.getsignal(sig) for sig in SIGNALS}  # the supervisor installs its own handlers
     before = os.environ.get(SETTINGS_ENV)
-    os.environ[SETTINGS_ENV] = json.dumps({"config": run.config.model_dump(mode="json"),
-                                           "run_dir": str(run.run_dir)})
-    config = uvicorn.Config(APP, factory=True, host="127.0.0.1", port=listener.getsockname()[1], workers=workers,
-                            log_level="warning", http=HTTP, h11_max_incomplete_event_size=max_headers,
-                            timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S, timeout_worker_healthcheck=HEALTHCHECK_S)
+    os.environ[SETTINGS_ENV] = json.dumps({"config": run.config.model_dump(mode="json"), "run_dir": str(run.run_dir)})
+    config = uvicorn.Config(
+        APP,
+        factory=True,
+        host="127.0.0.1",
+        port=listener.getsockname()[1],
+        workers=workers,
+        log_level="warning",
+        http=HTTP,
+        h11_max_incomplete_event_size=max_headers,
+        timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S,
+        timeout_worker_healthcheck=HEALTHCHECK_S,
+    )
     try:
         supervisor(config, [listener]).run()
     finally:

@@ -5,9 +5,10 @@ detail sections. Everything is read from the run's files (records, summary), nev
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from dyneval.stores.runfiles import ConfigFile
 
@@ -87,41 +88,92 @@ def _share(items: list[dict[str, Any]] | None, key: str = "correct") -> float | 
 
 # -- JudgeAgent (seed 000) ----------------------------------------------------------------------------------
 
+
 def _question_texts(unit_input: dict[str, Any]) -> dict[str, str]:
     """Base question id -> its text with its options lettered A, B, ... (the unit's batch in the plan), as the
     target read it (``nodes.judgeagent.common.question_text``)."""
-    return {str(q.get("id")): "\n".join([str(q.get("question") or ""),
-                                         *(f"{chr(65 + i)}. {o}" for i, o in enumerate(q.get("options") or []))])
-            for q in unit_input.get("batch") or [] if isinstance(q, dict)}
+    return {
+        str(q.get("id")): "\n".join(
+            [str(q.get("question") or ""), *(f"{chr(65 + i)}. {o}" for i, o in enumerate(q.get("options") or []))]
+        )
+        for q in unit_input.get("batch") or []
+        if isinstance(q, dict)
+    }
 
 
 def _judgeagent_sections(record: dict[str, Any], unit_input: dict[str, Any]) -> list[Section]:
     out: list[Section] = []
     if record.get("trajectory"):
-        out.append({"title": "Difficulty trajectory (running score after each step, next difficulty; Algorithm 1)",
-                    "headers": ["after", "running score", "next difficulty", "ungraded"],
-                    "rows": [[t.get("after"), t.get("avg"), t.get("next"), t.get("ungraded")]
-                             for t in record["trajectory"]]})
+        out.append(
+            {
+                "title": "Difficulty trajectory (running score after each step, next difficulty; Algorithm 1)",
+                "headers": ["after", "running score", "next difficulty", "ungraded"],
+                "rows": [
+                    [t.get("after"), t.get("avg"), t.get("next"), t.get("ungraded")] for t in record["trajectory"]
+                ],
+            }
+        )
     text = _question_texts(unit_input)
-    judged = [["base", text.get(str(b.get("id")), b.get("id")), b.get("difficulty"), b.get("verdict"),
-               b.get("gain"), b.get("how"), b.get("reason"), b.get("reply")] for b in record.get("base") or []]
-    judged += [["round " + str(r.get("round", i)), r.get("question"), r.get("difficulty"), r.get("verdict"),
-                r.get("gain"), r.get("how"), r.get("reason"), r.get("reply")]
-               for i, r in enumerate(record.get("rounds") or [], 1)]
-    judged += [["validation", text.get(str(v.get("id")), v.get("id")), v.get("difficulty"),
-                f"{v.get('verdict1')} -> {v.get('verdict2')}", None, v.get("how2"), v.get("reason2"), v.get("reply2")]
-               for v in record.get("validation") or []]
+    judged = [
+        [
+            "base",
+            text.get(str(b.get("id")), b.get("id")),
+            b.get("difficulty"),
+            b.get("verdict"),
+            b.get("gain"),
+            b.get("how"),
+            b.get("reason"),
+            b.get("reply"),
+        ]
+        for b in record.get("base") or []
+    ]
+    judged += [
+        [
+            "round " + str(r.get("round", i)),
+            r.get("question"),
+            r.get("difficulty"),
+            r.get("verdict"),
+            r.get("gain"),
+            r.get("how"),
+            r.get("reason"),
+            r.get("reply"),
+        ]
+        for i, r in enumerate(record.get("rounds") or [], 1)
+    ]
+    judged += [
+        [
+            "validation",
+            text.get(str(v.get("id")), v.get("id")),
+            v.get("difficulty"),
+            f"{v.get('verdict1')} -> {v.get('verdict2')}",
+            None,
+            v.get("how2"),
+            v.get("reason2"),
+            v.get("reply2"),
+        ]
+        for v in record.get("validation") or []
+    ]
     if judged:
         headers = ["step", "question", "difficulty", "verdict", "gain", "judged by", "judge's reason", "answer"]
         if not any(row[6] for row in judged):  # a run made before the judge gave reasons
             headers.pop(6)
             judged = [row[:6] + row[7:] for row in judged]
-        out.append({"title": "Verdicts (base questions, extension rounds, validation with suggestions)",
-                    "headers": headers, "rows": judged})
+        out.append(
+            {
+                "title": "Verdicts (base questions, extension rounds, validation with suggestions)",
+                "headers": headers,
+                "rows": judged,
+            }
+        )
     feedback = record.get("feedback") or {}
     if feedback:
-        out.append({"title": "The evaluator's feedback (knowledge and capability flaws, suggestions; Table 13)",
-                    "headers": ["field", "text"], "rows": [[k, v] for k, v in feedback.items()]})
+        out.append(
+            {
+                "title": "The evaluator's feedback (knowledge and capability flaws, suggestions; Table 13)",
+                "headers": ["field", "text"],
+                "rows": [[k, v] for k, v in feedback.items()],
+            }
+        )
     return out
 
 
@@ -134,35 +186,67 @@ def _unit_score(record: dict[str, Any]) -> float | None:
 
 def _judgeagent_items(record: dict[str, Any]) -> list[dict[str, Any]]:
     """Base questions, extension-round questions and validation re-answers, each with its verdict."""
-    return ([{"step": "base", **b} for b in record.get("base") or []]
-            + [{"step": "round", **r} for r in record.get("rounds") or []]
-            + [{"step": "validation", **v} for v in record.get("validation") or []])
+    return (
+        [{"step": "base", **b} for b in record.get("base") or []]
+        + [{"step": "round", **r} for r in record.get("rounds") or []]
+        + [{"step": "validation", **v} for v in record.get("validation") or []]
+    )
 
 
 JUDGEAGENT = Adapter(
     metrics=(
-        Metric("score", "JudgeAgent score", "sum of the gains of all graded answers (base questions and extension "
-               "rounds) divided by their number (Algorithm 1); 95 % interval: bootstrap over batches (a batch's "
-               "rounds grow from its own questions)", "score_denominator"),
-        Metric("base_accuracy.value", "Base accuracy", "share of base questions answered correctly in Benchmark "
-               "Grading; 95 % interval: exact binomial (Clopper-Pearson) over base questions", "base_accuracy"),
-        Metric("validation.overall.acc1", "ACC1", "accuracy on the base questions before the suggestions "
-               "(Algorithm 2, Table 1); 95 % interval: exact binomial over the validated questions",
-               "validation.overall"),
-        Metric("validation.overall.acc2", "ACC2", "accuracy on the same questions answered with the batch's "
-               "suggestions (Algorithm 2, Table 1); 95 % interval: bootstrap over batches (one feedback serves a "
-               "batch)", "validation.overall"),
-        Metric("validation.overall.cr", "CR", "wrong -> right share over all validated base questions "
-               "(Algorithm 2); 95 % interval: bootstrap over batches", "validation.overall"),
-        Metric("validation.overall.cte", "CtE", "right -> wrong share over all validated base questions "
-               "(Algorithm 2); 95 % interval: bootstrap over batches", "validation.overall"),
+        Metric(
+            "score",
+            "JudgeAgent score",
+            "sum of the gains of all graded answers (base questions and extension "
+            "rounds) divided by their number (Algorithm 1); 95 % interval: bootstrap over batches (a batch's "
+            "rounds grow from its own questions)",
+            "score_denominator",
+        ),
+        Metric(
+            "base_accuracy.value",
+            "Base accuracy",
+            "share of base questions answered correctly in Benchmark "
+            "Grading; 95 % interval: exact binomial (Clopper-Pearson) over base questions",
+            "base_accuracy",
+        ),
+        Metric(
+            "validation.overall.acc1",
+            "ACC1",
+            "accuracy on the base questions before the suggestions "
+            "(Algorithm 2, Table 1); 95 % interval: exact binomial over the validated questions",
+            "validation.overall",
+        ),
+        Metric(
+            "validation.overall.acc2",
+            "ACC2",
+            "accuracy on the same questions answered with the batch's "
+            "suggestions (Algorithm 2, Table 1); 95 % interval: bootstrap over batches (one feedback serves a "
+            "batch)",
+            "validation.overall",
+        ),
+        Metric(
+            "validation.overall.cr",
+            "CR",
+            "wrong -> right share over all validated base questions "
+            "(Algorithm 2); 95 % interval: bootstrap over batches",
+            "validation.overall",
+        ),
+        Metric(
+            "validation.overall.cte",
+            "CtE",
+            "right -> wrong share over all validated base questions "
+            "(Algorithm 2); 95 % interval: bootstrap over batches",
+            "validation.overall",
+        ),
     ),
-    outcomes={"JudgeAgent score": _unit_score,
-              "base accuracy": lambda r: _share(r.get("base"))},
-    columns={"JudgeAgent score": _unit_score,
-             "sum of gains": lambda r: _number(r.get("score")),
-             "base accuracy": lambda r: _share(r.get("base")),
-             "last difficulty": lambda r: (r.get("trajectory") or [{}])[-1].get("next")},
+    outcomes={"JudgeAgent score": _unit_score, "base accuracy": lambda r: _share(r.get("base"))},
+    columns={
+        "JudgeAgent score": _unit_score,
+        "sum of gains": lambda r: _number(r.get("score")),
+        "base accuracy": lambda r: _share(r.get("base")),
+        "last difficulty": lambda r: (r.get("trajectory") or [{}])[-1].get("next"),
+    },
     replaces=("score",),
     sections=_judgeagent_sections,
     items=_judgeagent_items,
@@ -171,6 +255,7 @@ JUDGEAGENT = Adapter(
 
 # -- ATAD (seed 003) ----------------------------------------------------------------------------------------
 
+
 def _rejected(item: dict[str, Any]) -> list[list[Any]]:
     """Each candidate the code checks or the orchestrator turned down, with why (from the item's history)."""
     rows, problem = [], None
@@ -178,14 +263,22 @@ def _rejected(item: dict[str, Any]) -> list[list[Any]]:
         if h.get("step") == "generate":
             problem = h.get("problem")
             if h.get("structure_errors"):
-                rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "code checks",
-                             "; ".join(map(str, h["structure_errors"])), problem])
+                rows.append(
+                    [
+                        h.get("phase"),
+                        h.get("level"),
+                        h.get("attempt"),
+                        "code checks",
+                        "; ".join(map(str, h["structure_errors"])),
+                        problem,
+                    ]
+                )
         elif h.get("step") == "validate" and h.get("approved") is False:
-            rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "orchestrator", h.get("feedback"),
-                         problem])
+            rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "orchestrator", h.get("feedback"), problem])
         elif h.get("step") == "validate" and h.get("approved") is None:  # ungraded: resume validates it again
-            rows.append([h.get("phase"), h.get("level"), h.get("attempt"), "not judged (ungraded)", h.get("error"),
-                         problem])
+            rows.append(
+                [h.get("phase"), h.get("level"), h.get("attempt"), "not judged (ungraded)", h.get("error"), problem]
+            )
     return rows
 
 
@@ -194,49 +287,98 @@ def _atad_sections(record: dict[str, Any]) -> list[Section]:
     out: list[Section] = []
     rejected = _rejected(item)
     if rejected:
-        out.append({"title": "Rejected candidates, with why (Appendix D.2)",
-                    "headers": ["phase", "level", "attempt", "rejected by", "why", "candidate"], "rows": rejected})
+        out.append(
+            {
+                "title": "Rejected candidates, with why (Appendix D.2)",
+                "headers": ["phase", "level", "attempt", "rejected by", "why", "candidate"],
+                "rows": rejected,
+            }
+        )
     if item.get("history"):
-        out.append({"title": "Generation history (teacher, orchestrator, student, escalation)",
-                    "headers": ["step", "phase / level", "attempt", "outcome"],
-                    "rows": [[h.get("step"), h.get("phase") or h.get("level"), h.get("attempt"),
-                              {k: v for k, v in h.items() if k not in ("step", "phase", "attempt")}]
-                             for h in item["history"]]})
+        out.append(
+            {
+                "title": "Generation history (teacher, orchestrator, student, escalation)",
+                "headers": ["step", "phase / level", "attempt", "outcome"],
+                "rows": [
+                    [
+                        h.get("step"),
+                        h.get("phase") or h.get("level"),
+                        h.get("attempt"),
+                        {k: v for k, v in h.items() if k not in ("step", "phase", "attempt")},
+                    ]
+                    for h in item["history"]
+                ],
+            }
+        )
     if "correct" in record:
-        out.append({"title": "Evaluated answer", "headers": ["predicted", "correct", "explanation", "parse error"],
-                    "rows": [[record.get("predicted"), record.get("correct"), record.get("explanation"),
-                              record.get("parse_error")]]})
+        out.append(
+            {
+                "title": "Evaluated answer",
+                "headers": ["predicted", "correct", "explanation", "parse error"],
+                "rows": [
+                    [
+                        record.get("predicted"),
+                        record.get("correct"),
+                        record.get("explanation"),
+                        record.get("parse_error"),
+                    ]
+                ],
+            }
+        )
     return out
 
 
 ATAD = Adapter(
     metrics=(
-        Metric("finalized", "Finalized problems", "problems kept in the benchmark: approved by the orchestrator, "
-               "then failed by the student or not escalated further (section 3); 95 % interval: exact binomial "
-               "(Clopper-Pearson) of the finalized share, times the problems", "items"),
-        Metric("discarded", "Discarded problems", "problems that ended without a finalized version; 95 % "
-               "interval: exact binomial of the discarded share, times the problems", "items"),
-        Metric("mean_level", "Mean difficulty level", "mean escalation level of the finalized problems; 95 % "
-               "interval: bootstrap over the finalized problems", "finalized"),
-        Metric("table1.*.avg", "Accuracy (%) of {key}", "share of benchmark items the model answered correctly, "
-               "mean over task types (Table 1); 95 % interval: bootstrap over the answers, each resample scored "
-               "as Table 1", "table1.*.n"),
+        Metric(
+            "finalized",
+            "Finalized problems",
+            "problems kept in the benchmark: approved by the orchestrator, "
+            "then failed by the student or not escalated further (section 3); 95 % interval: exact binomial "
+            "(Clopper-Pearson) of the finalized share, times the problems",
+            "items",
+        ),
+        Metric(
+            "discarded",
+            "Discarded problems",
+            "problems that ended without a finalized version; 95 % "
+            "interval: exact binomial of the discarded share, times the problems",
+            "items",
+        ),
+        Metric(
+            "mean_level",
+            "Mean difficulty level",
+            "mean escalation level of the finalized problems; 95 % interval: bootstrap over the finalized problems",
+            "finalized",
+        ),
+        Metric(
+            "table1.*.avg",
+            "Accuracy (%) of {key}",
+            "share of benchmark items the model answered correctly, "
+            "mean over task types (Table 1); 95 % interval: bootstrap over the answers, each resample scored "
+            "as Table 1",
+            "table1.*.n",
+        ),
     ),
-    outcomes={"correct": lambda r: _number(r.get("correct")),
-              "finalized": lambda r: (None if "item" not in r else
-                                      float((r.get("item") or {}).get("status") == "finalized")),
-              "level": lambda r: _number((r.get("item") or {}).get("current_level"))},
-    columns={"correct": lambda r: r.get("correct"),  # --evaluate: the examinee's answer
-             "outcome": lambda r: (r.get("item") or {}).get("acceptance") or (r.get("item") or {}).get("status"),
-             "level": lambda r: (r.get("item") or {}).get("current_level"),
-             "model": lambda r: (r.get("meta") or {}).get("model") if "correct" in r else None,
-             "task": lambda r: (r.get("item") or r.get("meta") or {}).get("task"),
-             "rejected": lambda r: len(_rejected(r["item"])) if r.get("item") else None},
+    outcomes={
+        "correct": lambda r: _number(r.get("correct")),
+        "finalized": lambda r: None if "item" not in r else float((r.get("item") or {}).get("status") == "finalized"),
+        "level": lambda r: _number((r.get("item") or {}).get("current_level")),
+    },
+    columns={
+        "correct": lambda r: r.get("correct"),  # --evaluate: the examinee's answer
+        "outcome": lambda r: (r.get("item") or {}).get("acceptance") or (r.get("item") or {}).get("status"),
+        "level": lambda r: (r.get("item") or {}).get("current_level"),
+        "model": lambda r: (r.get("meta") or {}).get("model") if "correct" in r else None,
+        "task": lambda r: (r.get("item") or r.get("meta") or {}).get("task"),
+        "rejected": lambda r: len(_rejected(r["item"])) if r.get("item") else None,
+    },
     sections=lambda record, unit_input: _atad_sections(record),
 )
 
 
 # -- LLM-as-an-Interviewer (seed 004) -----------------------------------------------------------------------
+
 
 def _interview_answers(record: dict[str, Any]) -> list[dict[str, Any]]:
     """Every graded answer of a session: the seed question's attempts, then the follow-ups."""
@@ -249,19 +391,44 @@ def _interview_sections(record: dict[str, Any]) -> list[Section]:
     if record.get("single_turn"):
         answers.insert(0, {"kind": "single-turn judge", **record["single_turn"]})
     if answers:
-        out.append({"title": "Answers and the grader's verdicts and reasons",
-                    "headers": ["question", "kind", "attempt", "answer", "verdict", "score", "error type", "reason"],
-                    "rows": [[a.get("q"), a.get("kind") or a.get("type"), a.get("attempt"), a.get("answer"),
-                              a.get("verdict"), a.get("score"), a.get("error_type"), a.get("reason")]
-                             for a in answers]})
+        out.append(
+            {
+                "title": "Answers and the grader's verdicts and reasons",
+                "headers": ["question", "kind", "attempt", "answer", "verdict", "score", "error type", "reason"],
+                "rows": [
+                    [
+                        a.get("q"),
+                        a.get("kind") or a.get("type"),
+                        a.get("attempt"),
+                        a.get("answer"),
+                        a.get("verdict"),
+                        a.get("score"),
+                        a.get("error_type"),
+                        a.get("reason"),
+                    ]
+                    for a in answers
+                ],
+            }
+        )
     if record.get("feedbacks"):
-        out.append({"title": "Interviewer feedback", "headers": ["question", "attempt", "level", "text"],
-                    "rows": [[f.get("q"), f.get("attempt"), f.get("level"), f.get("text")]
-                             for f in record["feedbacks"]]})
+        out.append(
+            {
+                "title": "Interviewer feedback",
+                "headers": ["question", "attempt", "level", "text"],
+                "rows": [[f.get("q"), f.get("attempt"), f.get("level"), f.get("text")] for f in record["feedbacks"]],
+            }
+        )
     if record.get("transcript"):
-        out.append({"title": "Interview transcript", "headers": ["speaker", "kind", "question", "attempt", "text"],
-                    "rows": [[t.get("speaker"), t.get("kind"), t.get("q"), t.get("attempt"), t.get("text")]
-                             for t in record["transcript"]]})
+        out.append(
+            {
+                "title": "Interview transcript",
+                "headers": ["speaker", "kind", "question", "attempt", "text"],
+                "rows": [
+                    [t.get("speaker"), t.get("kind"), t.get("q"), t.get("attempt"), t.get("text")]
+                    for t in record["transcript"]
+                ],
+            }
+        )
     return out
 
 
@@ -272,27 +439,48 @@ def _final_seed_score(record: dict[str, Any]) -> float | None:
 
 INTERVIEW = Adapter(
     metrics=tuple(
-        Metric(f"score@{n}", f"Score@{n}", f"mean over sessions of the score of the seed answer given at interaction "
-               f"{n} (section 3.2). It is that answer's score, not the best so far, so it can fall when a retry "
-               "after feedback scores lower; a session solved earlier keeps its solved score. Every Score@n is over "
-               "the same sessions: one with an ungraded seed answer leaves them all (counted as ungraded). "
-               "95 % interval: bootstrap over seed questions (their repeats resampled together); exact binomial "
-               "when each seed question has one 0/1 score", f"denominators.score@{n}") for n in (1, 2, 3)) + (
-        Metric("judge", "Judge", "single-turn LLM-as-a-judge score on the unmodified question (Table 2); 95 % "
-               "interval as Score@n", "denominators.judge"),
-        Metric("followup_accuracy.overall", "Follow-up accuracy", "share of follow-up questions answered "
-               "correctly (section 3.2); 95 % interval: bootstrap over seed questions (a session's follow-ups "
-               "resampled together)", "followup_accuracy"),
+        Metric(
+            f"score@{n}",
+            f"Score@{n}",
+            f"mean over sessions of the score of the seed answer given at interaction "
+            f"{n} (section 3.2). It is that answer's score, not the best so far, so it can fall when a retry "
+            "after feedback scores lower; a session solved earlier keeps its solved score. Every Score@n is over "
+            "the same sessions: one with an ungraded seed answer leaves them all (counted as ungraded). "
+            "95 % interval: bootstrap over seed questions (their repeats resampled together); exact binomial "
+            "when each seed question has one 0/1 score",
+            f"denominators.score@{n}",
+        )
+        for n in (1, 2, 3)
+    )
+    + (
+        Metric(
+            "judge",
+            "Judge",
+            "single-turn LLM-as-a-judge score on the unmodified question (Table 2); 95 % interval as Score@n",
+            "denominators.judge",
+        ),
+        Metric(
+            "followup_accuracy.overall",
+            "Follow-up accuracy",
+            "share of follow-up questions answered "
+            "correctly (section 3.2); 95 % interval: bootstrap over seed questions (a session's follow-ups "
+            "resampled together)",
+            "followup_accuracy",
+        ),
     ),
-    outcomes={"score@1": lambda r: _number((r.get("seed_scores") or [None])[0]),
-              "final seed score": _final_seed_score,
-              "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
-              "follow-up accuracy": lambda r: _share(r.get("followup_results"))},
-    columns={"Score@1": lambda r: _number((r.get("seed_scores") or [None])[0]),
-             "final seed score": _final_seed_score,
-             "solved": lambda r: r.get("seed_solved"),
-             "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
-             "follow-up accuracy": lambda r: _share(r.get("followup_results"))},
+    outcomes={
+        "score@1": lambda r: _number((r.get("seed_scores") or [None])[0]),
+        "final seed score": _final_seed_score,
+        "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
+        "follow-up accuracy": lambda r: _share(r.get("followup_results")),
+    },
+    columns={
+        "Score@1": lambda r: _number((r.get("seed_scores") or [None])[0]),
+        "final seed score": _final_seed_score,
+        "solved": lambda r: r.get("seed_solved"),
+        "judge": lambda r: _number((r.get("single_turn") or {}).get("score")),
+        "follow-up accuracy": lambda r: _share(r.get("followup_results")),
+    },
     replaces=("seed_solved",),
     sections=lambda record, unit_input: _interview_sections(record),
     items=lambda record: [{"step": a.get("kind") or "seed", **a} for a in _interview_answers(record)],
@@ -303,19 +491,34 @@ INTERVIEW = Adapter(
 
 LLMEVAL = Adapter(
     metrics=(
-        Metric("S", "Absolute score S", "mean over scored sessions of S = sum of stars / (N answers x 3) x 100 "
-               "(equation 1), 0-100; 95 % interval: bootstrap over sessions", "sessions_scored"),
-        Metric("R", "Relative score R", "mean over sessions of R = S_model / S_reference x 100 on the same "
-               "questions (equation 2); 95 % interval: bootstrap over sessions", "sessions_scored"),
+        Metric(
+            "S",
+            "Absolute score S",
+            "mean over scored sessions of S = sum of stars / (N answers x 3) x 100 "
+            "(equation 1), 0-100; 95 % interval: bootstrap over sessions",
+            "sessions_scored",
+        ),
+        Metric(
+            "R",
+            "Relative score R",
+            "mean over sessions of R = S_model / S_reference x 100 on the same "
+            "questions (equation 2); 95 % interval: bootstrap over sessions",
+            "sessions_scored",
+        ),
     ),
     outcomes={"S": lambda r: _number(r.get("S")), "R": lambda r: _number(r.get("R"))},
-    columns={"S": lambda r: _number(r.get("S")), "R": lambda r: _number(r.get("R")),
-             "stars 0/1/2/3": lambda r: ("/".join(str((r.get("stars") or {}).get(k, 0)) for k in "0123")
-                                         if r.get("stars") else None)},
+    columns={
+        "S": lambda r: _number(r.get("S")),
+        "R": lambda r: _number(r.get("R")),
+        "stars 0/1/2/3": lambda r: (
+            "/".join(str((r.get("stars") or {}).get(k, 0)) for k in "0123") if r.get("stars") else None
+        ),
+    },
 )
 
 
 # -- judge check (agreement with human labels) --------------------------------------------------------------
+
 
 def _first_verdict_agrees(record: dict[str, Any]) -> float | None:
     """1 when the first judge's first verdict equals the human label, 0 when it differs, None when ungraded."""
@@ -358,49 +561,105 @@ def _agree(record: dict[str, Any]) -> str | None:
 def _judgecheck_sections(record: dict[str, Any]) -> list[Section]:
     """Every verdict (each judge, repeat and order) with the judge's reason, then the jury's."""
     label = record.get("label")
-    rows = [[v.get("model") or f"m{v.get('member')}", v.get("repeat"), v.get("order"), v.get("value"),
-             _agreement(v.get("value"), label), v.get("how"), v.get("reason")] for v in record.get("verdicts") or []]
-    rows += [["jury", j.get("repeat"), j.get("order"), j.get("value"), _agreement(j.get("value"), label),
-              j.get("how"), j.get("reason")] for j in record.get("jury") or []]
+    rows = [
+        [
+            v.get("model") or f"m{v.get('member')}",
+            v.get("repeat"),
+            v.get("order"),
+            v.get("value"),
+            _agreement(v.get("value"), label),
+            v.get("how"),
+            v.get("reason"),
+        ]
+        for v in record.get("verdicts") or []
+    ]
+    rows += [
+        [
+            "jury",
+            j.get("repeat"),
+            j.get("order"),
+            j.get("value"),
+            _agreement(j.get("value"), label),
+            j.get("how"),
+            j.get("reason"),
+        ]
+        for j in record.get("jury") or []
+    ]
     if not rows:
         return []
-    return [{"title": f"Verdicts and the judges' reasons (human label: {record.get('label')})",
-             "headers": ["judge", "repeat", "order", "verdict", "agree", "how", "reason"], "rows": rows}]
+    return [
+        {
+            "title": f"Verdicts and the judges' reasons (human label: {record.get('label')})",
+            "headers": ["judge", "repeat", "order", "verdict", "agree", "how", "reason"],
+            "rows": rows,
+        }
+    ]
 
 
 JUDGECHECK = Adapter(
     metrics=(  # {name}: the judge's model (its key m0, m1, ... names the path)
-        Metric("raters.*.measures.accuracy.value", "Accuracy of judge {name}", "share of judged items whose "
-               "verdict equals the human label", "raters.*.measures.accuracy"),
-        Metric("raters.*.measures.kappa.value", "Cohen's kappa of judge {name}", "chance-corrected agreement "
-               "with the human labels", "raters.*.measures.kappa"),
-        Metric("raters.*.measures.accuracy_mean.value", "Accuracy of judge {name} (mean of both orders)",
-               "pairwise: share of verdicts equal to the human label, averaged over the two presentation orders "
-               "(LLMBar)", "raters.*.measures.accuracy_mean"),
-        Metric("raters.*.measures.accuracy_original.value", "Accuracy of judge {name} (original order)",
-               "pairwise: share of verdicts equal to the human label with output_1 shown first",
-               "raters.*.measures.accuracy_original"),
-        Metric("raters.*.measures.kappa_original.value", "Cohen's kappa of judge {name} (original order)",
-               "pairwise: chance-corrected agreement with the human labels (1, 2, tie)",
-               "raters.*.measures.kappa_original"),
-        Metric("raters.*.measures.swap_consistency.value", "Swap consistency of judge {name}", "pairwise: share "
-               "of pairs given the same winner in both orders", "raters.*.measures.swap_consistency"),
-        Metric("raters.*.per_class.original.macro.f1.value", "Macro F1 of judge {name}", "mean over the labels "
-               "of the per-label F1 (as PandaLM reports); a label never chosen counts 0",
-               "raters.*.per_class.original.macro.f1"),
+        Metric(
+            "raters.*.measures.accuracy.value",
+            "Accuracy of judge {name}",
+            "share of judged items whose verdict equals the human label",
+            "raters.*.measures.accuracy",
+        ),
+        Metric(
+            "raters.*.measures.kappa.value",
+            "Cohen's kappa of judge {name}",
+            "chance-corrected agreement with the human labels",
+            "raters.*.measures.kappa",
+        ),
+        Metric(
+            "raters.*.measures.accuracy_mean.value",
+            "Accuracy of judge {name} (mean of both orders)",
+            "pairwise: share of verdicts equal to the human label, averaged over the two presentation orders (LLMBar)",
+            "raters.*.measures.accuracy_mean",
+        ),
+        Metric(
+            "raters.*.measures.accuracy_original.value",
+            "Accuracy of judge {name} (original order)",
+            "pairwise: share of verdicts equal to the human label with output_1 shown first",
+            "raters.*.measures.accuracy_original",
+        ),
+        Metric(
+            "raters.*.measures.kappa_original.value",
+            "Cohen's kappa of judge {name} (original order)",
+            "pairwise: chance-corrected agreement with the human labels (1, 2, tie)",
+            "raters.*.measures.kappa_original",
+        ),
+        Metric(
+            "raters.*.measures.swap_consistency.value",
+            "Swap consistency of judge {name}",
+            "pairwise: share of pairs given the same winner in both orders",
+            "raters.*.measures.swap_consistency",
+        ),
+        Metric(
+            "raters.*.per_class.original.macro.f1.value",
+            "Macro F1 of judge {name}",
+            "mean over the labels of the per-label F1 (as PandaLM reports); a label never chosen counts 0",
+            "raters.*.per_class.original.macro.f1",
+        ),
     ),
     outcomes={"agreement (first judge)": _first_verdict_agrees},
-    columns={"verdict": lambda r: _shown_verdict(r, "original"),
-             "verdict (swapped)": lambda r: _shown_verdict(r, "swapped"),
-             "label": lambda r: r.get("label"),
-             "agree": _agree},
+    columns={
+        "verdict": lambda r: _shown_verdict(r, "original"),
+        "verdict (swapped)": lambda r: _shown_verdict(r, "swapped"),
+        "label": lambda r: r.get("label"),
+        "agree": _agree,
+    },
     sections=lambda record, unit_input: _judgecheck_sections(record),
     replaces=("verdicts",),
 )
 
 
-ADAPTERS: dict[str, Adapter] = {"judgeagent": JUDGEAGENT, "atad": ATAD, "interview": INTERVIEW,
-                                "llmeval": LLMEVAL, "judgecheck": JUDGECHECK}
+ADAPTERS: dict[str, Adapter] = {
+    "judgeagent": JUDGEAGENT,
+    "atad": ATAD,
+    "interview": INTERVIEW,
+    "llmeval": LLMEVAL,
+    "judgecheck": JUDGECHECK,
+}
 
 
 def adapter(protocol: str) -> Adapter:
@@ -408,8 +667,7 @@ def adapter(protocol: str) -> Adapter:
     return ADAPTERS.get(protocol, Adapter())
 
 
-def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]
-                    ) -> dict[str, list[Section]]:
+def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
     """Per session: every question with the answer, stars and the judge's reason, from the question bank.
 
     The bank (not the graph state) holds a session's answers (seed 002, section 3); its location is the run's
@@ -418,8 +676,11 @@ def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, A
     """
     from dyneval.stores.question_bank import QuestionBank
 
-    location = config.params.get("bank_db") or config.stores.postgres_dsn or str(
-        run_dir.parent / "_cache" / "llmeval_bank.sqlite")
+    location = (
+        config.params.get("bank_db")
+        or config.stores.postgres_dsn
+        or str(run_dir.parent / "_cache" / "llmeval_bank.sqlite")
+    )
     if "://" not in location and not Path(location).exists():
         return {}
     bank = QuestionBank(location)
@@ -428,13 +689,36 @@ def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, A
         for r in records:
             sections = []
             for label, session in (("", r.get("session_id")), ("reference model: ", r.get("reference_session_id"))):
-                rows = [[i.get("position"), i.get("discipline"), i.get("question"), i.get("answer"),
-                         i.get("response"), i.get("stars"), i.get("judge_status"), i.get("reason")]
-                        for i in (bank.judged_items(session) if session else [])]
+                rows = [
+                    [
+                        i.get("position"),
+                        i.get("discipline"),
+                        i.get("question"),
+                        i.get("answer"),
+                        i.get("response"),
+                        i.get("stars"),
+                        i.get("judge_status"),
+                        i.get("reason"),
+                    ]
+                    for i in (bank.judged_items(session) if session else [])
+                ]
                 if rows:
-                    sections.append({"title": f"{label}questions, answers and stars (0-3, the judge's reason)",
-                                     "headers": ["#", "discipline", "question", "reference", "answer", "stars",
-                                                 "judge status", "reason"], "rows": rows})
+                    sections.append(
+                        {
+                            "title": f"{label}questions, answers and stars (0-3, the judge's reason)",
+                            "headers": [
+                                "#",
+                                "discipline",
+                                "question",
+                                "reference",
+                                "answer",
+                                "stars",
+                                "judge status",
+                                "reason",
+                            ],
+                            "rows": rows,
+                        }
+                    )
             out[r["unit_id"]] = sections
         return out
     finally:

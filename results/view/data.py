@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-from dyneval.stores.rundir import EVENTS, NOT_FINISHED, RunDir
-from dyneval.stores.runfiles import SummaryFile
 from dyneval.results.view.adapters import Adapter, Section, adapter, dig, interval_of, leaves, llmeval_answers
 from dyneval.results.view.paths import Relative
+from dyneval.stores.rundir import EVENTS, NOT_FINISHED, RunDir
+from dyneval.stores.runfiles import SummaryFile
 
 #: Longest text kept in the page per string (the page stays small; the run's files keep everything).
 MAX_TEXT = 20_000
@@ -30,8 +31,17 @@ OUTCOME_FIELDS = ("verdict", "correct", "score", "stars")
 #: The usage columns, after the record's fields.
 USAGE = ("calls", "tokens", "wall s")
 #: Event fields shown per exchange, in this order (plus ``cached`` / ``cache_hit`` when an event has them).
-EVENT_FIELDS = ("role", "model", "step", "attempt", "prompt_tokens", "completion_tokens", "latency_s", "queue_s",
-                "error")
+EVENT_FIELDS = (
+    "role",
+    "model",
+    "step",
+    "attempt",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_s",
+    "queue_s",
+    "error",
+)
 
 
 def clip(text: str) -> str:
@@ -48,8 +58,10 @@ def _scalar(value: Any) -> bool:
 
 def _flat(metrics: Any) -> list[list[Any]]:
     """Every metric leaf as a row; a list holding more than short values as JSON text."""
-    return [[name, json.dumps(value, default=str) if isinstance(value, list) and not all(map(_scalar, value))
-             else value] for name, value in leaves(metrics or {})]
+    return [
+        [name, json.dumps(value, default=str) if isinstance(value, list) and not all(map(_scalar, value)) else value]
+        for name, value in leaves(metrics or {})
+    ]
 
 
 def _denominator(value: Any) -> str:
@@ -66,9 +78,16 @@ def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, A
         for key, value, n in _expanded(metrics, m.path, m.n):
             if value is not None:
                 path = m.path if key is None else m.path.replace("*", key)
-                out.append({"name": m.label.format(key=key, name=_entry_name(metrics, m.path, key)), "value": value,
-                            "definition": m.definition, "denominator": _denominator(n), "path": path,
-                            "interval": interval_of(metrics, path)})  # {"low", "high", "n", "method", ...} or None
+                out.append(
+                    {
+                        "name": m.label.format(key=key, name=_entry_name(metrics, m.path, key)),
+                        "value": value,
+                        "definition": m.definition,
+                        "denominator": _denominator(n),
+                        "path": path,
+                        "interval": interval_of(metrics, path),
+                    }
+                )  # {"low", "high", "n", "method", ...} or None
     return out
 
 
@@ -121,9 +140,13 @@ def _columns(records: Iterable[dict[str, Any]], spec: Adapter) -> tuple[list[str
 
 def _row(record: dict[str, Any], columns: list[str], spec: Adapter) -> dict[str, Any]:
     usage = record.get("usage") or {}
-    values = {"unit": record["unit_id"], "status": record.get("status"), "calls": usage.get("calls"),
-              "tokens": (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0),
-              "wall s": record.get("wall_s")}
+    values = {
+        "unit": record["unit_id"],
+        "status": record.get("status"),
+        "calls": usage.get("calls"),
+        "tokens": (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0),
+        "wall s": record.get("wall_s"),
+    }
     for name in columns:
         if name in values:
             continue
@@ -149,11 +172,13 @@ def _field_sections(record: dict[str, Any], spec: Adapter) -> list[Section]:
             continue
         if isinstance(value, list) and all(isinstance(v, dict) for v in value):
             headers = list(dict.fromkeys(k for v in value for k in v))
-            out.append({"title": f"record: {key}", "headers": headers,
-                        "rows": [[v.get(h) for h in headers] for v in value]})
+            out.append(
+                {"title": f"record: {key}", "headers": headers, "rows": [[v.get(h) for h in headers] for v in value]}
+            )
         elif isinstance(value, dict):
-            out.append({"title": f"record: {key}", "headers": ["key", "value"],
-                        "rows": [[k, v] for k, v in value.items()]})
+            out.append(
+                {"title": f"record: {key}", "headers": ["key", "value"], "rows": [[k, v] for k, v in value.items()]}
+            )
         else:
             out.append({"title": f"record: {key}", "headers": ["value"], "rows": [[v] for v in value]})
     return out
@@ -192,8 +217,7 @@ def _exchange(event: dict[str, Any], texts: Texts) -> dict[str, Any]:
     for flag in ("cached", "cache_hit"):
         if flag in event:
             out["cache hit"] = event[flag]
-    out["messages"] = [{"role": m.get("role"), "content": texts(m.get("content"))}
-                       for m in event.get("messages") or []]
+    out["messages"] = [{"role": m.get("role"), "content": texts(m.get("content"))} for m in event.get("messages") or []]
     out["output"] = event.get("output")
     return out
 
@@ -236,29 +260,47 @@ def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = N
 
     def unit_rows() -> Iterator[dict[str, Any]]:
         for r, unit in pairs():
-            yield shown({"id": r["unit_id"], "row": _row(r, columns, spec), "input": unit.get("input"),
-                         "error": r.get("error"),
-                         "sections": [*spec.sections(r, unit.get("input") or {}),
-                                      *(extra_sections or {}).get(r["unit_id"], []), *_field_sections(r, spec)],
-                         "events": exchanges(r["unit_id"])})
+            yield shown(
+                {
+                    "id": r["unit_id"],
+                    "row": _row(r, columns, spec),
+                    "input": unit.get("input"),
+                    "error": r.get("error"),
+                    "sections": [
+                        *spec.sections(r, unit.get("input") or {}),
+                        *(extra_sections or {}).get(r["unit_id"], []),
+                        *_field_sections(r, spec),
+                    ],
+                    "events": exchanges(r["unit_id"]),
+                }
+            )
 
     metrics = summary.metrics
-    return {**shown({
-        "kind": "run",
-        "title": f"{protocol} run {run.name}",
-        "protocol": protocol,
-        "run_id": run.name,
-        "notes": [n for n in [summary.smoke_test_warning, _interrupted_note(summary.interrupted)] if n],
-        "overview": [["units", summary.units],
-                     ["statuses", ", ".join(f"{k}={v}" for k, v in sorted(summary.status_counts.items()))],
-                     ["ungraded verdicts", summary.ungraded_verdicts],
-                     *[[f"model: {role}", model] for role, model in summary.models.items()],
-                     *[[f"LLM {k}", v] for k, v in summary.usage.items()]],
-        "headline": headline_metrics(spec, metrics),
-        "metrics": _flat(metrics),
-        "columns": columns,
-        "hidden": hidden}),
-        "units": unit_rows(), "outside": shown(exchanges("-")), "texts": map(shown, texts.items())}
+    return {
+        **shown(
+            {
+                "kind": "run",
+                "title": f"{protocol} run {run.name}",
+                "protocol": protocol,
+                "run_id": run.name,
+                "notes": [n for n in [summary.smoke_test_warning, _interrupted_note(summary.interrupted)] if n],
+                "overview": [
+                    ["units", summary.units],
+                    ["statuses", ", ".join(f"{k}={v}" for k, v in sorted(summary.status_counts.items()))],
+                    ["ungraded verdicts", summary.ungraded_verdicts],
+                    *[[f"model: {role}", model] for role, model in summary.models.items()],
+                    *[[f"LLM {k}", v] for k, v in summary.usage.items()],
+                ],
+                "headline": headline_metrics(spec, metrics),
+                "metrics": _flat(metrics),
+                "columns": columns,
+                "hidden": hidden,
+            }
+        ),
+        "units": unit_rows(),
+        "outside": shown(exchanges("-")),
+        "texts": map(shown, texts.items()),
+    }
 
 
 def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None = None) -> dict[str, Any]:
@@ -269,5 +311,7 @@ def run_payload(run_dir: Path, extra_sections: dict[str, list[Section]] | None =
 def _interrupted_note(interrupted: dict[str, Any] | None) -> str | None:
     if not interrupted:
         return None
-    return (f"INTERRUPTED: a partial run; {interrupted.get('unfinished_units')} units are not finished. "
-            f"Continue with: {interrupted.get('resume')}")
+    return (
+        f"INTERRUPTED: a partial run; {interrupted.get('unfinished_units')} units are not finished. "
+        f"Continue with: {interrupted.get('resume')}"
+    )

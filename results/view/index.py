@@ -15,14 +15,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dyneval.runtime.events import usd
-from dyneval.stores.rundir import RESULTS, DamagedRun, RunDir, runs_under
-from dyneval.stores.runfiles import SummaryFile
 from dyneval.results.view.adapters import adapter
 from dyneval.results.view.data import headline_metrics
 from dyneval.results.view.page import VIEW_FILE, write_page
 from dyneval.results.view.paths import Relative
+from dyneval.runtime.events import usd
 from dyneval.state.errors import InputError
+from dyneval.stores.rundir import RESULTS, DamagedRun, RunDir, runs_under
+from dyneval.stores.runfiles import SummaryFile
 
 INDEX_FILE = "index.html"
 _TITLE = re.compile(rb"<title>(.*?)</title>", re.S)
@@ -50,8 +50,16 @@ def _cost(usage: dict[str, Any]) -> str:
 
 def _row(run: RunDir) -> dict[str, Any]:
     """The run's row; a folder that is not what a run writes (:class:`DamagedRun`) is a row saying what is wrong."""
-    row = {"run_id": run.name, "started": run.started, "protocol": "", "models": [], "headline": [], "cost": "",
-           "view": None, "report": None}
+    row = {
+        "run_id": run.name,
+        "started": run.started,
+        "protocol": "",
+        "models": [],
+        "headline": [],
+        "cost": "",
+        "view": None,
+        "report": None,
+    }
     try:
         config, summary = run.config(), run.summary()
         status = _status(run, summary)
@@ -63,8 +71,15 @@ def _row(run: RunDir) -> dict[str, Any]:
         "protocol": config.protocol,
         "models": [f"{role}: {model}" for role, model in models.items()],
         "status": status,
-        "headline": [{"name": m["name"], "value": m["value"], "denominator": m["denominator"],
-                      **{k: (m.get("interval") or {}).get(k) for k in ("low", "high", "n")}} for m in head],
+        "headline": [
+            {
+                "name": m["name"],
+                "value": m["value"],
+                "denominator": m["denominator"],
+                **{k: (m.get("interval") or {}).get(k) for k in ("low", "high", "n")},
+            }
+            for m in head
+        ],
         "cost": _cost(summary.usage) if summary else "",
         "view": f"{run.name}/{VIEW_FILE}" if (run.path / VIEW_FILE).is_file() else None,
         "report": f"{run.name}/report.html" if (run.path / "report.html").is_file() else None,
@@ -85,8 +100,13 @@ def _comparisons(folder: Path) -> list[dict[str, str]]:
 def index_payload(out_dir: Path) -> dict[str, Any]:
     folder = Path(out_dir)
     runs = [_row(r) for r in reversed(runs_under(folder))]
-    payload = {"kind": "index", "title": f"Runs in {folder.name or folder}", "notes": [],
-               "runs": runs, "comparisons": _comparisons(folder)}
+    payload = {
+        "kind": "index",
+        "title": f"Runs in {folder.name or folder}",
+        "notes": [],
+        "runs": runs,
+        "comparisons": _comparisons(folder),
+    }
     return Relative(folder, out=folder)(payload)
 
 

@@ -8,9 +8,10 @@ escapes, so no text from a model can close the element or start markup; the page
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from dyneval.results.view.data import run_parts
 from dyneval.stores.files import write_atomic
@@ -50,8 +51,12 @@ def _data(payload: dict[str, Any]) -> Iterator[str]:
 def _template() -> jinja2.Template:
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parents[1] / "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parents[1] / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
     return env.get_template("view.html.j2")
 
 

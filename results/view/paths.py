@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 #: A character of a path's part (a path ends at a space, a quote, a bracket, a separator of a list ...).
 _PART = r"[^\s/\"'`<>|:;,()\[\]{}]"

@@ -11,12 +11,14 @@ Whatever the executor, a unit is one graph thread run by :func:`runtime.unit.run
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from dyneval.runtime.protocol import Protocol as EvalProtocol, Run, Unit
+from dyneval.runtime.protocol import Protocol as EvalProtocol
+from dyneval.runtime.protocol import Run, Unit
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
 from dyneval.stores.results import ResultStore
@@ -60,8 +62,11 @@ class ExecutorChoice:
         if self.name != "ray":
             return
         if not config.stores.postgres_dsn:
-            raise InputError("--executor ray needs --postgres-dsn: any worker continues any unit from its "
-                             "checkpoints, and final records are claimed in the database", field="--executor")
+            raise InputError(
+                "--executor ray needs --postgres-dsn: any worker continues any unit from its "
+                "checkpoints, and final records are claimed in the database",
+                field="--executor",
+            )
         if find_spec("ray") is None:
             raise InputError("--executor ray needs Ray: pip install 'dyneval[ray]'", field="--executor")
         from dyneval.runtime.executors.ray_address import effective_address, reach

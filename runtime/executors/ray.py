@@ -46,10 +46,10 @@ from typing import Any
 from rich.console import Console
 
 from dyneval.runtime import stop
-from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
-from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
 from dyneval.runtime.events import EventLog
+from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
+from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.models import Endpoint
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
@@ -185,12 +185,14 @@ class _Worker:
         events = _ForwardedLog(job.sink, Pricing.for_run(config), self.name)
         if RunLimits.of(config).any():  # only a budget reads the usage workers report with their requests
             self.limits.usage = events.by_role
-        services = _ClusterServices(config=config, run_dir=Path(job.run_dir), events=events,
-                                    chat_overrides=_replayed(job.protocol, config))
+        services = _ClusterServices(
+            config=config, run_dir=Path(job.run_dir), events=events, chat_overrides=_replayed(job.protocol, config)
+        )
         services.budget = None  # the coordinator's budget counts every worker's calls
         services.limits = self.limits
-        self.run = Run(config=config, run_dir=Path(job.run_dir), services=services,
-                       console=Console(quiet=True), resumed=True)
+        self.run = Run(
+            config=config, run_dir=Path(job.run_dir), services=services, console=Console(quiet=True), resumed=True
+        )
         self._graph: tuple[Any, Any] | None = None
         self._graph_lock = threading.Lock()
 
@@ -200,11 +202,14 @@ class _Worker:
         until the process ends: the session kills its runners when it ends."""
         with self._graph_lock:
             if self._graph is None:
-                saver = self.stack.enter_context(open_checkpointer(self.run.run_dir,
-                                                                   self.job.config.stores.postgres_dsn))
+                saver = self.stack.enter_context(
+                    open_checkpointer(self.run.run_dir, self.job.config.stores.postgres_dsn)
+                )
                 protocol = self.job.protocol
-                self._graph = (protocol.builder().compile(checkpointer=saver, name=protocol.name),
-                               protocol.context(self.run))
+                self._graph = (
+                    protocol.builder().compile(checkpointer=saver, name=protocol.name),
+                    protocol.context(self.run),
+                )
                 self.stack.enter_context(long_lived_heap())
             return self._graph
 
@@ -250,8 +255,12 @@ def _run_claimed(worker: _Worker, unit: Unit) -> dict[str, Any]:
     if claim.status == "final":
         return worker.claims.final_records(run_id)[unit.id].record
     if claim.lease is None:
-        return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted",
-                "error": "the runner was stopped while another attempt's lease ran out"}
+        return {
+            "unit_id": unit.id,
+            "meta": unit.meta,
+            "status": "interrupted",
+            "error": "the runner was stopped while another attempt's lease ran out",
+        }
     lease = claim.lease
     with Heartbeat(worker.claims, lease) as beat:
         held = _LEASE_LOST.set(beat.lost)
@@ -319,8 +328,11 @@ class _Runners:
 
         here = NodeAffinitySchedulingStrategy(node_id, soft=False)
         while list(self.node.values()).count(node_id) < cpus and len(self.busy) < self.limit:
-            runner = ray.remote(_UnitRunner).options(num_cpus=0, max_concurrency=self.limit, max_restarts=0,
-                                                     scheduling_strategy=here).remote(self.job)
+            runner = (
+                ray.remote(_UnitRunner)
+                .options(num_cpus=0, max_concurrency=self.limit, max_restarts=0, scheduling_strategy=here)
+                .remote(self.job)
+            )
             self.node[runner] = node_id
             self.busy[runner] = 0
 
@@ -431,8 +443,9 @@ class RayExecutor:
         self._top_up()
 
     def _top_up(self) -> None:
-        while self.queued and len(self.pending) < self.run.config.concurrency and not self.stopping \
-                and not stop.stopped():
+        while (
+            self.queued and len(self.pending) < self.run.config.concurrency and not self.stopping and not stop.stopped()
+        ):
             unit = self.queued.pop()
             self.pending[self.session.runners.send("run_unit", unit)] = unit
 
@@ -466,8 +479,12 @@ class RayExecutor:
         except _Gone as exc:  # continued from its checkpoint once the dead runner's lease ran out
             return self._again(unit, f"its unit runner died: {exc}")
         except Exception as exc:  # noqa: BLE001 - a unit's failure is its record, as with threads
-            return {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
-                    "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            return {
+                "unit_id": unit.id,
+                "meta": unit.meta,
+                "status": "infra_error",
+                "error": f"{type(exc).__name__}: {exc}"[:2000],
+            }
         if record["status"] != "interrupted" or self.stopping:
             return record
         if reached := self.session.limits.stats()["budget_reached"]:
@@ -485,8 +502,12 @@ class RayExecutor:
             return None
         if self.stopping:
             return {"unit_id": unit.id, "meta": unit.meta, "status": "interrupted", "error": reason}
-        return {"unit_id": unit.id, "meta": unit.meta, "status": "infra_error",
-                "error": f"sent {self.tries[unit.id]} times; the last time {reason}"}
+        return {
+            "unit_id": unit.id,
+            "meta": unit.meta,
+            "status": "infra_error",
+            "error": f"sent {self.tries[unit.id]} times; the last time {reason}",
+        }
 
     def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
         """A record back at the driver: its usage as the driver's log counts it (every attempt's exchanges),
@@ -555,8 +576,11 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
     run_id = run.run_dir.name
     stop_coordinator(run_id)  # a coordinator an earlier session in this process left (its stop flag up)
     coordinator = start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
-    sink = ray.remote(_EventSink).options(num_cpus=0, scheduling_strategy=here).remote(
-        str(run.services.events.path or os.devnull))
+    sink = (
+        ray.remote(_EventSink)
+        .options(num_cpus=0, scheduling_strategy=here)
+        .remote(str(run.services.events.path or os.devnull))
+    )
     session = None
     try:
         session = RaySession(protocol, run, sink)
@@ -600,8 +624,11 @@ def _connect(address: str | None) -> threading.Event:
         release.wait()
 
     existing = address is not None or effective_address(address)[0] is not None
-    handlers = {sig: handler for sig in STOPPING if (handler := signal.getsignal(sig)) is not None} \
-        if threading.current_thread() is threading.main_thread() else {}
+    handlers = (
+        {sig: handler for sig in STOPPING if (handler := signal.getsignal(sig)) is not None}
+        if threading.current_thread() is threading.main_thread()
+        else {}
+    )
     quiet = _Unsaid("SIGTERM handler is not set")  # what Ray says off the main thread: ours stays, as wanted
     logging.getLogger("ray._private.worker").addFilter(quiet)
     try:
@@ -616,8 +643,10 @@ def _connect(address: str | None) -> threading.Event:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     if not outcome:
-        raise InfraError(f"the Ray cluster at {address or effective_address(address)[0]} accepts connections but did "
-                         f"not let this driver in within {CONNECT_S:g} s (is it the GCS address of a Ray head?)")
+        raise InfraError(
+            f"the Ray cluster at {address or effective_address(address)[0]} accepts connections but did "
+            f"not let this driver in within {CONNECT_S:g} s (is it the GCS address of a Ray head?)"
+        )
     if outcome[0] is not None:
         raise outcome[0]
     return release

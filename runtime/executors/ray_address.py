@@ -50,8 +50,11 @@ def host_port(address: str, source: str) -> tuple[str, int]:
     except ValueError:
         host = port = None
     if not host or port is None or parts.path or parts.query or parts.fragment or parts.username:
-        raise InputError(f"{address!r} is not HOST:PORT (the GCS address of the cluster's head, as `ray start "
-                         "--head` prints it) or auto", setting=source)
+        raise InputError(
+            f"{address!r} is not HOST:PORT (the GCS address of the cluster's head, as `ray start "
+            "--head` prints it) or auto",
+            setting=source,
+        )
     return host, port
 
 
@@ -74,8 +77,10 @@ def reach(address: str, source: str) -> None:
                 return
         except OSError as exc:
             if time.monotonic() + 0.5 >= deadline:
-                raise InfraError(f"the Ray cluster at {address} ({source}) does not answer: no connection within "
-                                 f"{REACH_S:g} s ({exc.strerror or exc})") from None
+                raise InfraError(
+                    f"the Ray cluster at {address} ({source}) does not answer: no connection within "
+                    f"{REACH_S:g} s ({exc.strerror or exc})"
+                ) from None
         time.sleep(0.5)
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from dyneval.runtime import stop
 from dyneval.runtime.protocol import Protocol, Run, Unit
@@ -187,8 +188,9 @@ class ThreadExecutor:
 
 
 @contextmanager
-def open_threads(protocol: Protocol, run: Run, builder: Any, context: Any,
-                 results: ResultStore) -> Iterator[ThreadExecutor]:
+def open_threads(
+    protocol: Protocol, run: Run, builder: Any, context: Any, results: ResultStore
+) -> Iterator[ThreadExecutor]:
     """The thread executor, with the run's checkpointer (SQLite in the run directory, or PostgreSQL) open and the
     graph compiled with it, while the units run."""
     with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn) as saver, long_lived_heap():
