@@ -171,7 +171,7 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _protocol_group(parser: argparse.ArgumentParser, name: str, cls: type) -> list[str]:
+def _protocol_group(parser: argparse.ArgumentParser, name: str, cls: type[Protocol]) -> list[str]:
     """Add one protocol's flags (generated from its declared options); return their ``dest`` names."""
     cls.add_arguments(parser.add_argument_group(f"{name} options", cls.description))
     return [o.name for o in cls.options() if o.cli]
@@ -386,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"once it is back, resume with: {resume}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_INFRA
     except RunInterrupted as exc:
+        assert run is not None  # raised by execute() only, once start() has opened the run
         console.print(
             f"{exc}; the partial report is in {run.run_dir}",
             style="yellow",
@@ -408,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _resume(protocol: Protocol | None, run: Run | None) -> str | None:
     """The command that continues ``run``, once its directory exists; ``None`` before."""
-    if run is None or not run.run_dir.is_dir():
+    if protocol is None or run is None or not run.run_dir.is_dir():
         return None
     from dyneval.runtime.runner import resume_command  # LangGraph's checkpointers load with a run, not with --help
 

@@ -94,7 +94,7 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
     """One typed column per field: numbers and booleans keep their type; a column mixing kinds is text."""
     pa = _pyarrow()
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type hints (no py.typed)
 
     columns = {}
     for name in _columns(rows):

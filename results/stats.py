@@ -28,7 +28,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -181,7 +181,7 @@ def bootstrap(
         )
     from scipy.stats import bootstrap as scipy_bootstrap
 
-    def run(how: str) -> Any:
+    def run(how: Literal["BCa", "percentile"]) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return scipy_bootstrap(

@@ -86,20 +86,20 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     provider: Literal["openai", "embedded"] = Field(
-        "openai", description="`openai` = any OpenAI-compatible endpoint; `embedded` = SmolLM2 via llama.cpp"
+        default="openai", description="`openai` = any OpenAI-compatible endpoint; `embedded` = SmolLM2 via llama.cpp"
     )
-    model: str = Field("", description="model name sent to the endpoint")
-    base_url: str | None = Field(None, description="endpoint base URL, e.g. http://127.0.0.1:8000/v1")
-    api_key_env: str | None = Field(None, description="name of the env var holding the API key (never the key)")
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(512, gt=0)
-    timeout_s: float = Field(120.0, gt=0)
+    model: str = Field(default="", description="model name sent to the endpoint")
+    base_url: str | None = Field(default=None, description="endpoint base URL, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str | None = Field(default=None, description="name of the env var holding the API key (never the key)")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=512, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(
-        4, ge=0, le=MAX_RETRIES, description="retries on timeouts, 429 and 5xx, with exponential backoff"
+        default=4, ge=0, le=MAX_RETRIES, description="retries on timeouts, 429 and 5xx, with exponential backoff"
     )
-    requests_per_second: float | None = Field(None, gt=0)
+    requests_per_second: float | None = Field(default=None, gt=0)
     concurrency: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=MAX_CONCURRENCY,
         description="ceiling on requests in flight to this model (all roles "
@@ -107,11 +107,11 @@ class ModelSpec(BaseModel):
     )
     structured_method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
     price_in: float | None = Field(
-        None,
+        default=None,
         ge=0,
         description="USD per million input tokens (with price_out: overrides the pricing file for this model)",
     )
-    price_out: float | None = Field(None, ge=0, description="USD per million output tokens")
+    price_out: float | None = Field(default=None, ge=0, description="USD per million output tokens")
 
     #: What this spec contributes to an answer (timeouts, retries and limits do not change one).
     ANSWER_FIELDS: ClassVar[tuple[str, ...]] = (
@@ -183,23 +183,23 @@ def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
 class StoreConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    chroma_url: str | None = Field(None, description="Chroma server URL; unset = PersistentClient on disk")
-    postgres_dsn: str | None = Field(None, description="PostgreSQL DSN for checkpoints (and llmeval's bank)")
+    chroma_url: str | None = Field(default=None, description="Chroma server URL; unset = PersistentClient on disk")
+    postgres_dsn: str | None = Field(default=None, description="PostgreSQL DSN for checkpoints (and llmeval's bank)")
     embedding_model: str | None = Field(
-        None,
+        default=None,
         description="sentence-transformers model name or path, or MODEL@BASE_URL for an OpenAI-compatible "
         "embeddings endpoint (key from OPENAI_API_KEY); unset = the offline all-MiniLM-L6-v2 package",
     )
     cache: bool = Field(
-        False,
+        default=False,
         description="response cache: reuse the accepted reply of an identical request, across runs (runtime/cache.py)",
     )
     cache_dir: str | None = Field(
-        None, description="response cache folder; unset = $XDG_CACHE_HOME/dyneval or ~/.cache/dyneval"
+        default=None, description="response cache folder; unset = $XDG_CACHE_HOME/dyneval or ~/.cache/dyneval"
     )
-    cache_expiry_hours: float | None = Field(None, gt=0, description="ignore cached replies older than this")
+    cache_expiry_hours: float | None = Field(default=None, gt=0, description="ignore cached replies older than this")
     pricing: str | None = Field(
-        None,
+        default=None,
         description="YAML file of USD per million input/output tokens per model; "
         "unset = the shipped example prices (runtime/pricing.yaml)",
     )
@@ -244,18 +244,18 @@ class RunConfig(BaseModel):
     protocol: str
     models: dict[str, ModelSpec] = Field(default_factory=dict)
     roles: dict[str, str] = Field(default_factory=lambda: {"target": EMBEDDED, "evaluator": EMBEDDED})
-    limit: int | None = Field(None, ge=1, le=MAX_UNITS, description="process at most this many units")
-    concurrency: int = Field(2, ge=1, le=MAX_CONCURRENCY, description="units in flight at once")
+    limit: int | None = Field(default=None, ge=1, le=MAX_UNITS, description="process at most this many units")
+    concurrency: int = Field(default=2, ge=1, le=MAX_CONCURRENCY, description="units in flight at once")
     max_calls: int | None = Field(
-        None, ge=1, description="budget: no request starts once the run sent this many (runtime/budget.py)"
+        default=None, ge=1, description="budget: no request starts once the run sent this many (runtime/budget.py)"
     )
     max_tokens: int | None = Field(
-        None,
+        default=None,
         ge=1,
         description="budget: no request starts once the run's requests used this many prompt + completion tokens",
     )
     max_cost: float | None = Field(
-        None,
+        default=None,
         gt=0,
         description="budget: no request starts once the run's requests cost this many USD (runtime/pricing.py)",
     )
@@ -269,7 +269,8 @@ class RunConfig(BaseModel):
     stores: StoreConfig = Field(default_factory=StoreConfig)
     params: dict[str, Any] = Field(default_factory=dict, description="protocol-specific parameters")
     rescored_from: str | None = Field(
-        None, description="the run whose non-judging replies this run replays (--rescore RUN_ID, results/rescore.py)"
+        default=None,
+        description="the run whose non-judging replies this run replays (--rescore RUN_ID, results/rescore.py)",
     )
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -335,7 +336,7 @@ class RunConfig(BaseModel):
     def model_changes(self, other: RunConfig) -> dict[str, dict[str, tuple[Any, Any]]]:
         """Per role whose model answers differently in ``other``: each changed answer field, ``(ours, theirs)``
         (what a resume may not change and a re-score may change only for its judges)."""
-        changes = {}
+        changes: dict[str, dict[str, tuple[Any, Any]]] = {}
         for role in ROLES:
             ours, theirs = self.spec_for(role).answer_identity(), other.spec_for(role).answer_identity()
             if ours != theirs:
@@ -375,4 +376,4 @@ def without_password(address: str) -> str | None:
     params = conninfo_to_dict(address)
     if params.pop("password", None) is None:
         return address
-    return make_conninfo(**params)
+    return make_conninfo("", **params)

@@ -156,6 +156,11 @@ def options(cls: type | None) -> list[Option]:
             kind = next(a for a in get_args(kind) if a is not type(None))
         meta = dict(f.metadata)
         choices = get_args(kind) if get_origin(kind) is Literal else None
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name} is a parameter without a default: declare it with described()")
         out.append(Option(f.name, kind, default, choices=choices, **meta))
     return out

@@ -102,7 +102,7 @@ class DifficultyControl:
             raise DifficultyConfigError(f"gains/thresholds must be comma-separated numbers: {exc}") from None
         if len(g) != 3 or len(t) != 2:
             raise DifficultyConfigError("need three gains (easy,medium,hard) and two thresholds (t12,t23)")
-        return cls(gains=g, thresholds=t)  # type: ignore[arg-type]
+        return cls(gains=g, thresholds=t)
 
 
 # -- base questions ----------------------------------------------------------------------------

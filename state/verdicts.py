@@ -22,7 +22,7 @@ def outcome(correct: bool | None) -> Outcome:
 
 
 def is_ungraded(item: dict[str, Any] | None) -> bool:
-    return bool(item) and item.get("verdict") == "ungraded"
+    return item is not None and item.get("verdict") == "ungraded"
 
 
 def rate(values: Iterable[float | bool | None]) -> dict[str, Any]:

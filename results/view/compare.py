@@ -14,6 +14,7 @@ import json
 import math
 import os
 import string
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,22 +111,22 @@ def _with_interval(m: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> dict[str, Any]:
+def compare_payload(runs: Sequence[RunDir | Path], page_dir: Path | None = None) -> dict[str, Any]:
     """The comparison page's data; links to the runs' views are relative to ``page_dir`` (default: the folder
     holding the first run)."""
-    runs = [r if isinstance(r, RunDir) else RunDir(r) for r in runs]
-    page_dir = Path(page_dir) if page_dir is not None else runs[0].path.parent
-    summaries = [r.summary() or SummaryFile() for r in runs]
-    protocol = runs[0].protocol
-    names = labels(len(runs))
-    records = [r.records() for r in runs]
+    dirs = [r if isinstance(r, RunDir) else RunDir(r) for r in runs]
+    page_dir = Path(page_dir) if page_dir is not None else dirs[0].path.parent
+    summaries = [r.summary() or SummaryFile() for r in dirs]
+    protocol = dirs[0].protocol
+    names = labels(len(dirs))
+    records = [r.records() for r in dirs]
     outcomes = [_outcomes(protocol, rs) for rs in records]
     outcome_names = [
         n
         for n in adapter(protocol).outcomes  # those some run has a value of
         if any(values[n] is not None for o in outcomes for values in o.values())
     ]
-    views = [os.path.relpath(r.path / VIEW_FILE, page_dir) for r in runs]
+    views = [os.path.relpath(r.path / VIEW_FILE, page_dir) for r in dirs]
 
     heads = [{m["path"]: m for m in headline_metrics(adapter(protocol), s.metrics)} for s in summaries]
     paths = list(dict.fromkeys(p for h in heads for p in h))
@@ -137,12 +138,14 @@ def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> 
     raw = [[k, *[flat.get(k) for flat in flats]] for k in dict.fromkeys(k for f in flats for k in f)]
 
     paired = []
-    for i in range(1, len(runs)):
+    for i in range(1, len(dirs)):
         for name in outcome_names:
             pairs = [
-                (outcomes[i][u][name], outcomes[0][u][name])
+                (a, b)
                 for u in outcomes[i]
-                if u in outcomes[0] and outcomes[i][u][name] is not None and outcomes[0][u][name] is not None
+                if u in outcomes[0]
+                and (a := outcomes[i][u][name]) is not None
+                and (b := outcomes[0][u][name]) is not None
             ]
             if not pairs:
                 continue
@@ -176,10 +179,10 @@ def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> 
                     "links": [f"{view}#unit={unit}" if unit in s else None for view, s in zip(views, statuses)],
                 }
             )
-    differs = _differences(summaries, [r.config() for r in runs])
+    differs = _differences(summaries, [r.config() for r in dirs])
     payload = {
         "kind": "compare",
-        "title": f"{protocol}: {' vs '.join(r.name for r in runs)}",
+        "title": f"{protocol}: {' vs '.join(r.name for r in dirs)}",
         "protocol": protocol,
         "notes": [f"{label}: {s.smoke_test_warning}" for label, s in zip(names, summaries) if s.smoke_test_warning]
         + [f"{label}: INTERRUPTED, a partial run" for label, s in zip(names, summaries) if s.interrupted],
@@ -193,7 +196,7 @@ def compare_payload(runs: list[RunDir | Path], page_dir: Path | None = None) -> 
                 "differs": d,
                 "view": view,
             }
-            for label, r, s, d, view in zip(names, runs, summaries, differs, views)
+            for label, r, s, d, view in zip(names, dirs, summaries, differs, views)
         ],
         "paired_note": (
             f"Per-unit outcomes of units that hold results (status ok or ungraded) in both runs, "

@@ -50,7 +50,7 @@ def _cost(usage: dict[str, Any]) -> str:
 
 def _row(run: RunDir) -> dict[str, Any]:
     """The run's row; a folder that is not what a run writes (:class:`DamagedRun`) is a row saying what is wrong."""
-    row = {
+    row: dict[str, Any] = {
         "run_id": run.name,
         "started": run.started,
         "protocol": "",
