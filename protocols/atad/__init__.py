@@ -102,6 +102,12 @@ class AtadProtocol(Protocol):
 
         return builder
 
+    def context(self, run: Run) -> AtadContext:
+        """The graph context, as ``context_cls`` builds it (:meth:`Protocol.context`)."""
+        ctx = super().context(run)
+        assert isinstance(ctx, AtadContext)
+        return ctx
+
     # -- generation ---------------------------------------------------------------------------
     def plan(self, run: Run) -> list[Unit]:
         options = self.batch(run)
@@ -176,15 +182,15 @@ class AtadProtocol(Protocol):
         n_fin = len(finalized_ids)
         total_wall = sum(r.get("wall_s", 0.0) for r in records)
         total_calls = sum((r.get("usage") or {}).get("calls", 0) for r in records)
+        own_wall = mean(r.get("wall_s", 0.0) for r in fin_records)
+        own_calls = mean((r.get("usage") or {}).get("calls", 0) for r in fin_records)
         stats["per_finalized"] = {
             # everything spent (discarded and errored units included) per finalized problem
             "wall_s": round(total_wall / n_fin, 3) if n_fin else None,
             "llm_calls": round(total_calls / n_fin, 3) if n_fin else None,
             # what a finalized problem itself took
-            "own_wall_s": round(mean(r.get("wall_s", 0.0) for r in fin_records), 3) if fin_records else None,
-            "own_llm_calls": round(mean((r.get("usage") or {}).get("calls", 0) for r in fin_records), 3)
-            if fin_records
-            else None,
+            "own_wall_s": None if own_wall is None else round(own_wall, 3),
+            "own_llm_calls": None if own_calls is None else round(own_calls, 3),
         }
         stats["benchmark_file"] = str(path)
         stats["orchestrator"] = not run.params.get("no_orchestrator")
@@ -272,7 +278,8 @@ class AtadProtocol(Protocol):
                 )
             )
             blocks.append(Table(["reason", "count"], [[k, v] for k, v in reasons.items()], caption="Rejections"))
-        rows, examples = [], []
+        rows: list[list[Any]] = []
+        examples: list[dict[str, Any]] = []
         for i in self._items(run, records):
             rows.append(
                 [

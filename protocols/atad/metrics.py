@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ def average_tables(tables: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def consistency_curve(by_task: dict[str, Sequence[bool]], sizes: Sequence[int]) -> list[dict[str, Any]]:
+def consistency_curve(by_task: Mapping[str, Sequence[bool]], sizes: Sequence[int]) -> list[dict[str, Any]]:
     """Figure 4 / Appendix F: accuracy on the first ``n`` samples per task, for each ``n`` in ``sizes``.
 
     For each n: per-task accuracy on the first n items (all items if a task has
@@ -163,8 +163,8 @@ def table1_estimate(answers: Sequence[tuple[str, str, bool]]) -> Estimate | None
         return share.scaled(100.0) if share else None
     strata = sorted({(f, t) for f, t, _ in answers})
     tasks = sorted({t for _, t in strata})
-    code = np.array([strata.index((f, t)) for f, t, _ in answers], dtype=float)
-    correct = np.array([float(c) for _, _, c in answers])
+    code = [float(strata.index((f, t))) for f, t, _ in answers]  # bootstrap makes the arrays
+    correct = [float(c) for _, _, c in answers]
 
     def avg(codes: np.ndarray, right: np.ndarray, axis: int = -1) -> np.ndarray:
         means = []

@@ -72,6 +72,12 @@ class InterviewProtocol(Protocol):
 
         return builder
 
+    def context(self, run: Run) -> InterviewContext:
+        """The graph context, as ``context_cls`` builds it (:meth:`Protocol.context`)."""
+        ctx = super().context(run)
+        assert isinstance(ctx, InterviewContext)
+        return ctx
+
     def plan(self, run: Run) -> list[Unit]:
         options = self.batch(run)
         check_jury(self.context(run).judge_jury, run.config.models, "--judge-jury")
@@ -282,7 +288,7 @@ def _code_overall(ok: list[dict[str, Any]], out: dict[str, Any]) -> str:
     if len(graded) < len(ok):
         parts.append(f"{len(ok) - len(graded)} session(s) stopped at an ungraded answer and are not counted.")
     if errs:
-        parts.append("Most frequent error type: " + max(errs, key=errs.get) + ".")
+        parts.append("Most frequent error type: " + max(errs, key=errs.__getitem__) + ".")
     if fa["n"]:
         parts.append(f"Answered {fa['overall']:.0%} of {fa['n']} follow-up questions correctly.")
     return " ".join(parts)

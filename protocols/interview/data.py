@@ -12,11 +12,12 @@ turn as the seed question, ``question_id`` as the id). Without ``--data`` the sh
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeGuard
 
 from pydantic import BaseModel, ValidationError
 
 from dyneval.samples import sample
-from dyneval.state.interview import TASK_TYPES, SeedQuestion
+from dyneval.state.interview import TASK_TYPES, SeedQuestion, TaskType
 from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, input_error, read_records
 
 SAMPLE = sample("interview", "seeds.jsonl")
@@ -39,6 +40,10 @@ def field_map(spec: str | None) -> FieldMap:
     return FieldMap.parse(spec, CANONICAL)
 
 
+def _is_task(name: str) -> TypeGuard[TaskType]:
+    return name in TASK_TYPES
+
+
 def to_seed(rec: Record, fields: FieldMap, task_override: str | None = None) -> SeedQuestion:
     """One record -> a :class:`SeedQuestion` (GSM8K and MT-Bench shapes recognised); errors name the record."""
     values = fields.values(rec)
@@ -55,7 +60,7 @@ def to_seed(rec: Record, fields: FieldMap, task_override: str | None = None) -> 
         solution, answer = worked.strip(), final.strip()
         task = task or "math"
     task = task_override or task or "generic"
-    if task not in TASK_TYPES:
+    if not _is_task(task):
         raise fields.error(rec, "task", f"unknown task {task!r}; use one of {', '.join(TASK_TYPES)}")
     if task == "math" and not answer.strip():
         raise fields.missing(rec, "answer", "a math seed question needs a reference answer")

@@ -213,7 +213,7 @@ def run_to_run_std(records: list[dict[str, Any]], n_max: int) -> dict[str, Any] 
     per_rep = {k: score_at_n(v, n_max) for k, v in sorted(by_rep.items())}
     std = []
     for n in range(n_max):
-        xs = [s[n] for s in per_rep.values() if s[n] is not None]
+        xs = [x for s in per_rep.values() if (x := s[n]) is not None]
         std.append(statistics.stdev(xs) if len(xs) >= 2 else None)
     judges = [j for j in (judge_score(v) for v in by_rep.values()) if j is not None]
     return {

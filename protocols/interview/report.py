@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dyneval.protocols.interview import metrics
@@ -84,7 +85,7 @@ def report_blocks(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) ->
                 "count neither for nor against the model, and --resume re-judges them."
             )
         )
-    series = {"interview (all)": _nan(all_s)}
+    series: dict[str, Sequence[float]] = {"interview (all)": _nan(all_s)}
     for task, t in m["by_task"].items():
         if len(m["by_task"]) > 1:
             series[task] = _nan(t["score_at_n"])

@@ -121,6 +121,12 @@ class JudgeAgentProtocol(Protocol):
 
         return builder
 
+    def context(self, run: Run) -> JudgeAgentContext:
+        """The graph context, as ``context_cls`` builds it (:meth:`Protocol.context`)."""
+        ctx = super().context(run)
+        assert isinstance(ctx, JudgeAgentContext)
+        return ctx
+
     # -- inputs --------------------------------------------------------------------------------
     def _check_params(self, run: Run) -> JudgeAgentContext:
         """The declared checks, then those across options; the ``--kb`` file is read and validated."""
@@ -139,7 +145,7 @@ class JudgeAgentProtocol(Protocol):
             from dyneval.stores.knowledge_base import load_knowledge_base  # read when planning: not with --help
 
             load_knowledge_base(ctx.kb, ctx.kb_fields or None)  # validated now; the graph is built in prepare()
-        return ctx  # type: ignore[return-value]
+        return ctx
 
     def inputs(self, run: Run, questions: list[BaseQuestion] | None = None) -> dict[str, str]:
         """Where this run's questions and knowledge base come from (shipped samples only when none was given)."""
@@ -260,8 +266,8 @@ class JudgeAgentProtocol(Protocol):
             run.services, self.context(run), run.console.print, lambda graph: self._graph_stats(run, source, graph)
         )
 
-    def _graph_stats(self, run: Run, source: str, graph: ContextGraph) -> dict[str, Any]:
-        """Write, print and return the statistics of the run's context graph.
+    def _graph_stats(self, run: Run, source: str, graph: ContextGraph) -> None:
+        """Write and print the statistics of the run's context graph.
 
         When the evaluator labelled no chunk at all, every entity comes from the keyword fallback: the
         statistics carry a ``warning`` that the console, ``summary.json`` and the report repeat.
@@ -279,7 +285,6 @@ class JudgeAgentProtocol(Protocol):
         run.console.print(f"context graph: {stats}", markup=False, highlight=False)
         if stats.get("warning"):
             run.console.print(f"warning: {stats['warning']}", style="yellow", markup=False, highlight=False)
-        return stats
 
     # -- results -------------------------------------------------------------------------------
     def ungraded(self, state: dict[str, Any]) -> int:

@@ -17,14 +17,14 @@ shared with llmeval's bank import).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 from pydantic import BaseModel, BeforeValidator
 from pydantic_core import PydanticCustomError
 
 from dyneval.samples import sample
 from dyneval.state.errors import InputError
-from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion
+from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion, Difficulty
 from dyneval.stores.choices import LETTERS, AnswerForm, option_letters
 from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
 
@@ -81,6 +81,10 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
     return [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
 
 
+def _is_difficulty(name: str) -> TypeGuard[Difficulty]:
+    return name in DIFFICULTIES
+
+
 def to_question(
     rec: Record, fields: FieldMap, *, choices: list[str] | None = None, form: AnswerForm = "any"
 ) -> BaseQuestion:
@@ -94,10 +98,10 @@ def to_question(
             [answer] = option_letters(fields.values(rec)["answer"], options, form=form)
         except ValueError as exc:
             raise fields.error(rec, "answer", str(exc)) from None
-    difficulty = None
+    difficulty: Difficulty | None = None
     if raw.difficulty is not None:
         d = DIFFICULTY_ALIASES.get(raw.difficulty.strip().lower(), raw.difficulty.strip().lower())
-        if d not in DIFFICULTIES:
+        if not _is_difficulty(d):
             raise fields.error(
                 rec, "difficulty", f"difficulty {raw.difficulty!r} is not one of easy, medium, hard (or 1-3)"
             )
@@ -130,7 +134,7 @@ def load_questions(params: dict[str, Any]) -> tuple[list[BaseQuestion], str]:
         path = Path(params.get("data") or SAMPLE_DATA)
         records = read_records(path, flag="--data")
         source = str(path)
-    form = params.get("answer_form") or "any"
+    form: AnswerForm = params.get("answer_form") or "any"
     questions = [to_question(r, fields, choices=choices, form=form) for r in records]
     seen: set[str] = set()
     for rec, q in zip(records, questions):

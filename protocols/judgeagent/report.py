@@ -4,6 +4,7 @@ suggestions."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from statistics import mean
 from typing import Any
 
@@ -52,7 +53,7 @@ def build_report(run: Run, m: dict[str, Any], records: list[dict[str, Any]]) -> 
         Text(
             f"Batches: {m['batches']}, base questions: {m['base_questions']}. Knowledge base: "
             f"{settings.get('kb')}. Ablations: {', '.join(ablations) or 'none'}. Questions without "
-            f"options were asked for {FORMATS.get(m.get('answer_format'), m.get('answer_format'))}."
+            f"options were asked for {FORMATS.get(m.get('answer_format', ''), m.get('answer_format'))}."
         )
     )
     den = m.get("score_denominator") or {}
@@ -274,8 +275,10 @@ def _figures(run: Run, ok: list[dict[str, Any]]) -> list[Block]:
     steps = max(len(t) for t in trajs)
     labels = ["base", *[f"@{k}" for k in range(1, steps)]]
     if len(trajs) <= 12:
-        series = {r["unit_id"]: [_nan(t["avg"]) for t in r["trajectory"]] for r in ok if r.get("trajectory")}
-        band = None
+        series: dict[str, Sequence[float]] = {
+            r["unit_id"]: [_nan(t["avg"]) for t in r["trajectory"]] for r in ok if r.get("trajectory")
+        }
+        band: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None
     else:
         cols = [[t[i]["avg"] for t in trajs if len(t) > i and t[i]["avg"] is not None] for i in range(steps)]
         series = {"mean": [mean(c) if c else float("nan") for c in cols]}
@@ -290,7 +293,9 @@ def _figures(run: Run, ok: list[dict[str, Any]]) -> list[Block]:
         ylabel="avg score",
     )
     out.append(Figure(path, "Running difficulty score after the base questions and each extension round"))
-    levels = {r["unit_id"]: [LEVEL.get(x["difficulty"], 0) for x in r["rounds"]] for r in ok if r["rounds"]}
+    levels: dict[str, Sequence[float]] = {
+        r["unit_id"]: [LEVEL.get(x["difficulty"], 0) for x in r["rounds"]] for r in ok if r["rounds"]
+    }
     if levels:
         if len(levels) > 12:
             n = max(len(v) for v in levels.values())

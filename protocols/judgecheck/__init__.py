@@ -84,6 +84,12 @@ class JudgeCheckProtocol(Protocol):
 
         return builder
 
+    def context(self, run: Run) -> JudgeCheckContext:
+        """The graph context, as ``context_cls`` builds it (:meth:`Protocol.context`)."""
+        ctx = super().context(run)
+        assert isinstance(ctx, JudgeCheckContext)
+        return ctx
+
     def plan(self, run: Run) -> list[Unit]:
         ctx, options = self.context(run), self.batch(run)
         check_jury(ctx.jury, run.config.models, "--jury")
@@ -165,7 +171,7 @@ class JudgeCheckProtocol(Protocol):
         swapped = pairwise and ctx.swap
         found = observations(done, ordinal)
         names = display_names({key: model for key, (model, _) in found.items()})
-        raters = {}
+        raters: dict[str, dict[str, Any]] = {}
         for key, (model, obs) in found.items():
             raters[key] = {
                 "name": names[key],
@@ -316,7 +322,8 @@ def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tupl
 def _vote(o: metrics.Obs) -> metrics.Obs:
     """One judge's repeats combined like a jury: per order the majority value (``split`` without one) and, on a
     scale, the mean score of the graded repeats."""
-    values, scores = {}, {}
+    values: dict[metrics.Key, str | None] = {}
+    scores: dict[metrics.Key, float | None] = {}
     for order in sorted({od for _, od in o.values}):
         values[0, order] = majority([v for (_, od), v in sorted(o.values.items()) if od == order])
         graded = [s for (_, od), s in o.scores.items() if od == order and s is not None]

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -197,7 +198,7 @@ def measures(
     for order in ("original", "swapped") if swapped else ("original",):
         if repeat_sets(obs, order):
             stats[f"repeat_consistency_{order}" if pairwise else "repeat_consistency"] = (
-                lambda x, od=order: repeat_consistency(x, od),
+                partial(repeat_consistency, order=order),
                 order,
             )
     out = {}
@@ -214,7 +215,8 @@ def measures(
 
 def confusion(obs: list[Obs], scale: tuple[str, ...], order: str = "original") -> dict[str, Any]:
     """Counts of (human label, verdict) with scikit-learn; a ``split`` column only when a jury split."""
-    from sklearn.metrics import confusion_matrix  # heavy: loaded for the summary only
+    # heavy: loaded for the summary only
+    from sklearn.metrics import confusion_matrix  # type: ignore[import-untyped]  # scikit-learn ships no type hints
 
     got = pairs(obs, order)
     columns = [*scale, *([SPLIT] if any(v == SPLIT for _, v in got) else [])]

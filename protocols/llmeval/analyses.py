@@ -50,7 +50,7 @@ def leaderboard(bank: QuestionBank) -> list[dict[str, Any]]:
     for s in bank.sessions_of():
         if s["scores"] and "S" in s["scores"]:  # adaptive sessions have no S (see irt_ranking)
             by_model.setdefault(s["model"], []).append(s)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for model, sess in by_model.items():
         pairs = []
         for s in sess:

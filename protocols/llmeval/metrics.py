@@ -59,7 +59,7 @@ def cohen_kappa(a: Sequence[Any], b: Sequence[Any], *, weights: str | None = Non
         raise ValueError("weights must be None or 'quadratic'")
     if len(set(a) | set(b)) == 1:
         return 1.0
-    from sklearn.metrics import cohen_kappa_score
+    from sklearn.metrics import cohen_kappa_score  # type: ignore[import-untyped]  # scikit-learn ships no type hints
 
     return float(cohen_kappa_score(list(a), list(b), weights=weights))
 

@@ -118,8 +118,9 @@ class LLMEvalProtocol(Protocol):
     # -- bank ------------------------------------------------------------------------------------
     def context(self, run: Run) -> LLMEvalContext:
         ctx = super().context(run)
+        assert isinstance(ctx, LLMEvalContext)
         ctx.sample_if_empty = False  # the CLI imports --bank (or the sample) itself, with a report
-        return ctx  # type: ignore[return-value]
+        return ctx
 
     def _ctx(self, run: Run) -> LLMEvalContext:
         return self.context(run)
@@ -577,14 +578,14 @@ class LLMEvalProtocol(Protocol):
                 seed=run.config.seed,
             )
             summary["contamination"] = result
-            rows = [[name, r["tested"], r["recalled"], r["rate"]] for name, r in result.items()]
-            for row in rows:
+            replays = [[name, r["tested"], r["recalled"], r["rate"]] for name, r in result.items()]
+            for row in replays:
                 run.console.print(f"replay {row[0]}: {row[2]}/{row[1]} recalled ({row[3]:.1%})")
             blocks += [
                 Heading("Contamination replay test (Finding 6)"),
                 Table(
                     ["set", "tested", "recalled (>=2 of 3)", "rate"],
-                    rows,
+                    replays,
                     caption=f"Target {run.services.model_label('target')}",
                 ),
             ]

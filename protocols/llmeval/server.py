@@ -58,7 +58,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import h11
 import jwt
@@ -68,7 +68,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, field_validator
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dyneval.nodes.llmeval.adaptive import adaptive_step, run_params
@@ -81,7 +81,7 @@ from dyneval.protocols.llmeval.options import LLMEvalBatch
 from dyneval.runtime import stop
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import InputError
-from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
+from dyneval.state.llmeval import PARADIGMS, LLMEvalContext, Paradigm
 from dyneval.stores.bank_sessions import QuotaError
 from dyneval.stores.private_files import private_file, private_folder, write_private
 from dyneval.stores.question_bank import QuestionBank
@@ -108,6 +108,11 @@ PERMISSIONS = {
     "admin": ["sessions:create", "sessions:read", "sessions:score", "leaderboard:read"],
     "examinee": ["questions:read", "answers:write"],
 }
+
+
+def _is_paradigm(name: str) -> TypeGuard[Paradigm]:
+    """Whether ``name`` is one paradigm a session can run (``all`` is a batch run's choice)."""
+    return name in PARADIGMS
 
 
 class NewSession(BaseModel):
@@ -261,7 +266,7 @@ class ExamServer:
 
     # -- operations ----------------------------------------------------------------------------
     def create_session(self, body: NewSession) -> dict[str, Any]:
-        if body.paradigm not in PARADIGMS:
+        if not _is_paradigm(body.paradigm):
             raise HTTPException(422, f"paradigm must be one of {', '.join(PARADIGMS)}")
         session_id = f"srv-{uuid.uuid4().hex[:16]}"
         examinee = body.examinee or f"examinee-{session_id}"
@@ -459,7 +464,7 @@ class WorkerHeader:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
 
-        async def named(message: dict[str, Any]) -> None:
+        async def named(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", ()), self.header]}
             await send(message)
@@ -498,7 +503,7 @@ class RequestLimits:
             more = message["type"] == "http.request" and message.get("more_body", False)
         queued = iter(messages)
 
-        async def replay() -> dict[str, Any]:
+        async def replay() -> Message:
             return next(queued, None) or await receive()
 
         await self.app(scope, replay, send)
@@ -526,7 +531,9 @@ class H11Limited(H11Protocol):
     _stopping = False
     _deadline: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(  # type: ignore[override]  # as uvicorn's own: asyncio types it BaseTransport
+        self, transport: asyncio.Transport
+    ) -> None:
         super().connection_made(transport)
         self._expect(REQUEST_TIMEOUT_S, 408, "request not received")
 

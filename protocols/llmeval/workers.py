@@ -45,7 +45,7 @@ APP = "dyneval.protocols.llmeval.protocol:worker_app"
 HTTP = "dyneval.protocols.llmeval.server:H11Limited"
 #: Seconds a worker may take to answer the supervisor's health check before it is replaced (uvicorn: 5; a
 #: worker importing the application on a loaded machine needs longer).
-HEALTHCHECK_S = 30.0
+HEALTHCHECK_S = 30
 #: Environment variable holding the workers' settings (JSON: the run's configuration and folder).
 SETTINGS_ENV = "DYNEVAL_EXAM_WORKER_SETTINGS"
 #: A worker's part of the run's log ``NAME.jsonl``: ``NAME.worker-PID.jsonl``.
