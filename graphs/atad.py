@@ -48,7 +48,7 @@ def after_validate(
     """Approved -> accept (label a); rejected -> after_rejection (label e); no usable verdict -> END."""
     approved = state.get("approved")
     if approved is None:
-        return END
+        return END  # type: ignore[return-value]  # langgraph types END as str, its value is "__end__"
     return "accept" if approved else after_rejection(state, runtime)
 
 
@@ -59,7 +59,7 @@ def after_solve(state: AtadState, runtime: Runtime[AtadContext]) -> Literal["esc
     return "escalate"
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[AtadState, AtadContext, AtadInput, AtadOutput]:
     """A new, uncompiled atad graph: compile it with your own checkpointer, or extend it first."""
     builder = StateGraph(AtadState, context_schema=AtadContext, input_schema=AtadInput, output_schema=AtadOutput)
     builder.add_node("check_input", check_input(AtadInput))

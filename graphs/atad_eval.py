@@ -20,7 +20,7 @@ def route_kind(state: EvalState, runtime: Runtime[EvalContext]) -> Literal["answ
     return "review_item" if state.get("kind") == "review" else "answer_item"
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[EvalState, EvalContext, EvalInput, EvalOutput]:
     """A new, uncompiled atad_eval graph: compile it with your own checkpointer, or extend it first."""
     builder = StateGraph(EvalState, context_schema=EvalContext, input_schema=EvalInput, output_schema=EvalOutput)
     builder.add_node("check_input", check_input(EvalInput))

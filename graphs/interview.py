@@ -34,7 +34,7 @@ def after_grade(
     ctx = runtime.context
     cur, grade = state["current"], state["last_grade"]
     if is_ungraded(grade):
-        return END
+        return END  # type: ignore[return-value]  # langgraph types END as str, its value is "__end__"
     retries = ctx.max_retries if (cur["kind"] == "seed" or ctx.retry_followups) else 0
     if not grade["correct"] and cur["attempt"] <= retries:
         return "give_feedback"
@@ -49,7 +49,7 @@ def after_followup(state: InterviewState, runtime: Runtime[InterviewContext]) ->
     return "answer" if followups and followups[-1].get("status") == "asked" else "summarize_session"
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[InterviewState, InterviewContext, InterviewInput, InterviewOutput]:
     """A new, uncompiled interview graph: compile it with your own checkpointer, or extend it first."""
     builder = StateGraph(
         InterviewState, context_schema=InterviewContext, input_schema=InterviewInput, output_schema=InterviewOutput

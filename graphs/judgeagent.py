@@ -53,11 +53,11 @@ def after_feedback(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) 
     """Validate the suggestions; a batch whose feedback failed or came back empty ends unvalidated."""
     fb = state.get("feedback") or {}
     if runtime.context.no_validation or fb.get("status") != "ok":
-        return END
+        return END  # type: ignore[return-value]  # langgraph types END as str, its value is "__end__"
     return "validate"
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[JudgeAgentState, JudgeAgentContext, JudgeAgentInput, JudgeAgentOutput]:
     """A new, uncompiled judgeagent graph: compile it with your own checkpointer, or extend it first."""
     builder = StateGraph(
         JudgeAgentState, context_schema=JudgeAgentContext, input_schema=JudgeAgentInput, output_schema=JudgeAgentOutput

@@ -17,10 +17,12 @@ from dyneval.state.judgecheck import JudgeCheckContext, JudgeCheckInput, JudgeCh
 
 def after_judge(state: JudgeCheckState, runtime: Runtime[JudgeCheckContext]) -> Literal["vote", "__end__"]:
     """A jury of two or more judge models votes; a single judge's verdicts stand as they are."""
-    return "vote" if len(runtime.context.jury or []) > 1 else END
+    if len(runtime.context.jury or []) > 1:
+        return "vote"
+    return END  # type: ignore[return-value]  # langgraph types END as str, its value is "__end__"
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[JudgeCheckState, JudgeCheckContext, JudgeCheckInput, JudgeCheckOutput]:
     """A new, uncompiled judgecheck graph: compile it with your own checkpointer, or extend it first."""
     builder = StateGraph(
         JudgeCheckState, context_schema=JudgeCheckContext, input_schema=JudgeCheckInput, output_schema=JudgeCheckOutput

@@ -62,7 +62,7 @@ def after_reference(
     return "judge_answers"
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[LLMEvalState, LLMEvalContext, LLMEvalInput, LLMEvalOutput]:
     """A new, uncompiled llmeval graph: compile it with your own checkpointer, or extend it first."""
     builder = StateGraph(
         LLMEvalState, context_schema=LLMEvalContext, input_schema=LLMEvalInput, output_schema=LLMEvalOutput

@@ -15,8 +15,7 @@ read typed values. An input the batch runner planned is already valid and is wri
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
@@ -38,7 +37,16 @@ def _problem(error: ErrorDetails) -> str:
     return f"field {path!r}: {error['msg']}, got {json.dumps(value) if isinstance(value, str) else value_kind(value)}"
 
 
-def check_input(schema: type[GraphInput]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+class EntryNode(Protocol):
+    """A node LangGraph calls with the graph's state, by the parameter name ``state`` (which a ``Callable`` type
+    does not promise, so LangGraph's ``add_node`` would refuse it). The state is typed ``Any``: the node reads any
+    protocol's TypedDict state as a dict, and LangGraph's node types admit a TypedDict, dataclass or pydantic
+    model, not a dict."""
+
+    def __call__(self, state: Any) -> dict[str, Any]: ...
+
+
+def check_input(schema: type[GraphInput]) -> EntryNode:
     """The entry node of a graph whose input is ``schema``."""
 
     def check_input(state: dict[str, Any]) -> dict[str, Any]:

@@ -68,7 +68,12 @@ class Ability:
     n: int
 
 
-def eap(a: Sequence[float], b: Sequence[float], y: Sequence[int], grid: np.ndarray = GRID) -> Ability:
+def eap(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    y: Sequence[int] | np.ndarray,
+    grid: np.ndarray = GRID,
+) -> Ability:
     """EAP ability under a N(0, 1) prior and its posterior SD; with no response the prior (0 +/- 1)."""
     log_post = -0.5 * grid**2
     if len(y):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from dyneval.nodes.atad.problems import structure_text
-from dyneval.state.atad import TASKS, AtadContext, parse_ladder
+from dyneval.state.atad import TASKS, AtadContext, AtadState, parse_ladder
 
 
 def ladder(ctx: AtadContext) -> list[tuple[str, int]]:
@@ -23,7 +23,17 @@ def challenge_text(challenge: str | None) -> str:
     return "No particular challenge factor is required."
 
 
-def task_vars(state: dict[str, Any]) -> dict[str, str]:
+def problem_of(state: AtadState, key: Literal["candidate", "current"]) -> dict[str, Any]:
+    """The unit's candidate or current (last validated) problem. The graph sets it before every node that reads it
+    (a well-formed candidate before ``validate``, the accepted one before ``solve``, ``escalate`` and a harder
+    variant's ``generate``); a thread without it was not left by the graph, and is refused here by name."""
+    problem = state.get(key)
+    if problem is None:
+        raise ValueError(f"the unit's state has no {key} problem (phase {state.get('phase', 'init')!r})")
+    return problem
+
+
+def task_vars(state: AtadState) -> dict[str, str]:
     """Prompt variables describing the unit's task (Tables 6 and 7)."""
     spec = TASKS[state["task"]]
     challenge = challenge_text(state.get("challenge"))

@@ -16,7 +16,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from dyneval.nodes.atad.common import ladder, level_name
+from dyneval.nodes.atad.common import ladder, level_name, problem_of
 from dyneval.nodes.atad.problems import render_with_answer, structure_text
 from dyneval.prompts import load_prompt
 from dyneval.runtime.llm import RoleLLM
@@ -74,7 +74,7 @@ def validate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
     out = judge_problem(
         services_of(ctx).llm("orchestrator"),
         state["task"],
-        state["candidate"],
+        problem_of(state, "candidate"),
         level=level if scaled else None,
         lenient=ctx.lenient_escalation,
         step="orchestrator:validate_scaled" if scaled else "orchestrator:validate",
@@ -110,7 +110,7 @@ def escalate(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
             task_id=spec.id,
             task_name=spec.name,
             level=level_name(ctx, state.get("current_level", 0)),
-            problem=render_with_answer(task, state["current"]),
+            problem=render_with_answer(task, problem_of(state, "current")),
             explanation=explanation,
         )
         try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from dyneval.nodes.atad.common import level_name
+from dyneval.nodes.atad.common import level_name, problem_of
 from dyneval.nodes.atad.problems import answer_format, is_correct, question_text, render
 from dyneval.prompts import load_prompt
 from dyneval.runtime.llm import RoleLLM
@@ -28,15 +28,19 @@ def solve_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str
         problem=render(task, problem),
         answer_format=answer_format(task),
     )
-    order = spec.kind == "order"
+    predicted: bool | int
     try:
-        reply = llm.structured(OrderAnswer if order else IndexAnswer, messages, step=step)
+        if spec.kind == "order":
+            order = llm.structured(OrderAnswer, messages, step=step)
+            predicted, explanation = order.coherent, order.explanation
+        else:
+            index = llm.structured(IndexAnswer, messages, step=step)
+            predicted, explanation = index.answer, index.explanation
     except ModelError as exc:
         return {"predicted": None, "explanation": "", "correct": False, "parse_error": str(exc)}
-    predicted = reply.coherent if order else reply.answer
     return {
         "predicted": predicted,
-        "explanation": reply.explanation.strip(),
+        "explanation": explanation.strip(),
         "correct": is_correct(task, problem, predicted),
         "parse_error": None,
     }
@@ -45,7 +49,9 @@ def solve_problem(llm: RoleLLM, task: str, problem: dict[str, Any], *, step: str
 def solve(state: AtadState, runtime: Runtime[AtadContext]) -> dict[str, Any]:
     """One student attempt, checked in code; the graph finalizes on failure or the loop cap, else escalates."""
     ctx = runtime.context
-    result = solve_problem(services_of(ctx).llm("student"), state["task"], state["current"], step="student:solve")
+    result = solve_problem(
+        services_of(ctx).llm("student"), state["task"], problem_of(state, "current"), step="student:solve"
+    )
     loops = state.get("student_loops", 0) + 1
     return {
         "student_loops": loops,

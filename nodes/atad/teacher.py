@@ -12,7 +12,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from dyneval.nodes.atad.common import level_name, task_vars
+from dyneval.nodes.atad.common import level_name, problem_of, task_vars
 from dyneval.nodes.atad.problems import normalize, render_with_answer
 from dyneval.prompts import load_prompt
 from dyneval.runtime.services import services_of
@@ -28,7 +28,7 @@ def _messages(state: AtadState, ctx: AtadContext) -> tuple[str, list]:
         return "generate", load_prompt("atad/teacher_generate").render(
             **base, difficulty=level_name(ctx, level), feedback=state.get("feedback") or "(first attempt)"
         )
-    previous = render_with_answer(task, state["current"])
+    previous = render_with_answer(task, problem_of(state, "current"))
     if not state.get("attempts"):
         esc = state.get("escalation") or {}
         suggestions = "; ".join(esc.get("suggestions") or []) or "(none)"

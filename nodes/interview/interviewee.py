@@ -15,7 +15,7 @@ from langgraph.types import interrupt
 
 from dyneval.prompts import load_prompt
 from dyneval.runtime.services import services_of
-from dyneval.state.interview import InterviewContext, InterviewState
+from dyneval.state.interview import InterviewContext, InterviewState, Turn
 
 
 def _clip(text: str, limit: int) -> str:
@@ -23,7 +23,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 15] + " ... (cut)"
 
 
-def interviewer_message(turn: dict[str, Any]) -> str:
+def interviewer_message(turn: Turn) -> str:
     """What the interviewee reads for one interviewer turn."""
     if turn.get("kind") == "feedback":
         return str(load_prompt("interview/interviewee_retry").render(feedback=turn["text"])[0].content)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -17,7 +18,7 @@ from dyneval.nodes.interview import checks
 from dyneval.prompts import load_prompt
 from dyneval.runtime.services import services_of
 from dyneval.state.errors import ModelError
-from dyneval.state.interview import Feedback, FollowUp, InterviewContext, InterviewState, ModifiedQuestion
+from dyneval.state.interview import Feedback, FollowUp, InterviewContext, InterviewState, ModifiedQuestion, Turn
 
 INTERVIEWER = "evaluator"
 
@@ -330,7 +331,7 @@ def ask_followup(state: InterviewState, runtime: Runtime[InterviewContext]) -> d
 # -- session summary ---------------------------------------------------------------------------
 
 
-def transcript_text(transcript: list[dict[str, Any]], limit: int = 900) -> str:
+def transcript_text(transcript: Sequence[Turn], limit: int = 900) -> str:
     """The transcript as readable lines (also used in the report)."""
     lines = []
     for t in transcript:

@@ -40,6 +40,15 @@ def focus_entities(path: dict[str, Any]) -> str:
     return ", ".join(dict.fromkeys(names)) or "the main topic"
 
 
+def _generated(state: JudgeAgentState) -> dict[str, Any]:
+    """This round's generation: :func:`generate_question` writes it before the nodes that read it run, and
+    :func:`estimate_capability` clears it; a thread without it was not left by the graph, and is refused here."""
+    gen = state.get("generated")
+    if gen is None:
+        raise ValueError("the unit's state has no generated question for this round")
+    return gen
+
+
 def generate_question(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
     """GENERATE_QUESTION(t, M) with the difficulty requirements of Table 12."""
     svc = services_of(runtime.context)
@@ -66,7 +75,7 @@ def generate_question(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext
 
 def ask_target(state: JudgeAgentState, runtime: Runtime[JudgeAgentContext]) -> dict[str, Any]:
     """QUERY_LLM(q_e, M_t) (Algorithm 1, line 22)."""
-    gen = state["generated"]
+    gen = _generated(state)
     if gen.get("status") != "ok":
         return {}
     svc = services_of(runtime.context)
@@ -80,7 +89,7 @@ def estimate_capability(state: JudgeAgentState, runtime: Runtime[JudgeAgentConte
     """Algorithm 1, lines 23-28: judge, update ``sc_B`` and ``RND_total``, decide the next difficulty."""
     ctx = runtime.context
     svc = services_of(ctx)
-    gen = state["generated"]
+    gen = _generated(state)
     path = state["path"]
     k = len(state.get("rounds", [])) + 1
     difficulty = state["difficulty"]

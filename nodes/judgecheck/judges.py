@@ -78,7 +78,9 @@ def _interview(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: Labell
 
 
 def _judgeagent(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:
-    q = BaseQuestion(id=item.id, question=item.question, answer=item.reference, options=item.options or None)
+    q = BaseQuestion(
+        id=item.id, question=item.question, answer=item.reference, options=item.options or None, difficulty=None
+    )
     out = grade_reply(
         svc,
         judgeagent_question(q),

@@ -83,11 +83,14 @@ def run_params(ctx: Any, bank: QuestionBank, session_id: str) -> ItemParams | No
     """The calibration an adaptive session uses, loaded once per run and fit (a large bank is not re-read
     at every question)."""
     conf = bank.adaptive_state(session_id)
-    last = bank.last_calibration(conf["irt_model"]) if conf else None
+    if not conf:
+        return None
+    irt_model: str = conf["irt_model"]
+    last = bank.last_calibration(irt_model)
     if last is None:
         return None
-    key = f"llmeval:irt:{bank.url}:{conf['irt_model']}:{last['fitted_at']}"
-    return services_of(ctx).cached(key, lambda: load_params(bank, conf["irt_model"]))
+    key = f"llmeval:irt:{bank.url}:{irt_model}:{last['fitted_at']}"
+    return services_of(ctx).cached(key, lambda: load_params(bank, irt_model))
 
 
 def select_question(state: LLMEvalState, runtime: Runtime[LLMEvalContext]) -> dict[str, Any]:

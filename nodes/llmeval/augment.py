@@ -89,10 +89,10 @@ def _stem(question: str) -> str:
 def expand_mcq(q: Question) -> list[Question]:
     """Figure 7: one true/false variant per option; UUIDs derived from the parent (re-import is idempotent)."""
     letters = set(key_letters(q.answer))
-    stem = _stem(q.question)
-    keyed = ", ".join(str(q.options[ord(ch) - 65]) for ch in sorted(letters))
+    stem, options = _stem(q.question), q.options or []
+    keyed = ", ".join(str(options[ord(ch) - 65]) for ch in sorted(letters))
     out = []
-    for i, option in enumerate(q.options or []):
+    for i, option in enumerate(options):
         correct = chr(65 + i) in letters
         why = f"The correct option is: {keyed}." + (f" {q.explanation}" if q.explanation else "")
         out.append(

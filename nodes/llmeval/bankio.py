@@ -388,10 +388,8 @@ class SpreadEmbedding:
 
         size = self.batch if self.spread.remote else max(len(texts), 1)
         items = [list(texts[i : i + size]) for i in range(0, len(texts), size)]
-        parts: list[np.ndarray | None] = [None] * len(items)
-        for i, rows in self.spread.map(embed_batch, items):
-            parts[i] = rows
-        return np.concatenate(parts)
+        parts = dict(self.spread.map(embed_batch, items))
+        return np.concatenate([parts[i] for i in range(len(items))])
 
 
 def index_name(bank: QuestionBank) -> str:
@@ -520,7 +518,7 @@ def import_file(
     )
     report = ImportReport(file=loaded.file, read=loaded.read, unused=loaded.unused)
     stray = bank.index_pending() if index is not None else []
-    if stray:
+    if stray and index is not None:
         index.add([q.uuid for q in stray], index.vectors([q.question for q in stray]))
         bank.index_done()
     seen = _Seen()
@@ -545,7 +543,8 @@ def import_file(
         bank.add_questions(
             to_add + variants, deactivate={v.parent_uuid for v in variants if v.parent_uuid}, index_pending=pending
         )
-        if pending and index is not None:  # after the bank write: the index never names a question the bank lacks
+        # after the bank write: the index never names a question the bank lacks
+        if pending and index is not None and vectors is not None:
             index.add([q.uuid for q in to_add], vectors)
             bank.index_done()
         seen.imported.update((q.uuid, rec) for rec, q in accepted)

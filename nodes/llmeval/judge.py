@@ -61,8 +61,8 @@ def code_verdict(item: dict[str, Any]) -> bool | None:
         key, said = tf_value(item["answer"]), response_verdict(response)
         return None if key is None or said is None else key == said
     if item["qtype"] == "mcq":
-        said = response_letters(response)
-        return None if said is None else [said] == key_letters(item["answer"])
+        letter = response_letters(response)
+        return None if letter is None else [letter] == key_letters(item["answer"])
     return None
 
 

@@ -24,6 +24,11 @@ def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float | None:
     """Equation 1 (0-100) over the scored answers; None when there is none (no number we did not compute)."""
     if not stars:
         return None
+    return _score(stars, s_max)
+
+
+def _score(stars: Sequence[int], s_max: int) -> float:
+    """Equation 1 (0-100) over ``stars``, at least one."""
     return sum(stars) / (len(stars) * s_max) * 100
 
 
@@ -32,7 +37,7 @@ def discipline_scores(pairs: Iterable[tuple[str, int]], s_max: int = S_MAX) -> d
     by: dict[str, list[int]] = {}
     for discipline, stars in pairs:
         by.setdefault(discipline, []).append(stars)
-    return {d: absolute_score(v, s_max) / 10 for d, v in sorted(by.items())}
+    return {d: _score(v, s_max) / 10 for d, v in sorted(by.items())}  # each discipline has a scored answer
 
 
 def relative_score(s_model: float | None, s_ref: float | None) -> float | None:
