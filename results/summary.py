@@ -19,7 +19,8 @@ MISSING = "missing"
 def _models_called(protocol: Protocol, run: Run) -> dict[str, str]:
     """Role -> model: the protocol's roles as configured, then every other role the run called (e.g. the models
     ATAD's evaluation answers with, logged as ``student``); several models of one role are listed by name."""
-    models: dict[str, str] = {role: run.services.model_label(role) for role in ROLES if role in protocol.roles}
+    called_roles = protocol.roles_in(run)
+    models: dict[str, str] = {role: run.services.model_label(role) for role in ROLES if role in called_roles}
     for role, called in run.services.events.models_by_role().items():
         if role not in models:
             models[role] = ", ".join(sorted(called))

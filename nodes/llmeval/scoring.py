@@ -20,7 +20,7 @@ from dyneval.state.llmeval import S_MAX, LLMEvalContext, LLMEvalState
 from dyneval.stores.question_bank import QuestionBank
 
 
-def absolute_score(stars: Sequence[int], s_max: int = S_MAX) -> float | None:
+def absolute_score(stars: Sequence[float], s_max: int = S_MAX) -> float | None:
     """Equation 1 (0-100) over the scored answers; None when there is none (no number we did not compute)."""
     if not stars:
         return None

@@ -97,7 +97,7 @@ class AtadProtocol(Protocol):
         "whose verdict or feedback changed reaches requests the source never made and diverged."
     )
 
-    def builder(self) -> StateGraph:
+    def builder(self) -> StateGraph[Any, Any, Any, Any]:
         from dyneval.graphs.atad import builder
 
         return builder

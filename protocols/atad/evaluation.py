@@ -136,7 +136,7 @@ class AtadEvalProtocol(Protocol):
     context_cls = EvalContext
     roles = ()
 
-    def builder(self) -> StateGraph:
+    def builder(self) -> StateGraph[Any, Any, Any, Any]:
         from dyneval.graphs.atad_eval import builder
 
         return builder

@@ -67,7 +67,7 @@ class InterviewProtocol(Protocol):
         "diverged."
     )
 
-    def builder(self) -> StateGraph:
+    def builder(self) -> StateGraph[Any, Any, Any, Any]:
         from dyneval.graphs.interview import builder
 
         return builder

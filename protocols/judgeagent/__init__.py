@@ -116,7 +116,7 @@ class JudgeAgentProtocol(Protocol):
     )
     uses_chroma = True  # the context graph's chunk and entity vectors
 
-    def builder(self) -> StateGraph:
+    def builder(self) -> StateGraph[Any, Any, Any, Any]:
         from dyneval.graphs.judgeagent import builder
 
         return builder

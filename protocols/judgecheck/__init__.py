@@ -79,7 +79,7 @@ class JudgeCheckProtocol(Protocol):
     batch_cls = JudgeCheckBatch
     roles = ("evaluator",)
 
-    def builder(self) -> StateGraph:
+    def builder(self) -> StateGraph[Any, Any, Any, Any]:
         from dyneval.graphs.judgecheck import builder
 
         return builder

@@ -202,7 +202,8 @@ def contamination_test(
     """Finding 6: for up to ``per_set`` questions of each set, mask the tail and ask for ``attempts``
     continuations (sampled at ``temperature``); a question is recalled when ``needed`` attempts
     reproduce the tail (:func:`replay_match`). Returns recalled counts and rates per set."""
-    sampler = dataclasses.replace(llm, chat=llm.chat.bind(temperature=temperature))
+    # a chat model bound to the temperature: RoleLLM only invokes it, as it does a chat model
+    sampler = dataclasses.replace(llm, chat=llm.chat.bind(temperature=temperature))  # type: ignore[arg-type]
     rng = random.Random(seed)
     out: dict[str, Any] = {}
     for name, texts in sets.items():

@@ -107,7 +107,7 @@ class LLMEvalProtocol(Protocol):
     _loaded: tuple[tuple[Any, ...], LoadedFile] | None = None  # the validated --bank file of this run
     uses_chroma = True  # the bank's near-duplicate index
 
-    def builder(self) -> StateGraph:
+    def builder(self) -> StateGraph[Any, Any, Any, Any]:
         from dyneval.graphs.llmeval import builder
 
         return builder

@@ -364,7 +364,7 @@ class ExamServer:
         if quota["completed"] < quota["allocated"]:
             raise HTTPException(409, f"session not finished: {quota['completed']}/{quota['allocated']} answered")
         graph = builder.compile(name="llmeval")
-        final = graph.invoke(
+        final = graph.invoke(  # type: ignore[call-overload]  # a dict input is validated by the pydantic input schema
             {"session_id": session_id},
             {"configurable": {"thread_id": session_id}},
             context=dataclasses.replace(self.ctx, reference_model=""),
