@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from dyneval.runtime import stop
-from dyneval.runtime.events import EventLog, Usage
+from dyneval.runtime.events import Usage
 from dyneval.runtime.pricing import Pricing
 from dyneval.state.errors import InputError
 
@@ -26,9 +27,18 @@ class BudgetSpent(stop.StopRequested):
     """Raised in place of a request once the run's budget is spent."""
 
 
+class Spending(Protocol):
+    """What a budget reads of the usage: a run's :class:`runtime.events.EventLog`, or the coordinator's tally of
+    every Ray worker's (:mod:`runtime.cluster`)."""
+
+    def total(self) -> Usage: ...
+
+    def by_role(self) -> dict[str, Usage]: ...
+
+
 @dataclass
 class Budget:
-    events: EventLog
+    events: Spending
     max_calls: int | None = None
     max_tokens: int | None = None
     max_cost: float | None = None

@@ -86,6 +86,8 @@ class ResponseCache:
         if not found:
             return None
         generation = found[0]
+        if not isinstance(generation, ChatGeneration) or not isinstance(generation.message, AIMessage):
+            return None  # an entry LangChain could not load back as a reply (it gives its text): asked again
         info = generation.generation_info or {}
         if self.expiry_s is not None and time.time() - float(info.get("cached_at", 0)) > self.expiry_s:
             return None

@@ -151,7 +151,7 @@ class Coordinator:
                 self._tally,
                 limits.max_calls,
                 limits.max_tokens,
-                limits.max_cost,  # type: ignore
+                limits.max_cost,
                 dict(limits.max_tokens_per_role),
                 dict(limits.max_cost_per_role),
             )
@@ -346,7 +346,8 @@ class ClusterLimits:
         self.run_id = run_id
         self.usage = usage
         try:
-            self.actor = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+            # Any: ray types the methods of a handle it looks up as Never (the Coordinator's are called remotely)
+            self.actor: Any = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
         except ValueError:
             raise RuntimeError(
                 f"run {run_id} has no coordinator in this Ray cluster: the driver starts it "

@@ -8,7 +8,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,6 +27,18 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int = 4) -> 
     with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="call") as pool:
         futures = [pool.submit(contextvars.copy_context().run, fn, x) for x in items]
         return [f.result() for f in futures]
+
+
+class Slots(Protocol):
+    """An endpoint's slots as the call layer takes them: :class:`InFlight` in one process, a Ray cluster's
+    (:class:`runtime.cluster.ClusterSlots`) across processes."""
+
+    #: This process's requests in flight.
+    in_flight: int
+
+    def acquire(self, blocking: bool = True) -> int: ...
+
+    def release(self, window: int = 0, *, overloaded: bool = False) -> None: ...
 
 
 class InFlight:

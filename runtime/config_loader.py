@@ -89,15 +89,15 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         parse = tomllib.loads if kind == "TOML" else partial(yaml.load, Loader=_UniqueKeyLoader)  # noqa: S506
         data = parse_bounded(parse, text)
     except TooDeep as exc:
-        keys = tuple(itertools.takewhile(lambda key: isinstance(key, str), exc.path))
+        keys = tuple(str(key) for key in itertools.takewhile(lambda key: isinstance(key, str), exc.path))
         where = {"setting": _file_key(str(path), {})(keys)} if keys else {"file": str(path)}
         raise InputError(str(exc), **where) from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", file=str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}{where}", file=str(path)) from None
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}{at}", file=str(path)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -177,7 +177,7 @@ def _flag_namer(param_flags: Mapping[str, str]) -> Callable[[Loc], str | None]:
 
 
 def _env_var(loc: Loc) -> str:
-    names = {("roles", r): r.upper() for r in ROLES}
+    names: dict[Loc, str] = {("roles", r): r.upper() for r in ROLES}
     names.update({(key,): env for env, key in _ENV_SCALARS.items()})
     names.update({("stores", key): env for env, key in _ENV_STORES.items()})
     return ENV_PREFIX + names.get(loc[:2], "")

@@ -86,7 +86,9 @@ class BackgroundRows:
             waiting = f"{n} unit{'s' * (n != 1)} waiting for the {job.label}" if n and not done else ""
             if i not in self.builds:
                 self.builds[i] = self.progress.add_task(job.label, total=None, status="")
-            self.progress.update(self.builds[i], status=waiting, **({"total": 1, "completed": 1} if done else {}))
+            self.progress.update(  # None: left as it was
+                self.builds[i], status=waiting, total=1 if done else None, completed=1 if done else None
+            )
             for stage, (count, total) in job.snapshot().items():
                 if (i, stage) not in self.stages:
                     self.stages[i, stage] = self.progress.add_task(f"  {stage}", total=total, status="")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from dyneval.runtime.concurrency import InFlight
+from dyneval.runtime.concurrency import InFlight, Slots
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.stop import raise_if_stopped
 from dyneval.state.errors import InfraError, ModelError, RetryPolicy
@@ -113,7 +113,7 @@ class RoleLLM:
     events: EventLog
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     structured_method: str = "function_calling"
-    slots: InFlight = field(default_factory=InFlight)
+    slots: Slots = field(default_factory=InFlight)
     limiter: BaseRateLimiter | None = None
     #: The response cache and what identifies this endpoint in its keys (``None``: every request is sent).
     cache: ResponseCache | None = None
@@ -131,7 +131,7 @@ class RoleLLM:
             reply = hit[0]
         else:
             reply = self._call(lambda: self.chat.invoke(messages), messages, step, lambda r: r.content)
-            if key is not None:
+            if key is not None and self.cache is not None:
                 self.cache.put(key, reply)
         return reply.content if isinstance(reply.content, str) else str(reply.content)
 
@@ -163,7 +163,7 @@ class RoleLLM:
         ask = self._structured_call(schema)
         result = self._call(lambda: ask(messages), messages, step, _structured_output, _raw_of)
         parsed, problem = _parsed_or_problem(schema, result)
-        if parsed is not None and key is not None and result.get("raw") is not None:
+        if parsed is not None and key is not None and self.cache is not None and result.get("raw") is not None:
             self.cache.put(key, result["raw"], parsed=parsed.model_dump(mode="json"))
         return parsed, result, problem
 
@@ -206,12 +206,18 @@ class RoleLLM:
         ``parse_result`` is what its ``invoke`` calls).
         """
         if schema not in self._structured:
+            from langchain_core.runnables import RunnableBinding, RunnableSequence
+
             chain = self.chat.with_structured_output(schema, method=self.structured_method)
+            if not isinstance(chain, RunnableSequence):
+                raise TypeError(
+                    f"{type(self.chat).__name__}.with_structured_output gave a {type(chain).__name__}, "
+                    "not the chat model bound to the schema followed by its output parser"
+                )
             model, parser = chain.first, chain.last
-            bound = getattr(model, "kwargs", None)
-            if isinstance(bound, dict) and "ls_structured_output_format" in bound:
+            if isinstance(model, RunnableBinding) and "ls_structured_output_format" in model.kwargs:
                 model = model.model_copy(
-                    update={"kwargs": {k: v for k, v in bound.items() if k != "ls_structured_output_format"}}
+                    update={"kwargs": {k: v for k, v in model.kwargs.items() if k != "ls_structured_output_format"}}
                 )
             parse = _parse_message(parser)
 
@@ -279,6 +285,7 @@ class RoleLLM:
                     f"{attempt} attempt(s): {type(failure).__name__}: {failure}"
                 ) from failure
             ended = time.perf_counter()
+            assert started is not None  # set right before invoke() returned
             p_tok, c_tok = _tokens(raw(result))
             replayed = "replayed_from" in (getattr(raw(result), "response_metadata", None) or {})  # runtime.replay
             self.events.record(

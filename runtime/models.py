@@ -13,13 +13,13 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dyneval.runtime.concurrency import InFlight
+from dyneval.runtime.concurrency import InFlight, Slots
 from dyneval.runtime.embedded import embedded_base_url
 from dyneval.state.config import ModelSpec
 from dyneval.state.errors import InputError
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
     from langchain_core.language_models import BaseChatModel
     from langchain_core.rate_limiters import BaseRateLimiter
 
@@ -68,7 +68,8 @@ class _Reply:
     """What LangChain reads of the OpenAI client's raw response: ``parse()`` (a dict is accepted as well as the
     client's model) and ``headers``."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx2.Response) -> None:
+        # openai>=3 sends through httpx2 and hands its own response back for `cast_to=httpx.Response`
         self.http_response = response
         self.headers = response.headers
 
@@ -162,7 +163,7 @@ class Endpoint:
     spec: ModelSpec
     label: str
     chat: BaseChatModel
-    slots: InFlight
+    slots: Slots
     limiter: BaseRateLimiter | None
 
 

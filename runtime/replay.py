@@ -42,7 +42,7 @@ class ReplayLog:
     def __init__(self, events: Iterable[dict[str, Any]], judge_roles: Sequence[str], run_id: str) -> None:
         self.run_id = run_id
         self.labels: dict[str, str] = {}
-        self.roles: set[str] = set(ROLES) - set(judge_roles)  # and any other role logged, below
+        self.roles: set[str] = {r for r in ROLES if r not in judge_roles}  # and any other role logged, below
         self._replies: dict[tuple[str, str, bool, str], deque[dict[str, Any]]] = defaultdict(deque)
         self._lock = threading.Lock()
         for event in events:
@@ -100,7 +100,7 @@ class ReplayChat(BaseChatModel):
         usage = {"input_tokens": event.get("prompt_tokens") or 0, "output_tokens": event.get("completion_tokens") or 0}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         meta = {REPLAYED: self.log.run_id}
-        if tools and "unparsed" not in output:
+        if tools and isinstance(output, dict) and "unparsed" not in output:  # a structured reply is a dict
             message = AIMessage(
                 content="",
                 tool_calls=[

@@ -129,15 +129,17 @@ class Services:
 
     def __post_init__(self) -> None:
         self.spread = LocalSpread(self)
-        limits = {
-            "max_calls": self.config.max_calls,
-            "max_tokens": self.config.max_tokens,
-            "max_cost": self.config.max_cost,
-            "max_tokens_per_role": self.config.max_tokens_per_role,
-            "max_cost_per_role": self.config.max_cost_per_role,
-        }
-        if any(limits.values()):  # limits are > 0: unset = None or {}
-            self.budget = Budget(self.events, **limits)
+        c = self.config
+        if any((c.max_calls, c.max_tokens, c.max_cost, c.max_tokens_per_role, c.max_cost_per_role)):
+            # limits are > 0: unset = None or {}
+            self.budget = Budget(
+                self.events,
+                max_calls=c.max_calls,
+                max_tokens=c.max_tokens,
+                max_cost=c.max_cost,
+                max_tokens_per_role=c.max_tokens_per_role,
+                max_cost_per_role=c.max_cost_per_role,
+            )
 
     def spec(self, role: str) -> ModelSpec:
         return self.config.spec_for(role)

@@ -14,7 +14,7 @@ from dyneval.runtime import stop
 
 #: The signals that stop a run, and what their handler raises: Ctrl-C, and SIGTERM (Docker, Kubernetes, systemd,
 #: Slurm and Ray stop a process with it), which stops the run the same way and exits 143 instead of 130.
-STOPPING = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: stop.Terminated}
+STOPPING: dict[int, type[KeyboardInterrupt]] = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: stop.Terminated}
 #: Seconds after which a signal that arrived during an import is delivered again (until no import is running).
 REDELIVER_S = 0.02
 #: The last signal :func:`on_stop_signal` handled.

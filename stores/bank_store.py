@@ -66,7 +66,7 @@ def _reconnecting(method: F) -> F:
         finally:
             _operation.running = False
 
-    return operation  # type: ignore[return-value]
+    return operation  # type: ignore[return-value]  # functools.wraps types it _Wrapped, called as method is
 
 
 class BankStore:

@@ -27,11 +27,11 @@ def open_checkpointer(run_dir: Path, postgres_dsn: str | None = None) -> Iterato
             from dyneval.stores.postgres_checkpoints import PooledSaver
         except ImportError as exc:  # optional extra
             raise ImportError("PostgreSQL checkpoints need: pip install -e '.[postgres]'") from exc
-        saver = PooledSaver.connect(postgres_dsn)
+        pooled = PooledSaver.connect(postgres_dsn)
         try:
-            yield saver
+            yield pooled
         finally:
-            saver.conn.close()
+            pooled.conn.close()
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,7 +201,7 @@ class ContextGraph:
         cliques are never materialized."""
         import networkx as nx
 
-        g = nx.Graph()
+        g: nx.Graph[str] = nx.Graph()
         for key in self.keys:
             g.add_node(key, **self.node(key))
         for i, key in enumerate(self.keys):
@@ -283,21 +283,21 @@ class ContextGraph:
             missing = total - stored
             if have is not None:
                 missing += sum(i not in have for i in self._ids(kind, 0, stored))
-            for start in range(0, stored if have is not None else 0, batch):
-                stop = min(start + batch, stored)
-                ids = self._ids(kind, start, stop)
-                part = [n for n, i in enumerate(ids) if i not in have]
-                if part:
-                    texts = self.store.texts(kind, start, stop)
-                    vecs = np.asarray(rows.matrix()[start:stop])
-                    metas = self._metadatas(kind, start, stop)
-                    collection.upsert(
-                        ids=[ids[n] for n in part],
-                        embeddings=[vecs[n] for n in part],
-                        documents=[texts[n] for n in part],
-                        metadatas=[metas[n] for n in part],
-                    )
-                    progress(f"embedding {kind}", len(part), missing)
+                for start in range(0, stored, batch):
+                    stop = min(start + batch, stored)
+                    ids = self._ids(kind, start, stop)
+                    part = [n for n, i in enumerate(ids) if i not in have]
+                    if part:
+                        stored_texts = self.store.texts(kind, start, stop)
+                        stored_vecs = np.asarray(rows.matrix()[start:stop])
+                        metas = self._metadatas(kind, start, stop)
+                        collection.upsert(
+                            ids=[ids[n] for n in part],
+                            embeddings=[stored_vecs[n] for n in part],
+                            documents=[stored_texts[n] for n in part],
+                            metadatas=[metas[n] for n in part],
+                        )
+                        progress(f"embedding {kind}", len(part), missing)
             starts = range(stored, total, batch)
             with closing(self._embedded(kind, [(start, min(start + batch, total)) for start in starts])) as vectors:
                 for start, (texts, vecs) in zip(starts, vectors):
@@ -312,7 +312,9 @@ class ContextGraph:
                     progress(f"embedding {kind}", stop - start, missing)
             self.store.set_meta(marker, str(total))
 
-    def _embedded(self, kind: str, spans: list[tuple[int, int]]) -> Iterator[tuple[list[str], list[np.ndarray]]]:
+    def _embedded(
+        self, kind: str, spans: list[tuple[int, int]]
+    ) -> Generator[tuple[Sequence[str], list[np.ndarray]], None, None]:
         """``(texts, vectors)`` of rows ``start:stop`` of ``kind`` for each span in turn, each batch's texts read when
         it is embedded (through the vector cache when there is one, on the spread's workers when attached so)."""
         texts = (self.store.texts(kind, start, stop) for start, stop in spans)

@@ -16,7 +16,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +130,7 @@ class EmbeddingCache:
 
     def embed_batches(
         self, batches: Iterable[Sequence[str]], embed: Callable[[list[str]], Any], embed_map: EmbedMap | None = None
-    ) -> Iterator[tuple[Sequence[str], list[np.ndarray]]]:
+    ) -> Generator[tuple[Sequence[str], list[np.ndarray]], None, None]:
         """``(texts, vectors)`` of each batch in turn, each embedding call the same as :meth:`embed` on the batches
         one after the other makes. Without ``embed_map`` a batch is embedded when it is asked for; with it, every
         batch's texts to embed go out at once (one part per batch), each part's vectors are kept here as it

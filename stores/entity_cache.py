@@ -29,8 +29,9 @@ class EntityCache:
         return self.data.get(text_key(text))
 
     def put(self, text: str, entities: list[str], source: str) -> None:
-        rec = {"h": text_key(text), "entities": entities, "source": source}
+        key = text_key(text)
+        rec: dict[str, Any] = {"h": key, "entities": entities, "source": source}
         with self._lock:
-            self.data[rec["h"]] = rec
+            self.data[key] = rec
             self.path.parent.mkdir(parents=True, exist_ok=True)
             append_line(self.path, rec)

@@ -13,16 +13,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dyneval.state.errors import InputError
 
-try:
-    from fcntl import LOCK_EX, flock
-except ImportError:  # Windows: one write per line still, without the lock (no Ray event sink appends there)
+if sys.platform == "win32":  # one write per line still, without the lock (no Ray event sink appends there)
     flock = None
+else:
+    from fcntl import LOCK_EX, flock
 
 _BLOCK = 1 << 16
 

@@ -428,7 +428,7 @@ def _delimited(text: str, p: Path, flag: str, delimiter: str) -> Iterator[Record
 
 def _parquet(p: Path, flag: str) -> Iterator[Record]:
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-not-found,import-untyped]
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
     except ImportError:
         raise input_error(
             "reading .parquet needs pyarrow (pip install pyarrow), or convert the file to JSONL or CSV",
@@ -459,7 +459,7 @@ class FieldMap:
         cls, spec: str | None, canonical: Sequence[str], *, flag: str = "--fields", joinable: Collection[str] = ()
     ) -> FieldMap:
         """``"question=Q,answer=A"`` -> a map; unknown names, empty or repeated mappings are errors."""
-        sources = {name: (name,) for name in canonical}
+        sources: dict[str, tuple[str, ...]] = {name: (name,) for name in canonical}
         given: set[str] = set()
         for part in (p.strip() for p in (spec or "").split(",")):
             if not part:
@@ -526,8 +526,8 @@ class FieldMap:
         except ValidationError as exc:
             err = exc.errors()[0]
             name = str(err["loc"][0]) if err["loc"] else None
-            if name in self.sources and err["type"] == "missing":
-                raise self.missing(rec, name) from None
-            if name in self.sources:
+            if name is not None and name in self.sources:
+                if err["type"] == "missing":
+                    raise self.missing(rec, name) from None
                 raise self.error(rec, name, err["msg"]) from None
             raise rec.error(err["msg"], field=name) from None

@@ -105,7 +105,7 @@ def _kb_files(folder: Path) -> list[Path]:
     """The files under a knowledge-base folder, hidden names skipped, linked folders followed; a link leading back
     to a folder it is in (a loop), a broken link and an unreadable folder are refused."""
     files: list[Path] = []
-    todo = [(folder, (folder.resolve(),))]
+    todo: list[tuple[Path, tuple[Path, ...]]] = [(folder, (folder.resolve(),))]
     while todo:
         current, above = todo.pop()
         try:

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dyneval.state.errors import InfraError, RetryPolicy, one_line
 
 if TYPE_CHECKING:
+    from psycopg import Connection
     from psycopg_pool import ConnectionPool
 
 T = TypeVar("T")
+C = TypeVar("C", bound="Connection[Any]")
 
 #: Seconds an attempt waits for a connection: libpq's ``connect_timeout``, and the pool's wait for a free one.
 CONNECT_TIMEOUT_S = 5
@@ -74,14 +76,16 @@ def retried(server: str, what: str, operation: Callable[[int], T], policy: Retry
     return policy.call(operation, retry_on=is_disconnect, give_up=give_up)
 
 
-def open_pool(dsn: str, **connection: Any) -> ConnectionPool:
-    """A pool of connections to ``dsn`` (``connection``: their options, e.g. ``autocommit=True``), open once one
-    connection is made (:func:`retried`). Each connection is checked as it is handed out and replaced if broken;
-    the caller closes the pool."""
+def open_pool(dsn: str, connection_class: type[C], **connection: Any) -> ConnectionPool[C]:
+    """A pool of ``connection_class`` connections to ``dsn`` (``connection``: their options, e.g.
+    ``autocommit=True``; ``Connection[DictRow]`` with ``row_factory=dict_row``), open once one connection is made
+    (:func:`retried`). Each connection is checked as it is handed out and replaced if broken; the caller closes
+    the pool."""
     from psycopg_pool import ConnectionPool
 
-    pool: ConnectionPool = ConnectionPool(
+    pool: ConnectionPool[C] = ConnectionPool(
         dsn,
+        connection_class=connection_class,
         kwargs={"connect_timeout": CONNECT_TIMEOUT_S, **connection},
         min_size=1,
         max_size=POOL_MAX,

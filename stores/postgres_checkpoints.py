@@ -22,7 +22,8 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 from langgraph.checkpoint.postgres import PostgresSaver
-from psycopg.rows import dict_row
+from psycopg import Connection
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from dyneval.state.errors import InfraError
@@ -37,15 +38,16 @@ SETUP_WAIT_S = 120.0
 class PooledSaver(PostgresSaver):
     """``PostgresSaver`` on a connection pool (:meth:`connect` makes one; closing ``conn``, the pool, closes it)."""
 
-    def __init__(self, pool: ConnectionPool, server: str) -> None:
+    def __init__(self, pool: ConnectionPool[Connection[DictRow]], server: str) -> None:
         super().__init__(pool)
         self.lock = nullcontext()  # type: ignore[assignment]  # each operation holds a connection of its own
+        self.pool = pool  # ``conn``, typed as the pool it is
         self.server = server
 
     @classmethod
     def connect(cls, dsn: str) -> PooledSaver:
         """A saver on a new pool, its tables made (:meth:`setup`)."""
-        pool = open_pool(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        pool = open_pool(dsn, Connection[DictRow], autocommit=True, prepare_threshold=0, row_factory=dict_row)
         saver = cls(pool, server_of(dsn))
         try:
             saver.setup()
@@ -64,12 +66,14 @@ class PooledSaver(PostgresSaver):
         a migration's ``CREATE INDEX CONCURRENTLY`` waits for statements older than itself, a waiting lock call
         too (two processes opening at once then took 1.6 s instead of 0.6 s)."""
 
+        def locked(conn: Connection[DictRow]) -> bool:
+            row = conn.execute("SELECT pg_try_advisory_lock(hashtext('dyneval_checkpoint_setup')) AS held").fetchone()
+            return row is not None and bool(row["held"])
+
         def once() -> None:
-            with self.conn.connection() as conn:  # type: ignore[union-attr]  # a pool (see __init__)
+            with self.pool.connection() as conn:
                 deadline = time.monotonic() + SETUP_WAIT_S
-                while not conn.execute(
-                    "SELECT pg_try_advisory_lock(hashtext('dyneval_checkpoint_setup')) AS held"
-                ).fetchone()["held"]:
+                while not locked(conn):
                     if time.monotonic() > deadline:
                         raise InfraError(
                             f"PostgreSQL {self.server}: another process has been making the checkpoint "

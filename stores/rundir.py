@@ -162,6 +162,8 @@ class Jsonl:
                 if offset is None:
                     yield {}
                     continue
+                if fh is None:  # scanned, then removed
+                    raise DamagedRun(self.path, "was removed while it was read", flag=self.flag)
                 fh.seek(offset)
                 yield json.loads(fh.readline())
 

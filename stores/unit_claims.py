@@ -122,9 +122,11 @@ class UnitClaims:
     """
 
     def __init__(self, dsn: str) -> None:
+        from psycopg import Connection
+
         self.dsn = dsn
         self.server = server_of(dsn)
-        self._pool = open_pool(dsn, autocommit=True)
+        self._pool = open_pool(dsn, Connection, autocommit=True)
 
         def make_tables(conn: Any, _: bool) -> None:
             with conn.transaction():

@@ -93,8 +93,8 @@ def endpoint_embedding(model: str, base_url: str) -> Any:
         )
     client = OpenAIEmbeddings(
         model=model,
-        base_url=base_url,
-        api_key=key or "sk-no-key-needed",
+        openai_api_base=base_url,
+        openai_api_key=key or "sk-no-key-needed",
         check_embedding_ctx_length=False,
         max_retries=4,
     )

@@ -359,3 +359,17 @@ def test_resume_of_a_run_whose_own_config_is_damaged_is_one_line_and_exit_2(tmp_
     assert main(["--protocol", "interview", "--resume", run.name, "--out", str(tmp_path)]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "config.json" in line and "--resume" in line
+
+
+def test_a_run_file_removed_between_its_scan_and_its_read_is_a_damaged_run_naming_it(tmp_path):
+    from dyneval.stores.rundir import Jsonl
+    from dyneval.stores.runfiles import Read
+
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"unit_id": "u1"}\n', encoding="utf-8")
+    results = Jsonl(path, Read, flag="--resume")
+    offsets = [offset for offset, _ in results.scan()]
+    path.unlink()
+    with pytest.raises(DamagedRun, match="removed") as caught:
+        list(results.read(offsets))
+    assert caught.value.file == str(path)

@@ -75,3 +75,20 @@ def test_an_expired_entry_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "time", lambda: now + 61)
     later = ResponseCache(tmp_path, expiry_s=60)
     assert later.get(_key(later)) is None
+
+
+def test_an_entry_langchain_cannot_load_back_as_a_reply_is_a_miss_not_a_crash(tmp_path):
+    """LangChain's SQLite cache gives a stored reply it cannot deserialize (a LangChain upgrade, another writer)
+    back as a plain text ``Generation``, which has no message: the request is asked again."""
+    import sqlite3
+
+    cache = ResponseCache(tmp_path)
+    cache.put(_key(cache), AIMessage("4"))
+    with sqlite3.connect(tmp_path / "responses.sqlite") as db:
+        db.execute("UPDATE full_llm_cache SET response = 'not a serialized reply'")
+    later = ResponseCache(tmp_path)
+    key = _key(later)
+    assert later.get(key) is None
+    later.put(key, AIMessage("5"))  # the answer asked again replaces the entry
+    again = ResponseCache(tmp_path)
+    assert again.get(_key(again))[0].content == "5"

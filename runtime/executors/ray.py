@@ -58,7 +58,7 @@ from dyneval.runtime.signals import STOPPING, raised_as_received
 from dyneval.runtime.spread import LocalSpread
 from dyneval.runtime.unit import run_unit
 from dyneval.state.config import RunConfig
-from dyneval.state.errors import InfraError
+from dyneval.state.errors import InfraError, InputError
 from dyneval.stores.checkpoints import open_checkpointer
 from dyneval.stores.files import append_line
 from dyneval.stores.results import ResultStore
@@ -81,6 +81,14 @@ class _Job:
     config: RunConfig
     run_dir: str
     sink: Any  # the driver's event sink actor
+
+
+def _postgres_dsn(config: RunConfig) -> str:
+    """The database of a Ray session's checkpoints and unit claims (:meth:`.ExecutorChoice.check` refuses a session
+    without one, before anything starts)."""
+    if not config.stores.postgres_dsn:
+        raise InputError("--executor ray needs --postgres-dsn", field="--executor")
+    return config.stores.postgres_dsn
 
 
 class _EventSink:
@@ -179,7 +187,7 @@ class _Worker:
         config, run_id = job.config, Path(job.run_dir).name
         self.job = job
         self.stack = ExitStack()
-        self.claims = UnitClaims(config.stores.postgres_dsn)
+        self.claims = UnitClaims(_postgres_dsn(config))
         self.limits = ClusterLimits(run_id)
         self.name = f"{self.limits.node[:12]}-{os.getpid()}"
         events = _ForwardedLog(job.sink, Pricing.for_run(config), self.name)
@@ -202,9 +210,7 @@ class _Worker:
         until the process ends: the session kills its runners when it ends."""
         with self._graph_lock:
             if self._graph is None:
-                saver = self.stack.enter_context(
-                    open_checkpointer(self.run.run_dir, self.job.config.stores.postgres_dsn)
-                )
+                saver = self.stack.enter_context(open_checkpointer(self.run.run_dir, _postgres_dsn(self.job.config)))
                 protocol = self.job.protocol
                 self._graph = (
                     protocol.builder().compile(checkpointer=saver, name=protocol.name),
@@ -435,7 +441,7 @@ class RayExecutor:
         self.stopping = False
 
     def submit(self, units: list[Unit]) -> None:
-        finals = UnitClaims(self.run.config.stores.postgres_dsn)
+        finals = UnitClaims(_postgres_dsn(self.run.config))
         with finals:
             written = finals.final_records(self.run.run_dir.name)
         self.ready = [written[u.id].record for u in units if u.id in written]  # written, then the driver stopped
@@ -571,7 +577,7 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
 
     connection = None if ray.is_initialized() else _connect(address)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    with open_checkpointer(run.run_dir, run.config.stores.postgres_dsn):
+    with open_checkpointer(run.run_dir, _postgres_dsn(run.config)):
         pass  # the checkpoint tables made here, once: workers making them at once collide on their migrations
     run_id = run.run_dir.name
     stop_coordinator(run_id)  # a coordinator an earlier session in this process left (its stop flag up)
@@ -591,7 +597,7 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
         if session is not None:
             session.runners.kill()
         ray.kill(coordinator)
-        ray.kill(sink)
+        ray.kill(sink)  # type: ignore[arg-type]  # ray types a new actor as its handle or its class
         if connection is not None:
             ray.shutdown()
             connection.set()
@@ -616,7 +622,7 @@ def _connect(address: str | None) -> threading.Event:
 
     def hold() -> None:
         try:
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except BaseException as exc:  # noqa: BLE001 - raised again on the waiting thread
             outcome.append(exc)
             return
