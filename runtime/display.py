@@ -37,7 +37,7 @@ def print_plan(protocol: Protocol, run: Run, units: list[Unit]) -> None:
     table = RichTable(title=f"{protocol.name}: plan")
     table.add_column("role")
     table.add_column("model")
-    for role in protocol.roles:
+    for role in protocol.roles_in(run):
         table.add_row(role, run.services.model_label(role))
     run.console.print(table)
     run.console.print(

@@ -95,8 +95,9 @@ class Protocol(ABC):
         return {}
 
     def roles_in(self, run: Run) -> tuple[str, ...]:
-        """The roles ``run`` calls: the class's ``roles`` unless one of the run's settings leaves a role unused
-        (what a cost budget is checked for, before anything is created)."""
+        """The roles ``run`` calls: the class's ``roles`` unless one of the run's settings leaves a role unused. The
+        cost budget's check, the pre-flight pings, the smoke-test warning, the plan and the summary's models all ask
+        this, so no model is priced, pinged or shown for a role the run never calls."""
         return type(self).roles
 
     # -- parameters ----------------------------------------------------------------------------

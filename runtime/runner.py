@@ -209,7 +209,7 @@ def preflight(protocol: Protocol, run: Run) -> None:
     from dyneval.prompts import load_prompt  # LangChain's prompt classes load with the run, not for `dyneval --help`
 
     first_role: dict[str, str] = {}
-    for role in protocol.roles:
+    for role in protocol.roles_in(run):
         if getattr(run.services.chat_overrides.get(role), "replay_of", None):
             continue  # a re-score's replayed role: no endpoint to ping
         first_role.setdefault(run.services.model_label(role), role)
@@ -235,7 +235,8 @@ def preflight(protocol: Protocol, run: Run) -> None:
 
 
 def warn_if_smoke_test(protocol: Protocol, run: Run) -> str | None:
-    roles = [r for r in run.config.embedded_judges() if r in protocol.roles and r not in run.services.chat_overrides]
+    called = protocol.roles_in(run)
+    roles = [r for r in run.config.embedded_judges() if r in called and r not in run.services.chat_overrides]
     if not roles:
         return None
     text = SMOKE_TEST_WARNING.format(roles=", ".join(roles))
@@ -274,7 +275,7 @@ def execute(
     resume = resume_command(protocol, run)
     if not dry_run:
         run.console.print(f"run [bold]{run.run_dir.name}[/]   resume with: {resume}", highlight=False, soft_wrap=True)
-    for note in run.services.ceiling_notes(protocol.roles):
+    for note in run.services.ceiling_notes(protocol.roles_in(run)):
         run.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     if dry_run:
         print_plan(protocol, run, units)

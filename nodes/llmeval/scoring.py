@@ -27,7 +27,7 @@ def absolute_score(stars: Sequence[float], s_max: int = S_MAX) -> float | None:
     return _score(stars, s_max)
 
 
-def _score(stars: Sequence[int], s_max: int) -> float:
+def _score(stars: Sequence[float], s_max: int) -> float:
     """Equation 1 (0-100) over ``stars``, at least one."""
     return sum(stars) / (len(stars) * s_max) * 100
 

@@ -112,13 +112,6 @@ class InterviewProtocol(Protocol):
         human = self.context(run).interviewee == "human"
         return tuple(r for r in type(self).roles if r != "target") if human else type(self).roles
 
-    def custom_run(self, run: Run) -> bool:
-        """No other mode; this only settles the roles before the pre-flight ping, the plan and the smoke-test
-        warning (a resumed run does not plan again), so no model is opened, pinged or started for an unused
-        role (:meth:`roles_in`)."""
-        self.roles = self.roles_in(run)
-        return False
-
     def on_interrupt(self, run: Run, unit: Unit, value: Any) -> Any:
         """Ask the human interviewee on the terminal, the run's live display paused meanwhile; the reply resumes
         the graph from its checkpoint."""

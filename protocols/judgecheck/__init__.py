@@ -119,12 +119,6 @@ class JudgeCheckProtocol(Protocol):
         """A jury judges instead of the evaluator, which is then left out."""
         return () if self.context(run).jury else ("evaluator",)
 
-    def custom_run(self, run: Run) -> bool:
-        """No other mode; this only settles the roles (:meth:`roles_in`) before the pre-flight ping and the
-        smoke-test warning (a resumed run does not plan again)."""
-        self.roles = self.roles_in(run)
-        return False
-
     def inputs(self, run: Run) -> str:
         """Where the labels come from (the shipped sample only when no --labels was given)."""
         given = run.params.get("labels")
