@@ -1,6 +1,9 @@
 """``dyneval --detect D --pilot RUN``: how many units per target a run needs to separate two targets whose headline
-metric differs by ``D``, from the pilot run's own variance (its ``summary["metrics"]["separable"]``, written by
-:mod:`results.stats`): ``n = ceil(2 * ((z_0.975 + z_0.8) * sd / D) ** 2)`` (95 % confidence, 80 % power).
+metric differs by ``D``, from the pilot run (its ``summary["metrics"]["separable"]``, written by
+:mod:`results.stats`), at 95 % confidence and 80 % power (:func:`results.stats.units_needed`): a share of
+independent units (an exact binomial interval) is sized at both proportions, the pilot's p and p +/- D; any other
+metric (a mean, a clustered ratio) assumes both targets have the pilot's sd per unit:
+``n = ceil(2 * ((z_0.975 + z_0.8) * sd / D) ** 2)``.
 
 ``D`` is in each metric's own units (a share: 0.05 = five points; ATAD's accuracy and LLMEval's S and R are in
 percent: 5 = five points); a count (ATAD's finalized problems) is sized on its share, as its label says.
@@ -9,11 +12,12 @@ percent: 5 = five points); a count (ATAD's finalized problems) is sized on its s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from dyneval.results.headline import headlines, number
+from dyneval.results.headline import Headline, headlines, number
 from dyneval.results.stats import ALPHA, POWER, units_needed
 from dyneval.state.errors import InputError
 from dyneval.stores.rundir import finished_run
@@ -47,7 +51,7 @@ def needed(protocol: str, summary: SummaryFile, difference: float) -> list[list[
     for h in headlines(protocol, metrics):
         sep = h.separable or {}
         if sep.get("sd"):
-            units = f"{units_needed(sep['sd'], difference)} {sep.get('unit', 'units')}"
+            units = _units(h, sep, difference)
         else:
             units = f"n/a: {sep.get('note') or 'no variance in the pilot'}" if sep else "n/a: no pilot variance"
         smallest = number(sep["difference"]) if sep.get("difference") is not None else "n/a"
@@ -63,6 +67,22 @@ def needed(protocol: str, summary: SummaryFile, difference: float) -> list[list[
             ]
         )
     return rows
+
+
+def _units(h: Headline, sep: dict[str, Any], difference: float) -> str:
+    """The units per target for ``difference`` (``n/a`` and why, for a difference a share cannot make)."""
+    unit = sep.get("unit", "units")
+    if not (h.interval and h.interval.get("method") == "clopper-pearson"):
+        return f"{units_needed(sep['sd'], difference)} {unit}"
+    if sep.get("scale"):  # a count out of n, sized on its share: D is a share already
+        share, factor = h.value / h.interval["n"], 1.0
+    else:  # a share on a scale f (1, or 100 for percent): value = f p and sd = f sqrt(p (1 - p)) give f
+        factor = h.value + sep["sd"] ** 2 / h.value
+        share = h.value / factor
+    try:
+        return f"{units_needed(sep['sd'], difference / factor, share=share)} {unit}"
+    except ValueError as exc:
+        return f"n/a: {exc}"
 
 
 def print_units_needed(detect: str | None, pilot: str | None, out: str, console: Console) -> None:
@@ -93,7 +113,9 @@ def print_units_needed(detect: str | None, pilot: str | None, out: str, console:
     console.print(table)
     console.print(
         "The difference is in each metric's own units (shares 0-1; ATAD accuracy, S and R in percent). "
-        "Units are clusters where the pilot's units share questions (batches, seed questions).",
+        "Units are clusters where the pilot's units share questions (batches, seed questions). A share of "
+        "independent units is sized at both proportions (the pilot's p and p +/- D, whichever side varies more); "
+        "any other metric assumes both targets vary as the pilot does.",
         markup=False,
         highlight=False,
     )

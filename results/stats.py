@@ -51,9 +51,31 @@ def smallest_difference(sd: float, n: int, alpha: float = ALPHA, power: float = 
     return z_sum(alpha, power) * math.sqrt(2) * sd / math.sqrt(n)
 
 
-def units_needed(sd: float, difference: float, alpha: float = ALPHA, power: float = POWER) -> int:
-    """Units per target that separate ``difference`` (the inverse of :func:`smallest_difference`, rounded up)."""
-    return math.ceil(2 * (z_sum(alpha, power) * sd / difference) ** 2)
+def units_needed(
+    sd: float, difference: float, alpha: float = ALPHA, power: float = POWER, *, share: float | None = None
+) -> int:
+    """Units per target that separate ``difference``, rounded up.
+
+    A mean (``share`` None): both targets assumed to have the pilot's ``sd`` (the inverse of
+    :func:`smallest_difference`). A share (``share`` = the pilot's proportion p, ``difference`` D on the same 0-1
+    scale): the two-sample test of proportions sized at both proportions (Fleiss, *Statistical Methods for Rates
+    and Proportions*, 1981, without continuity correction; statsmodels' ``samplesize_proportions_2indep_onetail``):
+    ``n = ((z_(1-alpha/2) sqrt(2 pbar (1 - pbar)) + z_power sqrt(p (1 - p) + p2 (1 - p2))) / D) ** 2`` with
+    ``pbar = (p + p2) / 2`` and ``p2`` whichever of p + D and p - D lies nearer 1/2 (the larger variance, so the
+    run is large enough whichever target is better); ``ValueError`` when neither lies within 0-1."""
+    from scipy.stats import norm
+
+    if share is None:
+        return math.ceil(2 * (z_sum(alpha, power) * sd / difference) ** 2)
+    inside = [q for q in (share + difference, share - difference) if 0 <= q <= 1]
+    if not inside:
+        raise ValueError(f"a share of {share:g} cannot differ by {difference:g} within 0-1")
+    other = min(inside, key=lambda q: abs(q - 0.5))
+    mid = (share + other) / 2
+    spread = norm.ppf(1 - alpha / 2) * math.sqrt(2 * mid * (1 - mid)) + norm.ppf(power) * math.sqrt(
+        share * (1 - share) + other * (1 - other)
+    )
+    return math.ceil((spread / difference) ** 2)
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,15 @@ def jury_vote(results: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any]
     return vote, keep, ", ".join(v or "ungraded" for v in votes)
 
 
+class Turn(BaseModel):
+    """One turn of a multi-turn pair's conversation (MT-Bench's ``conversation_a`` / ``conversation_b``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"] = Field(description="who speaks: user or assistant")
+    content: str = Field(description="what is said (an assistant's may be empty: an empty answer)")
+
+
 class LabelledItem(BaseModel):
     """One human-labelled item: what the judge sees and the human label (on the judge's scale)."""
 
@@ -194,6 +203,13 @@ class LabelledItem(BaseModel):
     response: str = Field("", description="pointwise: the answer to judge")
     output_1: str = Field("", description="pairwise: the first output")
     output_2: str = Field("", description="pairwise: the second output")
+    conversation_1: list[Turn] = Field(
+        default_factory=list,
+        description="multi-turn pairwise: the first side's conversation (user and assistant turns)",
+    )
+    conversation_2: list[Turn] = Field(
+        default_factory=list, description="multi-turn pairwise: the second side's conversation (the same user turns)"
+    )
     reference: str = Field("", description="reference answer (an option letter for multiple choice)")
     solution: str = Field("", description="interview: reference solution (worked steps)")
     explanation: str = Field("", description="llmeval: explanation of the reference answer")

@@ -81,3 +81,63 @@ def test_a_pilot_without_separable_differences_is_refused(pilot, tmp_path, capsy
     (old / "config.json").write_bytes((pilot / "config.json").read_bytes())
     assert main(["--detect", "5", "--pilot", str(old)]) == 2
     assert "no separable differences" in capsys.readouterr().err
+
+
+def _share_rows(protocol: str, metrics: dict, difference: float) -> dict[str, list[str]]:
+    from dyneval.results.detect import needed
+    from dyneval.stores.runfiles import SummaryFile
+
+    return {row[0]: row for row in needed(protocol, SummaryFile(metrics=metrics), difference)}
+
+
+@pytest.mark.parametrize(
+    "protocol, metrics_of, label, difference, share, d",
+    [
+        # a pilot at 0.1 asked for 0.1: the second target's variance at 0.2 is larger than the pilot's
+        (
+            "judgeagent",
+            lambda s: {"base_accuracy": {"value": 0.1}, **s("base_accuracy.value", 10, 100, None)},
+            "Base accuracy",
+            0.1,
+            0.1,
+            0.1,
+        ),
+        # a share in percent (ATAD's Table 1): D = 5 points
+        (
+            "atad",
+            lambda s: {"table1": {"b": {"avg": 50.0}}, **s("table1.b.avg", 50, 100, 100.0)},
+            "Accuracy (%) of b",
+            5,
+            0.5,
+            0.05,
+        ),
+        # a count sized on its share (24 of 30 problems finalized): p - D lies nearer 1/2, so it sizes the run
+        (
+            "atad",
+            lambda s: {"finalized": 24, **s("finalized", 24, 30, "count")},
+            "Finalized problems (as a share of problems)",
+            0.1,
+            0.8,
+            0.1,
+        ),
+    ],
+)
+def test_detect_for_a_share_agrees_with_statsmodels_power_calculation(
+    protocol, metrics_of, label, difference, share, d
+):
+    from statsmodels.stats.proportion import samplesize_proportions_2indep_onetail
+
+    from dyneval.results import stats
+
+    def entries(path, k, n, scale):
+        e = stats.proportion(k, n, "units")
+        e = e.scaled(n, scale="share of problems") if scale == "count" else e.scaled(scale) if scale else e
+        return stats.summary_entries({path: e})
+
+    row = _share_rows(protocol, metrics_of(entries), difference)[label]
+    ours = int(row[-1].split()[0])
+    other = share - d if abs(share - d - 0.5) < abs(share + d - 0.5) else share + d
+    theirs = samplesize_proportions_2indep_onetail(diff=other - share, prop2=share, power=0.8, alpha=0.05)
+    assert abs(ours - theirs) / theirs < 0.02, (ours, theirs)
+    if share == 0.1:
+        assert ours >= 195  # the pilot's variance alone asked 142, too few for 80 % power

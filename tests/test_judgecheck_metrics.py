@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from dyneval.protocols.judgecheck import metrics
@@ -88,12 +89,12 @@ def test_repeat_consistency_counts_items_with_two_graded_repeats():
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_estimate():
     obs = [Obs(str(i), "", "1", {(0, "original"): "1" if i % 4 else "2"}) for i in range(40)]
-    a = metrics.bootstrap(metrics.accuracy, obs, resamples=500, seed=7)
-    assert a == metrics.bootstrap(metrics.accuracy, obs, resamples=500, seed=7)
+    a = metrics.bootstrap(metrics.accuracy(obs), 40, resamples=500, seed=7)[""]
+    assert a == metrics.bootstrap(metrics.accuracy(obs), 40, resamples=500, seed=7)[""]
     assert a["low"] < a["value"] == 0.75 < a["high"]
-    assert metrics.bootstrap(metrics.accuracy, obs[:1], resamples=50, seed=7)["low"] is None
+    assert metrics.bootstrap(metrics.accuracy(obs[:1]), 1, resamples=50, seed=7)[""]["low"] is None
     nothing = [Obs("x", "", "1", {(0, "original"): None})]
-    assert metrics.bootstrap(metrics.accuracy, nothing, resamples=50, seed=7)["value"] is None
+    assert metrics.bootstrap(metrics.accuracy(nothing), 1, resamples=50, seed=7)[""]["value"] is None
 
 
 def test_per_category_and_cost_per_item():
@@ -105,3 +106,98 @@ def test_per_category_and_cost_per_item():
     cats = metrics.by_category(obs, swapped=False, resamples=100, seed=0)
     assert cats["math"]["value"] == 0.5 and cats["math"]["items"] == 2 and cats["(none)"]["value"] == 1.0
     assert metrics.cost(obs) == {"calls_per_item": round(5 / 3, 3), "tokens_per_item": 25.0, "seconds_per_item": 1.5}
+
+
+def _random_obs(seed: int, items: int, scale: tuple[str, ...], repeats: int = 2) -> list[Obs]:
+    """Items with a label and ``repeats`` verdicts in both orders, some ungraded, some a jury's split."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(items):
+        label = scale[rng.integers(len(scale))]
+        values: dict = {}
+        scores: dict = {}
+        for r in range(repeats):
+            for order in ("original", "swapped"):
+                draw = rng.random()
+                v = (
+                    None
+                    if draw < 0.1
+                    else SPLIT
+                    if draw < 0.15
+                    else label
+                    if draw < 0.6
+                    else scale[rng.integers(len(scale))]
+                )
+                values[r, order] = v
+                if v not in (None, SPLIT):
+                    scores[r, order] = float(v) + rng.choice([0.0, 0.5]) if scale[0] == "0" else None
+        out.append(Obs(str(i), f"c{i % 3}", label, values, scores))
+    return out
+
+
+def _loop_bootstrap(stat, obs, resamples, seed):
+    """The reference: every resample drawn and computed in turn with scikit-learn / scipy, as the summary did."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(obs), (resamples, len(obs)))
+    kept = [v for v in (stat([obs[i] for i in idx]) for idx in draws) if v is not None and not math.isnan(v)]
+    return np.percentile(kept, [2.5, 97.5])
+
+
+def _sk_kappa(obs, order="original", weights=None):
+    from dyneval.protocols.llmeval.metrics import cohen_kappa
+
+    got = [(a, b) for a, b in metrics.pairs(obs, order) if weights is None or b != SPLIT]
+    return cohen_kappa([a for a, _ in got], [b for _, b in got], weights=weights) if got else None
+
+
+def _sk_order_kappa(obs):
+    from dyneval.protocols.llmeval.metrics import cohen_kappa
+
+    got = metrics.both_orders(obs)
+    return cohen_kappa([v for _, v, _ in got], [w for _, _, w in got]) if got else None
+
+
+def _sk_spearman(obs):
+    from dyneval.protocols.llmeval.metrics import spearman
+
+    got = [
+        (float(o.label), s)
+        for o in obs
+        for (_, od), s in sorted(o.scores.items())
+        if od == "original" and s is not None
+    ]
+    return spearman([a for a, _ in got], [b for _, b in got]) if len(got) >= 2 else None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorized_measures_and_their_intervals_equal_scikit_learn_and_scipy_resample_by_resample(seed):
+    stars = _random_obs(seed, 12, ("0", "1", "2", "3"))
+    for measure, reference, obs in (
+        (lambda x: metrics.kappa(x), _sk_kappa, stars),
+        (lambda x: metrics.kappa(x, "original", "quadratic"), lambda x: _sk_kappa(x, weights="quadratic"), stars),
+        (metrics.score_spearman, _sk_spearman, stars),
+        (metrics.order_kappa, _sk_order_kappa, stars),
+    ):
+        got = metrics.bootstrap(measure(obs), len(obs), resamples=300, seed=seed)[""]
+        assert got["value"] == pytest.approx(reference(obs))
+        assert [got["low"], got["high"]] == pytest.approx(list(_loop_bootstrap(reference, obs, 300, seed)))
+
+
+def test_per_class_scores_equal_scikit_learns_precision_recall_f1_with_undefined_classes_as_none():
+    from sklearn.metrics import precision_recall_fscore_support
+
+    scale = ("1", "2", "tie")
+    obs = _random_obs(5, 30, scale) + [Obs("never", "", "1", {(0, "original"): "1"})]
+    for o in obs:  # the judge never says tie: its precision is undefined
+        o.values = {k: ("1" if v == "tie" else v) for k, v in o.values.items()}
+    got = metrics.per_class(obs, scale, resamples=100, seed=0)
+    pairs = metrics.pairs(obs)
+    code = {x: i for i, x in enumerate(scale)}
+    truth, said = [code[a] for a, _ in pairs], [code.get(b, 3) for _, b in pairs]
+    p, r, f, _ = precision_recall_fscore_support(truth, said, labels=[0, 1, 2], zero_division=np.nan)
+    for i, label in enumerate(scale):
+        for name, values in (("precision", p), ("recall", r), ("f1", f)):
+            want = None if np.isnan(values[i]) else pytest.approx(float(values[i]))
+            assert got[label][name]["value"] == want
+    assert got["tie"]["precision"]["value"] is None
+    assert got["macro"]["f1"]["value"] == pytest.approx(float(np.mean(np.nan_to_num(f))))

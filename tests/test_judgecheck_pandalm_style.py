@@ -2,7 +2,7 @@
 a tie ``0``, leaves some responses empty and holds a boolean where a response belongs. The records here are
 written for this test in that shape (columns instruction, response1, response2, and a 0 / 1 / 2 label).
 
-A run with ``--skip-invalid --label-map 0=tie,1=1,2=2`` against the stand-in judge keeps the valid pairs,
+A run with ``--skip-invalid --skip-empty --label-map 0=tie,1=1,2=2`` against the stand-in judge keeps the valid pairs,
 counts the skipped ones per reason (console, summary.json, report) and reports accuracy, kappa and per-label
 precision / recall / F1 with intervals; without those flags each problem stops the run (exit 2) with one message
 naming the file, record, field and what was found.
@@ -94,6 +94,7 @@ def pandalm_run(tmp_path, capsys):
                 "--fields",
                 FIELDS,
                 "--skip-invalid",
+                "--skip-empty",
                 "--label-map",
                 "0=tie,1=1,2=2",
                 "--evaluator",
@@ -122,10 +123,13 @@ def test_skip_invalid_leaves_out_empty_and_boolean_outputs_and_counts_each_reaso
     assert len(read["skipped_examples"]) == 3 and "record 15" in read["skipped_examples"][2]
     assert summary["units"] == 12 and len(records) == 12
     assert (
-        "--skip-invalid: 3 of 15 records skipped (response2 empty: 2, response1: a boolean, expected text: 1)"
-        in " ".join(console.split())
+        "--skip-empty, --skip-invalid: 3 of 15 records skipped (response2 empty: 2, response1: a boolean, expected "
+        "text: 1)" in " ".join(console.split())
     )
-    assert "15 read, 12 kept, 3 skipped with --skip-invalid (response2 empty: 2; response1: a boolean" in report
+    assert (
+        "15 read, 12 kept, 3 skipped with --skip-empty, --skip-invalid (response2 empty: 2; response1: a boolean"
+        in (report)
+    )
 
 
 def test_label_map_turns_pandalms_zero_into_a_tie(pandalm_run):
@@ -177,8 +181,9 @@ def test_every_headline_metric_has_an_interval_and_names_the_judge_by_its_model(
     assert f"### {model}" in report and "### m0" not in report
 
 
-def test_an_empty_output_without_skip_invalid_exits_2_naming_file_record_field_and_empty(tmp_path, capsys):
-    labels = write(tmp_path / "pairs.json", pairs()[12:14])
+def test_a_missing_output_without_skip_invalid_exits_2_naming_file_record_field_and_missing(tmp_path, capsys):
+    # an empty output is an item (tests/test_judgecheck_pairwise_data.py); a column the record lacks is an error
+    labels = write(tmp_path / "pairs.json", [{k: v for k, v in r.items() if k != "response2"} for r in pairs()[12:14]])
     rc = main(
         [
             "--protocol",
@@ -198,7 +203,7 @@ def test_an_empty_output_without_skip_invalid_exits_2_naming_file_record_field_a
     )
     err = capsys.readouterr().err
     assert rc == 2
-    assert f"{labels}, record 1, field 'response2': (as output_2) empty" in err
+    assert f"{labels}, record 1, field 'response2': (as output_2) missing" in err
     assert "--skip-invalid" in err and "--labels" in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing created
 

@@ -10,7 +10,9 @@
 * ``atad.reviewer`` - :func:`nodes.atad.evaluation.review_problem` (the quality review of section 4.4, Table 3):
   the 1-5 score of the context's ``aspect`` (validity, coherence or fairness);
 * ``pairwise`` - :func:`judge_pair`, a preference judge over two outputs (``judgecheck/evaluator_pairwise``),
-  shown in either order (LLMBar section 3, MT-Bench section 3.3: position bias).
+  shown in either order (LLMBar section 3, MT-Bench section 3.3: position bias); a multi-turn pair (two
+  conversations) is judged on its last turn in the context of the whole conversation
+  (``judgecheck/evaluator_pairwise_multiturn``, as MT-Bench's multi-turn pairwise judge).
 
 The judge model is the evaluator role's (or a jury member), whatever role the step has in its protocol
 (the interview's grader and ATAD's orchestrator default to the evaluator there too). Each returns
@@ -35,24 +37,36 @@ from dyneval.runtime.llm import RoleLLM
 from dyneval.runtime.services import Services
 from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import BaseQuestion
-from dyneval.state.judgecheck import JudgeCheckContext, LabelledItem, PairwiseVerdict
+from dyneval.state.judgecheck import JudgeCheckContext, LabelledItem, PairwiseVerdict, Turn
 
 #: The pairwise judge's answer for the output shown first / second, in each order -> original numbering.
 _ORIGINAL = {("original", "A"): "1", ("original", "B"): "2", ("swapped", "A"): "2", ("swapped", "B"): "1"}
 
 
 def judge_pair(llm: RoleLLM, item: LabelledItem, order: str, *, step: str) -> dict[str, Any]:
-    """Which output is better, ``output_1`` shown first (``original``) or second (``swapped``)."""
-    first, second = (item.output_1, item.output_2) if order == "original" else (item.output_2, item.output_1)
-    messages = load_prompt("judgecheck/evaluator_pairwise").render(
-        instruction=item.question, output_a=first, output_b=second
-    )
+    """Which output (or conversation) is better, the first one shown first (``original``) or second
+    (``swapped``)."""
+    if item.conversation_1:
+        a, b = (item.conversation_1, item.conversation_2)[:: 1 if order == "original" else -1]
+        messages = load_prompt("judgecheck/evaluator_pairwise_multiturn").render(
+            conversation_a=conversation_text(a, "A"), conversation_b=conversation_text(b, "B")
+        )
+    else:
+        first, second = (item.output_1, item.output_2) if order == "original" else (item.output_2, item.output_1)
+        messages = load_prompt("judgecheck/evaluator_pairwise").render(
+            instruction=item.question, output_a=first, output_b=second
+        )
     try:
         verdict = llm.structured(PairwiseVerdict, messages, step=step)
     except ModelError as exc:
         return {"value": None, "reason": f"ungraded: the judge gave no usable verdict: {exc}"[:600], "how": "ungraded"}
     value = "tie" if verdict.winner == "tie" else _ORIGINAL[order, verdict.winner]
     return {"value": value, "reason": verdict.reason.strip(), "how": f"judge:{verdict.winner}"}
+
+
+def conversation_text(turns: list[Turn], side: str) -> str:
+    """A conversation as the multi-turn judge reads it: ``### User:`` / ``### Assistant A:`` blocks."""
+    return "\n\n".join(f"### {'User' if t.role == 'user' else f'Assistant {side}'}:\n{t.content}" for t in turns)
 
 
 def _llmeval(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Judge check: how well a protocol's judging step agrees with human labels, before a run trusts it.
 
 ``dyneval --protocol judgecheck --judge NAME --labels FILE [--jury MODEL ...] [--repeats K] [--label-map
-VALUE=LABEL,...] [--skip-invalid]`` (data: :mod:`.data`).
+VALUE=LABEL,...] [--label-vote COL1,COL2,...] [--skip-invalid] [--skip-empty] [--invalid-verdict ungraded|tie]``
+(data: :mod:`.data`).
 One unit = one labelled item (graph ``graphs/judgecheck.py``): the real judging step of a protocol
 (:mod:`nodes.judgecheck.judges`) judges it with each judge model (the evaluator role, or each ``--jury``
 member), ``repeats`` times, a pair in both orders.
@@ -15,10 +16,10 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dyneval.protocols.judgecheck import metrics
-from dyneval.protocols.judgecheck.data import CANONICAL, load_labelled, sample_path
+from dyneval.protocols.judgecheck.data import CANONICAL, load_labelled, sample_path, split_columns
 from dyneval.protocols.judgecheck.report import report_blocks
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.state.blocks import Block
@@ -30,6 +31,10 @@ from dyneval.stores.files import write_atomic
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
+
+
+#: What an unusable judge verdict counts as (``--invalid-verdict``).
+InvalidVerdict = Literal["ungraded", "tie"]
 
 
 @dataclass(kw_only=True)
@@ -58,6 +63,23 @@ class JudgeCheckBatch:
         "leave out records of --labels that cannot be judged (an empty output, "
         "a boolean where text belongs, a label off the scale), counted per reason "
         "in the console, summary.json and the report",
+    )
+    skip_empty: bool = described(
+        False,
+        "leave out records whose answer (response, output_1 or output_2) is empty, counted; "
+        "by default an empty answer is judged like any other",
+    )
+    label_vote: str | None = described(
+        None,
+        "the label is the majority of these annotator columns, e.g. annotator1,annotator2,annotator3; "
+        "an item whose annotators tie is left out and counted",
+        check=split_columns,
+        metavar="COL1,COL2,...",
+    )
+    invalid_verdict: InvalidVerdict = described(
+        "ungraded",
+        "a verdict the judge could not give: ungraded (left out of every measure and counted) or, "
+        "pairwise only, tie (as papers that count an unusable verdict as a tie do)",
     )
     bootstrap_resamples: int = described(
         1000, "bootstrap resamples of the items for each interval", minimum=100, maximum=100_000
@@ -93,6 +115,11 @@ class JudgeCheckProtocol(Protocol):
     def plan(self, run: Run) -> list[Unit]:
         ctx, options = self.context(run), self.batch(run)
         check_jury(ctx.jury, run.config.models, "--jury")
+        if options.invalid_verdict == "tie" and ctx.judge != "pairwise":
+            raise InputError(
+                f"--invalid-verdict tie needs --judge pairwise (the {ctx.judge} judge's scale has no tie)",
+                field="--invalid-verdict",
+            )
         if local := embedded_members(run):
             run.console.print(f"warning: {smoke_warning(local)}", style="bold yellow", markup=False, highlight=False)
         labelled = load_labelled(
@@ -102,12 +129,17 @@ class JudgeCheckProtocol(Protocol):
             aspect=ctx.aspect,
             label_map=options.label_map,
             skip_invalid=options.skip_invalid,
+            skip_empty=options.skip_empty,
+            label_vote=options.label_vote,
         )
         items = labelled.items
         run.console.print(f"labelled items: {self.inputs(run)}", markup=False, highlight=False)
         if labelled.skipped:
             run.console.print(
-                f"--skip-invalid: {skipped_line(labelled.summary())}", style="yellow", markup=False, highlight=False
+                f"{', '.join(labelled.flags)}: {skipped_line(labelled.summary())}",
+                style="yellow",
+                markup=False,
+                highlight=False,
             )
         write_atomic(run.run_dir / LABELS_READ, json.dumps(labelled.summary(), indent=2))
         return [
@@ -163,7 +195,7 @@ class JudgeCheckProtocol(Protocol):
         done = with_results(records)
         pairwise, ordinal = ctx.judge == "pairwise", ctx.judge in ORDINAL
         swapped = pairwise and ctx.swap
-        found = observations(done, ordinal)
+        found = observations(done, ordinal, options.invalid_verdict)
         names = display_names({key: model for key, (model, _) in found.items()})
         raters: dict[str, dict[str, Any]] = {}
         for key, (model, obs) in found.items():
@@ -202,6 +234,8 @@ class JudgeCheckProtocol(Protocol):
             "inputs": {"labels": self.inputs(run)},
             "labels_read": json.loads(read.read_text(encoding="utf-8")) if read.is_file() else None,
             "label_map": options.label_map,
+            "label_vote": options.label_vote,
+            "invalid_verdict": options.invalid_verdict,
             "jury": {f"m{i}": run.services.model_label("evaluator", ref) for i, ref in enumerate(ctx.jury or [])},
             "jury_smoke_test": smoke_warning(local) if local else None,
             "items": len(done),
@@ -215,7 +249,10 @@ class JudgeCheckProtocol(Protocol):
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
         m = summary.get("metrics", {})
-        return report_blocks(run, m, observations(with_results(records), m.get("judge") in ORDINAL)) if m else []
+        if not m:
+            return []
+        found = observations(with_results(records), m.get("judge") in ORDINAL, m.get("invalid_verdict", "ungraded"))
+        return report_blocks(run, m, found)
 
 
 def display_names(models: dict[str, str]) -> dict[str, str]:
@@ -268,9 +305,14 @@ def smoke_warning(members: list[str]) -> str:
     return SMOKE_TEST_WARNING.format(roles="jury member " + ", ".join(members))
 
 
-def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tuple[str, list[metrics.Obs]]]:
+def observations(
+    records: list[dict[str, Any]], ordinal: bool, invalid: str = "ungraded"
+) -> dict[str, tuple[str, list[metrics.Obs]]]:
     """Rater name -> (model label, one :class:`metrics.Obs` per item): each judge model (and, with repeats, the
-    majority of its repeats: a self-consistency jury), then the jury of the models."""
+    majority of its repeats: a self-consistency jury), then the jury of the models. ``invalid`` = ``tie``
+    (``--invalid-verdict tie``): a verdict the judge could not give counts as a tie (a jury's when no member gave
+    one; a member without one does not vote), for reproducing a paper that counts an unusable verdict so."""
+    unusable = "tie" if invalid == "tie" else None
     raters: dict[str, tuple[str, list[metrics.Obs]]] = {}
     by_member: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -286,7 +328,7 @@ def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tupl
                     r["item_id"],
                     r["category"],
                     r["label"],
-                    {(v["repeat"], v["order"]): v["value"] for v in mine},
+                    {(v["repeat"], v["order"]): v["value"] or unusable for v in mine},
                     {(v["repeat"], v["order"]): float(v["value"]) for v in mine if ordinal and v["value"] is not None},
                     {(v["repeat"], v["order"]): v["reason"] for v in mine},
                     _cost(mine),
@@ -302,7 +344,7 @@ def observations(records: list[dict[str, Any]], ordinal: bool) -> dict[str, tupl
                 r["item_id"],
                 r["category"],
                 r["label"],
-                {(j["repeat"], j["order"]): j["value"] for j in r["jury"]},
+                {(j["repeat"], j["order"]): j["value"] or unusable for j in r["jury"]},
                 {(j["repeat"], j["order"]): j.get("score") for j in r["jury"] if ordinal},
                 {(j["repeat"], j["order"]): "votes: " + ", ".join(str(x) for x in j["votes"]) for j in r["jury"]},
                 _cost(r["verdicts"]),

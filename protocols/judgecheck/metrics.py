@@ -6,18 +6,22 @@ that matches no label: a miss, never a win). Repeats are pooled: each graded (it
 comparison with the item's label; the bootstrap resamples items with all their verdicts.
 
 * accuracy: share of graded verdicts equal to the label (MT-Bench section 4.2 "agreement"; LLMBar Table 3);
-* Cohen's kappa (scikit-learn, via :func:`protocols.llmeval.metrics.cohen_kappa`), quadratic-weighted on an
-  ordinal scale; Spearman's rho (scipy) of scale verdicts (a jury's mean score) with the labels;
+* Cohen's kappa (as scikit-learn's ``cohen_kappa_score`` and :func:`protocols.llmeval.metrics.cohen_kappa`),
+  quadratic-weighted on an ordinal scale; Spearman's rho (as scipy's) of scale verdicts (a jury's mean score)
+  with the labels;
 * pairwise (LLMBar section 3 and its statistics file): accuracy in the original order, in the swapped order,
   their mean, both orders correct, position-swap consistency (the same winner in both orders), and kappa
   between the two orders;
 * repeat consistency: share of items whose graded verdicts agree across all repeats (per order);
-* per class (each label of the scale): precision, recall and F1 (scikit-learn's
+* per class (each label of the scale): precision, recall and F1 (as scikit-learn's
   ``precision_recall_fscore_support``), and their macro averages, as PandaLM (Wang et al., 2023) reports its
   judges against its human-annotated test set (accuracy, precision, recall, F1 over the classes tie, 1, 2; its
   repository's ``data/compute_metrics.py``). A class the judge never chose has no precision (``None``, not 0);
   the macro averages count such a value as 0, as scikit-learn's default and that script do;
 * a confusion matrix (rows: human label, columns: verdict) and a breakdown per category.
+
+Every measure is computed from per-item contingency counts (:class:`Measure`), so its bootstrap is one matrix
+product over all resamples; ``tests/test_judgecheck_metrics.py`` checks each against scikit-learn and scipy.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from dyneval.protocols.llmeval.metrics import cohen_kappa, spearman
 from dyneval.state.judgecheck import SPLIT
 
 Key = tuple[int, str]  # (repeat, order)
@@ -47,9 +50,6 @@ class Obs:
     scores: dict[Key, float | None] = field(default_factory=dict)
     reasons: dict[Key, str] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
-
-
-Stat = Callable[[list["Obs"]], "float | None"]
 
 
 def pairs(obs: list[Obs], order: str = "original") -> list[tuple[str, str]]:
@@ -71,96 +71,189 @@ def ungraded(obs: list[Obs], order: str = "original") -> int:
     return sum(1 for o in obs for (_, od), v in o.values.items() if od == order and v is None)
 
 
-def accuracy(obs: list[Obs], order: str = "original") -> float | None:
-    got = pairs(obs, order)
-    return sum(label == v for label, v in got) / len(got) if got else None
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(b > 0, a / np.where(b > 0, b, 1), np.nan)
 
 
-def kappa(obs: list[Obs], order: str = "original", weights: str | None = None) -> float | None:
+@dataclass(frozen=True)
+class Measure:
+    """A measure as sums over items, so that every bootstrap resample is one matrix product: ``counts`` holds one
+    row per item (a contingency table of what the item contributes, flattened), ``reduce`` turns summed rows
+    (resamples x columns) into the measure's values, NaN where it is undefined (no graded verdict)."""
+
+    counts: np.ndarray
+    reduce: Callable[[np.ndarray], dict[str, np.ndarray]]
+
+    def value(self) -> dict[str, float | None]:
+        return {k: _number(v[0]) for k, v in self.reduce(self.counts.sum(axis=0, keepdims=True)).items()}
+
+
+def _number(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def tally(obs: list[Obs], cells: Callable[[Obs], list[int]], size: int) -> np.ndarray:
+    """Items x ``size`` counts: each item's ``cells(o)`` (cell indexes, repeats counted) added up."""
+    out = np.zeros((len(obs), size))
+    for k, o in enumerate(obs):
+        np.add.at(out[k], np.asarray(cells(o), dtype=int), 1)
+    return out
+
+
+def _share(obs: list[Obs], hits: Callable[[Obs], list[bool]]) -> Measure:
+    """The share of True among every item's ``hits`` (pooled over items)."""
+    counts = tally(obs, lambda o: [0 if h else 1 for h in hits(o)], 2)  # columns: hits, misses
+    return Measure(counts, lambda s: {"": _ratio(s[:, 0], s[:, 0] + s[:, 1])})
+
+
+def _verdicts(o: Obs, order: str) -> list[str]:
+    return [v for (_, od), v in sorted(o.values.items()) if od == order and v is not None]
+
+
+def accuracy(obs: list[Obs], order: str = "original") -> Measure:
+    """Share of graded verdicts in ``order`` equal to the label."""
+    return _share(obs, lambda o: [v == o.label for v in _verdicts(o, order)])
+
+
+def kappa_of_tables(tables: np.ndarray, weights: str | None = None) -> np.ndarray:
+    """Cohen's kappa of each square contingency table (tables x labels x labels), as scikit-learn's
+    ``cohen_kappa_score`` computes it over the labels present (quadratic weights ``(i - j)^2`` on their index
+    among them); 1.0 where one label is all there is (:func:`protocols.llmeval.metrics.cohen_kappa`), NaN for an
+    empty table."""
+    rows, cols = tables.sum(axis=2), tables.sum(axis=1)
+    total = rows.sum(axis=1)
+    present = (rows + cols) > 0
+    if weights == "quadratic":
+        index = np.cumsum(present, axis=1) - 1
+        w = (index[:, :, None] - index[:, None, :]) ** 2.0
+    else:
+        w = np.broadcast_to(1.0 - np.eye(tables.shape[1]), tables.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = rows[:, :, None] * cols[:, None, :] / np.where(total > 0, total, 1)[:, None, None]
+        k = 1 - (w * tables).sum(axis=(1, 2)) / (w * expected).sum(axis=(1, 2))
+    return np.where(total == 0, np.nan, np.where(present.sum(axis=1) == 1, 1.0, k))
+
+
+def _undefined(obs: list[Obs]) -> Measure:
+    """A measure with nothing to compute it from (no graded verdict): NaN everywhere."""
+    return Measure(np.zeros((len(obs), 1)), lambda s: {"": np.full(len(s), np.nan)})
+
+
+def _kappa(
+    obs: list[Obs], labels: list[str], pairs_of: Callable[[Obs], list[tuple[str, str]]], weights: str | None
+) -> Measure:
+    size = len(labels)
+    if not size:
+        return _undefined(obs)
+    counts = tally(obs, lambda o: [labels.index(a) * size + labels.index(b) for a, b in pairs_of(o)], size * size)
+    return Measure(counts, lambda s: {"": kappa_of_tables(s.reshape(-1, size, size), weights)})
+
+
+def kappa(obs: list[Obs], order: str = "original", weights: str | None = None) -> Measure:
     """Cohen's kappa of verdicts and labels; with ``weights`` (ordinal) only numeric verdicts (no split)."""
-    got = [(a, b) for a, b in pairs(obs, order) if weights is None or b != SPLIT]
-    if not got:
-        return None
-    if weights:
-        return cohen_kappa([int(a) for a, _ in got], [int(b) for _, b in got], weights=weights)
-    return cohen_kappa([a for a, _ in got], [b for _, b in got])
+
+    def got(o: Obs) -> list[tuple[str, str]]:
+        return [(o.label, v) for v in _verdicts(o, order) if weights is None or v != SPLIT]
+
+    return _kappa(obs, sorted({x for o in obs for pair in got(o) for x in pair}), got, weights)
 
 
-def score_spearman(obs: list[Obs], order: str = "original") -> float | None:
+def spearman_of_tables(tables: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each contingency table of (x value, y value) counts, rows and columns in increasing
+    value: the Pearson correlation of the tie-averaged ranks (scipy's ``spearmanr`` on the expanded pairs), with
+    :func:`protocols.llmeval.metrics.spearman`'s rule for a constant side (both: 1.0, one: 0.0); NaN under two
+    pairs."""
+    nx, ny = tables.sum(axis=2), tables.sum(axis=1)
+    total = nx.sum(axis=1)
+    rx = np.cumsum(nx, axis=1) - nx + (nx + 1) / 2 - (total[:, None] + 1) / 2
+    ry = np.cumsum(ny, axis=1) - ny + (ny + 1) / 2 - (total[:, None] + 1) / 2
+    cov = np.einsum("rij,ri,rj->r", tables, rx, ry)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = cov / np.sqrt((nx * rx**2).sum(axis=1) * (ny * ry**2).sum(axis=1))
+    flat_x, flat_y = (nx > 0).sum(axis=1) == 1, (ny > 0).sum(axis=1) == 1
+    rho = np.where(flat_x | flat_y, np.where(flat_x & flat_y, 1.0, 0.0), rho)
+    return np.where(total < 2, np.nan, rho)
+
+
+def score_spearman(obs: list[Obs], order: str = "original") -> Measure:
     """Spearman's rho of the numeric scores (a jury's mean score) with the labels; None under 2 scores."""
-    got = [(float(o.label), s) for o in obs for (_, od), s in o.scores.items() if od == order and s is not None]
-    return spearman([a for a, _ in got], [b for _, b in got]) if len(got) >= 2 else None
+
+    def got(o: Obs) -> list[tuple[float, float]]:
+        return [(float(o.label), s) for (_, od), s in sorted(o.scores.items()) if od == order and s is not None]
+
+    xs = sorted({a for o in obs for a, _ in got(o)})
+    ys = sorted({b for o in obs for _, b in got(o)})
+    if not xs:
+        return _undefined(obs)
+    counts = tally(obs, lambda o: [xs.index(a) * len(ys) + ys.index(b) for a, b in got(o)], len(xs) * len(ys))
+    return Measure(counts, lambda s: {"": spearman_of_tables(s.reshape(-1, len(xs), len(ys)))})
 
 
 def both_orders(obs: list[Obs]) -> list[tuple[str, str, str]]:
     """(label, original verdict, swapped verdict) for every (item, repeat) graded in both orders."""
+    return [x for o in obs for x in _both(o)]
+
+
+def _both(o: Obs) -> list[tuple[str, str, str]]:
     out = []
-    for o in obs:
-        for (repeat, od), v in sorted(o.values.items()):
-            w = o.values.get((repeat, "swapped"))
-            if od == "original" and v is not None and w is not None:
-                out.append((o.label, v, w))
+    for (repeat, od), v in sorted(o.values.items()):
+        w = o.values.get((repeat, "swapped"))
+        if od == "original" and v is not None and w is not None:
+            out.append((o.label, v, w))
     return out
 
 
-def both_correct(obs: list[Obs]) -> float | None:
-    got = both_orders(obs)
-    return sum(label == v == w for label, v, w in got) / len(got) if got else None
+def both_correct(obs: list[Obs]) -> Measure:
+    return _share(obs, lambda o: [label == v == w for label, v, w in _both(o)])
 
 
-def swap_consistency(obs: list[Obs]) -> float | None:
+def swap_consistency(obs: list[Obs]) -> Measure:
     """Same winner (in the original numbering) whichever output was shown first."""
-    got = both_orders(obs)
-    return sum(v == w for _, v, w in got) / len(got) if got else None
+    return _share(obs, lambda o: [v == w for _, v, w in _both(o)])
 
 
-def order_kappa(obs: list[Obs]) -> float | None:
+def order_kappa(obs: list[Obs]) -> Measure:
     """Cohen's kappa between the verdicts in the two orders (LLMBar's ``kappa_agreement``)."""
-    got = both_orders(obs)
-    return cohen_kappa([v for _, v, _ in got], [w for _, _, w in got]) if got else None
+
+    def got(o: Obs) -> list[tuple[str, str]]:
+        return [(v, w) for _, v, w in _both(o)]
+
+    return _kappa(obs, sorted({x for o in obs for pair in got(o) for x in pair}), got, None)
 
 
-def mean_accuracy(obs: list[Obs]) -> float | None:
+def mean_accuracy(obs: list[Obs]) -> Measure:
+    """The mean of the accuracies in the two orders."""
     a, b = accuracy(obs, "original"), accuracy(obs, "swapped")
-    return None if a is None or b is None else (a + b) / 2
+    return Measure(
+        np.hstack([a.counts, b.counts]), lambda s: {"": (a.reduce(s[:, :2])[""] + b.reduce(s[:, 2:])[""]) / 2}
+    )
 
 
 def repeat_sets(obs: list[Obs], order: str = "original") -> list[tuple[Obs, list[str]]]:
     """Each item's graded verdicts across repeats in ``order``, for items with at least two of them."""
-    out = []
-    for o in obs:
-        got = [v for (_, od), v in sorted(o.values.items()) if od == order and v is not None]
-        if len(got) >= 2:
-            out.append((o, got))
-    return out
+    return [(o, got) for o in obs if len(got := _verdicts(o, order)) >= 2]
 
 
-def repeat_consistency(obs: list[Obs], order: str = "original") -> float | None:
-    got = repeat_sets(obs, order)
-    return sum(len(set(vs)) == 1 for _, vs in got) / len(got) if got else None
+def repeat_consistency(obs: list[Obs], order: str = "original") -> Measure:
+    """Share of items (with two or more graded repeats) whose verdicts all agree."""
+    return _share(obs, lambda o: [len(set(got)) == 1] if len(got := _verdicts(o, order)) >= 2 else [])
 
 
-def bootstrap(stat: Stat, obs: list[Obs], *, resamples: int, seed: int) -> dict[str, Any]:
-    """``stat`` on the items with its 95 % percentile bootstrap interval (items resampled with replacement,
-    seeded; resamples where ``stat`` is undefined are left out); ``low``/``high`` None under two items."""
-    return bootstrap_many(
-        lambda idx: {"": stat(obs if idx is None else [obs[i] for i in idx])}, len(obs), resamples=resamples, seed=seed
-    )[""]
-
-
-def bootstrap_many(
-    stats: Callable[[np.ndarray | None], dict[str, float | None]], items: int, *, resamples: int, seed: int
-) -> dict[str, dict[str, Any]]:
-    """:func:`bootstrap` of several statistics computed together on the same resamples: ``stats(None)`` on the
-    ``items`` as they are, ``stats(indexes)`` on a resample (the drawn item indexes, with repeats)."""
-    values = stats(None)
+def bootstrap(measure: Measure, items: int, *, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
+    """Each value of ``measure`` with its 95 % percentile bootstrap interval: the ``items`` resampled with
+    replacement (seeded), all resamples at once as a (resamples x items) matrix of draw counts times the
+    per-item counts; resamples where a value is undefined are left out; ``low``/``high`` None under two
+    items."""
+    values = measure.value()
     out: dict[str, dict[str, Any]] = {k: {"value": v, "low": None, "high": None} for k, v in values.items()}
     if all(v is None for v in values.values()) or items < 2:
         return out
-    rng = np.random.default_rng(seed)
-    draws = [stats(rng.integers(0, items, items)) for _ in range(resamples)]
+    draws = np.random.default_rng(seed).integers(0, items, (resamples, items))
+    weights = np.bincount((draws + items * np.arange(resamples)[:, None]).ravel(), minlength=resamples * items)
+    found = measure.reduce(weights.reshape(resamples, items) @ measure.counts)
     for key, value in values.items():
-        kept = np.array([d[key] for d in draws if d.get(key) is not None], dtype=float)
+        kept = found[key][~np.isnan(found[key])]
         if value is not None and kept.size:
             out[key]["low"], out[key]["high"] = (float(x) for x in np.percentile(kept, [2.5, 97.5]))
     return out
@@ -171,45 +264,45 @@ def measures(
 ) -> dict[str, Any]:
     """Every measure that applies, each ``{value, low, high, n, ungraded}`` (n = graded verdicts used);
     ``swapped``: a pairwise judge saw both orders."""
-    stats: dict[str, tuple[Stat, str]] = {}
+    stats: dict[str, tuple[Callable[[], Measure], str]] = {}
     if pairwise:
         stats.update(
             {
-                "accuracy_original": (lambda x: accuracy(x, "original"), "original"),
-                "kappa_original": (lambda x: kappa(x, "original"), "original"),
+                "accuracy_original": (partial(accuracy, obs, "original"), "original"),
+                "kappa_original": (partial(kappa, obs, "original"), "original"),
             }
         )
     if pairwise and swapped:
         stats.update(
             {
-                "accuracy_swapped": (lambda x: accuracy(x, "swapped"), "swapped"),
-                "accuracy_mean": (mean_accuracy, "both"),
-                "both_orders_correct": (both_correct, "both"),
-                "swap_consistency": (swap_consistency, "both"),
-                "kappa_swapped": (lambda x: kappa(x, "swapped"), "swapped"),
-                "kappa_between_orders": (order_kappa, "both"),
+                "accuracy_swapped": (partial(accuracy, obs, "swapped"), "swapped"),
+                "accuracy_mean": (partial(mean_accuracy, obs), "both"),
+                "both_orders_correct": (partial(both_correct, obs), "both"),
+                "swap_consistency": (partial(swap_consistency, obs), "both"),
+                "kappa_swapped": (partial(kappa, obs, "swapped"), "swapped"),
+                "kappa_between_orders": (partial(order_kappa, obs), "both"),
             }
         )
     if not pairwise:
-        stats.update({"accuracy": (accuracy, "original"), "kappa": (kappa, "original")})
+        stats.update({"accuracy": (partial(accuracy, obs), "original"), "kappa": (partial(kappa, obs), "original")})
         if ordinal:
-            stats["kappa_quadratic"] = (lambda x: kappa(x, "original", "quadratic"), "original")
-            stats["spearman"] = (score_spearman, "original")
+            stats["kappa_quadratic"] = (partial(kappa, obs, "original", "quadratic"), "original")
+            stats["spearman"] = (partial(score_spearman, obs), "original")
     for order in ("original", "swapped") if swapped else ("original",):
         if repeat_sets(obs, order):
             stats[f"repeat_consistency_{order}" if pairwise else "repeat_consistency"] = (
-                partial(repeat_consistency, order=order),
+                partial(repeat_consistency, obs, order),
                 order,
             )
     out = {}
-    for name, (stat, order) in stats.items():
+    for name, (measure, order) in stats.items():
         if order == "both":
             n, bad = len(both_orders(obs)), ungraded(obs, "original") + ungraded(obs, "swapped")
         elif name.startswith("repeat"):
             n, bad = len(repeat_sets(obs, order)), ungraded(obs, order)
         else:
             n, bad = len(pairs(obs, order)), ungraded(obs, order)
-        out[name] = {**bootstrap(stat, obs, resamples=resamples, seed=seed), "n": n, "ungraded": bad}
+        out[name] = {**bootstrap(measure(), len(obs), resamples=resamples, seed=seed)[""], "n": n, "ungraded": bad}
     return out
 
 
@@ -228,25 +321,24 @@ def confusion(obs: list[Obs], scale: tuple[str, ...], order: str = "original") -
     return {"labels": list(scale), "columns": columns, "matrix": [row[: len(columns)] for row in matrix[: len(scale)]]}
 
 
-def class_scores(
-    truth: np.ndarray, said: np.ndarray, scale: tuple[str, ...], weights: np.ndarray | None = None
-) -> dict[str, float | None]:
-    """``"<class>.precision"`` / ``.recall`` / ``.f1`` for each label of ``scale`` and ``"macro.<measure>"`` with
-    scikit-learn, from labels and verdicts coded as their index in ``scale`` (a verdict off the scale, a jury's
-    ``split``: ``len(scale)``, a miss of its label's class), each pair counted ``weights`` times (a bootstrap
-    resample); an undefined value (a class never chosen, or absent from the labels) is None."""
-    from sklearn.metrics import precision_recall_fscore_support  # heavy: loaded for the summary only
-
-    if not len(truth) or (weights is not None and not weights.any()):
-        return {}
-    each = precision_recall_fscore_support(
-        truth, said, labels=list(range(len(scale))), sample_weight=weights, zero_division=np.nan
-    )
-    out: dict[str, float | None] = {}
-    for name, values in zip(("precision", "recall", "f1"), each[:3]):
-        for label, value in zip(scale, values):
-            out[f"{label}.{name}"] = None if np.isnan(value) else float(value)
-        out[f"macro.{name}"] = float(np.mean(np.nan_to_num(values)))  # = average="macro", zero_division=0
+def class_scores(tables: np.ndarray, scale: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """``"<class>.precision"`` / ``.recall`` / ``.f1`` for each label of ``scale`` and ``"macro.<measure>"`` from
+    contingency tables (tables x labels x verdicts; the last verdict column: off the scale, a jury's ``split``, a
+    miss of its label's class), as scikit-learn's ``precision_recall_fscore_support(zero_division=nan)`` computes
+    them: an undefined value (a class never chosen, or absent from the labels) is NaN, and the macro averages
+    count it as 0 (``average="macro"``, ``zero_division=0``)."""
+    size = len(scale)
+    hit = tables[:, np.arange(size), np.arange(size)]
+    chosen, support = tables.sum(axis=1)[:, :size], tables.sum(axis=2)
+    each = {
+        "precision": _ratio(hit, chosen),
+        "recall": _ratio(hit, support),
+        "f1": _ratio(2 * hit, chosen + support),
+    }
+    out = {}
+    for name, values in each.items():
+        out.update({f"{label}.{name}": values[:, i] for i, label in enumerate(scale)})
+        out[f"macro.{name}"] = np.where(tables.sum(axis=(1, 2)) > 0, np.nan_to_num(values).mean(axis=1), np.nan)
     return out
 
 
@@ -257,15 +349,16 @@ def per_class(
     ``{value, low, high, n}`` (n = graded verdicts), with ``support`` (labels of the class) and ``chosen``
     (verdicts of it) per class; one bootstrap over the items for all of them."""
     got = item_pairs(obs, order)
-    owner = np.array([k for k, _, _ in got], dtype=int)
-    truth, said = (
-        np.array([scale.index(x) if x in scale else len(scale) for x in column], dtype=int)
-        for column in ([a for _, a, _ in got], [b for _, _, b in got])
+    size = len(scale)
+
+    def column(verdict: str) -> int:
+        return scale.index(verdict) if verdict in scale else size
+
+    counts = tally(
+        obs, lambda o: [scale.index(o.label) * (size + 1) + column(v) for v in _verdicts(o, order)], size * (size + 1)
     )
-    found = bootstrap_many(
-        lambda idx: class_scores(
-            truth, said, scale, None if idx is None else np.bincount(idx, minlength=len(obs))[owner]
-        ),
+    found = bootstrap(
+        Measure(counts, lambda s: class_scores(s.reshape(-1, size, size + 1), scale)),
         len(obs),
         resamples=resamples,
         seed=seed,
@@ -273,11 +366,7 @@ def per_class(
     out: dict[str, Any] = {}
     for label in (*scale, "macro"):
         out[label] = {
-            name: {
-                **found.get(f"{label}.{name}", {"value": None, "low": None, "high": None}),
-                "n": len(got),
-                "ungraded": ungraded(obs, order),
-            }
+            name: {**found[f"{label}.{name}"], "n": len(got), "ungraded": ungraded(obs, order)}
             for name in ("precision", "recall", "f1")
         }
         if label != "macro":
@@ -291,11 +380,12 @@ def by_category(obs: list[Obs], *, swapped: bool, resamples: int, seed: int) -> 
     groups: dict[str, list[Obs]] = defaultdict(list)
     for o in obs:
         groups[o.category or "(none)"].append(o)
-    stat: Stat = mean_accuracy if swapped else accuracy
     return {
         cat: {
             "items": len(group),
-            **bootstrap(stat, group, resamples=resamples, seed=seed),
+            **bootstrap(
+                mean_accuracy(group) if swapped else accuracy(group), len(group), resamples=resamples, seed=seed
+            )[""],
             "n": len(pairs(group)),
             "ungraded": ungraded(group),
         }

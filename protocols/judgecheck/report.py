@@ -107,7 +107,7 @@ def _labels_read(read: dict[str, Any], label_map: str | None) -> Text:
     text = f"Records of --labels: {read['read']} read, {read['kept']} kept"
     if read["skipped"]:
         text += (
-            f", {read['skipped']} skipped with --skip-invalid ("
+            f", {read['skipped']} skipped with {', '.join(read.get('skipped_by') or ['--skip-invalid'])} ("
             + "; ".join(f"{why}: {n}" for why, n in read["skipped_by_reason"].items())
             + "). First skipped: "
             + " | ".join(read["skipped_examples"])
