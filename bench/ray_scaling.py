@@ -42,7 +42,7 @@ from rich.console import Console  # noqa: E402
 
 from dyneval.protocols.interview import InterviewProtocol  # noqa: E402
 from dyneval.runtime.embedded import free_port  # noqa: E402
-from dyneval.runtime.executors import ExecutorChoice  # noqa: E402
+from dyneval.runtime.executors.choice import ExecutorChoice  # noqa: E402
 from dyneval.runtime.runner import execute, open_run  # noqa: E402
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
 from tests.ray_cluster import RayCluster, ray_cluster, trees  # noqa: E402
@@ -185,11 +185,11 @@ def one_run(
         params={"data": data},
     )
     protocol = InterviewProtocol()
-    run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
+    run = open_run(protocol, config, run_id=None, console=Console(quiet=True), executor=choice)
     sampler = TreeCPU({name: pid for name, pid in parties.items() if name != "driver"})
     sampler.start()
     driver, started = time.process_time(), time.perf_counter()
-    summary = execute(protocol, run, skip_preflight=True, executor=choice)
+    summary = execute(protocol, run, skip_preflight=True)
     wall = time.perf_counter() - started
     cpu = sampler.stop()
     cpu = {"driver": time.process_time() - driver - sampler.sampler_s, **cpu}

@@ -78,13 +78,10 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     options = {k: [v] if k in lists and isinstance(v, str) else v for k, v in options.items()}  # one file: a list
     args = argparse.Namespace(**{**known, **options, "protocol": protocol, "dry_run": False})
     chosen, _, run = start(args, dests, Console(quiet=quiet))
-    from dyneval.runtime.executors import ExecutorChoice
     from dyneval.runtime.runner import execute
 
     try:
-        execute(
-            chosen, run, skip_preflight=args.skip_preflight, executor=ExecutorChoice(args.executor, args.ray_address)
-        )
+        execute(chosen, run, skip_preflight=args.skip_preflight)
     except RunInterrupted as exc:
         if not exc.budget:
             raise

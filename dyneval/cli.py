@@ -341,10 +341,12 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
                 check_rescore(cls, stored, config)
             else:
                 check_resume_unchanged(stored, config, ParamSchema.of(cls))
+        from dyneval.runtime.executors.choice import ExecutorChoice
         from dyneval.runtime.runner import open_run  # LangGraph's checkpointers load with a run, not with --help
 
         protocol = cls()
-        return protocol, config, open_run(protocol, config, run_id=args.resume, console=console)
+        executor = ExecutorChoice(args.executor, args.ray_address)
+        return protocol, config, open_run(protocol, config, run_id=args.resume, console=console, executor=executor)
     except InputError as exc:
         raise exc.blamed(config.sources) from None
 
@@ -360,16 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         thresholds = parse_thresholds(args.fail_under, args.protocol)
         protocol, config, run = start(args, dests, console)
-        from dyneval.runtime.executors import ExecutorChoice
         from dyneval.runtime.runner import execute, resume_command
 
-        summary = execute(
-            protocol,
-            run,
-            dry_run=args.dry_run,
-            skip_preflight=args.skip_preflight,
-            executor=ExecutorChoice(args.executor, args.ray_address),
-        )
+        summary = execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
         if args.dry_run:
             return EXIT_OK
         return _verdict(summary, thresholds, protocol.name, resume_command(protocol, run), console)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.services import Services
 from dyneval.state.blocks import Block
 from dyneval.state.config import RunConfig
@@ -54,12 +55,14 @@ class Unit:
 
 @dataclass
 class Run:
-    """What a protocol sees of the current run."""
+    """What a protocol sees of the current run. ``executor`` is where this session's units run: every batch the
+    session executes, a mode's own (ATAD's ``--evaluate``) included, runs there."""
 
     config: RunConfig
     run_dir: Path
     services: Services
     console: Console
+    executor: ExecutorChoice
     resumed: bool = False
 
     def __post_init__(self) -> None:
@@ -137,6 +140,13 @@ class Protocol(ABC):
     def custom_run(self, run: Run) -> bool:
         """Handle modes that are not a unit batch (``--serve``, ``--evaluate`` ...); True = handled."""
         return False
+
+    def local_mode(self, run: Run) -> str | None:
+        """The flag of a mode ``run`` asks for that works in this process only (it has no units to hand to an
+        executor, as llmeval's ``--serve`` and JudgeAgent's ``--build-kb-only``, or its units need this process,
+        as interview's human interviewee its terminal), or None: ``--executor ray`` refuses it rather than run it
+        here."""
+        return None
 
     def leaves_no_run(self, run: Run) -> bool:
         """True for a mode that only prints (llmeval's ``--admin-token``): like a dry run, it leaves no run folder."""

@@ -45,7 +45,8 @@ from dyneval.runtime.budget import check_priced
 from dyneval.runtime.concurrency import parallel_map
 from dyneval.runtime.display import await_background, live_status, print_plan, progress_bar
 from dyneval.runtime.events import EventLog
-from dyneval.runtime.executors import Executor, ExecutorChoice, open_session
+from dyneval.runtime.executors import Executor, open_session
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.llm import PING_STEP
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
@@ -79,10 +80,13 @@ def open_run(
     *,
     run_id: str | None,
     console: Console,
+    executor: ExecutorChoice = ExecutorChoice(),
     chat_overrides: dict[str, Any] | None = None,
     retry_sleep: Any = None,
 ) -> Run:
     """The run and its services; a resumed run's directory must exist, a new one is made by :func:`execute`.
+    Its units run on ``executor`` (``--executor``: threads of this process unless it names Ray), whichever batch
+    of the session runs them.
 
     A re-score (``config.rescored_from``) serves every role but the protocol's judges from its source run's log.
     """
@@ -103,7 +107,7 @@ def open_run(
     services = Services(
         config=config, run_dir=run_dir, events=events, chat_overrides=chat_overrides or {}, retry_sleep=retry_sleep
     )
-    run = Run(config=config, run_dir=run_dir, services=services, console=console, resumed=resumed)
+    run = Run(config=config, run_dir=run_dir, services=services, console=console, executor=executor, resumed=resumed)
     called = protocol.judge_roles if config.rescored_from else protocol.roles_in(run)  # a re-score replays others
     cost_flag = (
         "--max-cost" if config.max_cost is not None else "--max-cost-per-role" if config.max_cost_per_role else None
@@ -250,11 +254,16 @@ def execute(
     *,
     dry_run: bool = False,
     skip_preflight: bool = False,
-    executor: ExecutorChoice = ExecutorChoice(),
 ) -> dict[str, Any]:
-    """Validate the inputs, then run every unfinished unit concurrently (on ``executor``: threads of this process
-    by default) and write summary.json and the report."""
-    executor.check(run.config)
+    """Validate the inputs, then run every unfinished unit concurrently on the run's executor (``run.executor``)
+    and write summary.json and the report. A mode of the protocol that has no units (:meth:`.Protocol.local_mode`)
+    refuses ``--executor ray`` before anything is made."""
+    if run.executor.name != "threads" and (flag := protocol.local_mode(run)):
+        raise InputError(
+            f"{flag} works in this process only, not on Ray runners: leave out --executor ray",
+            field="--executor",
+        )
+    run.executor.check(run.config)
     reach_stores(protocol, run)  # before the run folder: a store out of reach leaves nothing behind
     stop.clear()
     notes: list[str] = list(run.services.events.notes)
@@ -285,14 +294,14 @@ def execute(
     results = ResultStore(run.run_dir / "results.jsonl")
     wall_started = time.perf_counter()
     try:
-        with stop_on_signals(), open_session(executor, protocol, run) as session:
+        with stop_on_signals(), open_session(protocol, run) as session:
             # the graph's modules load before prepare() starts its background work, not beside it: JudgeAgent's
             # graph import on this thread beside its context graph's torch import took 1.3 s instead of 0.2 s
             builder = protocol.builder()
             protocol.prepare(run, units)
             finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
             todo = [u for u in units if u.id not in finished]
-            if executor.name != "threads":
+            if run.executor.name != "threads":
                 await_background(run)  # other processes cannot wait for this one's build: it ends first
             with session.units(builder, protocol.context(run), results) as units_on:
                 _run_all(protocol, run, units_on, todo, already=len(units) - len(todo))

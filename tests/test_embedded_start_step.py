@@ -12,6 +12,7 @@ from rich.console import Console
 
 from dyneval.runtime import embedded
 from dyneval.runtime.events import EventLog
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.protocol import Run
 from dyneval.runtime.services import Services
 from dyneval.state.config import RunConfig
@@ -38,7 +39,7 @@ def starter(monkeypatch):
 def _run(tmp_path, console: Console) -> Run:
     config = RunConfig(protocol="test", roles={"target": "local", "evaluator": "judge@http://127.0.0.1:9/v1"})
     services = Services(config=config, run_dir=tmp_path, events=EventLog(tmp_path / "events.jsonl"))
-    return Run(config=config, run_dir=tmp_path, services=services, console=console)
+    return Run(config=config, run_dir=tmp_path, services=services, console=console, executor=ExecutorChoice())
 
 
 def test_the_start_is_announced_before_the_wait_and_timed_after_it(tmp_path, starter):

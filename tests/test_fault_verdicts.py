@@ -21,6 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from rich.console import Console
 
 from dyneval.runtime.events import EventLog
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.protocol import Run, Unit
 from dyneval.runtime.services import Services
 from dyneval.state.config import ModelSpec, RunConfig
@@ -85,6 +86,7 @@ def a_run(svc: Services, params: dict[str, Any]) -> Run:
         run_dir=svc.run_dir,
         services=svc,
         console=Console(file=io.StringIO()),
+        executor=ExecutorChoice(),
     )
 
 

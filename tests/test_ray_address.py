@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dyneval.runtime.embedded import free_port
-from dyneval.runtime.executors import ExecutorChoice
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.executors.ray_address import LOOPBACK_SWITCH, REACH_S
 from dyneval.state.config import RunConfig, StoreConfig
 from dyneval.state.errors import InfraError, InputError

@@ -35,7 +35,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.
 from dyneval.protocols.interview import InterviewProtocol  # noqa: E402
 from dyneval.protocols.judgeagent import JudgeAgentProtocol  # noqa: E402
 from dyneval.runtime.cluster import NAMESPACE, coordinator_name  # noqa: E402
-from dyneval.runtime.executors import ExecutorChoice  # noqa: E402
+from dyneval.runtime.executors.choice import ExecutorChoice  # noqa: E402
 from dyneval.runtime.runner import execute, open_run  # noqa: E402
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
 from dyneval.stores.unit_claims import UnitClaims  # noqa: E402
@@ -162,8 +162,8 @@ def _stable(value: Any) -> Any:
 
 
 def _run(protocol: Any, config: RunConfig, executor: ExecutorChoice) -> tuple[Path, dict[str, Any]]:
-    run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
-    summary = execute(protocol, run, executor=executor)
+    run = open_run(protocol, config, run_id=None, console=Console(quiet=True), executor=executor)
+    summary = execute(protocol, run)
     return run.run_dir, summary
 
 
@@ -214,10 +214,12 @@ def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within
     killer = threading.Thread(target=kill_one_node_mid_run, daemon=True)
     killer.start()
     protocol = cls()
-    run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
+    run = open_run(
+        protocol, config, run_id=None, console=Console(quiet=True), executor=ExecutorChoice("ray", cluster.address)
+    )
     run_box["run"] = run.run_dir
     try:
-        summary = execute(protocol, run, executor=ExecutorChoice("ray", cluster.address))
+        summary = execute(protocol, run)
     finally:
         ended.set()
     killer.join()

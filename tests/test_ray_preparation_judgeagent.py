@@ -25,7 +25,7 @@ import pytest
 import tests.test_context_graph_spread as spread_tests
 import tests.test_ray_executor as ray_tests
 from dyneval.protocols.judgeagent import JudgeAgentProtocol
-from dyneval.runtime.executors import ExecutorChoice
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig
 from dyneval.stores.context_graph import ContextGraph
 from dyneval.stores.vector_rows import VectorRows

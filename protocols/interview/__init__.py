@@ -112,6 +112,10 @@ class InterviewProtocol(Protocol):
         human = self.context(run).interviewee == "human"
         return tuple(r for r in type(self).roles if r != "target") if human else type(self).roles
 
+    def local_mode(self, run: Run) -> str | None:
+        """A person answers on this process's terminal (:meth:`on_interrupt`), which no Ray runner has."""
+        return "--interviewee human" if self.context(run).interviewee == "human" else None
+
     def on_interrupt(self, run: Run, unit: Unit, value: Any) -> Any:
         """Ask the human interviewee on the terminal, the run's live display paused meanwhile; the reply resumes
         the graph from its checkpoint."""

@@ -245,6 +245,10 @@ class JudgeAgentProtocol(Protocol):
             return
         self._start_graph(run, source)
 
+    def local_mode(self, run: Run) -> str | None:
+        """``--build-kb-only`` builds the context graph and runs no unit: nothing to run on Ray runners."""
+        return "--build-kb-only" if run.params.get("build_kb_only") else None
+
     def custom_run(self, run: Run) -> bool:
         if not run.params.get("build_kb_only"):
             return False

@@ -52,6 +52,19 @@ if TYPE_CHECKING:
 
 SAMPLE_BANK = sample("llmeval", "bank.jsonl")  # same file as nodes.llmeval.common.SAMPLE_BANK
 BANK_NOTE = "bank_source.txt"
+#: The modes other than the batch (``custom_run``), in the order they run: the exam server last.
+MODES = (
+    "serve",
+    "admin_token",
+    "import_only",
+    "export",
+    "leaderboard",
+    "stability",
+    "kappa",
+    "contamination",
+    "calibrate",
+    "compare",
+)
 #: What an adaptive session adds to its result (nodes.llmeval.scoring.adaptive_scores).
 ADAPTIVE_FIELDS = (
     "theta",
@@ -496,6 +509,12 @@ class LLMEvalProtocol(Protocol):
         return blocks
 
     # -- other modes -----------------------------------------------------------------------------
+    def local_mode(self, run: Run) -> str | None:
+        """Every mode but the batch runs in this process: the exam server answers its examinees here, the others
+        read or write the bank (the contamination replay's few requests go out from here too); none has units."""
+        flags = {o.name: o.flag for o in self.options()}
+        return next((flags[m] for m in MODES if run.params.get(m)), None)
+
     def custom_run(self, run: Run) -> bool:
         p, options = run.params, self.batch(run)
         if p.get("serve"):  # its port before anything else is made: one in use is bad input, not a server failure
@@ -512,22 +531,7 @@ class LLMEvalProtocol(Protocol):
         p, options = run.params, self.batch(run)
         check_files(p)
         check_workers(p, lambda: bank_location(self._ctx(run), run.services))
-        modes = [
-            m
-            for m in (
-                "serve",
-                "admin_token",
-                "import_only",
-                "export",
-                "leaderboard",
-                "stability",
-                "kappa",
-                "contamination",
-                "calibrate",
-                "compare",
-            )
-            if p.get(m)
-        ]
+        modes = [m for m in MODES if p.get(m)]
         if not modes:
             return False
         if listener is not None:  # its logs will hold the judge prompts, which quote the reference answers

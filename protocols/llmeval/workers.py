@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dyneval.runtime.events import EventLog
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import Run
 from dyneval.runtime.services import Services
@@ -68,6 +69,7 @@ def worker_run() -> Run:
         run_dir=run_dir,
         services=Services(config=config, run_dir=run_dir, events=events),
         console=Console(stderr=True),
+        executor=ExecutorChoice(),  # the exam server works in this machine's processes only (local_mode)
         resumed=True,
     )
 

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-from dyneval.runtime.protocol import Protocol as EvalProtocol
-from dyneval.runtime.protocol import Run, Unit
-from dyneval.state.config import RunConfig
-from dyneval.state.errors import InputError
-from dyneval.stores.results import ResultStore
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
+
+    # annotations only: runtime.protocol's Run carries an ExecutorChoice (runtime.executors.choice)
+    from dyneval.runtime.protocol import Protocol as EvalProtocol
+    from dyneval.runtime.protocol import Run, Unit
+    from dyneval.stores.results import ResultStore
 
 
 class Executor(Protocol):
@@ -44,36 +41,6 @@ class Executor(Protocol):
 
     def working(self) -> bool:
         """Whether a unit still works (after :meth:`stop`, one whose request is still blocked)."""
-
-
-@dataclass(frozen=True)
-class ExecutorChoice:
-    """Where the units of this session run (``--executor``, ``--ray-address``): a choice of the session, not a
-    setting of the run, so a run started on threads may be resumed on Ray and the other way round."""
-
-    name: Literal["threads", "ray"] = "threads"
-    ray_address: str | None = None
-
-    def check(self, config: RunConfig) -> None:
-        """Refuse a choice that cannot run, before anything is created: the Ray cluster must answer within
-        :data:`.ray_address.REACH_S` seconds."""
-        if self.ray_address and self.name != "ray":
-            raise InputError("--ray-address names the Ray cluster of --executor ray", field="--ray-address")
-        if self.name != "ray":
-            return
-        if not config.stores.postgres_dsn:
-            raise InputError(
-                "--executor ray needs --postgres-dsn: any worker continues any unit from its "
-                "checkpoints, and final records are claimed in the database",
-                field="--executor",
-            )
-        if find_spec("ray") is None:
-            raise InputError("--executor ray needs Ray: pip install 'dyneval[ray]'", field="--executor")
-        from dyneval.runtime.executors.ray_address import effective_address, reach
-
-        address, source = effective_address(self.ray_address)
-        if address is not None:
-            reach(address, source)  # a malformed address is InputError, one that does not answer InfraError
 
 
 class Session(Protocol):
@@ -96,14 +63,14 @@ class _ThreadSession:
 
 
 @contextmanager
-def open_session(choice: ExecutorChoice, protocol: EvalProtocol, run: Run) -> Iterator[Session]:
-    """The session ``choice`` names for ``run``. Threads compile the graph with the run's checkpointer and run the
+def open_session(protocol: EvalProtocol, run: Run) -> Iterator[Session]:
+    """The session ``run.executor`` names. Threads compile the graph with the run's checkpointer and run the
     units with the context the runner made; on Ray, the run's workers map the preparation's heavy work
     (``run.services.spread`` is theirs meanwhile) and build graph and context themselves."""
-    if choice.name == "ray":
+    if run.executor.name == "ray":
         from dyneval.runtime.executors.ray import open_ray  # Ray is loaded for --executor ray only
 
-        with open_ray(protocol, run, choice.ray_address) as session:
+        with open_ray(protocol, run, run.executor.ray_address) as session:
             yield session
         return
     yield _ThreadSession(protocol, run)

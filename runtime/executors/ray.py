@@ -48,6 +48,7 @@ from rich.console import Console
 from dyneval.runtime import stop
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
 from dyneval.runtime.events import EventLog
+from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
 from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.models import Endpoint
@@ -81,6 +82,7 @@ class _Job:
     config: RunConfig
     run_dir: str
     sink: Any  # the driver's event sink actor
+    executor: ExecutorChoice  # the session's (a runner's run names where it runs, as the driver's does)
 
 
 def _postgres_dsn(config: RunConfig) -> str:
@@ -199,7 +201,12 @@ class _Worker:
         services.budget = None  # the coordinator's budget counts every worker's calls
         services.limits = self.limits
         self.run = Run(
-            config=config, run_dir=Path(job.run_dir), services=services, console=Console(quiet=True), resumed=True
+            config=config,
+            run_dir=Path(job.run_dir),
+            services=services,
+            console=Console(quiet=True),
+            executor=job.executor,
+            resumed=True,
         )
         self._graph: tuple[Any, Any] | None = None
         self._graph_lock = threading.Lock()
@@ -548,7 +555,7 @@ class RaySession:
     def __init__(self, protocol: Protocol, run: Run, sink: Any) -> None:
         self.protocol, self.run, self.sink = protocol, run, sink
         self.limits = ClusterLimits(run.run_dir.name)  # the driver's: stop and budget
-        job = _Job(protocol, run.config, str(run.run_dir), sink)
+        job = _Job(protocol, run.config, str(run.run_dir), sink, run.executor)
         self.runners = _Runners(job, run.config.concurrency)
         self.spread = RaySpread(self.runners, run.config.concurrency, self.drain)
 

@@ -1,0 +1,139 @@
+"""``--executor ray`` in the protocols' other modes (``custom_run``): ATAD's ``--evaluate`` runs its units on the
+Ray runners, as a batch run does, and gives a thread pool's results; a mode with no units (llmeval's exam server
+and bank modes, JudgeAgent's ``--build-kb-only``) or whose units need this process (interview's human interviewee
+answers on its terminal) refuses the flag in one line, exit 2, before any folder is made.
+
+The evaluation runs on a loopback cluster (a head and one worker node, ``tests/ray_cluster.py``), a throw-away
+PostgreSQL and the stand-in endpoint answering from the request content (``tests/golden_runs.respond``), over the
+shipped hand-written benchmark (7 problems, 14 answers of two examinees).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dyneval import cli
+from dyneval.gate import EXIT_BAD_INPUT
+from tests.golden_runs import REPO, ROLES, respond
+from tests.ray_cluster import RayCluster, ray_cluster
+from tests.ray_runs import records
+from tests.standin_endpoint import StandIn
+from tests.test_ray_executor import _results
+
+EXAMINEES = ("examinee_a", "examinee_b")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    with ray_cluster(workers=1, cpus_per_worker=1) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def standin() -> Any:
+    with StandIn(respond=respond, latency_s=0.01) as server:
+        yield server
+
+
+def _evaluate(standin: StandIn, out: Path, *executor: str) -> Path:
+    """``dyneval --protocol atad --evaluate`` of both examinees on the shipped benchmark; its run folder."""
+    code = cli.main(
+        [
+            "--protocol",
+            "atad",
+            "--evaluate",
+            *(standin.spec(m) for m in EXAMINEES),
+            "--benchmark",
+            str(REPO / "samples/atad/benchmark.jsonl"),
+            "--concurrency",
+            "2",
+            "--out",
+            str(out),
+            *[x for role in ROLES for x in (f"--{role}", standin.spec(role))],
+            *executor,
+        ]
+    )
+    assert code == 0
+    return next(out.glob("*/summary.json")).parent
+
+
+def _answers(run_dir: Path) -> list[dict[str, Any]]:
+    """The examinees' exchanges in the run's log (the driver's pre-flight pings left out)."""
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [e for e in events if e.get("step") != "preflight"]
+
+
+def test_atad_evaluation_with_executor_ray_answers_on_the_ray_runners_as_a_thread_pool_does(
+    cluster: RayCluster, standin: StandIn, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
+    threads_dir = _evaluate(standin, tmp_path / "threads")
+    ray_dir = _evaluate(
+        standin,
+        tmp_path / "ray",
+        "--postgres-dsn",
+        fresh_postgres_db("ray_atad_evaluate"),
+        "--executor",
+        "ray",
+        "--ray-address",
+        cluster.address,
+    )
+
+    # every unit's exchanges were made by a runner (named in the driver's log), none by the driver's threads
+    answers = _answers(ray_dir)
+    assert len(answers) == len(_answers(threads_dir)) >= 14
+    assert all(e.get("worker") for e in answers), [e for e in answers if not e.get("worker")][:2]
+    assert {e["unit"] for e in answers} == {r["unit_id"] for r in records(ray_dir)}
+    assert all("worker" not in e for e in _answers(threads_dir))
+
+    # the same answers, graded the same, and the same tables
+    assert _results(records(ray_dir)) == _results(records(threads_dir))
+    ray_metrics = json.loads((ray_dir / "summary.json").read_text())["metrics"]
+    assert ray_metrics == json.loads((threads_dir / "summary.json").read_text())["metrics"]
+
+
+#: A mode that works in this process only (no units; interview's units need its terminal) -> the flags that ask for
+#: it (with what it reads, which need not exist: it is refused first).
+LOCAL_MODES = {
+    "llmeval --serve": ["--protocol", "llmeval", "--serve"],
+    "llmeval --admin-token": ["--protocol", "llmeval", "--admin-token"],
+    "llmeval --import-only": ["--protocol", "llmeval", "--import-only"],
+    "llmeval --export": ["--protocol", "llmeval", "--export", "bank.jsonl"],
+    "llmeval --leaderboard": ["--protocol", "llmeval", "--leaderboard"],
+    "llmeval --stability": ["--protocol", "llmeval", "--stability"],
+    "llmeval --kappa": ["--protocol", "llmeval", "--kappa", "labels.jsonl"],
+    "llmeval --contamination": ["--protocol", "llmeval", "--contamination", "public.jsonl"],
+    "llmeval --calibrate": ["--protocol", "llmeval", "--calibrate"],
+    "llmeval --compare": ["--protocol", "llmeval", "--compare", "a,b"],
+    "judgeagent --build-kb-only": ["--protocol", "judgeagent", "--build-kb-only"],
+    "interview --interviewee": ["--protocol", "interview", "--interviewee", "human"],
+}
+
+
+@pytest.mark.parametrize("mode", list(LOCAL_MODES))
+def test_a_mode_without_units_refuses_executor_ray_in_one_line_and_leaves_no_folder(
+    mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = cli.main(
+        [
+            *LOCAL_MODES[mode],
+            "--out",
+            str(out),
+            "--postgres-dsn",
+            "postgresql://nobody@127.0.0.1:9/none",
+            "--executor",
+            "ray",
+            "--ray-address",
+            "127.0.0.1:9",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == EXIT_BAD_INPUT
+    assert len(err.splitlines()) == 1, err
+    flag = mode.split()[1]
+    assert flag in err and "--executor" in err, err
+    assert not out.exists()
