@@ -292,7 +292,9 @@ def over_answers(groups: Sequence[tuple[float, Sequence[float]]], unit: str) -> 
         return Estimate(estimate, None, None, n, method, None, n, unit, note=f"needs two or more {unit} in a session")
     pooled = float(sum((r**2).sum() for _, r in kept)) / df
     if pooled <= 1e-12:
-        return Estimate(estimate, None, None, n, method, 0.0, n, unit, note=f"no variance among the {n} {unit}")
+        return Estimate(
+            estimate, None, None, n, method, 0.0, n, unit, note=f"all {n} {unit} alike: no variance to go on"
+        )
     se = math.sqrt(sum(pooled / len(r) for _, r in kept)) / len(kept)
     return _t_interval(estimate, se, df, n=n, units=n, unit=unit, method=method)
 
