@@ -87,7 +87,7 @@ def interval_text(interval: dict[str, Any] | None) -> str:
 
 
 def method_text(interval: dict[str, Any] | None) -> str:
-    """``n=6, bootstrap-clustered over 1 batches``: the denominator and how the interval was computed."""
+    """``n=6, cluster-robust-t over 1 batches``: the denominator and how the interval was computed."""
     if not interval:
         return ""
     text = f"n={interval.get('n')}, {interval.get('method')}"
@@ -97,7 +97,7 @@ def method_text(interval: dict[str, Any] | None) -> str:
 
 
 def value_text(h: Headline) -> str:
-    """``0.917 [0.75, 1] (n=6, bootstrap-clustered over 2 batches)``."""
+    """``0.917 [0.75, 1] (n=6, cluster-robust-t over 2 batches)``."""
     method = method_text(h.interval)
     return f"{number(h.value)} {interval_text(h.interval)}" + (f" ({method})" if method else "")
 

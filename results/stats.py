@@ -9,9 +9,18 @@ uses and why.
   (``scipy.stats.binomtest(k, n).proportion_ci(method="exact")``).
 * ``bootstrap-units``: a mean (or another statistic) of independent units' values: units resampled with
   replacement (``scipy.stats.bootstrap``, BCa; the percentile interval where BCa is undefined).
-* ``bootstrap-clustered``: a ratio over units that share a cluster (JudgeAgent's answers within one batch,
-  interview sessions of one seed question): whole clusters resampled, the statistic ``sum(numerators) /
-  sum(denominators)`` recomputed (``paired=True``).
+* ``cluster-robust-t``: a ratio ``sum(numerators) / sum(denominators)`` over units that share a cluster
+  (JudgeAgent's answers within one batch, interview sessions of one seed question): the cluster-robust (CR1,
+  linearized) standard error with Student's t at K - 1 degrees of freedom for K clusters. A bootstrap over 10
+  clusters covers too seldom (it shrinks the spread by sqrt((K - 1) / K) and uses z where t is due); the
+  coverage bench (``bench/coverage.py``) measures both.
+* ``t-over-answers``: a mean over sessions of a per-session statistic of independent answers (LLMEval's S and
+  R): each session's statistic linearized over its answers, the within-session variance pooled, Student's t
+  with ``answers - sessions`` degrees of freedom. It holds for one session, where a resampling of sessions has
+  no interval.
+* ``clopper-pearson-effective-n``: a weighted share of 0/1 units (ATAD's Table 1 average, whose problems weigh
+  by task and file): the exact interval at the Kish effective size ``1 / sum(w^2)`` (Korn and Graubard 1998);
+  with equal weights it is ``clopper-pearson``. One method whatever the count of right answers.
 
 Resampling is seeded (:data:`SEED`), so a run's intervals are reproducible.
 
@@ -19,7 +28,8 @@ Separability (two targets, equal size, two-sided test at ``alpha`` = 0.05 with p
 ``difference = (z_0.975 + z_0.8) * sqrt(2) * sd / sqrt(n)``, and the units that separate a named difference
 ``d``: ``n = ceil(2 * ((z_0.975 + z_0.8) * sd / d) ** 2)``. ``sd`` is the per-unit standard deviation: the
 sample standard deviation of the units' values (``bootstrap-units``), ``sqrt(p (1 - p))`` for a share (the
-binomial analogue), and ``SE_bootstrap * sqrt(clusters)`` where units are clusters (``n`` counts clusters then).
+binomial analogue), and ``SE * sqrt(units)`` where units are clusters or the interval's own standard error is
+used (``n`` counts those units then).
 """
 
 from __future__ import annotations
@@ -247,17 +257,22 @@ def mean(values: Sequence[float], unit: str) -> Estimate | None:
     )
 
 
-def _ratio(nums: np.ndarray, dens: np.ndarray, axis: int = -1) -> Any:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return nums.sum(axis=axis) / dens.sum(axis=axis)
+def _t_interval(estimate: float, se: float, df: float, *, n: int, units: int, unit: str, method: str) -> Estimate:
+    """``estimate +/- t_(0.975, df) * se`` (``scipy.stats.t``); ``sd`` per unit is ``se * sqrt(units)``."""
+    from scipy.stats import t
+
+    half = float(t.ppf(1 - (1 - LEVEL) / 2, df)) * se
+    return Estimate(estimate, estimate - half, estimate + half, n, method, se * math.sqrt(units), units, unit)
 
 
 def clustered(nums: Sequence[float], dens: Sequence[int], unit: str, cluster: str) -> Estimate | None:
     """``sum(nums) / sum(dens)`` over clusters (a cluster holds ``den`` units whose values sum to ``num``).
 
     Clusters of one unit each are independent units: a share of 0/1 values gets :func:`proportion`, other values
-    :func:`mean`. Otherwise whole clusters are resampled (``bootstrap-clustered``); ``n`` is the units, the
-    separability counts clusters. Clusters without a unit add nothing and are left out.
+    :func:`mean`. Otherwise ``cluster-robust-t``: with ``r = sum(nums) / sum(dens)`` and the residuals
+    ``e_k = num_k - r * den_k``, ``SE = sqrt(K / (K - 1) * sum(e_k^2)) / sum(dens)`` and the interval
+    ``r +/- t_(0.975, K - 1) * SE``; ``n`` is the units, the separability counts clusters. Clusters without a
+    unit add nothing and are left out.
     """
     pairs = [(float(a), int(b)) for a, b in zip(nums, dens) if b]
     if not pairs:
@@ -267,20 +282,62 @@ def clustered(nums: Sequence[float], dens: Sequence[int], unit: str, cluster: st
         if all(v in (0.0, 1.0) for v in values):
             return proportion(int(sum(values)), len(values), unit)
         return mean(values, unit)
-    n = sum(b for _, b in pairs)
-    ratios = {a / b for a, b in pairs}
-    if len(ratios) == 1 and len(pairs) >= 2:  # every cluster alike: every resample gives the estimate, which is
+    num = np.array([a for a, _ in pairs])
+    den = np.array([b for _, b in pairs], dtype=float)
+    k, n, ratio = len(pairs), int(den.sum()), float(num.sum() / den.sum())
+    method = "cluster-robust-t"
+    if k < 2:
+        return Estimate(ratio, None, None, n, method, None, k, cluster, note=f"needs two or more {cluster}")
+    residuals = num - ratio * den
+    if np.allclose(residuals, 0.0):  # every cluster alike: a zero-width interval is no evidence of certainty
         return Estimate(
-            ratios.pop(),
-            None,
-            None,
-            n,
-            "bootstrap-clustered",
-            0.0,
-            len(pairs),
-            cluster,  # no
-            note=f"all {len(pairs)} {cluster} alike: resampling gives no interval",
-        )  # certainty
-    return bootstrap(
-        [[a for a, _ in pairs], [b for _, b in pairs]], _ratio, n=n, unit=cluster, method="bootstrap-clustered"
-    )
+            ratio, None, None, n, method, 0.0, k, cluster, note=f"all {k} {cluster} alike: no variance to go on"
+        )
+    se = math.sqrt(k / (k - 1) * float((residuals**2).sum())) / float(den.sum())
+    return _t_interval(ratio, se, k - 1, n=n, units=k, unit=cluster, method=method)
+
+
+def over_answers(groups: Sequence[tuple[float, Sequence[float]]], unit: str) -> Estimate | None:
+    """The mean of per-group statistics ``estimate_g`` (LLMEval's per-session S or R), each a smooth function of
+    its group's independent answers, linearized: ``residuals_g`` are the answers' influence values (mean zero
+    within the group), so ``Var(estimate_g) = s^2 / n_g`` with ``s^2`` the residuals' variance pooled over the
+    groups (``answers - groups`` degrees of freedom). Interval: ``mean +/- t_(0.975, df) * SE`` with
+    ``SE = sqrt(sum_g s^2 / n_g) / G`` (``t-over-answers``); ``n`` counts the answers."""
+    kept = [(float(e), np.asarray(r, dtype=float)) for e, r in groups if len(r)]
+    if not kept:
+        return None
+    estimate = float(np.mean([e for e, _ in kept]))
+    n = sum(len(r) for _, r in kept)
+    df = n - len(kept)
+    method = "t-over-answers"
+    if df < 1:
+        return Estimate(estimate, None, None, n, method, None, n, unit, note=f"needs two or more {unit} in a session")
+    pooled = float(sum((r**2).sum() for _, r in kept)) / df
+    if pooled <= 1e-12:
+        return Estimate(
+            estimate, None, None, n, method, 0.0, n, unit, note=f"all {n} {unit} alike: no variance to go on"
+        )
+    se = math.sqrt(sum(pooled / len(r) for _, r in kept)) / len(kept)
+    return _t_interval(estimate, se, df, n=n, units=n, unit=unit, method=method)
+
+
+def weighted_proportion(values: Sequence[float], weights: Sequence[float], unit: str) -> Estimate | None:
+    """``sum(w * y) / sum(w)`` of units with values ``y`` in [0, 1] (a unit's share of right answers) and weights
+    ``w``: the exact (Clopper-Pearson) interval from the Beta quantiles at the Kish effective size
+    ``n_eff = sum(w)^2 / sum(w^2)`` and ``k = p * n_eff`` (Korn and Graubard 1998,
+    ``clopper-pearson-effective-n``): equal weights and 0/1 values give :func:`proportion`'s interval. ``sd`` is
+    ``sqrt(p (1 - p) * n / n_eff)`` per unit, so that ``sd / sqrt(n)`` is the share's standard error."""
+    y = np.asarray(values, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    if not len(y) or w.sum() <= 0:
+        return None
+    from scipy.stats import beta
+
+    w = w / w.sum()
+    p = float(min(1.0, max(0.0, (w * y).sum())))
+    n_eff = round(1.0 / float((w**2).sum()), 9)  # rounded: equal weights give n, not n +/- 1 ulp
+    k = round(p * n_eff, 9)
+    low = 0.0 if k <= 0 else float(beta.ppf((1 - LEVEL) / 2, k, n_eff - k + 1))
+    high = 1.0 if k >= n_eff else float(beta.ppf(1 - (1 - LEVEL) / 2, k + 1, n_eff - k))
+    sd = math.sqrt(p * (1 - p) * len(y) / n_eff)
+    return Estimate(p, low, high, len(y), "clopper-pearson-effective-n", sd, len(y), unit)

@@ -22,6 +22,16 @@ def pilot(tmp_path_factory):
     return run("llmeval", tmp_path_factory.mktemp("detect"))
 
 
+def answer_sd(recs) -> tuple[float, int]:
+    """LLMEval's S per answer: its standard error over the answers (within-session variance pooled, sessions as
+    strata) times sqrt(answers), and the answers; from each session's star counts."""
+    sessions = [[100 * int(x) / 3 for x, c in r["stars"].items() for _ in range(c)] for r in recs]
+    n = sum(len(v) for v in sessions)
+    pooled = sum(sum((x - statistics.mean(v)) ** 2 for x in v) for v in sessions) / (n - len(sessions))
+    se = math.sqrt(sum(pooled / len(v) for v in sessions)) / len(sessions)
+    return se * math.sqrt(n), n
+
+
 def rows(output: str) -> dict[str, list[str]]:
     """The printed table's rows by metric label (cells split on the box's bars)."""
     out = {}
@@ -36,20 +46,19 @@ def test_units_needed_and_smallest_separable_difference_equal_the_hand_computati
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["--detect", "5", "--pilot", str(pilot)]) == 0
     table = rows(capsys.readouterr().out)
-    sd = statistics.stdev(r["S"] for r in records(pilot))
-    n = len(records(pilot))
+    sd, n = answer_sd(records(pilot))
     label, value, sd_cell, units, smallest, needed = table["Absolute score S"]
     assert sd_cell == f"{sd:.3g}" and units == str(n)
     assert smallest == f"{Z * math.sqrt(2) * sd / math.sqrt(n):.3g}"
-    assert needed == f"{math.ceil(2 * (Z * sd / 5) ** 2)} sessions"
-    assert table["Relative score R"][-1].startswith("n/a: no variance")  # R is 100 in every pilot session
+    assert needed == f"{math.ceil(2 * (Z * sd / 5) ** 2)} answers"
+    assert table["Relative score R"][-1].startswith("n/a: no variance")  # R is 100 on every pilot question
 
 
 def test_a_pilot_named_by_run_id_under_out_is_found(pilot, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["--detect", "10", "--pilot", pilot.name, "--out", str(pilot.parent)]) == 0
-    sd = statistics.stdev(r["S"] for r in records(pilot))
-    assert rows(capsys.readouterr().out)["Absolute score S"][-1] == f"{math.ceil(2 * (Z * sd / 10) ** 2)} sessions"
+    sd, _ = answer_sd(records(pilot))
+    assert rows(capsys.readouterr().out)["Absolute score S"][-1] == f"{math.ceil(2 * (Z * sd / 10) ** 2)} answers"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ quantiles, the bootstrap over the units (or clusters) the metric is defined over
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import statistics
@@ -12,11 +13,16 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from rich.console import Console
 from scipy.stats import beta, bootstrap, norm
+from scipy.stats import t as student_t
 
 from dyneval.results import stats
+from dyneval.results.console_summary import render_summary
 from dyneval.results.view.adapters import adapter, interval_of
 from dyneval.results.view.data import headline_metrics
+from tests.golden_runs import _clean_environment, respond, run_cli
+from tests.standin_endpoint import StandIn
 from tests.standin_runs import records, run, summary
 
 Z = norm.ppf(0.975) + norm.ppf(0.8)
@@ -78,14 +84,14 @@ def test_judgeagent_base_accuracy_is_clopper_pearson_and_its_score_is_resampled_
     sums = np.array([float(r["score"]) for r in recs])
     answered = np.array([float(r["answered"]) for r in recs])
     assert len(recs) == 2 and (score["method"], score["units"], score["n"]) == (
-        "bootstrap-clustered",
+        "cluster-robust-t",
         2,
         answered.sum(),
     )
-    low, high = scipy_interval((sums, answered), lambda a, b, axis: a.sum(axis) / b.sum(axis))
-    assert (score["low"], score["high"]) == pytest.approx((low, high))
-    per_batch = sorted(sums / answered)  # two clusters: every resample's ratio lies between the batches' ratios
-    assert per_batch[0] - 1e-12 <= score["low"] <= score["high"] <= per_batch[1] + 1e-12
+    ratio = sums.sum() / answered.sum()  # CR1 sandwich of the ratio with t at K - 1 = 1 degree of freedom
+    se = math.sqrt(2 / 1 * ((sums - ratio * answered) ** 2).sum()) / answered.sum()
+    half = student_t.ppf(0.975, 1) * se
+    assert (score["estimate"], score["low"], score["high"]) == pytest.approx((ratio, ratio - half, ratio + half))
 
 
 def test_atad_counts_are_n_times_the_exact_interval_of_their_share_and_the_level_is_bootstrapped(runs):
@@ -120,7 +126,7 @@ def table1_avg(tasks, correct):
     return 100.0 * sum(sum(v) / len(v) for v in by_task.values()) / len(by_task)
 
 
-def test_atad_evaluation_accuracy_interval_resamples_answers_and_scores_each_resample_as_table_1(runs):
+def test_atad_evaluation_accuracy_interval_is_exact_over_the_sample_problems_each_weighing_alike(runs):
     s, recs = summary(runs["atad_evaluate"]), records(runs["atad_evaluate"])
     for model in s["metrics"]["models"]:
         answers = [
@@ -130,14 +136,20 @@ def test_atad_evaluation_accuracy_interval_resamples_answers_and_scores_each_res
         ]
         tasks = np.array([int(r["meta"]["task"][1:]) for r in answers], dtype=float)
         correct = np.array([float(bool(r["correct"])) for r in answers])
+        assert len(set(tasks)) == len(answers) == 7  # the sample: one problem per task, so every problem weighs 1/7
         got = s["metrics"]["intervals"][f"table1.{model}.avg"]
         assert (
             got["estimate"]
             == pytest.approx(table1_avg(tasks, correct))
             == pytest.approx(s["metrics"]["table1"][model]["avg"])
         )
-        low, high = scipy_interval((tasks, correct), lambda t, c: table1_avg(t, c), vectorized=False)
-        assert (got["n"], got["low"], got["high"]) == (len(answers), pytest.approx(low), pytest.approx(high))
+        low, high = clopper_pearson(int(correct.sum()), len(answers))
+        assert got["method"] == "clopper-pearson-effective-n"
+        assert (got["n"], got["low"], got["high"]) == (
+            len(answers),
+            pytest.approx(100 * low),
+            pytest.approx(100 * high),
+        )
 
 
 def test_interview_score_at_n_interval_is_exact_for_0_1_scores_and_bootstrapped_otherwise(runs):
@@ -159,25 +171,57 @@ def test_interview_score_at_n_interval_is_exact_for_0_1_scores_and_bootstrapped_
     assert any(s["metrics"]["intervals"][f"score@{n}"]["method"] == "bootstrap-units" for n in (1, 2, 3))
 
 
-def test_llmeval_s_interval_is_a_bootstrap_over_sessions_and_its_separable_difference_the_formula(runs):
+def test_llmeval_s_interval_rests_on_the_answers_with_t_and_its_separable_difference_the_formula(runs):
     s, recs = summary(runs["llmeval"]), records(runs["llmeval"])
-    values = [r["S"] for r in recs]
+    per_session = [[100 * int(x) / 3 for x, c in r["stars"].items() for _ in range(c)] for r in recs]
+    assert len(per_session) == 3 and any(set(v) - {0, 100} for v in per_session)  # some 1 or 2 stars: not binary
+    n = sum(len(v) for v in per_session)
+    pooled = sum(((np.array(v) - np.mean(v)) ** 2).sum() for v in per_session) / (n - 3)
+    se = math.sqrt(sum(pooled / len(v) for v in per_session)) / 3
+    mean_s = float(np.mean([np.mean(v) for v in per_session]))
+    half = student_t.ppf(0.975, n - 3) * se
     got = s["metrics"]["intervals"]["S"]
-    assert (got["method"], got["n"]) == ("bootstrap-units", len(values))
-    assert (got["low"], got["high"]) == pytest.approx(
-        scipy_interval((np.array(values, dtype=float),), lambda a, axis: a.mean(axis))
-    )
+    assert (got["method"], got["n"]) == ("t-over-answers", n)
+    assert (got["estimate"], got["low"], got["high"]) == pytest.approx((mean_s, mean_s - half, mean_s + half))
     sep = s["metrics"]["separable"]["S"]
-    hand = (1.959964 + 0.841621) * math.sqrt(2) * statistics.stdev(values) / math.sqrt(len(values))
-    assert sep["difference"] == pytest.approx(hand, rel=1e-5)
-    assert s["metrics"]["separable"]["R"]["difference"] is None  # R is 100 in every session: nothing to separate
+    assert sep["unit"] == "answers" and sep["n"] == n
+    assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * se)
+    assert s["metrics"]["intervals"]["R"]["method"] == "t-over-answers"
 
 
 def test_the_report_shows_each_headline_value_with_its_interval_n_and_method_and_the_separability_formula(runs):
     report = (runs["llmeval"] / "report.md").read_text()
     got = summary(runs["llmeval"])["metrics"]["intervals"]["S"]
-    assert f"50 [{got['low']:.3g}, {got['high']:.3g}] (n=3, bootstrap-units)" in report
+    assert f"50 [{got['low']:.3g}, {got['high']:.3g}] (n={got['n']}, t-over-answers)" in report
     assert "(z_0.975 + z_0.8) x sqrt(2) x sd / sqrt(n)" in report
+
+
+def _reference_says_little(body):
+    """The reference model answers every question alike (so its stars differ from the target's); the rest as the
+    golden runs answer."""
+    if body.get("model") == "reference" and not body.get("tools"):
+        return {"role": "assistant", "content": "I cannot say."}
+    return respond(body)
+
+
+def test_a_one_session_llmeval_run_has_an_interval_for_s_and_r_in_summary_report_and_console(tmp_path):
+    args = ["--protocol", "llmeval", "--questions", "6", "--reference-model", "reference@{URL}"]
+    with StandIn(respond=_reference_says_little) as standin, _clean_environment():
+        run_cli("llmeval_one_session", args, standin, tmp_path)
+    one = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_"))
+    s = summary(one)
+    assert s["metrics"]["sessions_scored"] == 1
+    report = (one / "report.md").read_text()
+    console = io.StringIO()
+    render_summary(s, Console(file=console, width=200))
+    for metric in ("S", "R"):
+        got = s["metrics"]["intervals"][metric]
+        assert got["low"] is not None and got["high"] is not None, got
+        assert got["low"] <= got["estimate"] <= got["high"]
+        assert got["n"] == 6 and got["method"] in ("t-over-answers", "clopper-pearson")
+        shown = f"[{got['low']:.3g}, {got['high']:.3g}]"
+        assert f"{shown} (n=6, {got['method']})" in report
+        assert shown in console.getvalue() and got["method"] in console.getvalue()
 
 
 # -- the statistics themselves, on hand-made numbers ---------------------------------------------------------
@@ -207,9 +251,26 @@ def test_units_all_alike_give_no_interval_rather_than_a_zero_width_one():
     assert stats.clustered([1.0, 2.0], [2, 4], "answers", "batches").estimate == 0.5
 
 
-def test_atad_table1_with_every_answer_wrong_gets_the_exact_binomial_bound_in_percent():
+def test_atad_table1_takes_one_exact_method_whatever_the_count_right_and_a_better_result_never_bounds_lower():
     from dyneval.protocols.atad.metrics import table1_estimate
 
-    got = table1_estimate([("b.jsonl", f"T{i}", False) for i in range(1, 8)])  # `make run`: 0 of 7
-    assert (got.estimate, got.low, got.method) == (0.0, 0.0, "clopper-pearson")
-    assert got.high == pytest.approx(100 * (1 - 0.025 ** (1 / 7)))  # 40.96 %: seven wrong answers say little
+    def seven(right: int):
+        return table1_estimate([("b.jsonl", f"T{i}", i <= right, f"p{i}") for i in range(1, 8)])  # `make run`
+
+    none, one = seven(0), seven(1)
+    assert none.method == one.method == "clopper-pearson-effective-n"
+    assert (none.estimate, none.low) == (0.0, 0.0)
+    assert none.high == pytest.approx(100 * (1 - 0.025 ** (1 / 7)))  # 40.96 %: seven wrong answers say little
+    assert (one.low, one.high) == pytest.approx(tuple(100 * x for x in clopper_pearson(1, 7)))
+    assert one.high > none.high
+
+
+def test_atad_table1_counts_copies_of_one_problem_once():
+    from dyneval.protocols.atad.metrics import table1_estimate
+
+    distinct = [("b.jsonl", "T1", i < 3, f"p{i}") for i in range(7)]
+    copied = distinct + [("b.jsonl", "T1", i < 3, f"p{i}") for i in range(7)]  # every problem twice, other ids
+    once, twice = table1_estimate(distinct), table1_estimate(copied)
+    assert once.estimate == twice.estimate == pytest.approx(300 / 7)
+    assert (twice.low, twice.high) == pytest.approx((once.low, once.high))  # 7 problems, not 14 answers
+    assert twice.n == 7

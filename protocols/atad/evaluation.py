@@ -35,6 +35,7 @@ from dyneval.protocols.atad.metrics import (
     curve_sizes,
     evaluation_intervals,
     per_task_accuracy,
+    problem_key,
     review_summary,
 )
 from dyneval.results.headline import report_blocks as headline_blocks
@@ -97,6 +98,7 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
                 "item": item["id"],
                 "task": item["task"],
                 "pos": pos,
+                "problem_key": problem_key(item["task"], item["problem"]),
                 "orchestrator": bool(item.get("orchestrator", True)),
             }
             same = item["base_problem"] == item["problem"]
@@ -188,13 +190,16 @@ def evaluation_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     table2: dict[str, dict[str, Any]] = {}
     curves: dict[str, dict[str, Any]] = {}
     table1: dict[str, Any] = {}
-    answered: dict[str, list[tuple[str, str, bool]]] = {}  # (benchmark file, task, correct) of the final problems
+    answered: dict[str, list[tuple[str, str, bool, str]]] = {}  # (file, task, correct, problem) of final problems
     for model in models:
         tables = []
         for bi, label, _ in benches:
             fin = final.get((model, bi), {})
             rows = [(r["meta"]["task"], bool(r["correct"])) for r in fin.values()]
-            answered.setdefault(model, []).extend((label, task, correct) for task, correct in rows)
+            answered.setdefault(model, []).extend(
+                (label, r["meta"]["task"], bool(r["correct"]), r["meta"].get("problem_key") or f"{label}#{item}")
+                for item, r in fin.items()
+            )  # a run planned before problem keys existed: each item its own problem
             table = per_task_accuracy(rows)
             per_file.setdefault(label, {})[model] = table
             tables.append(table)

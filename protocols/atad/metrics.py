@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from dyneval.results.stats import Estimate, bootstrap, proportion, summary_entries
+from dyneval.results.stats import Estimate, proportion, summary_entries, weighted_proportion
 from dyneval.results.stats import mean as mean_estimate
 from dyneval.state.atad import TASK_IDS
 
@@ -151,34 +150,37 @@ def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str,
     )
 
 
-def table1_estimate(answers: Sequence[tuple[str, str, bool]]) -> Estimate | None:
-    """Table 1's average accuracy (%) of one model from its answers ``(benchmark file, task, correct)``, with the
-    interval from resampling the answers: each resample is scored as Table 1 is (per task the mean over files of
-    the file's task accuracy, then the mean over the tasks present). When every answer is alike (all right or all
-    wrong) no resample differs, and Table 1's average is the share of right answers: its exact binomial interval
-    (in %) instead."""
-    if len({bool(c) for _, _, c in answers}) == 1:
-        right = sum(bool(c) for _, _, c in answers)
-        share = proportion(right, len(answers), "answers")
-        return share.scaled(100.0) if share else None
-    strata = sorted({(f, t) for f, t, _ in answers})
-    tasks = sorted({t for _, t in strata})
-    code = [float(strata.index((f, t))) for f, t, _ in answers]  # bootstrap makes the arrays
-    correct = [float(c) for _, _, c in answers]
-
-    def avg(codes: np.ndarray, right: np.ndarray, axis: int = -1) -> np.ndarray:
-        means = []
-        for s in range(len(strata)):
-            hit = codes == s
-            with np.errstate(invalid="ignore", divide="ignore"):
-                means.append((right * hit).sum(axis=axis) / hit.sum(axis=axis))  # nan: absent from the resample
-        stacked = np.stack(means)
-        per_task = [np.nanmean(stacked[[i for i, (_, t) in enumerate(strata) if t == task]], axis=0) for task in tasks]
-        return 100.0 * np.nanmean(np.stack(per_task), axis=0)
-
-    return bootstrap([code, correct], avg, n=len(answers), unit="answers", method="bootstrap-units")
+def problem_key(task: str, problem: Any) -> str:
+    """A problem's identity for Table 1: its task and content with whitespace collapsed and case folded, so
+    copies under different ids (or in different benchmark files) are one problem."""
+    text = json.dumps(problem, sort_keys=True, ensure_ascii=False)
+    return f"{task}:" + " ".join(text.split()).casefold()
 
 
-def evaluation_intervals(answers: dict[str, list[tuple[str, str, bool]]]) -> dict[str, dict[str, Any]]:
+def table1_estimate(answers: Sequence[tuple[str, str, bool, str]]) -> Estimate | None:
+    """Table 1's average accuracy (%) of one model from its answers ``(benchmark file, task, correct, problem)``
+    with its exact interval over the distinct problems.
+
+    Table 1 scores per task the mean over files of the file's task accuracy, then the mean over the tasks
+    present: a weighted share of right answers, each answer weighing ``1 / (tasks * files with its task *
+    answers in its file and task)``. Answers to copies of one problem (the same ``problem`` key) are one
+    problem: its weight the copies' sum, its value their weighted share right. The interval is
+    ``clopper-pearson-effective-n`` (:func:`results.stats.weighted_proportion`): one method whatever the count
+    of right answers, the exact binomial one when every problem weighs alike."""
+    if not answers:
+        return None
+    strata = Counter((f, t) for f, t, _, _ in answers)
+    files_per_task = Counter(t for _, t in strata)
+    weight: dict[str, float] = defaultdict(float)
+    right: dict[str, float] = defaultdict(float)
+    for f, t, correct, problem in answers:
+        w = 1.0 / (len(files_per_task) * files_per_task[t] * strata[(f, t)])
+        weight[problem] += w
+        right[problem] += w * bool(correct)
+    share = weighted_proportion([right[p] / weight[p] for p in weight], list(weight.values()), "problems")
+    return share and share.scaled(100.0)
+
+
+def evaluation_intervals(answers: dict[str, list[tuple[str, str, bool, str]]]) -> dict[str, dict[str, Any]]:
     """:func:`table1_estimate` of each evaluated model, keyed ``table1.<model>.avg``."""
     return summary_entries({f"table1.{model}.avg": table1_estimate(rows) for model, rows in answers.items()})

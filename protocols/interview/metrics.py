@@ -316,9 +316,9 @@ def by_level(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def _by_seed(records: list[dict[str, Any]], values: Any, unit: str) -> Estimate | None:
     """``sum / count`` of the values ``values(record)`` yields, clustered by seed question: the sessions of one
-    seed question (``--repeats``) and a session's follow-ups share it and are resampled together; where every
-    seed question gave one value they are independent units (a share of 0/1 values then gets the exact
-    interval)."""
+    seed question (``--repeats``) and a session's follow-ups share it and count as one cluster
+    (``cluster-robust-t`` over seed questions); where every seed question gave one value they are independent
+    units (a share of 0/1 values then gets the exact interval)."""
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for r in records:

@@ -150,8 +150,9 @@ def intervals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
     The JudgeAgent score and the validation rates after the suggestions (ACC2, CR, CtE) are clustered by batch:
     the extension rounds grow from the batch's own questions and one feedback serves the whole batch (Algorithms
-    1 and 2), so batches are resampled whole. Base accuracy and ACC1 are shares of base questions, each answered
-    on its own: exact (Clopper-Pearson) intervals.
+    1 and 2), so batches are the independent units (``cluster-robust-t`` over batches, t at batches - 1 degrees of
+    freedom: a bootstrap over 10 batches covered too seldom, docs/statistics.md). Base accuracy and ACC1 are
+    shares of base questions, each answered on its own: exact (Clopper-Pearson) intervals.
     """
     records = list(records)
     base = [None if is_ungraded(b) else bool(b["correct"]) for r in records for b in r["base"]]

@@ -22,12 +22,13 @@ import itertools
 import random
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from dyneval.results.stats import mean as mean_estimate
-from dyneval.results.stats import summary_entries
+from dyneval.results.stats import Estimate, over_answers, proportion, summary_entries
+from dyneval.state.llmeval import S_MAX
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -216,13 +217,38 @@ def recalled(matches: Sequence[bool], needed: int = 2) -> bool:
     return sum(bool(m) for m in matches) >= needed
 
 
+def _s_estimate(sessions: Sequence[dict[str, Any]]) -> Estimate | None:
+    """S (equation 1): the mean of the sessions' S, each the mean of its answers' ``100 * stars / 3``. Every
+    rating 0 or 3 stars: S is a share of full-mark answers, with its exact interval; else ``t-over-answers``."""
+    scored = [s for s in sessions if s.get("S") is not None and s["stars"]]
+    stars = [float(x) for s in scored for x in s["stars"]]
+    if stars and all(x in (0.0, S_MAX) for x in stars):
+        share = proportion(sum(x == S_MAX for x in stars), len(stars), "answers")
+        return share and replace(share.scaled(100.0), estimate=mean([s["S"] for s in scored]))
+    return over_answers(
+        [(s["S"], [100 * x / S_MAX - s["S"] for x in s["stars"]]) for s in scored],
+        "answers",
+    )
+
+
+def _r_estimate(sessions: Sequence[dict[str, Any]]) -> Estimate | None:
+    """R (equation 2): the mean of the sessions' R = 100 * S / S_ref on the same questions. A session's R is a
+    ratio of its answers' stars to the reference's on the same questions, linearized over the question pairs
+    both scored: ``100 * (m_i - R / 100 * r_i) / mean(r)``; ``t-over-answers``."""
+    groups = []
+    for s in sessions:
+        pairs = np.asarray(s.get("pairs") or [], dtype=float).reshape(-1, 2)
+        if s.get("R") is None or not len(pairs) or not pairs[:, 1].sum():
+            continue
+        ratio = pairs[:, 0].sum() / pairs[:, 1].sum()
+        groups.append((s["R"], 100 * (pairs[:, 0] - ratio * pairs[:, 1]) / pairs[:, 1].mean()))
+    return over_answers(groups, "answers")
+
+
 def intervals(sessions: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """95 % intervals and separable differences of S (equation 1) and R (equation 2), each a mean over the
-    scored sessions, bootstrapped over sessions: a session draws its questions from the bank at random and never
-    repeats one the model met (section 3), so the run's sessions are independent units."""
-    return summary_entries(
-        {
-            "S": mean_estimate([r["S"] for r in sessions if r.get("S") is not None], "sessions"),
-            "R": mean_estimate([r["R"] for r in sessions if r.get("R") is not None], "sessions"),
-        }
-    )
+    scored sessions. A session draws its questions from the bank at random and never repeats one the model met
+    (section 3), so its answers are independent draws: the interval rests on the answers, and a one-session run
+    (the paper's single exam) has one. ``sessions`` hold ``S``, ``R``, ``stars`` (the model's scored answers'
+    stars) and ``pairs`` (``(stars, reference stars)`` of the questions both scored)."""
+    return summary_entries({"S": _s_estimate(sessions), "R": _r_estimate(sessions)})

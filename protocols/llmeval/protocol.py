@@ -102,6 +102,22 @@ def check_files(p: dict[str, Any]) -> None:
             raise InputError("file not found", file=str(p[name]), field="--" + name)
 
 
+def _answers(bank: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """A scored session's answers for its S and R intervals: ``stars`` of the model's scored answers and
+    ``pairs`` ``(stars, reference stars)`` of the questions both the model and its reference replay scored."""
+    rows = bank.judged_items(record["session_id"])
+    ref_id = record.get("reference_session_id")
+    ref = {r["question_uuid"]: r["stars"] for r in bank.judged_items(ref_id)} if ref_id else {}
+    return {
+        "stars": [r["stars"] for r in rows if r["stars"] is not None],
+        "pairs": [
+            (r["stars"], ref[r["question_uuid"]])
+            for r in rows
+            if r["stars"] is not None and ref.get(r["question_uuid"]) is not None
+        ],
+    }
+
+
 class LLMEvalProtocol(Protocol):
     name = "llmeval"
     description = (
@@ -416,7 +432,7 @@ class LLMEvalProtocol(Protocol):
                 {k: r[k] for k in ("model", "S", "R", "sessions")}
                 for r in analyses.leaderboard(bank_of(self._ctx(run)))
             ],
-            **intervals(ok),
+            **intervals([{**r, **_answers(bank_of(self._ctx(run)), r)} for r in ok]),
         }
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:

@@ -69,7 +69,7 @@ def interval_of(metrics: dict[str, Any], path: str) -> dict[str, Any] | None:
     """The 95 % interval of the headline metric at ``path`` (a :class:`Metric` path with any ``*`` replaced by its
     key), as every protocol writes it under ``summary["metrics"]["intervals"][path]``: ``{"estimate", "low",
     "high", "n", "level", "method"}`` (``method`` names how it was computed, e.g. ``clopper-pearson``,
-    ``bootstrap-units``, ``bootstrap-clustered``). None when the run wrote none (an older run, or no data)."""
+    ``cluster-robust-t``, ``t-over-answers``). None when the run wrote none (an older run, or no data)."""
     found = (metrics.get("intervals") or {}).get(path)
     return found if isinstance(found, dict) else None
 

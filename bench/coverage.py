@@ -1,0 +1,347 @@
+"""Coverage of every headline metric's 95 % interval, measured by simulation with a known truth.
+
+Each cell simulates runs of one protocol at one size with simulated targets and judges of known ability (no LLM)
+and computes the interval through the same metric function the protocol's summary calls
+(``protocols/*/metrics.py`` on records shaped as the protocol writes them). Per cell it prints the share of
+intervals that contain the truth, their mean width, the misses above and below, and the runs that gave no
+interval (counted as misses). Seeds are fixed: a cell's figures depend only on ``--reps`` and ``--seed``.
+
+    python bench/coverage.py [--reps 1000] [--seed 0] [--only llmeval]
+
+Importable: :func:`measure` runs the cells at any repetition count (``tests/test_coverage.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dyneval.protocols.atad.metrics import evaluation_intervals  # noqa: E402
+from dyneval.protocols.interview.metrics import intervals as interview_intervals  # noqa: E402
+from dyneval.protocols.judgeagent.metrics import intervals as judgeagent_intervals  # noqa: E402
+from dyneval.protocols.judgecheck.metrics import Obs, accuracy, bootstrap  # noqa: E402
+from dyneval.protocols.llmeval.metrics import intervals as llmeval_intervals  # noqa: E402
+
+Rng = np.random.Generator
+#: one simulated run: the interval dict of the metric (``low``/``high``, None without an interval)
+Simulate = Callable[[Rng], dict[str, Any]]
+
+
+def logistic(x: Any) -> Any:
+    return 1 / (1 + np.exp(-x))
+
+
+def expected_logistic(mean: float, sd: float) -> float:
+    """``E[logistic(mean + sd Z)]`` for a standard normal Z (Gauss-Hermite quadrature, 80 nodes)."""
+    x, w = np.polynomial.hermite_e.hermegauss(80)
+    return float((logistic(mean + sd * x) * w).sum() / w.sum())
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One metric at one run size: ``simulate`` draws a run and returns its interval; ``truth`` is the value a
+    run of infinite size would give. ``default`` / ``smallest``: the protocol's default and smallest size."""
+
+    protocol: str
+    metric: str
+    size: str
+    truth: float
+    simulate: Simulate
+    default: bool = False
+    smallest: bool = False
+
+
+@dataclass(frozen=True)
+class Coverage:
+    cell: Cell
+    reps: int
+    covered: int
+    above: int  # the interval lies above the truth
+    below: int
+    none: int  # no interval (a miss)
+    mean_width: float
+    methods: tuple[str, ...]
+
+    @property
+    def share(self) -> float:
+        return self.covered / self.reps
+
+
+# -- LLMEval: S and R (equations 1 and 2) over sessions of answers drawn from a bank ---------------------------
+
+BANK = 5000
+_bank = np.random.default_rng(12345).normal(0.0, 1.2, BANK)  # question difficulty (logit)
+TARGET, REFERENCE = 0.3, 1.0  # abilities (logit): P(a star) = logistic(ability - difficulty)
+
+
+def _llmeval_truth(binary: bool) -> tuple[float, float]:
+    p, q = logistic(TARGET - _bank), logistic(REFERENCE - _bank)
+    return 100 * p.mean(), 100 * p.mean() / q.mean()  # E[stars] / 3 is p either way (Binomial(3, p) or 3 x Bern(p))
+
+
+def _stars(rng: Rng, p: np.ndarray, binary: bool) -> np.ndarray:
+    return 3 * (rng.random(p.shape) < p) if binary else rng.binomial(3, p)
+
+
+def llmeval_run(rng: Rng, sessions: int, questions: int, binary: bool) -> dict[str, dict[str, Any]]:
+    """``sessions`` sessions of ``questions`` questions of one target, each replayed by the reference; no session
+    repeats a question the target met (section 3). The judge's stars: Binomial(3, p) or 0/3 (``binary``)."""
+    picked = rng.choice(BANK, sessions * questions, replace=False).reshape(sessions, questions)
+    rows = []
+    for qs in picked:
+        m = _stars(rng, logistic(TARGET - _bank[qs]), binary)
+        r = _stars(rng, logistic(REFERENCE - _bank[qs]), binary)
+        s, s_ref = 100 * m.mean() / 3, 100 * r.mean() / 3
+        rows.append({"S": s, "R": s / s_ref * 100 if s_ref else None, "stars": m.tolist(), "pairs": list(zip(m, r))})
+    return llmeval_intervals(rows)["intervals"]
+
+
+def llmeval_cells() -> list[Cell]:
+    cells = []
+    for binary in (False, True):
+        s_true, r_true = _llmeval_truth(binary)
+        judge = "0/3 stars" if binary else "0-3 stars"
+        for sessions, questions in ((1, 10), (1, 50), (2, 10), (5, 10), (2, 50), (1, 1000)):
+            for metric, truth in (("S", s_true), ("R", r_true)):
+
+                def sim(rng: Rng, k: int = sessions, n: int = questions, b: bool = binary, m: str = metric) -> Any:
+                    return llmeval_run(rng, k, n, b).get(m, {})
+
+                cells.append(
+                    Cell(
+                        "llmeval",
+                        metric,
+                        f"{sessions} x {questions} q, {judge}",
+                        truth,
+                        sim,
+                        default=(sessions, questions) == (1, 1000),  # --sessions 1 --questions 1000
+                        smallest=(sessions, questions) == (1, 10),
+                    )
+                )
+    return cells
+
+
+# -- JudgeAgent: the score (Algorithm 1, line 35) over batches ----------------------------------------------
+
+JA_ABILITY, JA_BATCH_SD = 0.5, 1.0  # answers of one batch share its topic: a batch effect on the logit
+
+
+def judgeagent_run(rng: Rng, size: int) -> dict[str, Any]:
+    """``size`` batches of 3 base questions and up to 3 extension rounds (a round's generation fails 1 in
+    5), every answer right with the batch's probability."""
+    records = []
+    for _ in range(size):
+        p = logistic(JA_ABILITY + JA_BATCH_SD * rng.normal())
+        answered = 3 + int((rng.random(3) > 0.2).sum())
+        right = int((rng.random(answered) < p).sum())
+        base = [{"correct": bool(c), "gain": float(c)} for c in rng.random(3) < p]
+        records.append({"score": float(right), "answered": answered, "base": base})
+    return judgeagent_intervals(records)["intervals"]["score"]
+
+
+def sized_cells(
+    protocol: str,
+    metric: str,
+    truth: float,
+    run: Callable[..., dict[str, Any]],
+    sizes: dict[int, str],
+    default: int,
+    smallest: int,
+) -> list[Cell]:
+    """One cell per size ``k`` (labelled ``f"{k} {sizes[k]}"``) of a metric whose run takes one size."""
+    return [
+        Cell(protocol, metric, f"{k} {unit}", truth, partial(run, size=k), default=k == default, smallest=k == smallest)
+        for k, unit in sizes.items()
+    ]
+
+
+def judgeagent_cells() -> list[Cell]:
+    batches = {k: "batches" for k in (2, 5, 10, 30)}  # 5: the shipped sample, 15 questions in batches of 3
+    truth = expected_logistic(JA_ABILITY, JA_BATCH_SD)
+    return sized_cells("judgeagent", "score", truth, judgeagent_run, batches, default=10, smallest=5)
+
+
+# -- Interview: Score@1 and follow-up accuracy (section 3.2) over seed questions -----------------------------
+
+IV_ABILITY, IV_SEED_SD, IV_FOLLOWUPS = 0.0, 1.5, 3
+
+
+def interview_run(rng: Rng, seeds: int, repeats: int) -> dict[str, dict[str, Any]]:
+    """``seeds`` seed questions of random difficulty, ``repeats`` sessions each; a session's seed answer (one
+    interaction) and its follow-ups are right with the seed question's probability (follow-ups a little
+    easier)."""
+    records = []
+    for s in range(seeds):
+        u = IV_SEED_SD * rng.normal()
+        for r in range(repeats):
+            seed_right = float(rng.random() < logistic(IV_ABILITY + u))
+            follow = rng.random(IV_FOLLOWUPS) < logistic(IV_ABILITY + 0.5 + u)
+            records.append(
+                {
+                    "status": "ok",
+                    "unit_id": f"s{s}-r{r}",
+                    "seed_id": f"s{s}",
+                    "seed_scores": [seed_right],
+                    "followup_results": [{"correct": bool(c)} for c in follow],
+                }
+            )
+    return interview_intervals(records, 1)["intervals"]
+
+
+def interview_metric(rng: Rng, seeds: int, repeats: int, metric: str) -> dict[str, Any]:
+    return interview_run(rng, seeds, repeats)[metric]
+
+
+def interview_cells() -> list[Cell]:
+    cells = []
+    for metric, shift in (("score@1", 0.0), ("followup_accuracy.overall", 0.5)):
+        for seeds, repeats in ((7, 1), (30, 1), (7, 3), (30, 3)):
+            cells.append(
+                Cell(
+                    "interview",
+                    metric,
+                    f"{seeds} seeds x {repeats}",
+                    expected_logistic(IV_ABILITY + shift, IV_SEED_SD),
+                    partial(interview_metric, seeds=seeds, repeats=repeats, metric=metric),
+                    default=(seeds, repeats) == (7, 1),  # the shipped sample, one session per seed question
+                    smallest=(seeds, repeats) == (7, 1),
+                )
+            )
+    return cells
+
+
+# -- ATAD --evaluate: Table 1's average accuracy over distinct problems --------------------------------------
+
+TASKS = [f"T{i}" for i in range(1, 8)]
+AT_TASK_LOGIT = np.linspace(-1.0, 1.0, 7)  # the tasks' mean ability of the examinee
+AT_PROBLEM_SD = 2.0  # problems within a task differ: copies of one problem are answered alike
+
+
+def _atad_truth() -> float:
+    return 100 * float(np.mean([expected_logistic(m, AT_PROBLEM_SD) for m in AT_TASK_LOGIT]))
+
+
+def atad_run(rng: Rng, distinct: list[int], copies: int, merged: bool = True) -> dict[str, Any]:
+    """A benchmark file with ``distinct[t]`` distinct problems of task t, each present ``copies`` times under
+    different ids (generated benchmarks repeat problems); the examinee answers each copy with the problem's own
+    probability of being right. ``merged=False`` keys every copy apart (answers counted as independent problems:
+    what Table 1's interval must not do)."""
+    answers = []
+    for t, (task, count) in enumerate(zip(TASKS, distinct)):
+        for j in range(count):
+            p = logistic(AT_TASK_LOGIT[t] + AT_PROBLEM_SD * rng.normal())
+            for c in range(copies):
+                key = f"{task}:{j}" if merged else f"{task}:{j}:{c}"
+                answers.append(("bench.jsonl", task, bool(rng.random() < p), key))
+    return evaluation_intervals({"m": answers})["intervals"]["table1.m.avg"]
+
+
+def atad_cells() -> list[Cell]:
+    truth = _atad_truth()
+    dup = [2, 2, 2, 2, 2, 2, 3]
+    sizes = {
+        "7 problems (the sample)": ([1] * 7, 1, True),
+        "30 problems, 15 distinct": (dup, 2, True),
+        "30 problems, 15 distinct, copies counted apart": (dup, 2, False),
+        "70 problems": ([10] * 7, 1, True),
+    }
+    return [
+        Cell(
+            "atad",
+            "table1 avg",
+            label,
+            truth,
+            partial(atad_run, distinct=d, copies=c, merged=m),
+            default=label.startswith("7 "),  # --evaluate without --benchmark answers the shipped sample
+            smallest=label.startswith("7 "),
+        )
+        for label, (d, c, m) in sizes.items()
+    ]
+
+
+# -- judgecheck: agreement (accuracy) of a judge with the human labels --------------------------------------
+
+JC_ABILITY, JC_ITEM_SD, JC_RESAMPLES = 1.0, 1.0, 1000
+
+
+def judgecheck_run(rng: Rng, size: int) -> dict[str, Any]:
+    """``size`` items, each judged once; the verdict matches the label with the item's probability."""
+    obs = []
+    for i in range(size):
+        agree = rng.random() < logistic(JC_ABILITY + JC_ITEM_SD * rng.normal())
+        obs.append(Obs(str(i), "", "A", {(0, "original"): "A" if agree else "B"}))
+    return bootstrap(accuracy, obs, resamples=JC_RESAMPLES, seed=int(rng.integers(1 << 31)))
+
+
+def judgecheck_cells() -> list[Cell]:
+    truth = expected_logistic(JC_ABILITY, JC_ITEM_SD)
+    items = {20: "items", 100: "items"}
+    return sized_cells("judgecheck", "accuracy", truth, judgecheck_run, items, default=100, smallest=20)
+
+
+def cells() -> list[Cell]:
+    return [*llmeval_cells(), *judgeagent_cells(), *interview_cells(), *atad_cells(), *judgecheck_cells()]
+
+
+def run_cell(cell: Cell, reps: int, seed: int = 0) -> Coverage:
+    """``reps`` simulated runs of ``cell`` (one seeded generator per cell)."""
+    rng = np.random.default_rng([seed, zlib.crc32(f"{cell.protocol}|{cell.metric}|{cell.size}".encode())])
+    covered = above = below = none = 0
+    widths, methods = [], set()
+    for _ in range(reps):
+        got = cell.simulate(rng)
+        methods.add(str(got.get("method")))
+        low, high = got.get("low"), got.get("high")
+        if low is None or high is None:
+            none += 1
+            continue
+        widths.append(high - low)
+        if low > cell.truth:
+            above += 1
+        elif high < cell.truth:
+            below += 1
+        else:
+            covered += 1
+    return Coverage(cell, reps, covered, above, below, none, float(np.mean(widths)) if widths else 0.0, tuple(methods))
+
+
+def measure(reps: int, seed: int = 0, keep: Callable[[Cell], bool] = lambda c: True) -> list[Coverage]:
+    """:func:`run_cell` of every cell ``keep`` accepts."""
+    return [run_cell(c, reps, seed) for c in cells() if keep(c)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=1000, help="simulated runs per cell")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", help="one protocol: llmeval, judgeagent, interview, atad, judgecheck")
+    args = ap.parse_args()
+    started = time.monotonic()
+    print("| protocol | metric | run size | truth | coverage | mean width | above | below | no interval | method |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for cell in cells():
+        if args.only not in (None, cell.protocol):
+            continue
+        c = run_cell(cell, args.reps, args.seed)
+        tag = " (default)" if cell.default else " (smallest)" if cell.smallest else ""
+        print(
+            f"| {cell.protocol} | {cell.metric} | {cell.size}{tag} | {cell.truth:.3g} | {100 * c.share:.1f} % "
+            f"| {c.mean_width:.3g} | {c.above} | {c.below} | {c.none} | {', '.join(sorted(c.methods))} |",
+            flush=True,
+        )
+    print(f"\n{args.reps} runs per cell, seed {args.seed}, {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
