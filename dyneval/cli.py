@@ -83,7 +83,11 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     for role in ROLES:
         roles.add_argument(f"--{role}", help=f"model for the {role} role")
     run = parser.add_argument_group("run")
-    run.add_argument("--limit", type=int, help="process at most this many units")
+    run.add_argument(
+        "--limit",
+        type=int,
+        help="process at most this many units (interview: seed questions, each with all its --repeats)",
+    )
     default = {name: f.default for name, f in RunConfig.model_fields.items()}
     run.add_argument("--concurrency", type=int, help=f"units in flight at once (default {default['concurrency']})")
     run.add_argument("--seed", type=int, help=f"seed for every random choice (default {default['seed']})")

@@ -130,6 +130,11 @@ class Protocol(ABC):
     def plan(self, run: Run) -> list[Unit]:
         """Load and validate inputs (raise ``InputError``) and list the units; no LLM calls."""
 
+    def within_limit(self, units: list[Unit], limit: int) -> list[Unit]:
+        """The units ``--limit N`` keeps: the first ``N`` of the plan (a protocol whose units come in groups that
+        only make sense whole keeps whole groups instead, and says so in its ``--limit`` note)."""
+        return units[:limit]
+
     def expected_calls(self, run: Run) -> str:
         """Expected LLM calls per unit, for ``--dry-run`` (a short phrase)."""
         return "unknown"

@@ -185,7 +185,7 @@ def plan_units(protocol: Protocol, run: Run, notes: list[str]) -> list[Unit]:
         return [Unit(**u) for u in saved]
     units = protocol.plan(run)
     if run.config.limit is not None:
-        units = units[: run.config.limit]
+        units = protocol.within_limit(units, run.config.limit)
     ids = [u.id for u in units]
     if len(set(ids)) != len(ids):
         raise RuntimeError(f"{protocol.name}: plan produced duplicate unit ids")

@@ -128,7 +128,8 @@ class SessionStore(BankStore):
 
         The bank is never read whole: places in UUID order are drawn and only the drawn questions are looked up
         (:mod:`stores.bank_places`), with the same draws, hence the same questions, as sampling the list of
-        every unseen question's UUID.
+        every unseen question's UUID. A UUID is the file's or derived from the question's content
+        (:func:`stores.question_bank.content_uuid`), so the exam depends only on ``seed`` and the bank's content.
         """
         if n < 1:
             raise ValueError("a session needs at least one question")

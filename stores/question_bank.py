@@ -52,6 +52,17 @@ def content_hash(question: str, options: Iterable[str] = ()) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+#: Namespace of the UUIDs derived from a question's content (:func:`content_uuid`).
+_CONTENT_NS = uuidlib.UUID("3d2f8a61-5c4e-4b7a-9e1d-7a6c0b8f2e45")
+
+
+def content_uuid(question: str, options: Iterable[str] = ()) -> str:
+    """The UUID of a question whose file gives none: derived from its content (:func:`content_hash`), so one file
+    gets the same ids on every import, in any folder or process, and sessions drawn in UUID order with one seed
+    (LLMEval-3, section 2.2) are the same exam. A bank admits one question per content hash, so no two collide."""
+    return str(uuidlib.uuid5(_CONTENT_NS, content_hash(question, options)))
+
+
 @dataclass
 class Question:
     uuid: str
@@ -235,7 +246,3 @@ class QuestionBank(AdaptiveStore, ExamineeStore, CalibrationStore):
 
     def iter_export(self) -> Iterator[Question]:
         yield from self.all_questions()
-
-
-def new_uuid() -> str:
-    return str(uuidlib.uuid4())

@@ -3,6 +3,8 @@ summary cost per finalized problem, and the evaluation phase (Tables 1, 2, 3, 5;
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import threading
 
@@ -18,7 +20,7 @@ from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import ModelSpec, RunConfig
 from dyneval.state.errors import InputError
 from tests.conftest import make_services
-from tests.fakes import ScriptedChat
+from tests.fakes import ScriptedChat, all_text
 from tests.test_atad_support import World, orchestrator_chat, run_graph, student_chat, teacher_chat, unit_input
 
 
@@ -221,3 +223,82 @@ def test_benchmark_without_finalized_items_is_an_input_error_not_an_empty_table(
     run = _open(tmp_path, {}, {"evaluate": ["local"], "benchmark": [str(path)]})
     with pytest.raises(InputError, match="bench.jsonl.*no finalized item"):
         execute(AtadProtocol(), run)
+
+
+def _repeating_teacher(world: World) -> ScriptedChat:
+    """A stand-in teacher that repeats itself: every call writes its task's first problem again, every other call
+    with extra spaces and upper case in all but the first option (which the fake student recognizes it by)."""
+    first: dict[str, dict] = {}
+    calls = itertools.count()
+
+    def respond(messages, tool):
+        name = tool["function"]["name"]
+        problem = dict(first.setdefault(name, world.problem(name, messages)))
+        if next(calls) % 2:
+            key = "sentences" if "sentences" in problem else "choices"
+            problem[key] = problem[key][:1] + [f"  {s.upper().replace(' ', '   ')} " for s in problem[key][1:]]
+        return problem
+
+    return ScriptedChat(respond)
+
+
+def test_generation_keeps_no_two_identical_problems_from_a_teacher_that_repeats_itself(tmp_path):
+    world = World()
+    chats = {
+        "teacher": _repeating_teacher(world),
+        "orchestrator": orchestrator_chat(),
+        "student": student_chat(world, 0.0),
+    }
+    run = _open(tmp_path, chats, {"per_task": 4, "tasks": "T1,T3"})
+    summary = execute(AtadProtocol(), run, skip_preflight=True)
+    items = load_benchmark(run.run_dir / "benchmark.jsonl")
+    kept = [i for i in items if i["item_status"] == "finalized"]
+    assert [i["id"] for i in kept] == ["T1-0000", "T3-0000"]
+    refused = {i["id"]: i["duplicate_of"] for i in items if i.get("duplicate_of")}
+    assert refused == {f"{t}-{k:04d}": f"{t}-0000" for t in ("T1", "T3") for k in (1, 2, 3)}
+    assert all(i["item_status"] == "discarded" and i["problem"] is None for i in items if i["id"] in refused)
+    m = summary["metrics"]
+    assert m["duplicates_refused"] == 6 and m["finalized"] == 2 and m["discarded"] == 6
+    assert "6 of them refused as copies" in (run.run_dir / "report.md").read_text()
+
+
+def test_a_benchmark_with_one_problem_under_two_ids_warns_once_and_evaluates_it_once(tmp_path):
+    problem = {"sentences": [f"Sentence {i} about the topic." for i in range(5)], "answer": 2}
+    copy = {**problem, "sentences": [s.upper().replace(" ", "  ") for s in problem["sentences"]]}
+    other = {"sentences": [f"Another {i} line here." for i in range(5)], "answer": 4}
+    path = tmp_path / "bench.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": i, "task": "T1", "item_status": "finalized", "problem": p, "base_problem": p}) + "\n"
+            for i, p in (("a", problem), ("b", copy), ("c", other))
+        )
+    )
+    out = io.StringIO()
+    config = RunConfig(
+        protocol="atad",
+        out=str(tmp_path / "runs"),
+        params={"evaluate": ["good"], "benchmark": [str(path)]},
+        models={"good": ModelSpec(model="g", base_url="http://127.0.0.1:9/v1")},
+    )
+    gold = {"SENTENCE": 2, "Sentence": 2, "Another": 4}
+    solver = ScriptedChat(
+        lambda messages, tool: {
+            "answer": next(v for k, v in gold.items() if k in all_text(messages)),
+            "explanation": "x",
+        }
+    )
+    run = open_run(
+        AtadProtocol(),
+        config,
+        run_id=None,
+        console=Console(file=out, width=400),
+        chat_overrides={"good": solver},
+        retry_sleep=lambda s: None,
+    )
+    execute(AtadProtocol(), run)
+    assert out.getvalue().count("repeat an earlier problem") == 1
+    assert "1 problem(s) of --benchmark" in out.getvalue() and "b = a" in out.getvalue()
+    units = [json.loads(x) for x in (run.run_dir / "units.jsonl").read_text().splitlines()]
+    assert sorted(u["meta"]["item"] for u in units) == ["a", "c"]
+    assert next(u for u in units if u["meta"]["item"] == "a")["meta"]["copies"] == ["b"]
+    assert len(solver.calls) == 2

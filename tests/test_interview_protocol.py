@@ -12,7 +12,7 @@ from rich.console import Console
 
 from dyneval.protocols.interview import InterviewProtocol
 from dyneval.protocols.interview.data import load_seeds
-from dyneval.runtime.runner import execute, open_run
+from dyneval.runtime.runner import execute, open_run, plan_units
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
 from tests.fakes import ScriptedChat
@@ -146,3 +146,17 @@ def test_duties_switch_off_from_params(tmp_path):
     assert all(r["modification"]["status"] == "off" and r["question"] == r["original_question"] for r in records)
     assert all(r["followups"] == [] and r["summary_source"] == "code" for r in records)
     assert summary["metrics"]["judge"] is None and summary["metrics"]["summary_source"] == "code"
+
+
+def test_limit_with_repeats_keeps_whole_seed_questions_with_every_repeat(tmp_path):
+    """``--limit 2 --repeats 3`` over six seed questions plans the first two seeds, three repeats each: the
+    run-to-run spread is taken across one question's repeats, so none may be cut off."""
+    data = tmp_path / "seeds.jsonl"
+    data.write_text("".join(json.dumps(math_seed(i, "easy")) + "\n" for i in range(6)))
+    config = RunConfig(
+        protocol="interview", out=str(tmp_path / "runs"), params={"data": str(data), "repeats": 3}, limit=2
+    )
+    run = open_run(InterviewProtocol(), config, run_id=None, console=Console(quiet=True))
+    run.run_dir.mkdir(parents=True)
+    units = plan_units(InterviewProtocol(), run, [])
+    assert sorted(u.id for u in units) == sorted(f"m{i:03d}~r{k}" for i in range(2) for k in range(3))

@@ -445,3 +445,66 @@ def test_a_libpq_key_value_dsn_opens_the_postgresql_bank_not_a_file_of_that_name
     named = QuestionBank(tmp_path / "bank=1.sqlite")
     assert named.url.startswith("sqlite")  # a file name with '=' stays one
     named.close()
+
+
+#: One import of a bank file and one seeded session, in a process of its own: prints the exam's questions in order.
+_IMPORT_AND_SAMPLE = """
+import json, sys
+from dyneval.nodes.llmeval.bankio import import_file
+from dyneval.stores.question_bank import QuestionBank
+bank = QuestionBank(sys.argv[1])
+import_file(bank, sys.argv[2])
+bank.create_session("exam", model="m", n=12, seed="7:exam")
+print(json.dumps([bank.get(uid).question for uid in bank.question_ids("exam")]))
+"""
+
+
+def _exam_in_own_process(bank: str, bank_file: Path, cwd: Path) -> list[str]:
+    cwd.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_AND_SAMPLE, bank, str(bank_file)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _sample_without_uuids(tmp_path: Path) -> Path:
+    lines = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return write_jsonl(tmp_path / "no_ids.jsonl", [{k: v for k, v in q.items() if k != "uuid"} for q in lines])
+
+
+def test_one_bank_file_and_seed_give_the_same_exam_on_every_import_in_any_folder_and_process(tmp_path):
+    """A file without ids: each question's id comes from its content, so two imports (two folders, two processes)
+    sample the same questions in the same order under one seed (LLMEval-3, section 2.2)."""
+    bank_file = _sample_without_uuids(tmp_path)
+    first = _exam_in_own_process("bank.sqlite", bank_file, tmp_path / "one")
+    second = _exam_in_own_process(str(tmp_path / "two" / "b.sqlite"), bank_file, tmp_path / "two")
+    assert len(first) == 12 and first == second
+
+
+def test_one_bank_file_and_seed_give_the_same_exam_on_two_postgresql_banks(fresh_postgres_db, tmp_path):
+    bank_file = _sample_without_uuids(tmp_path)
+    first = _exam_in_own_process(fresh_postgres_db("llmeval_exam_a"), bank_file, tmp_path / "a")
+    second = _exam_in_own_process(fresh_postgres_db("llmeval_exam_b"), bank_file, tmp_path / "b")
+    assert len(first) == 12 and first == second
+
+
+def test_a_question_without_an_id_is_named_by_its_content_and_a_given_id_is_kept(tmp_path):
+    bank = QuestionBank(tmp_path / "bank.sqlite")
+    path = write_jsonl(
+        tmp_path / "q.jsonl",
+        [
+            {"discipline": "d", "question": "What is  the capital of France?", "answer": "Paris"},
+            {"uuid": "given-1", "discipline": "d", "question": "What is 2 + 2?", "answer": "4"},
+        ],
+    )
+    import_file(bank, path)
+    other = QuestionBank(tmp_path / "other.sqlite")
+    import_file(other, path)
+    ids = {q.question: q.uuid for q in bank.all_questions()}
+    assert ids == {q.question: q.uuid for q in other.all_questions()}
+    assert ids["What is 2 + 2?"] == "given-1"

@@ -146,6 +146,12 @@ def render(task: str, problem: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def problem_key(task: str, problem: dict[str, Any]) -> str:
+    """What makes two problems the same problem: the task and the text the student sees (:func:`render`), with
+    whitespace collapsed and case folded, so copies that differ only there are one problem."""
+    return task + "\x1f" + " ".join(render(task, problem).split()).casefold()
+
+
 def render_with_answer(task: str, problem: dict[str, Any]) -> str:
     """The problem plus its intended answer (for the orchestrator, reviewers and the teacher)."""
     answer = gold(task, problem)

@@ -43,7 +43,7 @@ from dyneval.state.errors import InputError
 from dyneval.state.llmeval import QTYPES
 from dyneval.stores.choices import AnswerForm, option_letters
 from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
-from dyneval.stores.question_bank import Question, QuestionBank, content_hash, new_uuid
+from dyneval.stores.question_bank import Question, QuestionBank, content_hash, content_uuid
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -202,7 +202,7 @@ def to_question(
             raise fields.error(rec, "answer", str(exc)) from None
         answer = letters[0] if len(letters) == 1 else raw.answer
     q = Question(
-        uuid=raw.uuid.strip() if raw.uuid and raw.uuid.strip() else new_uuid(),
+        uuid=raw.uuid.strip() if raw.uuid and raw.uuid.strip() else content_uuid(raw.question, raw.options),
         discipline=raw.discipline.strip(),
         sub_discipline=raw.sub_discipline.strip(),
         qtype=qtype,

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dyneval.protocols.atad.benchmark import item_record, write_benchmark
+from dyneval.protocols.atad.benchmark import earlier_copy, item_record, write_benchmark
 from dyneval.protocols.atad.metrics import generation_intervals, generation_stats, mean
 from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.results.report import bar_chart, figure_path
@@ -160,17 +160,23 @@ class AtadProtocol(Protocol):
         return {"item": state}
 
     def _items(self, run: Run, records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        """Benchmark items of the finished units (``ok``), made as they are read (an item holds its unit's history);
-        an ``ungraded`` unit stopped on an unjudged candidate and has no item yet (it is listed in
-        ``summary["ungraded"]``)."""
+        """Benchmark items of the finished units (``ok``) in unit order, made as they are read (an item holds its
+        unit's history); a final problem identical to an earlier unit's is refused (discarded as its duplicate),
+        whichever unit finished first. An ``ungraded`` unit stopped on an unjudged candidate and has no item yet
+        (it is listed in ``summary["ungraded"]``)."""
         generator = {r: run.services.model_label(r) for r in self.roles}
         orchestrator = not run.params.get("no_orchestrator")
         levels = self._levels(run)
-        return (
-            item_record(r["unit_id"], r["item"], levels=levels, orchestrator=orchestrator, generator=generator)
-            for r in sorted(records, key=lambda r: r["unit_id"])
-            if r["status"] == "ok"
-        )
+        kept: dict[str, str] = {}
+        for r in sorted(records, key=lambda r: r["unit_id"]):
+            if r["status"] != "ok":
+                continue
+            state, uid = r["item"], r["unit_id"]
+            final = state.get("current") if state.get("status") == "finalized" else None
+            copy = earlier_copy(kept, uid, state["task"], final) if final else None
+            yield item_record(
+                uid, state, levels=levels, orchestrator=orchestrator, generator=generator, duplicate_of=copy
+            )
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         items = list(self._items(run, records))
@@ -196,6 +202,8 @@ class AtadProtocol(Protocol):
         stats["orchestrator"] = not run.params.get("no_orchestrator")
         # units that stopped on an unusable orchestrator verdict: neither finalized nor discarded, redone on resume
         stats["ungraded"] = {r["unit_id"]: r["item"].get("ungraded") for r in records if r["status"] == "ungraded"}
+        # final problems refused as copies of an earlier unit's (counted among the discarded)
+        stats["duplicates_refused"] = sum(1 for i in items if i.get("duplicate_of"))
         # cost first and the long per-task breakdown last, so the console summary shows what matters
         per_task = stats.pop("per_task")
         stats = {
@@ -205,6 +213,11 @@ class AtadProtocol(Protocol):
             **generation_intervals(items),
         }
         run.console.print(f"benchmark: [bold]{path}[/] ({n_fin} finalized, {stats['discarded']} discarded)")
+        if stats["duplicates_refused"]:
+            run.console.print(
+                f"[yellow]refused {stats['duplicates_refused']} final problem(s) identical to an earlier unit's "
+                "(whitespace and case aside): discarded, each naming its duplicate_of"
+            )
         return stats
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:
@@ -218,7 +231,13 @@ class AtadProtocol(Protocol):
         )
         blocks: list[Block] = [
             Text(
-                f"Benchmark file: {m['benchmark_file']} ({m['finalized']} finalized, {m['discarded']} discarded; "
+                f"Benchmark file: {m['benchmark_file']} ({m['finalized']} finalized, {m['discarded']} discarded"
+                + (
+                    f", {m['duplicates_refused']} of them refused as copies of an earlier problem"
+                    if m.get("duplicates_refused")
+                    else ""
+                )
+                + "; "
                 f"orchestrator {'on' if m['orchestrator'] else 'off (ablation)'}). {per_finalized}"
             ),
             *headline_blocks(self.name, m),

@@ -14,19 +14,34 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from dyneval.nodes.atad.problems import gold, structure_errors
+from dyneval.nodes.atad.problems import gold, problem_key, structure_errors
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
 from dyneval.stores.inputs import FieldMap, Scalar, read_records
 
 CANONICAL = ("id", "task", "item_status", "problem", "base_problem")
 
 
+def earlier_copy(kept: dict[str, str], item_id: str, task: str, problem: dict[str, Any]) -> str | None:
+    """The id of the problem in ``kept`` (problem key -> id) identical to ``problem`` after normalizing whitespace
+    and case (:func:`nodes.atad.problems.problem_key`); ``None`` when there is none, and ``problem`` is then kept
+    under ``item_id``. A benchmark holds each problem once: Table 1 (seed 003, section 4) counts distinct problems."""
+    first = kept.setdefault(problem_key(task, problem), item_id)
+    return None if first == item_id else first
+
+
 def item_record(
-    unit_id: str, state: dict[str, Any], *, levels: list[tuple[str, int]], orchestrator: bool, generator: dict[str, str]
+    unit_id: str,
+    state: dict[str, Any],
+    *,
+    levels: list[tuple[str, int]],
+    orchestrator: bool,
+    generator: dict[str, str],
+    duplicate_of: str | None = None,
 ) -> dict[str, Any]:
-    """The benchmark record of one finished generation thread."""
+    """The benchmark record of one finished generation thread; a final problem that repeats an earlier item's
+    (``duplicate_of``) is refused: the item is discarded, says which item it copies, and keeps its history."""
     task = state["task"]
-    finalized = state.get("status") == "finalized"
+    finalized = state.get("status") == "finalized" and duplicate_of is None
     final, base = state.get("current"), state.get("base")
     level = state.get("current_level", 0) if finalized else None
     history = state.get("history") or []
@@ -38,9 +53,9 @@ def item_record(
         "topic": state.get("topic"),
         "challenge": state.get("challenge"),
         "style": state.get("style"),
-        "item_status": state.get("status"),
-        "acceptance": state.get("acceptance"),
-        "acceptance_text": ACCEPTANCE_TEXT.get(state.get("acceptance") or ""),
+        "item_status": state.get("status") if duplicate_of is None else "discarded",
+        "acceptance": state.get("acceptance") if finalized else None,
+        "acceptance_text": ACCEPTANCE_TEXT.get(state.get("acceptance") or "") if finalized else None,
         "difficulty": difficulty,
         "level": level,
         "student_loops": state.get("student_loops", 0),
@@ -60,7 +75,10 @@ def item_record(
         "generator": generator,
         "teacher_attempts": sum(1 for e in history if e.get("step") == "generate"),
         "validations": [e for e in history if e.get("step") == "validate"],
-        "discard_reason": state.get("discard_reason"),
+        "discard_reason": state.get("discard_reason")
+        if duplicate_of is None
+        else f"duplicate: the same problem as {duplicate_of} (whitespace and case aside)",
+        **({"duplicate_of": duplicate_of} if duplicate_of else {}),
         "history": history,
     }
 

@@ -23,12 +23,13 @@ never enter any accuracy.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table as RichTable
 
 from dyneval.prompts import load_prompt
-from dyneval.protocols.atad.benchmark import load_benchmark
+from dyneval.protocols.atad.benchmark import earlier_copy, load_benchmark
 from dyneval.protocols.atad.metrics import (
     average_tables,
     consistency_curve,
@@ -75,8 +76,26 @@ def _file_labels(benchmarks: list[list[dict[str, Any]]], paths: list[str]) -> li
 SAMPLE_BENCHMARK = sample("atad", "benchmark.jsonl")
 
 
-def plan_units(params: dict[str, Any]) -> list[Unit]:
-    """Evaluation and review units over the benchmark files (no LLM calls)."""
+def distinct_finalized(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The finalized items of one benchmark, each problem once (its first copy in file order), and the copies left
+    out (copy id -> the id kept): identical problems under different ids are one problem, so Table 1's
+    denominator counts distinct problems (seed 003, section 4)."""
+    kept: dict[str, str] = {}
+    distinct, copies = [], {}
+    for item in items:
+        if item["item_status"] != "finalized":
+            continue
+        first = earlier_copy(kept, item["id"], item["task"], item["problem"])
+        if first is None:
+            distinct.append(item)
+        else:
+            copies[item["id"]] = first
+    return distinct, copies
+
+
+def plan_units(params: dict[str, Any], warn: Callable[[str], None] | None = None) -> list[Unit]:
+    """Evaluation and review units over the benchmark files (no LLM calls); ``warn`` is told, in one line, how
+    many problems repeat an earlier one of their file (each is evaluated once)."""
     paths = list(params.get("benchmark") or [str(SAMPLE_BENCHMARK)])
     names = list(params.get("benchmark") or [shown(SAMPLE_BENCHMARK)])  # as given, the sample as samples/...
     models = list(params.get("evaluate") or [])
@@ -84,12 +103,14 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
     benchmarks = [load_benchmark(p, params.get("fields")) for p in paths]
     labels = _file_labels(benchmarks, names)
     units: list[Unit] = []
+    merged: list[str] = []
     for bi, items in enumerate(benchmarks):
-        finalized = [i for i in items if i["item_status"] == "finalized"]
+        finalized, copies = distinct_finalized(items)
         if not finalized:
             raise InputError(
                 "the benchmark holds no finalized item to evaluate", file=str(paths[bi]), field="--benchmark"
             )
+        merged += [f"{names[bi]}: {copy} = {first}" for copy, first in copies.items()]
         for pos, item in enumerate(finalized):
             common = {
                 "bench": bi,
@@ -101,6 +122,9 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
                 "problem_key": problem_key(item["task"], item["problem"]),
                 "orchestrator": bool(item.get("orchestrator", True)),
             }
+            same_as = sorted(copy for copy, first in copies.items() if first == item["id"])
+            if same_as:
+                common["copies"] = same_as
             same = item["base_problem"] == item["problem"]
             for mi, model in enumerate(models):
                 versions = ["final"] if same else ["final", "base"]
@@ -127,6 +151,12 @@ def plan_units(params: dict[str, Any]) -> list[Unit]:
                         meta={**common, "kind": "review", "model": reviewer},
                     )
                 )
+    if merged and warn is not None:
+        listed = ", ".join(merged[:5]) + (f" and {len(merged) - 5} more" if len(merged) > 5 else "")
+        warn(
+            f"{len(merged)} problem(s) of --benchmark repeat an earlier problem of their file under another id "
+            f"(whitespace and case aside); each problem is evaluated once, under its first id: {listed}"
+        )
     return units
 
 
@@ -144,7 +174,7 @@ class AtadEvalProtocol(Protocol):
         return builder
 
     def plan(self, run: Run) -> list[Unit]:
-        return plan_units(run.params)
+        return plan_units(run.params, warn=lambda line: run.console.print(line, style="yellow", markup=False))
 
     def expected_calls(self, run: Run) -> str:
         return "1 (2 with a structured-output repair)"

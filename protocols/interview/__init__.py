@@ -96,6 +96,12 @@ class InterviewProtocol(Protocol):
                 )
         return units
 
+    def within_limit(self, units: list[Unit], limit: int) -> list[Unit]:
+        """``--limit N`` keeps the first ``N`` seed questions with every one of their ``--repeats``: the run-to-run
+        spread (seed 004, Table 6) is taken across the repeats of one question, so a repeat is never cut off."""
+        first = list(dict.fromkeys(u.meta["seed_id"] for u in units))[:limit]
+        return [u for u in units if u.meta["seed_id"] in first]
+
     def inputs(self, run: Run) -> str:
         """Where the seed questions come from (the shipped sample only when no --data was given)."""
         return str(run.params["data"]) if run.params.get("data") else f"shipped sample {SAMPLE} (no --data given)"
