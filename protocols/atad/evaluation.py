@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table as RichTable
 
+from dyneval.nodes.atad.problems import problem_key
 from dyneval.prompts import load_prompt
 from dyneval.protocols.atad.benchmark import earlier_copy, load_benchmark
 from dyneval.protocols.atad.metrics import (
@@ -36,7 +37,6 @@ from dyneval.protocols.atad.metrics import (
     curve_sizes,
     evaluation_intervals,
     per_task_accuracy,
-    problem_key,
     review_summary,
 )
 from dyneval.results.headline import report_blocks as headline_blocks

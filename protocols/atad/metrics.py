@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -148,13 +147,6 @@ def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str,
             "mean_level": mean_estimate(levels, "finalized problems"),
         }
     )
-
-
-def problem_key(task: str, problem: Any) -> str:
-    """A problem's identity for Table 1: its task and content with whitespace collapsed and case folded, so
-    copies under different ids (or in different benchmark files) are one problem."""
-    text = json.dumps(problem, sort_keys=True, ensure_ascii=False)
-    return f"{task}:" + " ".join(text.split()).casefold()
 
 
 def table1_estimate(answers: Sequence[tuple[str, str, bool, str]]) -> Estimate | None:
