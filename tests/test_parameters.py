@@ -62,7 +62,16 @@ BATCH_ONLY = {
         "max_request_body",
         "max_request_headers",
     },
-    "judgecheck": {"labels", "fields", "label_map", "skip_invalid", "bootstrap_resamples"},
+    "judgecheck": {
+        "labels",
+        "fields",
+        "label_map",
+        "skip_invalid",
+        "skip_empty",
+        "label_vote",
+        "invalid_verdict",
+        "bootstrap_resamples",
+    },
 }
 #: Context fields Studio shows but the command line does not offer.
 STUDIO_ONLY = {"llmeval": {"sample_if_empty"}}
