@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dyneval import cli
 from tests.golden_runs import CASES, _clean_environment, respond, run_cli
 from tests.standin_endpoint import StandIn
 
@@ -61,3 +62,13 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
             r = json.loads(line)
             latest[r["unit_id"]] = r
     return list(latest.values())
+
+
+def two_unit_interview(out: Path) -> int:
+    """The exit code of an interview run of two units (two questions each) into ``out``, against a fresh stand-in
+    (no pre-flight)."""
+    with StandIn() as standin:
+        return cli.main(
+            ["--protocol", "interview", "--target", standin.spec("t"), "--evaluator", standin.spec("j")]
+            + ["--out", str(out), "--limit", "2", "--max-questions", "2", "--skip-preflight"]
+        )

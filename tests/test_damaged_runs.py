@@ -23,7 +23,7 @@ import pytest
 
 from dyneval.cli import main
 from dyneval.stores.rundir import MAX_JSON_BYTES, DamagedRun
-from tests.standin_endpoint import StandIn
+from tests.standin_runs import two_unit_interview
 
 
 def _edit(path: Path, change: Callable[[Any], Any]) -> None:
@@ -105,27 +105,7 @@ INDEXED = [name for name, (_, file, _) in DAMAGE.items() if file in ("summary.js
 def template(tmp_path_factory) -> Path:
     """A finished interview run of two units, made through the CLI."""
     out = tmp_path_factory.mktemp("template")
-    with StandIn() as standin:
-        assert (
-            main(
-                [
-                    "--protocol",
-                    "interview",
-                    "--target",
-                    standin.spec("t"),
-                    "--evaluator",
-                    standin.spec("j"),
-                    "--out",
-                    str(out),
-                    "--limit",
-                    "2",
-                    "--max-questions",
-                    "2",
-                    "--skip-preflight",
-                ]
-            )
-            == 0
-        )
+    assert two_unit_interview(out) == 0
     (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
     return run_dir
 
@@ -160,27 +140,7 @@ def test_a_new_run_beside_damaged_runs_ends_as_alone_and_its_index_notes_each_da
     out = tmp_path / "runs"
     out.mkdir()
     runs = {name: damaged(template, out, name) for name in DAMAGE}
-    with StandIn() as standin:
-        assert (
-            main(
-                [
-                    "--protocol",
-                    "interview",
-                    "--target",
-                    standin.spec("t"),
-                    "--evaluator",
-                    standin.spec("j"),
-                    "--out",
-                    str(out),
-                    "--limit",
-                    "2",
-                    "--max-questions",
-                    "2",
-                    "--skip-preflight",
-                ]
-            )
-            == 0
-        )
+    assert two_unit_interview(out) == 0
     rows = index_rows(out)
     (new,) = set(rows) - {r.name for r in runs.values()}
     assert rows[new]["status"] == "finished: ok=2" and rows[new]["headline"]

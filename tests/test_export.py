@@ -11,33 +11,13 @@ import pytest
 
 from dyneval.cli import main
 from dyneval.stores.rundir import RunDir
-from tests.standin_endpoint import StandIn
+from tests.standin_runs import two_unit_interview
 
 
 @pytest.fixture(scope="module")
 def interview_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    with StandIn() as standin:
-        assert (
-            main(
-                [
-                    "--protocol",
-                    "interview",
-                    "--target",
-                    standin.spec("t"),
-                    "--evaluator",
-                    standin.spec("j"),
-                    "--out",
-                    str(out),
-                    "--limit",
-                    "2",
-                    "--max-questions",
-                    "2",
-                    "--skip-preflight",
-                ]
-            )
-            == 0
-        )
+    assert two_unit_interview(out) == 0
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     return out, run_dir
 

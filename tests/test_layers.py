@@ -169,7 +169,7 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 def import_graph() -> dict[str, set[str]]:
     """Module -> the project modules it imports, for the package (top-level, lazy and ``TYPE_CHECKING`` imports)
     and the benches."""
-    modules = {name: path for name, path in project_modules().items()}
+    modules = project_modules()
     modules |= {"bench." + p.stem: p for p in (ROOT / "bench").glob("*.py")}
     known = set(modules) | {name + ".__init__" for name, path in modules.items() if path.name == "__init__.py"}
     return {
