@@ -199,8 +199,8 @@ JUDGEAGENT = Adapter(
             "score",
             "JudgeAgent score",
             "sum of the gains of all graded answers (base questions and extension "
-            "rounds) divided by their number (Algorithm 1); 95 % interval: bootstrap over batches (a batch's "
-            "rounds grow from its own questions)",
+            "rounds) divided by their number (Algorithm 1); 95 % interval: cluster-robust t over batches, batches - 1 "
+            "degrees of freedom (a batch's rounds grow from its own questions)",
             "score_denominator",
         ),
         Metric(
@@ -221,7 +221,7 @@ JUDGEAGENT = Adapter(
             "validation.overall.acc2",
             "ACC2",
             "accuracy on the same questions answered with the batch's "
-            "suggestions (Algorithm 2, Table 1); 95 % interval: bootstrap over batches (one feedback serves a "
+            "suggestions (Algorithm 2, Table 1); 95 % interval: cluster-robust t over batches (one feedback serves a "
             "batch)",
             "validation.overall",
         ),
@@ -229,14 +229,14 @@ JUDGEAGENT = Adapter(
             "validation.overall.cr",
             "CR",
             "wrong -> right share over all validated base questions "
-            "(Algorithm 2); 95 % interval: bootstrap over batches",
+            "(Algorithm 2); 95 % interval: cluster-robust t over batches",
             "validation.overall",
         ),
         Metric(
             "validation.overall.cte",
             "CtE",
             "right -> wrong share over all validated base questions "
-            "(Algorithm 2); 95 % interval: bootstrap over batches",
+            "(Algorithm 2); 95 % interval: cluster-robust t over batches",
             "validation.overall",
         ),
     ),
@@ -355,8 +355,8 @@ ATAD = Adapter(
             "table1.*.avg",
             "Accuracy (%) of {key}",
             "share of benchmark items the model answered correctly, "
-            "mean over task types (Table 1); 95 % interval: bootstrap over the answers, each resample scored "
-            "as Table 1",
+            "mean over task types (Table 1); 95 % interval: exact binomial at the effective number of distinct "
+            "problems (Table 1's weights; copies of a problem count once)",
             "table1.*.n",
         ),
     ),
@@ -446,8 +446,8 @@ INTERVIEW = Adapter(
             f"{n} (section 3.2). It is that answer's score, not the best so far, so it can fall when a retry "
             "after feedback scores lower; a session solved earlier keeps its solved score. Every Score@n is over "
             "the same sessions: one with an ungraded seed answer leaves them all (counted as ungraded). "
-            "95 % interval: bootstrap over seed questions (their repeats resampled together); exact binomial "
-            "when each seed question has one 0/1 score",
+            "95 % interval: cluster-robust t over seed questions (their repeats one cluster); exact binomial "
+            "when each seed question has one 0/1 score, else bootstrap over sessions",
             f"denominators.score@{n}",
         )
         for n in (1, 2, 3)
@@ -463,8 +463,8 @@ INTERVIEW = Adapter(
             "followup_accuracy.overall",
             "Follow-up accuracy",
             "share of follow-up questions answered "
-            "correctly (section 3.2); 95 % interval: bootstrap over seed questions (a session's follow-ups "
-            "resampled together)",
+            "correctly (section 3.2); 95 % interval: cluster-robust t over seed questions (a session's "
+            "follow-ups one cluster)",
             "followup_accuracy",
         ),
     ),
@@ -495,14 +495,16 @@ LLMEVAL = Adapter(
             "S",
             "Absolute score S",
             "mean over scored sessions of S = sum of stars / (N answers x 3) x 100 "
-            "(equation 1), 0-100; 95 % interval: bootstrap over sessions",
+            "(equation 1), 0-100; 95 % interval: t over the answers, variance pooled within sessions (exact "
+            "binomial when every rating is 0 or 3 stars)",
             "sessions_scored",
         ),
         Metric(
             "R",
             "Relative score R",
             "mean over sessions of R = S_model / S_reference x 100 on the same "
-            "questions (equation 2); 95 % interval: bootstrap over sessions",
+            "questions (equation 2); 95 % interval: t over the answers both models were scored on, variance "
+            "pooled within sessions",
             "sessions_scored",
         ),
     ),
