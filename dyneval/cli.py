@@ -72,8 +72,9 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
         "finished runs of one protocol, and 'dyneval --export RUN [--format csv|jsonl|parquet] "
         "[--out DIR]' writes a run's units (and items) as tables in RUN/export/ (run ids under --out, or "
         "run folders), 'dyneval --detect D --pilot RUN' prints the units per target that separate a "
-        "difference D in each headline metric, from the pilot run's variance, and 'dyneval --index DIR' "
-        "writes DIR/index.html listing every run in DIR.",
+        "difference D in each headline metric, from the pilot run's variance, 'dyneval --index DIR' "
+        "writes DIR/index.html listing every run in DIR, and 'dyneval --review RUN [--sample N] [--reviewer NAME] "
+        "[--host H] [--port P]' serves a page where people label a sample of a run's judged answers.",
         formatter_class=_HelpFormatter,
         **kwargs,
     )
@@ -221,6 +222,7 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
     pre.add_argument("--detect")
     pre.add_argument("--pilot")
     pre.add_argument("--index")
+    pre.add_argument("--review")
     pre.add_argument("--protocol")
     pre.add_argument("--out", default=RunConfig.model_fields["out"].default)
     args, rest = pre.parse_known_args(argv)
@@ -231,6 +233,11 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
         from dyneval.results.detect import print_units_needed
 
         print_units_needed(args.detect, args.pilot, args.out, console)
+        return True
+    if args.protocol is None and args.review is not None:
+        from dyneval.results.review.command import review_command
+
+        review_command(args.review, args.out, rest, console)
         return True
     if args.protocol is None and args.index is not None:
         if rest or args.compare is not None or args.export is not None:
