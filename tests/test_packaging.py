@@ -25,7 +25,7 @@ from tests.test_readme_examples import LOOPBACK, MODEL_AT_LOOPBACK, _clean_env, 
 REPO = Path(__file__).resolve().parents[1]
 #: The repository folders installed as `dyneval.<folder>` (each linked from `dyneval/<folder>`).
 FOLDERS = ("graphs", "nodes", "tools", "state", "prompts", "stores", "runtime", "results", "protocols", "samples")
-SHIPPED = {".py", ".yaml", ".j2", ".jsonl", ".md"}
+SHIPPED = {".py", ".yaml", ".j2", ".jsonl", ".md", ".html", ".js"}
 
 #: A host application's own modules, named like ours; importing any of ours in their place would show.
 HOST_FILES = {

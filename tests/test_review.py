@@ -23,7 +23,8 @@ from dyneval import cli
 from dyneval.results.review.items import Item, judged_items
 from dyneval.results.review.labels import Labels, agreement, kappa, label_file, read_labels
 from dyneval.results.review.sample import review_order, suggested_size
-from dyneval.results.review.server import create_app, is_loopback
+from dyneval.results.review.server import create_app
+from dyneval.runtime.executors.ray_address import is_loopback
 from dyneval.state.errors import InputError
 from dyneval.state.judgecheck import SCALES
 from dyneval.stores.rundir import RunDir

@@ -21,7 +21,8 @@ from rich.console import Console
 from dyneval.results.review.items import judged_items
 from dyneval.results.review.labels import Labels, agreement, check_reviewer
 from dyneval.results.review.sample import MARGIN, review_order, suggested_size
-from dyneval.results.review.server import Review, create_app, is_loopback
+from dyneval.results.review.server import Review, create_app
+from dyneval.runtime.executors.ray_address import is_loopback
 from dyneval.state.errors import InputError
 from dyneval.stores.files import writable
 from dyneval.stores.rundir import RunDir, finished_run

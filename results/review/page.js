@@ -96,6 +96,7 @@ async function decide(value) {
     progress();
     $("judge-verdict").textContent = choiceText(judged.verdict) + (judged.verdict === value ? " (as you)" : " (not as you)");
     $("judge-reason").textContent = judged.reason;
+    show("judge-reason", judged.reason !== "");
     show("judge", true);
     $("next").focus();
     phase = "shown";

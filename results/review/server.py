@@ -8,7 +8,6 @@ token printed with the page's address), compared in constant time.
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 import threading
 from dataclasses import dataclass, field
@@ -33,16 +32,6 @@ CHOICES: dict[str, list[tuple[str, str, str]]] = {
     "llmeval.judge": [(s, f"{s} stars", s) for s in SCALES["llmeval.judge"]],
     "pairwise": [("1", "A is better", "a"), ("2", "B is better", "b"), ("tie", "Tie", "t")],
 }
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) reaches this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass
