@@ -235,6 +235,8 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
         print_units_needed(args.detect, args.pilot, args.out, console)
         return True
     if args.protocol is None and args.review is not None:
+        if others := [f for f in ("compare", "export", "format", "index") if getattr(args, f)]:
+            raise InputError(f"--review takes its own options only, not --{others[0]}", setting="--review")
         from dyneval.results.review.command import review_command
 
         review_command(args.review, args.out, rest, console)

@@ -131,6 +131,7 @@ def test_bad_review_options_are_refused_with_exit_2_before_anything_is_written(r
         (["--sample", "many"], "--sample"),
         (["--reviewer", "../ann"], "--reviewer"),
         (["--colour", "red"], "unrecognized"),
+        (["--index", "runs"], "not --index"),
     ):
         code, err = _cli("--review", run, *argv)
         assert code == 2 and said in err, (argv, err)
