@@ -241,3 +241,45 @@ def test_the_sample_rag_agent_answers_judgeagent_with_its_retrieval_tool_and_its
             else:
                 assert calls == [] and results == []
     rag.chat_model.cache_clear()
+
+
+def test_a_run_killed_mid_unit_resumes_without_losing_or_repeating_an_agents_turns(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "kill"
+    with StandIn(respond=respond) as standin:
+        flags = ["--protocol", "interview", "--target", "graph:tests.toy_agents:slow", "--evaluator", standin.spec("j")]
+        flags += ["--out", str(out), "--limit", "3", "--max-questions", "1", "--concurrency", "1", "--skip-preflight"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")}
+        proc = subprocess.Popen([sys.executable, "-m", "dyneval", *flags], cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 600  # a hang guard: the run takes seconds
+        before: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")] if out.exists() else []
+            if runs and (runs[0] / "results.jsonl").exists() and (runs[0] / "events.jsonl").exists():
+                done = {r["unit_id"] for r in records(runs[0])}
+                before = agent_events(runs[0])
+                if done and any(e["unit"] not in done for e in before):  # one unit final, the next one mid-way
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            time.sleep(0.05)
+        assert proc.wait() == -signal.SIGKILL, "the run ended before it could be killed mid-unit"
+        (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
+        finished = {r["unit_id"] for r in records(run_dir)}
+        before = agent_events(run_dir)
+        with _clean_environment(), contextlib.redirect_stdout(io.StringIO()) as console:
+            code = cli.main([*flags, "--resume", run_dir.name])
+    assert code == 0, console.getvalue()
+    final = records(run_dir)
+    assert len(final) == 3 and {r["status"] for r in final} == {"ok"}  # no unit lost, none recorded twice
+    resumed = agent_events(run_dir)[len(before) :]
+    assert resumed and not any(e["unit"] in finished for e in resumed)  # a finished unit's turns not asked again
+    cut = {e["unit"] for e in before} - finished
+    assert cut and cut <= {e["unit"] for e in resumed}
+    for unit in cut:  # on its own thread id again; the run's in-memory agent lost the thread, and the record says so
+        turns = [e["agent"] for e in resumed if e["unit"] == unit]
+        assert {t["thread_id"] for t in turns} == {f"{run_dir.name}/{unit}"} and turns[0]["thread"] == "new"

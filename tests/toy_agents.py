@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -53,6 +54,7 @@ def reply_to(text: str) -> str:
 def agent(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
     last = state["messages"][-1]
     if last.type == "human":
+        time.sleep(config["configurable"].get("toy_delay", 0))
         with _LOCK:
             SEEN.append((config["configurable"]["thread_id"], str(last.content)))
         call = {"name": "lookup", "args": {"query": str(last.content)[-40:]}, "id": f"call{len(state['messages'])}"}
@@ -80,6 +82,8 @@ def _builder() -> StateGraph:
 graph = _builder().compile(checkpointer=InMemorySaver(), name="toy")
 #: The same agent uncompiled (the run compiles it with an in-memory checkpointer).
 builder = _builder()
+#: The same agent taking 0.3 s per turn (a run to kill mid-unit).
+slow = _builder().compile().with_config(configurable={"toy_delay": 0.3})
 
 
 def app(message: dict[str, Any], *, thread_id: str) -> dict[str, Any]:
