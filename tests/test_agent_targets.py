@@ -99,7 +99,7 @@ def test_every_protocol_drives_the_agent_one_new_message_per_turn_and_records_it
             assert not any(m["content"] in later for e in unit_events for m in e["messages"] if m["role"] == "system")
         assert all(any(m["content"] in text for m in protocol_messages) for text in texts)
     # each unit's record: the agent's final state on each of its threads, by thread id
-    finals = {t: st for r in records(run_dir) for t, st in r["agent_threads"].items()}
+    finals = {t: st for r in records(run_dir) for t, st in r.get("agent_threads", {}).items()}  # ATAD: discarded early
     assert finals == {t: {"messages": 4 * len(texts)} for t, texts in seen.items()}
     units = {e["unit"] for e in events}
     if case == "atad_generate":  # independent problems: a fresh thread for each one the student solves
