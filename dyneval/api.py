@@ -59,7 +59,9 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
     """Run ``protocol`` from Python, as ``run.py --protocol PROTOCOL`` with the same options, and return its results.
 
     ``options`` are the command-line options by their Python names: the roles (``target=``, ``evaluator=`` ...,
-    each ``local``, a config name or ``MODEL@BASE_URL``), ``config=``, ``out=``, ``limit=``, ``concurrency=``,
+    each ``local``, a config name, ``MODEL@BASE_URL``, ``graph:MODULE:ATTR``, or an agent object: a compiled graph
+    or an app ``app(message, *, thread_id) -> dict | list[dict]``, sync or async, docs/agents.md), ``config=``,
+    ``out=``, ``limit=``, ``concurrency=``,
     ``seed=``, ``max_calls=``, ``max_tokens=``, ``max_cost=``, ``max_tokens_per_role="evaluator=1000"``,
     ``pricing=``, ``cache=``, ``resume=RUN_ID``, ``rescore=RUN_ID``, ``skip_preflight=``, ``executor="ray"`` with
     ``postgres_dsn=`` and ``ray_address=`` ..., and the protocol's own parameters (``repeats=2``,
@@ -76,6 +78,7 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
         raise InputError(f"unknown option(s) {', '.join(unknown)} of {protocol}; options: {', '.join(sorted(known))}")
     lists = {o.name for o in protocol_class(protocol).options() if typing.get_origin(o.type) is list}
     options = {k: [v] if k in lists and isinstance(v, str) else v for k, v in options.items()}  # one file: a list
+    options = {k: _agents_named(v) for k, v in options.items()}
     args = argparse.Namespace(**{**known, **options, "protocol": protocol, "dry_run": False})
     chosen, _, run = start(args, dests, Console(quiet=quiet))
     from dyneval.runtime.runner import execute
@@ -86,3 +89,14 @@ def evaluate(protocol: str, *, quiet: bool = True, **options: Any) -> RunResult:
         if not exc.budget:
             raise
     return RunResult.read(run.run_dir)
+
+
+def _agents_named(value: Any) -> Any:
+    """An agent object given for a model (a graph, an app) as its ``app:NAME`` reference; lists item by item."""
+    from dyneval.runtime.agents.reference import register_app
+
+    if isinstance(value, list):
+        return [_agents_named(v) for v in value]
+    if callable(value) or hasattr(value, "invoke"):
+        return register_app(value)
+    return value

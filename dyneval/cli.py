@@ -82,7 +82,8 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML or YAML config file (models, roles, stores, params)")
     roles = parser.add_argument_group("models per role (local | NAME from the config | openai/MODEL | MODEL@BASE_URL)")
     for role in ROLES:
-        roles.add_argument(f"--{role}", help=f"model for the {role} role")
+        agent = " (or an agent: graph:MODULE:ATTR, docs/agents.md)" if role in ("target", "student") else ""
+        roles.add_argument(f"--{role}", help=f"model for the {role} role{agent}")
     run = parser.add_argument_group("run")
     run.add_argument(
         "--limit",

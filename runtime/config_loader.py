@@ -30,6 +30,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from dyneval.runtime.models import resolve_api_key
 from dyneval.runtime.pricing import Pricing
+from dyneval.state.agent import is_agent_ref
 from dyneval.state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
 from dyneval.state.context import Option
 from dyneval.state.errors import InputError
@@ -343,6 +344,7 @@ def load_config(
         raise InputError(_message(err), setting=sources.of(_loc(err))) from None
     config._sources = sources.by_flag(flag_of)
     _check_api_keys(config, sources)
+    _check_agents(config, sources)
     _check_pricing(config, sources)
     if params is not None:
         params.check_values(config.params, sources)
@@ -358,6 +360,19 @@ def _check_api_keys(config: RunConfig, sources: _Sources) -> None:
             ref = config.role_ref(role)
             loc = ("models", ref, "api_key_env") if ref in config.models else ("roles", role)
             raise InputError(exc.message, setting=sources.of(loc)) from None
+
+
+def _check_agents(config: RunConfig, sources: _Sources) -> None:
+    """An agent target that cannot be imported (no module, no attribute, not a graph or app) is bad input, found
+    before anything runs."""
+    from dyneval.runtime.agents.reference import load_agent
+
+    for role, ref in config.roles.items():
+        if is_agent_ref(ref):
+            try:
+                load_agent(ref)
+            except ValueError as exc:
+                raise InputError(str(exc), setting=sources.of(("roles", role))) from None
 
 
 def _check_pricing(config: RunConfig, sources: _Sources) -> None:

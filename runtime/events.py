@@ -163,10 +163,12 @@ class EventLog:
         attempt: int = 1,
         queue_s: float = 0.0,
         cached: bool = False,
+        agent: dict[str, Any] | None = None,
     ) -> None:
         """Append one exchange: ``latency_s`` = the endpoint's time from request to reply, ``queue_s`` = the
         wait before the request went out (the model's in-flight ceiling and rate limit), ``cached`` = the reply
-        came from the response cache (no request was sent)."""
+        came from the response cache (no request was sent), ``agent`` = an agent target's turn
+        (:mod:`runtime.agents.chat`: its thread, what it was sent, what it emitted, its state)."""
         event = {
             "ts": round(time.time(), 3),
             "unit": unit,
@@ -184,6 +186,8 @@ class EventLog:
             "cached": cached,
             "cost_usd": self._cost(model, prompt_tokens, completion_tokens),
         }
+        if agent is not None:
+            event["agent"] = agent
         self.log(event)
 
     def log(self, event: dict[str, Any]) -> None:

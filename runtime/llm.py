@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from dyneval.runtime.agents.errors import AgentModelError, AgentTimeout
 from dyneval.runtime.concurrency import InFlight, Slots
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.stop import raise_if_stopped
@@ -261,7 +262,8 @@ class RoleLLM:
                 self.slots.release(window, overloaded=failure is not None and is_overload(failure))
             if failure is not None:
                 ended = time.perf_counter()
-                if not is_endpoint_fault(failure):
+                ours = isinstance(failure, (AgentModelError, AgentTimeout))  # an agent target's failed turn
+                if not (ours or is_endpoint_fault(failure)):
                     raise failure
                 self.events.record(
                     unit=unit,
@@ -276,7 +278,10 @@ class RoleLLM:
                     queue_s=(started or ended) - queued,
                     error=f"{type(failure).__name__}: {failure}",
                     attempt=attempt,
+                    agent=getattr(failure, "turn", None),
                 )
+                if ours:
+                    raise failure
                 if is_transient(failure) and attempt <= self.policy.max_retries:
                     self.policy.sleep(self.policy.delay(attempt, failure))
                     continue
@@ -287,7 +292,8 @@ class RoleLLM:
             ended = time.perf_counter()
             assert started is not None  # set right before invoke() returned
             p_tok, c_tok = _tokens(raw(result))
-            replayed = "replayed_from" in (getattr(raw(result), "response_metadata", None) or {})  # runtime.replay
+            metadata = getattr(raw(result), "response_metadata", None) or {}
+            replayed = "replayed_from" in metadata  # runtime.replay
             self.events.record(
                 unit=unit,
                 role=self.role,
@@ -301,6 +307,7 @@ class RoleLLM:
                 queue_s=started - queued,
                 attempt=attempt,
                 cached=replayed,
+                agent=metadata.get("agent_turn"),  # runtime.agents.chat
             )
             return result
 

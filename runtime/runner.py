@@ -216,6 +216,8 @@ def preflight(protocol: Protocol, run: Run) -> None:
     for role in protocol.roles_in(run):
         if getattr(run.services.chat_overrides.get(role), "replay_of", None):
             continue  # a re-score's replayed role: no endpoint to ping
+        if run.services.spec(role).provider == "agent":
+            continue  # an agent target was imported at start-up; a ping would be a turn in its store
         first_role.setdefault(run.services.model_label(role), role)
 
     def ping(label_role: tuple[str, str]) -> None:

@@ -164,7 +164,10 @@ class Services:
                 policy = RetryPolicy(max_retries=endpoint.spec.max_retries)
                 if self.retry_sleep is not None:
                     policy.sleep = self.retry_sleep
-                cached = self.config.stores.cache and self._override(ref, role) is None  # fakes: never cached
+                # fakes and agents (their answer depends on their own state) never cached
+                cached = (
+                    self.config.stores.cache and self._override(ref, role) is None and endpoint.spec.provider != "agent"
+                )
                 self._llms[role, ref] = RoleLLM(
                     role=role,
                     model_label=endpoint.label,
@@ -194,8 +197,27 @@ class Services:
         if key not in self._endpoints:
             if spec.provider == "embedded":
                 embedded_base_url(self.console)  # its start (seconds) shown on the run's console as a step
-            self._endpoints[key] = open_endpoint(spec)
+            if spec.provider == "agent":
+                from dyneval.runtime.agents.chat import AgentChat
+                from dyneval.runtime.agents.reference import load_agent
+
+                chat = AgentChat(app=load_agent(ref), thread_prefix=self.run_dir.name)
+                self._endpoints[key] = open_endpoint(spec, chat=chat, label=ref)
+            else:
+                self._endpoints[key] = open_endpoint(spec)
         return self._endpoints[key]
+
+    def agent_states(self, unit: str) -> dict[str, Any] | None:
+        """The agent target's final state on each of ``unit``'s threads (``{thread id: state}``; ``None`` when no
+        agent answered in it), for the unit's record (:mod:`runtime.agents.chat`)."""
+        from dyneval.runtime.agents.chat import AgentChat
+
+        with self._lock:
+            chats = [e.chat for e in self._endpoints.values() if isinstance(e.chat, AgentChat)]
+        states: dict[str, Any] = {}
+        for chat in chats:
+            states.update(chat.final_states(unit) or {})
+        return states or None
 
     def in_flight(self) -> int:
         """Requests on their way to any endpoint of this run right now (the live progress line shows it): this

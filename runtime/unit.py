@@ -121,6 +121,8 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
     except Exception as exc:  # noqa: BLE001 - a failed unit is recorded and the run goes on
         status = "infra_error" if is_endpoint_fault(exc) else "error"
         record.update(status=status, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=6))
+    if agent_states := run.services.agent_states(unit.id):
+        record["agent_threads"] = agent_states  # an agent target's final state per thread (docs/agents.md)
     record["wall_s"] = round(time.perf_counter() - started, 3)
     record["usage"] = run.services.events.usage(unit.id).as_dict()
     return record

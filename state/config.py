@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from dyneval.state.agent import is_agent_ref, parse_agent_ref
+
 Role = Literal["target", "evaluator", "teacher", "orchestrator", "student", "grader"]
 ROLES: tuple[Role, ...] = ("target", "evaluator", "teacher", "orchestrator", "student", "grader")
 
@@ -85,8 +87,10 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    provider: Literal["openai", "embedded"] = Field(
-        default="openai", description="`openai` = any OpenAI-compatible endpoint; `embedded` = SmolLM2 via llama.cpp"
+    provider: Literal["openai", "embedded", "agent"] = Field(
+        default="openai",
+        description="`openai` = any OpenAI-compatible endpoint; `embedded` = SmolLM2 via llama.cpp; "
+        "`agent` = an agent target (`model` is its reference, docs/agents.md)",
     )
     model: str = Field(default="", description="model name sent to the endpoint")
     base_url: str | None = Field(default=None, description="endpoint base URL, e.g. http://127.0.0.1:8000/v1")
@@ -152,12 +156,16 @@ def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
 
     A reference is ``local`` (embedded), a name defined under ``[models.NAME]``, an inline ``MODEL@BASE_URL``, or
     ``openai/MODEL`` (OpenAI's API at ``OPENAI_BASE_URL``, default :data:`OPENAI_URL`), as inspect_ai and LiteLLM
-    users write it; both take the key from ``OPENAI_API_KEY``.
+    users write it; both take the key from ``OPENAI_API_KEY``. An agent target (``graph:...``, ``app:...``,
+    :mod:`state.agent`) is a spec of provider ``agent`` whose ``model`` is the reference.
     """
     if ref in models:
         return models[ref]
     if ref == EMBEDDED:
         return embedded_spec()
+    if is_agent_ref(ref):
+        parse_agent_ref(ref)  # its form; what it names is imported when the run starts (runtime.agents)
+        return ModelSpec(provider="agent", model=ref)
     provider, slash, model = ref.partition("/")
     if slash and provider == "openai" and "@" not in ref:
         if not model:

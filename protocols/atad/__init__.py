@@ -33,6 +33,7 @@ from dyneval.protocols.atad.benchmark import earlier_copy, item_record, write_be
 from dyneval.protocols.atad.metrics import generation_intervals, generation_stats, mean
 from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.results.report import bar_chart, figure_path
+from dyneval.runtime.agents.reference import check_agents
 from dyneval.runtime.protocol import Protocol, Run, Unit
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
 from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
@@ -66,7 +67,10 @@ class AtadBatch:
         0.5, "probability of adding a challenge factor to a problem", minimum=0, maximum=1
     )
     evaluate: list[str] | None = described(
-        None, "evaluation phase: models to evaluate on --benchmark (local | NAME | MODEL@URL)", metavar="MODEL"
+        None,
+        "evaluation phase: models or agents to evaluate on --benchmark (local | NAME | MODEL@URL | graph:MODULE:ATTR)",
+        metavar="MODEL",
+        check=check_agents,
     )
     benchmark: list[str] | None = described(
         None,

@@ -43,6 +43,7 @@ from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.results.report import bar_chart, figure_path, heatmap, line_chart
 from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
 from dyneval.samples import sample, shown
+from dyneval.state.agent import is_agent_ref
 from dyneval.state.atad import TASK_IDS, EvalContext
 from dyneval.state.blocks import Block, Figure, Table, Text
 from dyneval.state.errors import InfraError, InputError
@@ -422,8 +423,8 @@ def evaluation_report(run: Run, m: dict[str, Any]) -> list[Block]:
 def preflight_models(run: Run, refs: list[str]) -> None:
     """One ping per evaluated / reviewing model before any real tokens are spent."""
     for ref in dict.fromkeys(refs):
-        if ref in run.services.chat_overrides:
-            continue
+        if ref in run.services.chat_overrides or is_agent_ref(ref):
+            continue  # a stand-in; an agent, imported at start-up (a ping would be a turn in its store)
         try:
             run.services.model(ref, role="student").text(load_prompt("common/ping").render(), step="preflight")
         except ValueError as exc:

@@ -219,6 +219,15 @@ def _exchange(event: dict[str, Any], texts: Texts) -> dict[str, Any]:
             out["cache hit"] = event[flag]
     out["messages"] = [{"role": m.get("role"), "content": texts(m.get("content"))} for m in event.get("messages") or []]
     out["output"] = event.get("output")
+    agent = event.get("agent")
+    if agent:  # an agent target's turn (runtime.agents.chat): its thread, what it was sent, what it emitted
+        out["agent"] = {
+            "thread_id": agent.get("thread_id"),
+            "thread": agent.get("thread"),
+            "usage": agent.get("usage"),
+            "sent": texts(agent.get("sent")),
+            "emitted": agent.get("emitted") or [],
+        }
     return out
 
 
