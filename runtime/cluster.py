@@ -466,9 +466,8 @@ class ClusterSlots:
         self._sweeping = False
 
     def acquire(self, blocking: bool = True) -> int:
-        stop.raise_if_stopped()  # held grants go back at their next sweep
-        with self._lock:
-            kept = next((h for h in self._held.values() if h.idle_since is not None), None)
+        with self._lock:  # once the run stopped here, kept grants only go back (at the next sweep)
+            kept = None if stop.stopped() else next((h for h in self._held.values() if h.idle_since is not None), None)
             if kept is not None:
                 kept.idle_since = None
                 self.in_flight += 1
