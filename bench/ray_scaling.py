@@ -62,16 +62,35 @@ def _cpu_ticks(pid: int) -> int | None:
     return sum(int(f) for f in text[text.rindex(")") + 2 :].split()[11:15])  # utime stime cutime cstime
 
 
+#: A process's kind by its command line (Ray names an actor's process ``ray::Class`` or ``ray::Class.method``).
+ACTOR_KINDS = {"ray::_UnitRunner": "runner", "ray::Coordinator": "coordinator", "ray::_EventSink": "event sink"}
+#: The parts on the driver's machine whose CPU a run pays once, however many worker machines it has.
+CENTRAL = ("coordinator", "event sink", "driver")
+
+
+def _kind(pid: int, party: str) -> str:
+    """What ``pid`` of ``party``'s tree is: one of :data:`ACTOR_KINDS`' kinds, or the party (``ray head`` and
+    ``ray workers`` for Ray's own processes: GCS, raylets, agents, idle workers)."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return party
+    return next((kind for prefix, kind in ACTOR_KINDS.items() if title.startswith(prefix)), party)
+
+
 class TreeCPU:
-    """CPU seconds each party's process tree spent between :meth:`start` and :meth:`stop`, sampled every 0.25 s
-    (one scan of ``/proc``): a process that ends meanwhile (a run's unit runners are killed as the run ends, and
-    nobody reaps them into a parent's count) keeps what it had spent at its last sample, so it is undercounted by
-    at most 0.25 s of CPU. The sampling thread's own CPU is kept apart (``sampler_s``), not charged to the driver."""
+    """CPU seconds each kind of process spent between :meth:`start` and :meth:`stop`, sampled every 0.25 s (one
+    scan of ``/proc``): a process belongs to the party whose tree holds it and is counted under its kind
+    (:func:`_kind`: a Ray worker process becomes an actor's after it started, so its last kind counts). A process
+    that ends meanwhile (a run's unit runners are killed as the run ends, and nobody reaps them into a parent's
+    count) keeps what it had spent at its last sample, so it is undercounted by at most 0.25 s of CPU. The
+    sampling thread's own CPU is kept apart (``sampler_s``), not charged to the driver."""
 
     def __init__(self, roots: dict[str, int]) -> None:
         self.roots = roots
-        self.first: dict[tuple[str, int], int] = {}
-        self.last: dict[tuple[str, int], int] = {}
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.kind: dict[int, str] = {}
         self.sampler_s = 0.0
         self._started = False
         self._done = threading.Event()
@@ -79,12 +98,14 @@ class TreeCPU:
 
     def _once(self) -> None:
         found = trees(list(self.roots.values()))
-        for name, root in self.roots.items():
+        for party, root in self.roots.items():
             for pid in found[root]:
                 ticks = _cpu_ticks(pid)
                 if ticks is not None:  # a process born after the start spent all its CPU in this run
-                    self.first.setdefault((name, pid), 0 if self._started else ticks)
-                    self.last[(name, pid)] = ticks
+                    self.first.setdefault(pid, 0 if self._started else ticks)
+                    self.last[pid] = ticks
+                    if self.kind.get(pid, party) == party:  # an actor's process stays the actor's
+                        self.kind[pid] = _kind(pid, party)
 
     def _sample(self) -> None:
         while not self._done.wait(0.25):
@@ -100,9 +121,9 @@ class TreeCPU:
         self._done.set()
         self._thread.join()
         self._once()
-        spent: dict[str, float] = {name: 0.0 for name in self.roots}
-        for (name, pid), ticks in self.last.items():
-            spent[name] += (ticks - self.first[(name, pid)]) / TICK
+        spent: dict[str, float] = {}
+        for pid, ticks in self.last.items():
+            spent[self.kind[pid]] = spent.get(self.kind[pid], 0.0) + (ticks - self.first[pid]) / TICK
         return spent
 
 
@@ -171,9 +192,10 @@ def one_run(
     out: Path,
     concurrency: int,
     choice: ExecutorChoice,
-    parties: dict[str, list[int]],
+    parties: dict[str, int],
 ) -> dict[str, Any]:
-    """One interview batch on ``choice``; wall, calls and each party's CPU seconds over ``execute``."""
+    """One interview batch on ``choice``; wall, calls, CPU seconds by process kind over ``execute`` (:class:`TreeCPU`)
+    and units per unit runner."""
     models = {role: ModelSpec(model=role, base_url=url, concurrency=256) for role in ("target", "evaluator")}
     config = RunConfig(
         protocol="interview",
@@ -205,32 +227,87 @@ def one_run(
         "units": sum(counts.values()),
         "ok": counts.get("ok", 0),
         "cpu": cpu,
+        "per_runner": units_per_runner(run.run_dir / "events.jsonl"),
     }
 
 
 def cluster_parties(cluster: RayCluster) -> dict[str, int]:
-    return {("ray head" if name == "head" else f"ray {name}"): node.process.pid for name, node in cluster.nodes.items()}
+    """Each node's ``ray start`` process (the root of its tree) by party: ``ray head``, ``ray workers:NAME``."""
+    return {
+        ("ray head" if name == "head" else f"ray workers:{name}"): node.process.pid
+        for name, node in cluster.nodes.items()
+    }
 
 
-def report(rows: list[dict[str, Any]], latency: float) -> None:
+def units_per_runner(events: Path) -> dict[str, int]:
+    """Units each unit runner ended (the ``worker`` of a unit's last exchange), from the run's ``events.jsonl``."""
+    last: dict[str, str] = {}
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if "worker" in event:
+            last[event["unit"]] = event["worker"]
+    counts: dict[str, int] = {}
+    for worker in last.values():
+        counts[worker] = counts.get(worker, 0) + 1
+    return counts
+
+
+def per_call_ms(row: dict[str, Any]) -> dict[str, float]:
+    """Milliseconds of CPU per LLM call by process kind (a node's Ray processes under ``ray head`` or
+    ``ray workers``; the thread pool's one process under ``runner``, where it runs its units)."""
+    out: dict[str, float] = {}
+    for party, seconds in row["cpu"].items():
+        kind = party.split(":")[0]
+        if row["label"] == "threads" and kind == "driver":
+            kind = "runner"
+        out[kind] = out.get(kind, 0.0) + seconds * 1000 / max(row["calls"], 1)
+    return out
+
+
+def predict(ms: dict[str, float], cores: int) -> tuple[float, float, str, float]:
+    """From one Ray run's CPU per call: calls/s one worker machine of ``cores`` cores gives (its unit runners and
+    its Ray processes), the calls/s at which the first central part saturates (the coordinator, the event sink and
+    the driver are one process each, so one core each at most; the driver's machine, also of ``cores`` cores,
+    holds them with PostgreSQL and the head's Ray processes), that part, and the worker machines it takes."""
+    per_machine = cores * 1000 / max(ms.get("runner", 0.0) + ms.get("ray workers", 0.0), 1e-9)
+    head = sum(ms.get(k, 0.0) for k in (*CENTRAL, "postgres", "ray head"))
+    caps = {part: 1000 / ms[part] for part in CENTRAL if ms.get(part)}
+    caps[f"driver's machine ({cores} cores)"] = cores * 1000 / max(head, 1e-9)
+    part = min(caps, key=caps.__getitem__)
+    return per_machine, caps[part], part, caps[part] / per_machine
+
+
+KINDS = ("runner", "coordinator", "event sink", "driver", "postgres", "ray head", "ray workers", "stand-in")
+
+
+def report(rows: list[dict[str, Any]], latency: float, cores: int) -> None:
     base = next(r for r in rows if r["label"] == "threads")
-    print(f"\nstand-in latency {latency:g} s")
+    base_rate, base_ms = base["calls"] / base["wall"], per_call_ms(base)
+    print(f"\nstand-in latency {latency:g} s; CPU in ms per LLM call by process kind")
     print(
-        f"{'executor':<16} {'ok/units':>9} {'calls':>6} {'wall s':>7} {'calls/s':>8} {'x threads':>9} "
-        f"{'CPU ms/unit':>11} {'x threads':>9}  CPU seconds by process (tree)"
+        f"{'executor':<15} {'ok/units':>9} {'calls':>6} {'wall s':>6} {'calls/s':>7} {'x thr':>5} "
+        + " ".join(f"{k:>11}" for k in KINDS)
+        + f" {'central':>7} {'runner x':>8} {'units/runner max/min':>20}"
     )
     for r in rows:
-        rate = r["calls"] / r["wall"]
-        own = sum(v for k, v in r["cpu"].items() if k != "stand-in")
-        per_unit = own / max(r["units"], 1) * 1000
-        base_rate = base["calls"] / base["wall"]
-        base_unit = sum(v for k, v in base["cpu"].items() if k != "stand-in") / max(base["units"], 1) * 1000
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items())
-        total = sum(r["cpu"].values())
+        rate, ms = r["calls"] / r["wall"], per_call_ms(r)
+        central = sum(ms.get(k, 0.0) for k in CENTRAL) if r["label"] != "threads" else 0.0
+        spread = r["per_runner"]
+        balance = f"{max(spread.values())}/{min(spread.values())}" if spread else "-"
         print(
-            f"{r['label']:<16} {r['ok']:>4}/{r['units']:<4} {r['calls']:>6} {r['wall']:>7.1f} {rate:>8.1f} "
-            f"{rate / base_rate:>9.2f} {per_unit:>11.1f} {per_unit / base_unit:>9.2f}  {parts}; "
-            f"all {total:.1f} = {total / r['wall']:.2f} of 2 cores' {2 * r['wall']:.0f} s"
+            f"{r['label']:<15} {r['ok']:>4}/{r['units']:<4} {r['calls']:>6} {r['wall']:>6.1f} {rate:>7.1f} "
+            f"{rate / base_rate:>5.2f} "
+            + " ".join(f"{ms.get(k, 0.0):>11.3f}" for k in KINDS)
+            + f" {central:>7.3f} {ms.get('runner', 0.0) / base_ms['runner']:>8.2f} {balance:>20}"
+        )
+    for r in rows:
+        if r["label"] == "threads":
+            continue
+        per_machine, cap, part, machines = predict(per_call_ms(r), cores)
+        curve = ", ".join(f"N={n}: {min(n * per_machine, cap):.0f}" for n in (1, 2, 5, 10, 20, 40))
+        print(
+            f"{r['label']}: predicted calls/s on N worker machines of {cores} cores: {curve}; "
+            f"saturates at N = {machines:.1f} ({part}, {cap:.0f} calls/s)"
         )
 
 
@@ -239,6 +316,8 @@ def main() -> None:
     parser.add_argument("--units", type=int, default=200, help="interview units per run (default 200)")
     parser.add_argument("--concurrency", type=int, default=16, help="units in flight (default 16)")
     parser.add_argument("--latencies", default="0,0.2", help="stand-in seconds per request, comma-separated")
+    parser.add_argument("--workers", default="1,2", help="worker nodes of the Ray clusters, comma-separated")
+    parser.add_argument("--cores", type=int, default=2, help="cores of a machine in the prediction (default 2)")
     args = parser.parse_args()
     latencies = [float(x) for x in args.latencies.split(",")]
     load = os.getloadavg()[0]
@@ -264,7 +343,7 @@ def main() -> None:
             rows[lat].append(
                 one_run("threads", data, url, db(), work / f"t{n}", args.concurrency, ExecutorChoice(), parties)
             )
-        for workers in (1, 2):
+        for workers in (int(x) for x in args.workers.split(",")):
             with ray_cluster(workers=workers, cpus_per_worker=1) as cluster:
                 # not measured: the worker processes start and import dyneval on their first units
                 one_run(
@@ -291,12 +370,14 @@ def main() -> None:
                             parties,
                         )
                     )
+                if wide := cluster.beyond_loopback(os.getpid()):
+                    sys.exit(f"bench.ray_scaling: the cluster listened beyond 127.0.0.1: {wide}")
     print(
         f"interview, {args.units} units, --concurrency {args.concurrency}, {os.cpu_count()} cores; "
         f"1-min load average at the start: {load:.2f}"
     )
     for lat in latencies:
-        report(rows[lat], lat)
+        report(rows[lat], lat, args.cores)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,13 @@ NAMESPACE = "dyneval"
 GRACE_S = 30.0
 #: How often the coordinator looks for dead nodes and overdue grants while grants are out.
 SWEEP_S = 2.0
+#: Requests one grant may serve on its runner (handed on from a request that ended to the runner's next one)
+#: where the run has no budget and the endpoint no requests-per-second limit and half its slots free.
+HAND_ON = 8
+#: Seconds after its grant past which a grant is not handed on any more (well inside :data:`GRACE_S`).
+HOLD_S = 5.0
+#: Seconds a runner keeps a grant no request of its own took before it gives it back to the coordinator.
+LINGER_S = 0.05
 
 
 def coordinator_name(run_id: str) -> str:
@@ -125,6 +132,7 @@ class _Endpoint:
     cond: asyncio.Condition = field(default_factory=asyncio.Condition)
     next_start: float = 0.0
     granted: int = 0
+    leases: int = 0
     peak: int = 0
     reclaimed: int = 0
 
@@ -190,11 +198,13 @@ class Coordinator:
         reporter: str | None = None,
         usage: dict[str, Usage] | None = None,
         blocking: bool = True,
-    ) -> tuple[str, int, float] | tuple[str, str]:
+    ) -> tuple[str, int, float, int] | tuple[str, str]:
         """Wait for a slot of ``key``, then check the run's stop flag and budget (after recording ``reporter``'s
         cumulative ``usage`` per role): ``("granted", grant_id, delay_s)``, where the request may start
-        ``delay_s`` from now (the rate limit); ``("busy", "")`` without ``blocking``; ``("stopped", reason)`` or
-        ``("spent", reason)``: no request."""
+        ``delay_s`` from now (the rate limit), and ``uses``, the requests the grant may serve on the caller's runner
+        (:data:`HAND_ON` where the run has no budget, the endpoint no rate limit and at most half its slots are
+        taken, else 1); ``("busy", "")`` without ``blocking``; ``("stopped", reason)`` or ``("spent", reason)``:
+        no request."""
         if reporter is not None and usage is not None:
             self._tally.report(reporter, usage)
         endpoint = self._endpoints[key]
@@ -213,10 +223,14 @@ class Coordinator:
         grant = next(self._ids)
         self._grants[grant] = _Grant(key, window, node, start + endpoint.timeout_s + GRACE_S)
         endpoint.granted += 1
+        endpoint.leases += 1
         endpoint.peak = max(endpoint.peak, endpoint.slots.in_flight)
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-        return "granted", grant, start - now
+        roomy = (
+            self._budget is None and not endpoint.interval_s and endpoint.slots.in_flight * 2 <= endpoint.slots.limit
+        )
+        return "granted", grant, start - now, HAND_ON if roomy else 1
 
     def _refusal(self) -> tuple[str, str] | None:
         if self._budget is not None:
@@ -229,20 +243,26 @@ class Coordinator:
         return None
 
     async def release(
-        self, grant: int, overloaded: bool = False, reporter: str | None = None, usage: dict[str, Usage] | None = None
+        self,
+        grant: int,
+        overloaded: bool = False,
+        reporter: str | None = None,
+        usage: dict[str, Usage] | None = None,
+        served: int = 1,
     ) -> None:
-        """Free ``grant`` (``overloaded``: the endpoint refused the request as overloaded, 429 or timeout), after
-        recording ``reporter``'s cumulative ``usage``."""
+        """Free ``grant`` (``overloaded``: the endpoint refused its last request as overloaded, 429 or timeout),
+        after recording ``reporter``'s cumulative ``usage``; ``served``: the requests it served."""
         if reporter is not None and usage is not None:
             self._tally.report(reporter, usage)
         held = self._grants.pop(grant, None)
         if held is not None:
-            await self._release(held.endpoint, held.window, overloaded)
+            self._endpoints[held.endpoint].granted += served - 1
+            await self._release(held.endpoint, held.window, overloaded, served)
 
-    async def _release(self, key: str, window: int, overloaded: bool) -> None:
+    async def _release(self, key: str, window: int, overloaded: bool, served: int = 1) -> None:
         endpoint = self._endpoints[key]
         async with endpoint.cond:
-            endpoint.slots.release(window, overloaded=overloaded)
+            endpoint.slots.release(window, overloaded=overloaded, served=served)
             endpoint.cond.notify_all()
 
     async def report(self, reporter: str, usage: dict[str, Usage]) -> None:
@@ -254,13 +274,16 @@ class Coordinator:
         stop.request_stop()
 
     async def stats(self) -> dict[str, Any]:
-        """Per endpoint: requests in flight now, the most ever in flight at once, grants, the adaptive limit,
+        """Per endpoint: slots taken now (requests in flight, and grants a runner holds for its next request), the
+        most ever taken at once, requests granted (those a grant served once handed back), grants made (round trips
+        that took a slot), the adaptive limit,
         overloads and grants taken back from gone holders; the usage reported and what spent the budget."""
         endpoints = {
             key: {
                 "in_flight": e.slots.in_flight,
                 "peak_in_flight": e.peak,
                 "granted": e.granted,
+                "leases": e.leases,
                 "limit": e.slots.limit,
                 "overloads": e.slots.overloads,
                 "reclaimed": e.reclaimed,
@@ -409,19 +432,46 @@ class ClusterLimits:
         return sum(e["in_flight"] for e in self.stats()["endpoints"].values())
 
 
+@dataclass
+class _Held:
+    """A grant on this process: the requests it may still serve, those it served, when it was granted and since
+    when it waits unused (``None``: a request holds it)."""
+
+    grant: int
+    uses: int
+    served: int
+    granted: float
+    idle_since: float | None = None
+
+
 class ClusterSlots:
     """One endpoint's slots for the whole cluster, used by the call layer as its ``InFlight``: ``acquire``
     (waits for a slot, then the rate limit's delay) returns the grant that ``release`` frees. A refused
     request raises as in one process: :class:`runtime.budget.BudgetSpent` for a spent budget,
     :class:`runtime.stop.StopRequested` once the run was stopped, and sets this process's stop flag, so its
-    other threads send nothing either."""
+    other threads send nothing either.
+
+    A grant the coordinator lets serve several requests (``uses``, :meth:`Coordinator.acquire`) is kept here
+    when its request ends and taken by this process's next ``acquire`` without a round trip, until it served
+    ``uses`` requests, was granted :data:`HOLD_S` ago, its last request was refused as overloaded, the run
+    stopped here, or no request took it within :data:`LINGER_S`; then it goes back with the requests it served.
+    So a runner asks the coordinator about once per :data:`HAND_ON` requests while the endpoint has room, and
+    every request still holds one of the endpoint's slots: the limit holds as before."""
 
     def __init__(self, client: ClusterLimits, key: str) -> None:
         self.client, self.key = client, key
         self.in_flight = 0  # this process's requests (the live progress line sums them)
         self._lock = threading.Lock()
+        self._held: dict[int, _Held] = {}  # grant -> its use here
+        self._sweeping = False
 
     def acquire(self, blocking: bool = True) -> int:
+        with self._lock:  # once the run stopped here, kept grants only go back (at the next sweep)
+            kept = None if stop.stopped() else next((h for h in self._held.values() if h.idle_since is not None), None)
+            if kept is not None:
+                kept.idle_since = None
+                self.in_flight += 1
+                return kept.grant
         import ray
 
         c = self.client
@@ -436,17 +486,52 @@ class ClusterSlots:
             if answer[0] == "spent":
                 stop.refuse(answer[1], BudgetSpent)
             stop.raise_if_stopped()
-        _, grant, delay = answer
+        _, grant, delay, uses = answer
         with self._lock:
             self.in_flight += 1
+            self._held[grant] = _Held(grant, uses, 0, time.monotonic())
         if delay > 0:
             time.sleep(delay)
         return grant
 
     def release(self, window: int = 0, *, overloaded: bool = False) -> None:
+        now = time.monotonic()
         with self._lock:
             self.in_flight -= 1
+            held = self._held[window]
+            held.served += 1
+            if overloaded or held.served >= held.uses or now - held.granted > HOLD_S or stop.stopped():
+                del self._held[window]
+            else:
+                held.idle_since = now
+                if not self._sweeping:
+                    self._sweeping = True
+                    threading.Thread(target=self._sweep, name="grant-sweep", daemon=True).start()
+                return
+        self._give_back(held, overloaded)
+
+    def _give_back(self, held: _Held, overloaded: bool = False) -> None:
         c = self.client
         usage = c.changed_usage()
         # not awaited: the caller goes on at once
-        c.actor.release.remote(window, overloaded, c.reporter if usage is not None else None, usage)
+        c.actor.release.remote(held.grant, overloaded, c.reporter if usage is not None else None, usage, held.served)
+
+    def _sweep(self) -> None:
+        """Give back the grants no request took within :data:`LINGER_S` (all of them once the run stopped here);
+        ends once none is kept."""
+        while True:
+            time.sleep(LINGER_S)
+            now = time.monotonic()
+            with self._lock:
+                unused = [
+                    h
+                    for h in self._held.values()
+                    if h.idle_since is not None and (stop.stopped() or now - h.idle_since >= LINGER_S)
+                ]
+                for held in unused:
+                    del self._held[held.grant]
+                self._sweeping = any(h.idle_since is not None for h in self._held.values())
+            for held in unused:
+                self._give_back(held)
+            if not self._sweeping:
+                return

@@ -70,8 +70,10 @@ class InFlight:
             self.in_flight += 1
             return self._window
 
-    def release(self, window: int = 0, *, overloaded: bool = False) -> None:
-        """Free a slot granted in ``window``; ``overloaded`` = the endpoint refused the request as overloaded."""
+    def release(self, window: int = 0, *, overloaded: bool = False, served: int = 1) -> None:
+        """Free a slot granted in ``window``; ``overloaded`` = the endpoint refused its last request as overloaded.
+        ``served``: the requests the slot served (more than one where a Ray runner handed it on,
+        :class:`runtime.cluster.ClusterSlots`); each but an overloaded last one grows the limit as a success does."""
         with self._cond:
             self.in_flight -= 1
             if overloaded:
@@ -80,6 +82,6 @@ class InFlight:
                     base = self.limit if self.limit < math.inf else self.in_flight + 1  # unlimited: what was in
                     self.limit = max(1.0, base / 2)
                     self._window += 1
-            elif self.limit < (self.ceiling or math.inf):
+            for _ in range(served - overloaded if self.limit < (self.ceiling or math.inf) else 0):
                 self.limit = min(self.ceiling or math.inf, self.limit + 1 / self.limit)
             self._cond.notify_all()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -11,9 +11,16 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 
 @contextmanager
-def open_checkpointer(run_dir: Path, postgres_dsn: str | None = None) -> Iterator[BaseCheckpointSaver]:
+def open_checkpointer(
+    run_dir: Path,
+    postgres_dsn: str | None = None,
+    connections: int | None = None,
+    before_write: Callable[[], None] | None = None,
+) -> Iterator[BaseCheckpointSaver]:
     """Yield a ready checkpointer; closes its connections on exit. On PostgreSQL: a pool that outlasts a restart of
-    the server (:mod:`stores.postgres_checkpoints`).
+    the server (:mod:`stores.postgres_checkpoints`), of at most ``connections`` (default
+    :data:`stores.postgres.POOL_MAX`): a process whose threads checkpoint at once needs one each, or they queue;
+    ``before_write`` runs before each checkpoint or pending write is stored (a Ray runner sends its events).
 
     The SQLite file is in WAL mode (``SqliteSaver.setup``) with ``synchronous=NORMAL``: a committed checkpoint
     survives a kill of the process (it is in the WAL file, which SQLite replays on the next open), as the event
@@ -27,7 +34,7 @@ def open_checkpointer(run_dir: Path, postgres_dsn: str | None = None) -> Iterato
             from dyneval.stores.postgres_checkpoints import PooledSaver
         except ImportError as exc:  # optional extra
             raise ImportError("PostgreSQL checkpoints need: pip install -e '.[postgres]'") from exc
-        pooled = PooledSaver.connect(postgres_dsn)
+        pooled = PooledSaver.connect(postgres_dsn, connections, before_write)
         try:
             yield pooled
         finally:

@@ -96,9 +96,14 @@ def drop_torn_tail(path: Path) -> str | None:
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as one JSON line, in one ``write`` under an exclusive lock on the file (a buffered text
+    """Append one record as one JSON line (:func:`append_lines`)."""
+    append_lines(path, [record])
+
+
+def append_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append records as JSON lines, in one ``write`` under an exclusive lock on the file (a buffered text
     write splits a long line over several writes, which another process's append could come between)."""
-    line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+    line = "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         if flock is not None:

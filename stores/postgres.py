@@ -76,8 +76,9 @@ def retried(server: str, what: str, operation: Callable[[int], T], policy: Retry
     return policy.call(operation, retry_on=is_disconnect, give_up=give_up)
 
 
-def open_pool(dsn: str, connection_class: type[C], **connection: Any) -> ConnectionPool[C]:
-    """A pool of ``connection_class`` connections to ``dsn`` (``connection``: their options, e.g.
+def open_pool(dsn: str, connection_class: type[C], max_size: int | None = None, **connection: Any) -> ConnectionPool[C]:
+    """A pool of at most ``max_size`` (default :data:`POOL_MAX`; more are opened only while all are busy)
+    ``connection_class`` connections to ``dsn`` (``connection``: their options, e.g.
     ``autocommit=True``; ``Connection[DictRow]`` with ``row_factory=dict_row``), open once one connection is made
     (:func:`retried`). Each connection is checked as it is handed out and replaced if broken; the caller closes
     the pool."""
@@ -88,7 +89,7 @@ def open_pool(dsn: str, connection_class: type[C], **connection: Any) -> Connect
         connection_class=connection_class,
         kwargs={"connect_timeout": CONNECT_TIMEOUT_S, **connection},
         min_size=1,
-        max_size=POOL_MAX,
+        max_size=max_size or POOL_MAX,
         timeout=CONNECT_TIMEOUT_S,
         check=ConnectionPool.check_connection,
         open=False,

@@ -38,17 +38,28 @@ SETUP_WAIT_S = 120.0
 class PooledSaver(PostgresSaver):
     """``PostgresSaver`` on a connection pool (:meth:`connect` makes one; closing ``conn``, the pool, closes it)."""
 
-    def __init__(self, pool: ConnectionPool[Connection[DictRow]], server: str) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool[Connection[DictRow]],
+        server: str,
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(pool)
         self.lock = nullcontext()  # type: ignore[assignment]  # each operation holds a connection of its own
         self.pool = pool  # ``conn``, typed as the pool it is
         self.server = server
+        self.before_write = before_write or (lambda: None)
 
     @classmethod
-    def connect(cls, dsn: str) -> PooledSaver:
-        """A saver on a new pool, its tables made (:meth:`setup`)."""
-        pool = open_pool(dsn, Connection[DictRow], autocommit=True, prepare_threshold=0, row_factory=dict_row)
-        saver = cls(pool, server_of(dsn))
+    def connect(
+        cls, dsn: str, connections: int | None = None, before_write: Callable[[], None] | None = None
+    ) -> PooledSaver:
+        """A saver on a new pool of at most ``connections`` (default :data:`stores.postgres.POOL_MAX`), its tables
+        made (:meth:`setup`); ``before_write`` runs before each ``put`` and ``put_writes``."""
+        pool = open_pool(
+            dsn, Connection[DictRow], connections, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        )
+        saver = cls(pool, server_of(dsn), before_write)
         try:
             saver.setup()
         except BaseException:
@@ -110,11 +121,13 @@ class PooledSaver(PostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        self.before_write()
         return self._retried("write", lambda: super(PooledSaver, self).put(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        self.before_write()
         self._retried("write", lambda: super(PooledSaver, self).put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:

@@ -18,15 +18,16 @@ from its checkpoint, or hands back the final record that was already written. No
 without a record unless the run stops.
 
 Endpoint limits (requests in flight, requests per second) and the run's budgets hold for the whole cluster
-through the run's coordinator actor (:mod:`runtime.cluster`): a worker's call layer asks it before every
-request. Every exchange a worker logs goes, before its call returns, to an event sink actor on the driver's node
-that appends it to the run's ``events.jsonl``, so the log holds every call (with the ``worker`` that made it),
+through the run's coordinator actor (:mod:`runtime.cluster`): a worker's call layer asks it for a slot (a grant
+may serve several requests of one runner while the endpoint has room). The exchanges a worker logs go in batches
+(before each checkpoint write, at each unit's end) to an event sink actor on the driver's node that appends them
+to the run's ``events.jsonl``, so the log holds every call a checkpoint holds (with the ``worker`` that made it),
 those of a worker that died mid-unit and those made after the driver was killed included; the records come
 back to the driver, which writes ``results.jsonl``, the summary and the report as with threads. Ctrl-C or SIGTERM
-at the driver stops the coordinator (no worker sends another request), gives the units in flight the runner's
-grace period, then kills the runners; the run resumes like any other. The runners end with the session, so a
-long-lived cluster keeps nothing of a finished run; the driver owns them, the coordinator and the event sink, so
-Ray ends them all when the driver dies, even killed outright.
+at the driver stops the coordinator and the runners (no worker sends another request), gives the units in
+flight the runner's grace period, then kills the runners; the run resumes like any other. The runners end with
+the session, so a long-lived cluster keeps nothing of a finished run; the driver owns them, the coordinator and
+the event sink, so Ray ends them all when the driver dies, even killed outright.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -61,7 +63,7 @@ from dyneval.runtime.unit import run_unit
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InfraError, InputError
 from dyneval.stores.checkpoints import open_checkpointer
-from dyneval.stores.files import append_line
+from dyneval.stores.files import append_lines
 from dyneval.stores.results import ResultStore
 from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 
@@ -94,17 +96,16 @@ def _postgres_dsn(config: RunConfig) -> str:
 
 
 class _EventSink:
-    """The Ray actor (on the driver's node) that the exchanges workers log go to: each is appended to the run's
-    ``events.jsonl`` as it arrives (so an exchange a worker logged is kept even if the driver dies before its next
-    drain) and kept until the driver takes it to count it."""
+    """The Ray actor (on the driver's node) that the exchanges workers log go to: each batch is appended to the
+    run's ``events.jsonl`` as it arrives (so an exchange a worker sent is kept even if the driver dies before its
+    next drain) and kept until the driver takes it to count it."""
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self.events: list[dict[str, Any]] = []
 
     def put(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            append_line(self.path, event)
+        append_lines(self.path, events)
         self.events.extend(events)
 
     def take(self) -> list[dict[str, Any]]:
@@ -113,26 +114,62 @@ class _EventSink:
 
 
 class _ForwardedLog(EventLog):
-    """A worker's event log: every exchange goes to the driver's sink before the call returns (so a worker that
-    dies mid-unit leaves no call uncounted), and counts here for the unit's record and the budget's tally. When
-    the sink is gone, so is the driver that owned it: the worker stops, and the unit that made the call is left
-    to be continued by a resume, which makes that call again and logs it."""
+    """A worker's event log: an exchange counts here at once (for the unit's record and the budget's tally) and
+    goes to the driver's sink in a batch, sent by :meth:`flush`: before each checkpoint write (so a unit continued
+    from its checkpoint elsewhere holds no call the log lacks), at the end of each unit and preparation item, and
+    on a stop. When the sink is gone, so is the driver that owned it: the worker stops, and the unit whose
+    checkpoint write found it gone is left to be continued by a resume, which makes the calls since its last
+    checkpoint again and logs them."""
 
-    def __init__(self, sink: Any, pricing: Pricing, worker: str) -> None:
+    def __init__(self, sink: Any, pricing: Pricing | None, worker: str) -> None:
         super().__init__(path=None, pricing=pricing)
         self.sink, self.worker = sink, worker
+        self._sending = threading.Condition()
+        self._batch: list[dict[str, Any]] = []
+        self._logged = self._sent = 0
+        self._busy = self._gone = False
 
     def log(self, event: dict[str, Any]) -> None:
-        import ray
-
         event = {**event, "worker": self.worker}
         with self._lock:
             self._count(event)
-        try:
-            ray.get(self.sink.put.remote([event]))
-        except ray.exceptions.RayActorError:
+        with self._sending:
+            self._batch.append(event)
+            self._logged += 1
+
+    def flush(self) -> None:
+        """Return once every exchange logged before the call is at the sink. One batch is on its way at a time;
+        the threads that flush meanwhile wait for it and the next one carries all of theirs (a group commit), so
+        a runner of many threads sends far fewer batches than exchanges."""
+        import ray
+
+        with self._sending:
+            wanted = self._logged
+            while self._sent < wanted and not self._gone:
+                if self._busy:
+                    self._sending.wait()
+                    continue
+                batch, self._batch, upto, self._busy = self._batch, [], self._logged, True
+                self._sending.release()
+                outcome = "failed"
+                try:
+                    ray.get(self.sink.put.remote(batch))
+                    outcome = "sent"
+                except ray.exceptions.RayActorError:
+                    outcome = "gone"
+                finally:
+                    self._sending.acquire()
+                    self._busy = False
+                    if outcome == "sent":
+                        self._sent = upto
+                    elif outcome == "gone":
+                        self._gone = True
+                    else:  # raised as it came: the batch goes with the next flush
+                        self._batch[:0] = batch
+                    self._sending.notify_all()
+        if self._gone:
             stop.request_stop()
-            raise stop.StopRequested("the run's driver is gone (its event sink died)") from None
+            raise stop.StopRequested("the run's driver is gone (its event sink died)")
 
 
 class _ClusterServices(Services):
@@ -181,9 +218,10 @@ def _refuse_if_lease_lost() -> None:
 
 
 class _Worker:
-    """One worker process's share of a run session: its services, claims store and coordinator client, and (at
-    its first unit, after the driver's preparation) the compiled graph with its PostgreSQL checkpointer and the
-    protocol's context."""
+    """One worker process's share of a run session: its services, claims store and coordinator client; the
+    protocol's graph compiled on its PostgreSQL checkpointer as the runner starts, on a thread of its own (while
+    the driver prepares, so the first unit does not wait for the imports); and, at its first unit (after the
+    driver's preparation, which the context may read), the protocol's context."""
 
     def __init__(self, job: _Job) -> None:
         config, run_id = job.config, Path(job.run_dir).name
@@ -192,7 +230,7 @@ class _Worker:
         self.claims = UnitClaims(_postgres_dsn(config))
         self.limits = ClusterLimits(run_id)
         self.name = f"{self.limits.node[:12]}-{os.getpid()}"
-        events = _ForwardedLog(job.sink, Pricing.for_run(config), self.name)
+        self.events = events = _ForwardedLog(job.sink, Pricing.for_run(config), self.name)
         if RunLimits.of(config).any():  # only a budget reads the usage workers report with their requests
             self.limits.usage = events.by_role
         services = _ClusterServices(
@@ -208,21 +246,38 @@ class _Worker:
             executor=job.executor,
             resumed=True,
         )
+        self._compiled: Future[Any] = Future()
+        threading.Thread(target=self._compile, name="warm-up", daemon=True).start()
         self._graph: tuple[Any, Any] | None = None
         self._graph_lock = threading.Lock()
 
+    def _compile(self) -> None:
+        """Open the checkpointer (a pool of up to ``--concurrency`` connections: the units this runner may run
+        at once), compile the protocol's graph on it and import the call layer's client."""
+        try:
+            saver = self.stack.enter_context(
+                open_checkpointer(
+                    self.run.run_dir,
+                    _postgres_dsn(self.job.config),
+                    self.job.config.concurrency,
+                    before_write=self.events.flush,
+                )
+            )
+            protocol = self.job.protocol
+            graph = protocol.builder().compile(checkpointer=saver, name=protocol.name)
+            import langchain_openai  # noqa: F401  # what the first request imports (runtime.models)
+        except BaseException as exc:  # noqa: BLE001 - raised at the first unit, as when it was made there
+            self._compiled.set_exception(exc)
+        else:
+            self._compiled.set_result(graph)
+
     def graph(self) -> tuple[Any, Any]:
-        """The compiled graph and the protocol's context, made at the first unit; from then on the cyclic collector
-        leaves alone what is loaded (:func:`.threads.long_lived_heap`). The checkpointer and the heap stay so
-        until the process ends: the session kills its runners when it ends."""
+        """The compiled graph (waited for) and the protocol's context, made at the first unit; from then on the
+        cyclic collector leaves alone what is loaded (:func:`.threads.long_lived_heap`). The checkpointer and the
+        heap stay so until the process ends: the session kills its runners when it ends."""
         with self._graph_lock:
             if self._graph is None:
-                saver = self.stack.enter_context(open_checkpointer(self.run.run_dir, _postgres_dsn(self.job.config)))
-                protocol = self.job.protocol
-                self._graph = (
-                    protocol.builder().compile(checkpointer=saver, name=protocol.name),
-                    protocol.context(self.run),
-                )
+                self._graph = (self._compiled.result(), self.job.protocol.context(self.run))
                 self.stack.enter_context(long_lived_heap())
             return self._graph
 
@@ -250,11 +305,18 @@ class _UnitRunner:
         already written, if another attempt wrote it)."""
         return _run_claimed(self.worker, unit)
 
+    def stop(self) -> None:
+        """Refuse this runner's next requests at once (the driver's Ctrl-C or SIGTERM), grants it holds for its
+        next requests included; called in the ``control`` concurrency group, so a runner whose unit threads are
+        all busy still takes it."""
+        stop.request_stop()
+
     def call(self, fn: Callable[[Services, Any], Any], item: Any) -> Any:
         """One preparation item (:mod:`runtime.spread`) with this worker's services."""
         try:
             return fn(self.worker.run.services, item)
         finally:
+            self.worker.events.flush()
             self.worker.limits.flush()
 
 
@@ -281,6 +343,7 @@ def _run_claimed(worker: _Worker, unit: Unit) -> dict[str, Any]:
             record = run_unit(worker.job.protocol, worker.run, graph, unit, context)
         finally:
             _LEASE_LOST.reset(held)
+            worker.events.flush()  # before the final record: every exchange of the unit is at the sink
             worker.limits.flush()
     worker.run.services.events.release(unit.id)
     if record["status"] == "interrupted" and beat.lost.is_set():
@@ -342,7 +405,7 @@ class _Runners:
         here = NodeAffinitySchedulingStrategy(node_id, soft=False)
         while list(self.node.values()).count(node_id) < cpus and len(self.busy) < self.limit:
             runner = (
-                ray.remote(_UnitRunner)
+                ray.remote(concurrency_groups={"control": 1})(_UnitRunner)  # type: ignore[call-overload]  # its stubs omit concurrency_groups
                 .options(num_cpus=0, max_concurrency=self.limit, max_restarts=0, scheduling_strategy=here)
                 .remote(self.job)
             )
@@ -376,6 +439,12 @@ class _Runners:
         finally:
             if runner in self.busy:
                 self.busy[runner] -= 1
+
+    def stop(self) -> None:
+        """Tell every runner the run stopped (not waited for: a runner's next request is refused either way, by
+        the coordinator, once its held grants are spent)."""
+        for runner in self.busy:
+            runner.stop.options(concurrency_group="control").remote()
 
     def kill(self) -> None:
         import ray
@@ -535,6 +604,7 @@ class RayExecutor:
     def stop(self, grace_s: float) -> Iterator[dict[str, Any]]:
         self.stopping = True
         self.session.limits.request_stop()
+        self.session.runners.stop()
         deadline = time.monotonic() + grace_s
         while self.pending and time.monotonic() < deadline:
             yield from self._collect(timeout=min(0.25, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,185 @@
+"""What keeps a Ray unit runner close to a thread's cost without giving up what the log and the checkpoints
+guarantee, on a head and one worker node started as separate ``ray start`` processes (``tests/ray_cluster.py``).
+
+What must hold: a runner has compiled the protocol's graph before the driver sends it a unit; its exchanges reach
+the driver's event sink once each, in far fewer batches than exchanges; a checkpoint is never stored before the
+exchanges that led to it are at the sink (else a unit continued from it elsewhere would hold calls the log lacks);
+and a runner asks the coordinator for a slot about once per several requests while the endpoint has room, the
+requests all counted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from dyneval.protocols.interview import InterviewProtocol
+from dyneval.runtime.runner import open_run
+from dyneval.state.config import ModelSpec, RunConfig, StoreConfig
+from dyneval.stores.checkpoints import open_checkpointer
+from tests.ray_cluster import RayCluster, cluster_or_skip
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
+
+from dyneval.runtime import cluster as cluster_mod  # noqa: E402
+from dyneval.runtime.executors.ray import _EventSink, _ForwardedLog, open_ray  # noqa: E402
+
+
+class MarkingInterview(InterviewProtocol):
+    """The interview protocol, whose graph building appends the building process's id to ``marker``."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def builder(self) -> Any:
+        with open(self.marker, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        return super().builder()
+
+
+class CountingSink(_EventSink):
+    """The event sink, counting the batches it was sent."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.batches = 0
+
+    def put(self, events: list[dict[str, Any]]) -> None:
+        self.batches += 1
+        super().put(events)
+
+    def seen(self) -> tuple[int, list[dict[str, Any]]]:
+        return self.batches, self.take()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    yield from cluster_or_skip(workers=1, cpus_per_worker=1)
+
+
+def _until(done: Any, timeout_s: float = 120.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_runners_compile_the_protocols_graph_before_the_driver_sends_a_unit(
+    cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
+    marker = tmp_path / "built"
+    spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1")  # never called: no unit is sent
+    config = RunConfig(
+        protocol="interview",
+        out=str(tmp_path / "out"),
+        models={"m": spec},
+        roles={"target": "m", "evaluator": "m"},
+        concurrency=4,
+        stores=StoreConfig(postgres_dsn=fresh_postgres_db("ray_warm")),
+    )
+    protocol = MarkingInterview(str(marker))
+    run = open_run(protocol, config, run_id=None, console=Console(quiet=True))
+    run.run_dir.mkdir(parents=True)
+    with open_ray(protocol, run, cluster.address) as session:
+        # before: a runner built the graph at its first unit, so with none sent nothing was ever built
+        assert _until(marker.exists), "no runner built the graph while no unit was sent"
+        assert session.runners.calls == {}  # nothing was sent to a runner
+    builders = {int(pid) for pid in marker.read_text().split()}
+    assert builders and os.getpid() not in builders  # built in the runner's process, not the driver's
+
+
+@ray.remote(num_cpus=1)
+def log_from_threads(sink: Any, threads: int, events: int) -> None:
+    """``threads`` threads of one worker process each log ``events`` exchanges, then flush once."""
+    log = _ForwardedLog(sink, None, "w")
+
+    def work(thread: int) -> None:
+        for i in range(events):
+            log.log({"unit": f"u{thread}", "role": "target", "model": "m", "step": f"s{i}", "id": f"{thread}-{i}"})
+        log.flush()
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+
+
+def test_a_runners_exchanges_reach_the_sink_once_each_in_far_fewer_batches_than_exchanges(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    path = tmp_path / "events.jsonl"
+    sink = ray.remote(CountingSink).options(num_cpus=0).remote(str(path))
+    ray.get(log_from_threads.remote(sink, 8, 50))
+    batches, events = ray.get(sink.seen.remote())
+    assert sorted(e["id"] for e in events) == sorted(f"{t}-{i}" for t in range(8) for i in range(50))
+    assert all(e["worker"] == "w" for e in events)
+    assert len(path.read_text().splitlines()) == 400  # appended as they arrived
+    assert batches <= 2 * 8  # a flush sends at most the batch it waited for and its own; before: one per exchange
+    ray.kill(sink)
+
+
+def test_a_checkpoint_is_not_stored_when_the_exchanges_before_it_could_not_be_sent(
+    fresh_postgres_db: Any, tmp_path: Path
+) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    dsn = fresh_postgres_db("ray_before_write")
+
+    def sink_gone() -> None:
+        raise RuntimeError("the event sink is gone")
+
+    thread = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}", "checkpoint_ns": ""}}
+    with open_checkpointer(tmp_path, dsn, before_write=sink_gone) as saver:
+        with pytest.raises(RuntimeError, match="sink is gone"):
+            saver.put(thread, empty_checkpoint(), {}, {})  # type: ignore[arg-type]  # metadata: an empty one
+        with pytest.raises(RuntimeError, match="sink is gone"):
+            saver.put_writes({**thread, "configurable": {**thread["configurable"], "checkpoint_id": "c"}}, [], "task")
+        assert saver.get_tuple(thread) is None  # nothing was stored
+
+
+@ray.remote(num_cpus=1)
+def requests_through_slots(run_id: str, spec: ModelSpec, threads: int, requests: int) -> int:
+    """``threads`` threads each take and give back a slot ``requests`` times (a request that takes no time)."""
+    from dyneval.runtime.cluster import ClusterLimits
+
+    slots = ClusterLimits(run_id).slots(spec.model_dump_json(), spec)
+
+    def work() -> None:
+        for _ in range(requests):
+            slots.release(slots.acquire())
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return slots.in_flight
+
+
+def test_a_runner_asks_the_coordinator_about_once_per_several_requests_while_the_endpoint_has_room(
+    cluster: RayCluster,
+) -> None:
+    run_id = f"test-hand-on-{uuid.uuid4().hex[:8]}"
+    spec = ModelSpec(model="m", base_url="http://127.0.0.1:9/v1", concurrency=64)
+    coordinator = cluster_mod.start_coordinator(run_id)
+    try:
+        assert ray.get(requests_through_slots.remote(run_id, spec, 4, 40)) == 0
+        assert _until(
+            lambda: ray.get(coordinator.stats.remote())["endpoints"][spec.model_dump_json()]["in_flight"] == 0
+        )
+        (endpoint,) = ray.get(coordinator.stats.remote())["endpoints"].values()
+        assert endpoint["granted"] == 160  # every request counted
+        assert endpoint["leases"] <= 160 / 2  # before: one round trip to the coordinator per request
+    finally:
+        cluster_mod.stop_coordinator(run_id)
