@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dyneval.stores.runfiles import ConfigFile
+
+if TYPE_CHECKING:
+    from dyneval.stores.question_bank import QuestionBank
 
 
 @dataclass(frozen=True)
@@ -18,12 +21,20 @@ class Metric:
     """A headline metric: ``path`` is dotted into ``summary["metrics"]``; ``n`` (dotted) is its denominator, a
     count or a ``{"n", "ungraded"}`` object. A ``*`` in ``path`` repeats the metric for each key of that mapping
     (``{key}`` in ``label``, or ``{name}``: the entry's ``name`` field, else its key; the same key replaces ``*``
-    in ``n``)."""
+    in ``n``). ``column`` heads the metric's leaderboard column (default: ``label``; a ``*`` metric's rows are its
+    keys, so its column names the measure alone); ``better`` says which way the leaderboard ranks it."""
 
     path: str
     label: str
     definition: str
     n: str | None = None
+    column: str = ""
+    better: Literal["higher", "lower"] = "higher"
+
+    @property
+    def heading(self) -> str:
+        """The metric's leaderboard column."""
+        return self.column or self.label
 
 
 Outcome = Callable[[dict[str, Any]], "float | None"]
@@ -44,6 +55,10 @@ class Adapter:
     sections: Callable[[dict[str, Any], dict[str, Any]], list[Section]] = lambda record, unit_input: []
     #: the per-item results inside a unit's record (one export row each; ``step`` says which part of the unit)
     items: Items = lambda record: []
+    #: the role whose model a leaderboard row names for a metric without ``*`` (a ``*`` metric's rows are its keys)
+    subject: str = "target"
+    #: parameters naming the models under test (ATAD's ``--evaluate``): not part of a run's set-up on the leaderboard
+    subject_params: tuple[str, ...] = ()
 
 
 def leaves(data: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -238,6 +253,7 @@ JUDGEAGENT = Adapter(
             "right -> wrong share over all validated base questions "
             "(Algorithm 2); 95 % interval: cluster-robust t over batches",
             "validation.overall",
+            better="lower",
         ),
     ),
     outcomes={"JudgeAgent score": _unit_score, "base accuracy": lambda r: _share(r.get("base"))},
@@ -282,7 +298,14 @@ def _rejected(item: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def _atad_sections(record: dict[str, Any]) -> list[Section]:
+def _answer_key(unit_input: dict[str, Any]) -> Any:
+    """The benchmark item's answer the examinee is scored against (``--evaluate``): the option number of T1 and
+    T3-T7, whether the order is coherent for T2 (``state.atad``'s problem fields)."""
+    problem = unit_input.get("problem") or {}
+    return problem.get("answer", problem.get("coherent"))
+
+
+def _atad_sections(record: dict[str, Any], unit_input: dict[str, Any]) -> list[Section]:
     item = record.get("item") or {}
     out: list[Section] = []
     rejected = _rejected(item)
@@ -313,11 +336,12 @@ def _atad_sections(record: dict[str, Any]) -> list[Section]:
     if "correct" in record:
         out.append(
             {
-                "title": "Evaluated answer",
-                "headers": ["predicted", "correct", "explanation", "parse error"],
+                "title": "Evaluated answer, beside the benchmark's answer key",
+                "headers": ["predicted", "answer key", "correct", "explanation", "parse error"],
                 "rows": [
                     [
                         record.get("predicted"),
+                        _answer_key(unit_input),
                         record.get("correct"),
                         record.get("explanation"),
                         record.get("parse_error"),
@@ -344,6 +368,7 @@ ATAD = Adapter(
             "problems that ended without a finalized version; 95 % "
             "interval: exact binomial of the discarded share, times the problems",
             "items",
+            better="lower",
         ),
         Metric(
             "mean_level",
@@ -358,6 +383,7 @@ ATAD = Adapter(
             "mean over task types (Table 1); 95 % interval: exact binomial at the effective number of distinct "
             "problems (Table 1's weights; copies of a problem count once)",
             "table1.*.n",
+            column="Accuracy (%)",
         ),
     ),
     outcomes={
@@ -373,7 +399,9 @@ ATAD = Adapter(
         "task": lambda r: (r.get("item") or r.get("meta") or {}).get("task"),
         "rejected": lambda r: len(_rejected(r["item"])) if r.get("item") else None,
     },
-    sections=lambda record, unit_input: _atad_sections(record),
+    sections=_atad_sections,
+    subject="student",
+    subject_params=("evaluate",),
 )
 
 
@@ -605,42 +633,49 @@ JUDGECHECK = Adapter(
             "Accuracy of judge {name}",
             "share of judged items whose verdict equals the human label",
             "raters.*.measures.accuracy",
+            column="Accuracy",
         ),
         Metric(
             "raters.*.measures.kappa.value",
             "Cohen's kappa of judge {name}",
             "chance-corrected agreement with the human labels",
             "raters.*.measures.kappa",
+            column="Cohen's kappa",
         ),
         Metric(
             "raters.*.measures.accuracy_mean.value",
             "Accuracy of judge {name} (mean of both orders)",
             "pairwise: share of verdicts equal to the human label, averaged over the two presentation orders (LLMBar)",
             "raters.*.measures.accuracy_mean",
+            column="Accuracy (mean of both orders)",
         ),
         Metric(
             "raters.*.measures.accuracy_original.value",
             "Accuracy of judge {name} (original order)",
             "pairwise: share of verdicts equal to the human label with output_1 shown first",
             "raters.*.measures.accuracy_original",
+            column="Accuracy (original order)",
         ),
         Metric(
             "raters.*.measures.kappa_original.value",
             "Cohen's kappa of judge {name} (original order)",
             "pairwise: chance-corrected agreement with the human labels (1, 2, tie)",
             "raters.*.measures.kappa_original",
+            column="Cohen's kappa (original order)",
         ),
         Metric(
             "raters.*.measures.swap_consistency.value",
             "Swap consistency of judge {name}",
             "pairwise: share of pairs given the same winner in both orders",
             "raters.*.measures.swap_consistency",
+            column="Swap consistency",
         ),
         Metric(
             "raters.*.per_class.original.macro.f1.value",
             "Macro F1 of judge {name}",
             "mean over the labels of the per-label F1 (as PandaLM reports); a label never chosen counts 0",
             "raters.*.per_class.original.macro.f1",
+            column="Macro F1",
         ),
     ),
     outcomes={"agreement (first judge)": _first_verdict_agrees},
@@ -652,6 +687,7 @@ JUDGECHECK = Adapter(
     },
     sections=lambda record, unit_input: _judgecheck_sections(record),
     replaces=("verdicts",),
+    subject="evaluator",
 )
 
 
@@ -667,6 +703,15 @@ ADAPTERS: dict[str, Adapter] = {
 def adapter(protocol: str) -> Adapter:
     """The protocol's viewer choices (a user's own protocol gets the generic page)."""
     return ADAPTERS.get(protocol, Adapter())
+
+
+def _bank_question(bank: QuestionBank, item: dict[str, Any]) -> str:
+    """A session's question as the examinee read it: its text, then its lettered options for multiple choice
+    (``stores.bank_sessions.question_text``, what the exam server delivers)."""
+    from dyneval.stores.bank_sessions import question_text
+
+    question = bank.get(item["question_uuid"])
+    return question_text(str(item.get("question") or ""), question.options if question else None)
 
 
 def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
@@ -695,7 +740,7 @@ def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, A
                     [
                         i.get("position"),
                         i.get("discipline"),
-                        i.get("question"),
+                        _bank_question(bank, i),
                         i.get("answer"),
                         i.get("response"),
                         i.get("stars"),
