@@ -33,6 +33,9 @@ class Headline:
     denominator: str
     interval: dict[str, Any] | None
     separable: dict[str, Any] | None
+    #: the metric's declared path (a ``*`` unexpanded) and what its ``*`` stands for here (None without one)
+    metric: str = ""
+    entry: str | None = None
 
 
 def number(x: Any) -> str:
@@ -72,6 +75,8 @@ def headlines(protocol: str, metrics: dict[str, Any]) -> list[Headline]:
                 m["denominator"],
                 m["interval"] or _own_interval(metrics, m["path"]),
                 (metrics.get("separable") or {}).get(m["path"]),
+                m["metric"],
+                m["entry"],
             )
         )
     return out

@@ -78,16 +78,19 @@ def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, A
         for key, value, n in _expanded(metrics, m.path, m.n):
             if value is not None:
                 path = m.path if key is None else m.path.replace("*", key)
+                entry = _entry_name(metrics, m.path, key)
                 out.append(
                     {
-                        "name": m.label.format(key=key, name=_entry_name(metrics, m.path, key)),
+                        "name": m.label.format(key=key, name=entry),
                         "value": value,
                         "definition": m.definition,
                         "denominator": _denominator(n),
                         "path": path,
-                        "interval": interval_of(metrics, path),
+                        "interval": interval_of(metrics, path),  # {"low", "high", "n", "method", ...} or None
+                        "metric": m.path,  # as declared (a * path unexpanded)
+                        "entry": entry,  # what the * stands for (a model), None without one
                     }
-                )  # {"low", "high", "n", "method", ...} or None
+                )
     return out
 
 
