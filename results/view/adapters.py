@@ -1,64 +1,22 @@
-"""What each protocol's viewer shows beyond the generic parts: headline metrics (named and defined as in its
-paper, with their denominators), the per-unit numeric outcomes a comparison pairs, extra unit-table columns and
-detail sections. Everything is read from the run's files (records, summary), never recomputed from scratch.
+"""The built-in protocols' declarations for the readers of their runs (:class:`state.viewer.Adapter`, each the
+``viewer`` of its protocol class): headline metrics (named and defined as in its paper, with their denominators),
+the per-unit numeric outcomes a comparison pairs, extra unit-table columns and detail sections; and
+:func:`adapter`, which finds any registered protocol's. Everything is read from the run's files (records, summary),
+never recomputed from scratch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from dyneval.state.errors import InputError
+from dyneval.state.viewer import Adapter, Metric, Section
 from dyneval.stores.runfiles import ConfigFile
 
 if TYPE_CHECKING:
     from dyneval.stores.question_bank import QuestionBank
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A headline metric: ``path`` is dotted into ``summary["metrics"]``; ``n`` (dotted) is its denominator, a
-    count or a ``{"n", "ungraded"}`` object. A ``*`` in ``path`` repeats the metric for each key of that mapping
-    (``{key}`` in ``label``, or ``{name}``: the entry's ``name`` field, else its key; the same key replaces ``*``
-    in ``n``). ``column`` heads the metric's leaderboard column (default: ``label``; a ``*`` metric's rows are its
-    keys, so its column names the measure alone); ``better`` says which way the leaderboard ranks it."""
-
-    path: str
-    label: str
-    definition: str
-    n: str | None = None
-    column: str = ""
-    better: Literal["higher", "lower"] = "higher"
-
-    @property
-    def heading(self) -> str:
-        """The metric's leaderboard column."""
-        return self.column or self.label
-
-
-Outcome = Callable[[dict[str, Any]], "float | None"]
-Section = dict[str, Any]  # {"title", "headers", "rows"} or {"title", "text"}
-Items = Callable[[dict[str, Any]], list[dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class Adapter:
-    metrics: tuple[Metric, ...] = ()
-    #: name -> the unit's numeric outcome from its record (None = no value: not graded, not finished)
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    #: the unit table's outcome columns, shown right after the unit id (name -> value from the record)
-    columns: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
-    #: record fields the columns and sections show (under another name): no generic column or table of their own
-    replaces: tuple[str, ...] = ()
-    #: detail sections shown first in a unit's drill-down, from the record and the unit's input (its plan line)
-    sections: Callable[[dict[str, Any], dict[str, Any]], list[Section]] = lambda record, unit_input: []
-    #: the per-item results inside a unit's record (one export row each; ``step`` says which part of the unit)
-    items: Items = lambda record: []
-    #: the role whose model a leaderboard row names for a metric without ``*`` (a ``*`` metric's rows are its keys)
-    subject: str = "target"
-    #: parameters naming the models under test (ATAD's ``--evaluate``): not part of a run's set-up on the leaderboard
-    subject_params: tuple[str, ...] = ()
 
 
 def leaves(data: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -517,6 +475,74 @@ INTERVIEW = Adapter(
 
 # -- LLMEval-3 (seed 002) -----------------------------------------------------------------------------------
 
+
+def _bank_question(bank: QuestionBank, item: dict[str, Any]) -> str:
+    """A session's question as the examinee read it: its text, then its lettered options for multiple choice
+    (``stores.bank_sessions.question_text``, what the exam server delivers)."""
+    from dyneval.stores.bank_sessions import question_text
+
+    question = bank.get(item["question_uuid"])
+    return question_text(str(item.get("question") or ""), question.options if question else None)
+
+
+def _llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
+    """Per session: every question with the answer, stars and the judge's reason, from the question bank.
+
+    The bank (not the graph state) holds a session's answers (seed 002, section 3); its location is the run's
+    ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory, as the
+    protocol opens it (``nodes.llmeval.common.bank_location``).
+    """
+    from dyneval.stores.question_bank import QuestionBank
+
+    location = (
+        config.params.get("bank_db")
+        or config.stores.postgres_dsn
+        or str(run_dir.parent / "_cache" / "llmeval_bank.sqlite")
+    )
+    if "://" not in location and not Path(location).exists():
+        return {}
+    bank = QuestionBank(location)
+    try:
+        out: dict[str, list[Section]] = {}
+        for r in records:
+            sections = []
+            for label, session in (("", r.get("session_id")), ("reference model: ", r.get("reference_session_id"))):
+                rows = [
+                    [
+                        i.get("position"),
+                        i.get("discipline"),
+                        _bank_question(bank, i),
+                        i.get("answer"),
+                        i.get("response"),
+                        i.get("stars"),
+                        i.get("judge_status"),
+                        i.get("reason"),
+                    ]
+                    for i in (bank.judged_items(session) if session else [])
+                ]
+                if rows:
+                    sections.append(
+                        {
+                            "title": f"{label}questions, answers and stars (0-3, the judge's reason)",
+                            "headers": [
+                                "#",
+                                "discipline",
+                                "question",
+                                "reference",
+                                "answer",
+                                "stars",
+                                "judge status",
+                                "reason",
+                            ],
+                            "rows": rows,
+                        }
+                    )
+            out[r["unit_id"]] = sections
+        return out
+    finally:
+        bank.close()
+
+
 LLMEVAL = Adapter(
     metrics=(
         Metric(
@@ -544,6 +570,7 @@ LLMEVAL = Adapter(
             "/".join(str((r.get("stars") or {}).get(k, 0)) for k in "0123") if r.get("stars") else None
         ),
     },
+    run_sections=_llmeval_answers,
 )
 
 
@@ -691,82 +718,12 @@ JUDGECHECK = Adapter(
 )
 
 
-ADAPTERS: dict[str, Adapter] = {
-    "judgeagent": JUDGEAGENT,
-    "atad": ATAD,
-    "interview": INTERVIEW,
-    "llmeval": LLMEVAL,
-    "judgecheck": JUDGECHECK,
-}
-
-
 def adapter(protocol: str) -> Adapter:
-    """The protocol's viewer choices (a user's own protocol gets the generic page)."""
-    return ADAPTERS.get(protocol, Adapter())
+    """The declaration of a registered protocol (its class's ``viewer``: the built-ins' above, a user's own from
+    ``DYNEVAL_PROTOCOLS``); a run of a protocol that is not registered here gets the generic page."""
+    from dyneval.runtime.protocol import protocol_class
 
-
-def _bank_question(bank: QuestionBank, item: dict[str, Any]) -> str:
-    """A session's question as the examinee read it: its text, then its lettered options for multiple choice
-    (``stores.bank_sessions.question_text``, what the exam server delivers)."""
-    from dyneval.stores.bank_sessions import question_text
-
-    question = bank.get(item["question_uuid"])
-    return question_text(str(item.get("question") or ""), question.options if question else None)
-
-
-def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
-    """Per session: every question with the answer, stars and the judge's reason, from the question bank.
-
-    The bank (not the graph state) holds a session's answers (seed 002, section 3); its location is the run's
-    ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory, as the
-    protocol opens it (``nodes.llmeval.common.bank_location``).
-    """
-    from dyneval.stores.question_bank import QuestionBank
-
-    location = (
-        config.params.get("bank_db")
-        or config.stores.postgres_dsn
-        or str(run_dir.parent / "_cache" / "llmeval_bank.sqlite")
-    )
-    if "://" not in location and not Path(location).exists():
-        return {}
-    bank = QuestionBank(location)
     try:
-        out: dict[str, list[Section]] = {}
-        for r in records:
-            sections = []
-            for label, session in (("", r.get("session_id")), ("reference model: ", r.get("reference_session_id"))):
-                rows = [
-                    [
-                        i.get("position"),
-                        i.get("discipline"),
-                        _bank_question(bank, i),
-                        i.get("answer"),
-                        i.get("response"),
-                        i.get("stars"),
-                        i.get("judge_status"),
-                        i.get("reason"),
-                    ]
-                    for i in (bank.judged_items(session) if session else [])
-                ]
-                if rows:
-                    sections.append(
-                        {
-                            "title": f"{label}questions, answers and stars (0-3, the judge's reason)",
-                            "headers": [
-                                "#",
-                                "discipline",
-                                "question",
-                                "reference",
-                                "answer",
-                                "stars",
-                                "judge status",
-                                "reason",
-                            ],
-                            "rows": rows,
-                        }
-                    )
-            out[r["unit_id"]] = sections
-        return out
-    finally:
-        bank.close()
+        return protocol_class(protocol).viewer
+    except InputError:
+        return Adapter()
