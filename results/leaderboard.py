@@ -25,7 +25,9 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import numpy as np
@@ -97,17 +99,24 @@ def _file_digest(value: Any) -> str | None:
     """sha256 of the file ``value`` names, None when it names no file."""
     if not isinstance(value, str) or "\n" in value or len(value) > 4096:
         return None
-    path = Path(value)
     try:
-        if not path.is_file():
-            return None
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
+        stat = Path(value).stat()
     except OSError:
         return None
+    return _digest_of(value, stat.st_mtime_ns, stat.st_size) if S_ISREG(stat.st_mode) else None
+
+
+@lru_cache(maxsize=256)
+def _digest_of(path: str, mtime_ns: int, size: int) -> str | None:
+    """The file's sha256, read once per version of it (runs on one data set name the same files)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
 
 
 def _contents(value: Any) -> Any:

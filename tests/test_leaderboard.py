@@ -53,8 +53,8 @@ def test_the_data_fingerprint_follows_the_input_files_content_not_the_models_und
 
     first = of(benchmark=[str(bench)], evaluate=["m1@u"])
     assert of(benchmark=[str(bench)], evaluate=["m2@u", "m3@u"]) == first  # the examinees are the rows
-    bench.write_text('{"id": 2}\n', encoding="utf-8")
-    assert of(benchmark=[str(bench)], evaluate=["m1@u"]) != first  # other content: another data set
+    bench.write_text('{"id": 2, "n": 0}\n', encoding="utf-8")
+    assert of(benchmark=[str(bench)], evaluate=["m1@u"]) != first  # other content (read again: another size)
     assert data_fingerprint(ConfigFile(protocol="interview"), adapter("interview"))[1] == "the shipped sample"
     limited = ConfigFile.model_validate({"protocol": "interview", "limit": 3})
     assert (
