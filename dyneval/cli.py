@@ -73,8 +73,10 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
         "[--out DIR]' writes a run's units (and items) as tables in RUN/export/ (run ids under --out, or "
         "run folders), 'dyneval --detect D --pilot RUN' prints the units per target that separate a "
         "difference D in each headline metric, from the pilot run's variance, 'dyneval --index DIR' "
-        "writes DIR/index.html listing every run in DIR, and 'dyneval --review RUN [--sample N] [--reviewer NAME] "
-        "[--host H] [--port P]' serves a page where people label a sample of a run's judged answers.",
+        "writes DIR/index.html listing every run in DIR, 'dyneval --review RUN [--sample N] [--reviewer NAME] "
+        "[--host H] [--port P]' serves a page where people label a sample of a run's judged answers, and "
+        "'dyneval --leaderboard [--out DIR] [--protocol P]' prints the models ranked by their latest finished "
+        "runs, per protocol, data set and judge.",
         formatter_class=_HelpFormatter,
         **kwargs,
     )
@@ -212,6 +214,30 @@ def _chosen_protocol(argv: list[str] | None) -> str | None:
     return pre.parse_known_args(argv)[0].protocol
 
 
+def _print_leaderboard(args: argparse.Namespace, rest: list[str], console: Console) -> None:
+    """``--leaderboard [--out DIR] [--protocol P]``: the leaderboards of the runs under ``--out`` on the console."""
+    other = [
+        f for f in ("compare", "export", "format", "detect", "pilot", "index", "review") if getattr(args, f) is not None
+    ]
+    if rest or other:
+        extra = " ".join(rest) or " ".join(f"--{f}" for f in other)
+        raise InputError(f"--leaderboard takes --out and --protocol only, not {extra}", setting="--leaderboard")
+    if args.protocol is not None:
+        protocol_class(args.protocol)  # an unknown name: exit 2 naming the choices
+    folder = Path(args.out)
+    if not folder.is_dir():
+        raise InputError(f"{folder} is not a folder of runs", setting="--out")
+    from dyneval.results.console_summary import render_leaderboards
+    from dyneval.results.leaderboard import boards
+    from dyneval.stores.rundir import runs_under
+
+    found = boards(runs_under(folder), args.protocol)
+    if not found:
+        of = f" of {args.protocol}" if args.protocol else ""
+        console.print(f"no finished run{of} under {folder}", markup=False, highlight=False)
+    render_leaderboards(found, console)
+
+
 def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
     """Without ``--protocol``: ``--compare RUN ...`` writes one page comparing finished runs, ``--export RUN
     [--format csv|jsonl|parquet]`` writes a run's results as tables (runs are ids under ``--out``, or folders);
@@ -224,9 +250,13 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
     pre.add_argument("--pilot")
     pre.add_argument("--index")
     pre.add_argument("--review")
+    pre.add_argument("--leaderboard", action="store_true")
     pre.add_argument("--protocol")
     pre.add_argument("--out", default=RunConfig.model_fields["out"].default)
     args, rest = pre.parse_known_args(argv)
+    if args.leaderboard:
+        _print_leaderboard(args, rest, console)
+        return True
     if args.protocol is None and (args.detect is not None or args.pilot is not None):
         if rest or args.compare is not None or args.export is not None or args.format is not None:
             extra = " ".join(rest) or ("--format" if args.format is not None else "--compare/--export")

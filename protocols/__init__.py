@@ -1,29 +1,15 @@
-"""Protocol registry: name -> the :class:`runtime.protocol.Protocol` subclass that runs it.
+"""The protocols: each keeps its batch logic (units, metrics, report) in its module here, its graph in
+``graphs/<name>.py``, and declares what the readers of its runs show as its class's ``viewer``.
 
-Each protocol keeps its batch logic (units, metrics, report) in its module here;
-its graph lives in ``graphs/<name>.py``.
+The registry of names (``REGISTRY``, with a user's own from ``DYNEVAL_PROTOCOLS``) and :func:`protocol_class` live in
+:mod:`runtime.protocol` beside the base class, so that the readers of a run (``results``) find any protocol's
+declarations by name; this module lists the protocols that can be loaded.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-
-from dyneval.runtime.protocol import Protocol
+from dyneval.runtime.protocol import REGISTRY, Protocol, protocol_class
 from dyneval.state.errors import InputError
-
-#: name -> "module:Class". A user's own protocols join through
-#: ``DYNEVAL_PROTOCOLS="name=package.module:Class,other=..."``.
-REGISTRY: dict[str, str] = {
-    "atad": "dyneval.protocols.atad:AtadProtocol",
-    "judgeagent": "dyneval.protocols.judgeagent:JudgeAgentProtocol",
-    "interview": "dyneval.protocols.interview:InterviewProtocol",
-    "llmeval": "dyneval.protocols.llmeval.protocol:LLMEvalProtocol",
-    "judgecheck": "dyneval.protocols.judgecheck:JudgeCheckProtocol",
-}
-for _entry in filter(None, os.environ.get("DYNEVAL_PROTOCOLS", "").split(",")):
-    _name, _, _target = _entry.partition("=")
-    REGISTRY[_name.strip()] = _target.strip()
 
 
 def available() -> dict[str, type[Protocol]]:
@@ -35,16 +21,3 @@ def available() -> dict[str, type[Protocol]]:
         except InputError:
             continue
     return found
-
-
-def protocol_class(name: str) -> type[Protocol]:
-    if name not in REGISTRY:
-        raise InputError(f"unknown protocol {name!r}; choose one of {', '.join(REGISTRY)}", field="--protocol")
-    module_name, _, cls_name = REGISTRY[name].partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            raise InputError(f"protocol {name!r} is not implemented yet", field="--protocol") from None
-        raise
-    return getattr(module, cls_name)

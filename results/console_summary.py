@@ -5,6 +5,8 @@ in ``summary.json``, the report and the viewer.
 
 Every column folds a long cell (a ``model@http://host/v1`` name) onto further lines instead of cutting it, so at
 80 columns no name loses characters.
+
+``dyneval --leaderboard`` prints the leaderboards of a folder of runs here too (:func:`render_leaderboards`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dyneval.results.headline import headlines, interval_text, method_text, number
+from dyneval.results.leaderboard import Board, cell_text, statement
 from dyneval.runtime.events import usd
 from dyneval.state.atad import TASKS
 
@@ -207,3 +210,35 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         markup=False,
         highlight=False,
     )
+
+
+def render_leaderboards(boards: list[Board], console: Console) -> None:
+    """Print each leaderboard (:mod:`results.leaderboard`): models ranked by the first headline metric, every
+    metric's value with its interval, the probability of being best, and how sure the order is."""
+    for board in boards:
+        first = board.metrics[0] if board.metrics else None
+        ranking = board.ranking(first) if first else None
+        table = _table(
+            f"{board.protocol}, data {board.data_label} ({board.data}), judge and other models: {board.judge}",
+            "rank",
+            "model",
+            *(m.heading + (" (lower is better)" if m.better == "lower" else "") for m in board.metrics),
+            "P(best)",
+            "run",
+        )
+        ranked = ranking.order if ranking else []
+        for model in [*ranked, *(m for m in board.cells if m not in ranked)]:
+            cells = board.cells[model]
+            place = str(ranked.index(model) + 1) if model in ranked else "-"
+            best = ranking.p_best.get(model) if ranking else None
+            runs = sorted({c.run_id for c in cells.values()})
+            table.add_row(
+                place,
+                model,
+                *(cell_text(cells.get(m.path)) or "-" for m in board.metrics),
+                "-" if best is None else f"{best:.2f}",
+                ", ".join(runs),
+            )
+        console.print(table)
+        if first and ranking:
+            console.print(statement(first, ranking), markup=False, highlight=False, soft_wrap=True)

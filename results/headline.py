@@ -4,6 +4,8 @@ difference a run of this size separates. The console summary and every protocol'
 Values come from ``summary["metrics"]`` as the protocol's :class:`results.view.adapters.Adapter` names them, their
 intervals and separable differences from ``metrics["intervals"]`` / ``metrics["separable"]``
 (:mod:`results.stats`); a metric whose record holds its own ``low``/``high`` (judgecheck's measures) shows those.
+A protocol that declares how a metric's interval is computed (``Metric.interval``) gets it computed here
+(:func:`declared_intervals`, called when its summary is built).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dyneval.results.view.adapters import adapter, dig
+from dyneval.results.stats import mean, proportion, summary_entries
+from dyneval.results.view.adapters import adapter, dig, interval_of
 from dyneval.results.view.data import headline_metrics
+from dyneval.runtime.protocol import with_results
 from dyneval.state.blocks import Block, Table, Text
+from dyneval.state.viewer import Adapter
 
 SEPARABILITY = (
     "Smallest separable difference: how far apart two targets must be for two runs of this size to "
@@ -33,6 +38,33 @@ class Headline:
     denominator: str
     interval: dict[str, Any] | None
     separable: dict[str, Any] | None
+    #: the metric's declared path (a ``*`` unexpanded) and what its ``*`` stands for here (None without one)
+    metric: str = ""
+    entry: str | None = None
+
+
+def declared_intervals(spec: Adapter, metrics: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """``metrics`` with the value, interval and separable difference of each declared metric whose ``interval``
+    dyneval computes (:data:`state.viewer.IntervalMethod`) and the protocol's summary left without one: over the
+    units holding results that have its ``outcome`` (a user's protocol need not write any statistics)."""
+    for m in spec.metrics:
+        if m.interval is None or "*" in m.path or interval_of(metrics, m.path) is not None:
+            continue
+        outcome = spec.outcomes[m.outcome]
+        values = [v for r in with_results(records) if (v := outcome(r)) is not None]
+        estimate = proportion(int(sum(values)), len(values), "units") if m.interval == "proportion" else None
+        if m.interval == "mean":
+            estimate = mean(values, "units")
+        if estimate is None:
+            continue
+        *parents, leaf = m.path.split(".")
+        target = metrics
+        for key in parents:
+            target = target.setdefault(key, {})
+        target.setdefault(leaf, estimate.estimate)
+        for part, entries in summary_entries({m.path: estimate}).items():
+            metrics.setdefault(part, {}).update(entries)
+    return metrics
 
 
 def number(x: Any) -> str:
@@ -72,6 +104,8 @@ def headlines(protocol: str, metrics: dict[str, Any]) -> list[Headline]:
                 m["denominator"],
                 m["interval"] or _own_interval(metrics, m["path"]),
                 (metrics.get("separable") or {}).get(m["path"]),
+                m["metric"],
+                m["entry"],
             )
         )
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dyneval.results.headline import declared_intervals
 from dyneval.results.rescore import report_text as rescore_text
 from dyneval.results.rescore import summary_fields as rescore_fields
 from dyneval.runtime.events import Usage, usd
@@ -55,6 +56,7 @@ def build_summary(
     n = max(1, len(records))
     unit_wall = sum(r.get("wall_s", 0.0) for r in records)
     metrics = protocol.summarize(run, records)  # first: its own calls (interview's summary) count in usage
+    metrics = declared_intervals(protocol.viewer, metrics, records)
     return {
         "run_id": run.run_dir.name,
         "protocol": protocol.name,

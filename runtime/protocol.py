@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import os
 import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -24,6 +26,8 @@ from dyneval.runtime.services import Services
 from dyneval.state.blocks import Block
 from dyneval.state.config import RunConfig
 from dyneval.state.context import BaseContext, Option, options
+from dyneval.state.errors import InputError
+from dyneval.state.viewer import Adapter
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
@@ -91,6 +95,9 @@ class Protocol(ABC):
     rescore_note: ClassVar[str] = ""
     #: Whether the protocol keeps vectors in Chroma: a ``--chroma-url`` server is reached before the run starts.
     uses_chroma: ClassVar[bool] = False
+    #: What the readers of its runs show (:class:`state.viewer.Adapter`): headline metrics with how their intervals
+    #: are computed (console summary, report, ``--fail-under``, leaderboard), comparison outcomes, viewer sections.
+    viewer: ClassVar[Adapter] = Adapter()
 
     def databases(self, run: Run) -> dict[str, str]:
         """Databases ``run`` opens besides its checkpoints, by the flag naming each (a SQLite file or a PostgreSQL
@@ -236,3 +243,33 @@ def _bounds(option: Option) -> str | None:
     if high is not None:
         return f"at most {fmt(high)}"
     return f"at least {fmt(low)}" if low is not None else None
+
+
+#: The protocols by name -> ``"module:Class"`` (a :class:`Protocol` subclass). A user's own join through
+#: ``DYNEVAL_PROTOCOLS="name=package.module:Class,other=..."`` (docs/plugins.md). It lives beside the base class
+#: so that everything reading a run (the ``results`` layer) finds a protocol's :attr:`Protocol.viewer` by name.
+REGISTRY: dict[str, str] = {
+    "atad": "dyneval.protocols.atad:AtadProtocol",
+    "judgeagent": "dyneval.protocols.judgeagent:JudgeAgentProtocol",
+    "interview": "dyneval.protocols.interview:InterviewProtocol",
+    "llmeval": "dyneval.protocols.llmeval.protocol:LLMEvalProtocol",
+    "judgecheck": "dyneval.protocols.judgecheck:JudgeCheckProtocol",
+}
+for _entry in filter(None, os.environ.get("DYNEVAL_PROTOCOLS", "").split(",")):
+    _name, _, _target = _entry.partition("=")
+    REGISTRY[_name.strip()] = _target.strip()
+
+
+def protocol_class(name: str) -> type[Protocol]:
+    """The class registered as ``name`` (:data:`REGISTRY`), imported on first use."""
+    if name not in REGISTRY:
+        raise InputError(f"unknown protocol {name!r}; choose one of {', '.join(REGISTRY)}", field="--protocol")
+    module_name, _, cls_name = REGISTRY[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise InputError(f"protocol {name!r} is not implemented yet", field="--protocol") from None
+        raise
+    cls: type[Protocol] = getattr(module, cls_name)
+    return cls

@@ -33,6 +33,7 @@ from dyneval.protocols.atad.benchmark import earlier_copy, item_record, write_be
 from dyneval.protocols.atad.metrics import generation_intervals, generation_stats, mean
 from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.results.report import bar_chart, figure_path
+from dyneval.results.view.adapters import ATAD
 from dyneval.runtime.agents.reference import check_agents
 from dyneval.runtime.protocol import Protocol, Run, Unit
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
@@ -90,6 +91,7 @@ class AtadBatch:
 
 class AtadProtocol(Protocol):
     name = "atad"
+    viewer = ATAD
     description = "ATAD: teacher / orchestrator / student text anomaly benchmark generation and evaluation"
     context_cls = AtadContext
     batch_cls = AtadBatch

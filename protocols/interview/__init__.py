@@ -15,6 +15,7 @@ from dyneval.protocols.interview import metrics
 from dyneval.protocols.interview.data import CANONICAL, SAMPLE, load_seeds
 from dyneval.protocols.interview.report import report_blocks
 from dyneval.protocols.interview.terminal import ask
+from dyneval.results.view.adapters import INTERVIEW
 from dyneval.runtime.protocol import Protocol, Run, Unit
 from dyneval.state.blocks import Block, Text
 from dyneval.state.context import described
@@ -52,6 +53,7 @@ class InterviewBatch:
 
 class InterviewProtocol(Protocol):
     name = "interview"
+    viewer = INTERVIEW
     description = (
         "LLM-as-an-Interviewer: modified seed questions, feedback and retries, follow-up questions, Interview Report"
     )

@@ -44,6 +44,7 @@ from dyneval.protocols.judgeagent.metrics import (
     validation_by_label,
 )
 from dyneval.protocols.judgeagent.report import build_report
+from dyneval.results.view.adapters import JUDGEAGENT
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.state.blocks import Block, Text
 from dyneval.state.context import described
@@ -103,6 +104,7 @@ class JudgeAgentBatch:
 
 class JudgeAgentProtocol(Protocol):
     name = "judgeagent"
+    viewer = JUDGEAGENT
     description = "JudgeAgent: benchmark grading, knowledge-driven adaptive extension, feedback and validation"
     context_cls = JudgeAgentContext
     batch_cls = JudgeAgentBatch

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from dyneval.protocols.judgecheck import metrics
 from dyneval.protocols.judgecheck.data import CANONICAL, load_labelled, sample_path, split_columns
 from dyneval.protocols.judgecheck.report import report_blocks
+from dyneval.results.view.adapters import JUDGECHECK
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.state.blocks import Block
 from dyneval.state.config import parse_model_ref
@@ -92,6 +93,7 @@ LABELS_READ = "labels_read.json"
 
 class JudgeCheckProtocol(Protocol):
     name = "judgecheck"
+    viewer = JUDGECHECK
     description = (
         "Judge check: agreement of a judging step with human labels (accuracy, kappa, Spearman, "
         "per-label precision / recall / F1), "

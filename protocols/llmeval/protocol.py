@@ -35,6 +35,7 @@ from dyneval.protocols.llmeval.metrics import intervals, mean, population_varian
 from dyneval.protocols.llmeval.options import LLMEvalBatch, pair, sizes
 from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.results.report import bar_chart, figure_path, heatmap, write_report
+from dyneval.results.view.adapters import LLMEVAL
 from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
 from dyneval.runtime.spread import in_order
 from dyneval.samples import sample, shown
@@ -120,6 +121,7 @@ def _answers(bank: Any, record: dict[str, Any]) -> dict[str, Any]:
 
 class LLMEvalProtocol(Protocol):
     name = "llmeval"
+    viewer = LLMEVAL
     description = (
         "LLMEval-3: sampled, non-repeating exam sessions from a private question bank, "
         "anti-cheating delivery, 0-3 LLM judge, absolute and relative scores"

@@ -1,49 +1,22 @@
-"""What each protocol's viewer shows beyond the generic parts: headline metrics (named and defined as in its
-paper, with their denominators), the per-unit numeric outcomes a comparison pairs, extra unit-table columns and
-detail sections. Everything is read from the run's files (records, summary), never recomputed from scratch.
+"""The built-in protocols' declarations for the readers of their runs (:class:`state.viewer.Adapter`, each the
+``viewer`` of its protocol class): headline metrics (named and defined as in its paper, with their denominators),
+the per-unit numeric outcomes a comparison pairs, extra unit-table columns and detail sections; and
+:func:`adapter`, which finds any registered protocol's. Everything is read from the run's files (records, summary),
+never recomputed from scratch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dyneval.state.errors import InputError
+from dyneval.state.viewer import Adapter, Metric, Section
 from dyneval.stores.runfiles import ConfigFile
 
-
-@dataclass(frozen=True)
-class Metric:
-    """A headline metric: ``path`` is dotted into ``summary["metrics"]``; ``n`` (dotted) is its denominator, a
-    count or a ``{"n", "ungraded"}`` object. A ``*`` in ``path`` repeats the metric for each key of that mapping
-    (``{key}`` in ``label``, or ``{name}``: the entry's ``name`` field, else its key; the same key replaces ``*``
-    in ``n``)."""
-
-    path: str
-    label: str
-    definition: str
-    n: str | None = None
-
-
-Outcome = Callable[[dict[str, Any]], "float | None"]
-Section = dict[str, Any]  # {"title", "headers", "rows"} or {"title", "text"}
-Items = Callable[[dict[str, Any]], list[dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class Adapter:
-    metrics: tuple[Metric, ...] = ()
-    #: name -> the unit's numeric outcome from its record (None = no value: not graded, not finished)
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    #: the unit table's outcome columns, shown right after the unit id (name -> value from the record)
-    columns: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
-    #: record fields the columns and sections show (under another name): no generic column or table of their own
-    replaces: tuple[str, ...] = ()
-    #: detail sections shown first in a unit's drill-down, from the record and the unit's input (its plan line)
-    sections: Callable[[dict[str, Any], dict[str, Any]], list[Section]] = lambda record, unit_input: []
-    #: the per-item results inside a unit's record (one export row each; ``step`` says which part of the unit)
-    items: Items = lambda record: []
+if TYPE_CHECKING:
+    from dyneval.stores.question_bank import QuestionBank
 
 
 def leaves(data: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -238,6 +211,7 @@ JUDGEAGENT = Adapter(
             "right -> wrong share over all validated base questions "
             "(Algorithm 2); 95 % interval: cluster-robust t over batches",
             "validation.overall",
+            better="lower",
         ),
     ),
     outcomes={"JudgeAgent score": _unit_score, "base accuracy": lambda r: _share(r.get("base"))},
@@ -282,7 +256,14 @@ def _rejected(item: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def _atad_sections(record: dict[str, Any]) -> list[Section]:
+def _answer_key(unit_input: dict[str, Any]) -> Any:
+    """The benchmark item's answer the examinee is scored against (``--evaluate``): the option number of T1 and
+    T3-T7, whether the order is coherent for T2 (``state.atad``'s problem fields)."""
+    problem = unit_input.get("problem") or {}
+    return problem.get("answer", problem.get("coherent"))
+
+
+def _atad_sections(record: dict[str, Any], unit_input: dict[str, Any]) -> list[Section]:
     item = record.get("item") or {}
     out: list[Section] = []
     rejected = _rejected(item)
@@ -313,11 +294,12 @@ def _atad_sections(record: dict[str, Any]) -> list[Section]:
     if "correct" in record:
         out.append(
             {
-                "title": "Evaluated answer",
-                "headers": ["predicted", "correct", "explanation", "parse error"],
+                "title": "Evaluated answer, beside the benchmark's answer key",
+                "headers": ["predicted", "answer key", "correct", "explanation", "parse error"],
                 "rows": [
                     [
                         record.get("predicted"),
+                        _answer_key(unit_input),
                         record.get("correct"),
                         record.get("explanation"),
                         record.get("parse_error"),
@@ -344,6 +326,7 @@ ATAD = Adapter(
             "problems that ended without a finalized version; 95 % "
             "interval: exact binomial of the discarded share, times the problems",
             "items",
+            better="lower",
         ),
         Metric(
             "mean_level",
@@ -358,6 +341,7 @@ ATAD = Adapter(
             "mean over task types (Table 1); 95 % interval: exact binomial at the effective number of distinct "
             "problems (Table 1's weights; copies of a problem count once)",
             "table1.*.n",
+            column="Accuracy (%)",
         ),
     ),
     outcomes={
@@ -373,7 +357,9 @@ ATAD = Adapter(
         "task": lambda r: (r.get("item") or r.get("meta") or {}).get("task"),
         "rejected": lambda r: len(_rejected(r["item"])) if r.get("item") else None,
     },
-    sections=lambda record, unit_input: _atad_sections(record),
+    sections=_atad_sections,
+    subject="student",
+    subject_params=("evaluate",),
 )
 
 
@@ -489,6 +475,74 @@ INTERVIEW = Adapter(
 
 # -- LLMEval-3 (seed 002) -----------------------------------------------------------------------------------
 
+
+def _bank_question(bank: QuestionBank, item: dict[str, Any]) -> str:
+    """A session's question as the examinee read it: its text, then its lettered options for multiple choice
+    (``stores.bank_sessions.question_text``, what the exam server delivers)."""
+    from dyneval.stores.bank_sessions import question_text
+
+    question = bank.get(item["question_uuid"])
+    return question_text(str(item.get("question") or ""), question.options if question else None)
+
+
+def _llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
+    """Per session: every question with the answer, stars and the judge's reason, from the question bank.
+
+    The bank (not the graph state) holds a session's answers (seed 002, section 3); its location is the run's
+    ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory, as the
+    protocol opens it (``nodes.llmeval.common.bank_location``).
+    """
+    from dyneval.stores.question_bank import QuestionBank
+
+    location = (
+        config.params.get("bank_db")
+        or config.stores.postgres_dsn
+        or str(run_dir.parent / "_cache" / "llmeval_bank.sqlite")
+    )
+    if "://" not in location and not Path(location).exists():
+        return {}
+    bank = QuestionBank(location)
+    try:
+        out: dict[str, list[Section]] = {}
+        for r in records:
+            sections = []
+            for label, session in (("", r.get("session_id")), ("reference model: ", r.get("reference_session_id"))):
+                rows = [
+                    [
+                        i.get("position"),
+                        i.get("discipline"),
+                        _bank_question(bank, i),
+                        i.get("answer"),
+                        i.get("response"),
+                        i.get("stars"),
+                        i.get("judge_status"),
+                        i.get("reason"),
+                    ]
+                    for i in (bank.judged_items(session) if session else [])
+                ]
+                if rows:
+                    sections.append(
+                        {
+                            "title": f"{label}questions, answers and stars (0-3, the judge's reason)",
+                            "headers": [
+                                "#",
+                                "discipline",
+                                "question",
+                                "reference",
+                                "answer",
+                                "stars",
+                                "judge status",
+                                "reason",
+                            ],
+                            "rows": rows,
+                        }
+                    )
+            out[r["unit_id"]] = sections
+        return out
+    finally:
+        bank.close()
+
+
 LLMEVAL = Adapter(
     metrics=(
         Metric(
@@ -516,6 +570,7 @@ LLMEVAL = Adapter(
             "/".join(str((r.get("stars") or {}).get(k, 0)) for k in "0123") if r.get("stars") else None
         ),
     },
+    run_sections=_llmeval_answers,
 )
 
 
@@ -605,42 +660,49 @@ JUDGECHECK = Adapter(
             "Accuracy of judge {name}",
             "share of judged items whose verdict equals the human label",
             "raters.*.measures.accuracy",
+            column="Accuracy",
         ),
         Metric(
             "raters.*.measures.kappa.value",
             "Cohen's kappa of judge {name}",
             "chance-corrected agreement with the human labels",
             "raters.*.measures.kappa",
+            column="Cohen's kappa",
         ),
         Metric(
             "raters.*.measures.accuracy_mean.value",
             "Accuracy of judge {name} (mean of both orders)",
             "pairwise: share of verdicts equal to the human label, averaged over the two presentation orders (LLMBar)",
             "raters.*.measures.accuracy_mean",
+            column="Accuracy (mean of both orders)",
         ),
         Metric(
             "raters.*.measures.accuracy_original.value",
             "Accuracy of judge {name} (original order)",
             "pairwise: share of verdicts equal to the human label with output_1 shown first",
             "raters.*.measures.accuracy_original",
+            column="Accuracy (original order)",
         ),
         Metric(
             "raters.*.measures.kappa_original.value",
             "Cohen's kappa of judge {name} (original order)",
             "pairwise: chance-corrected agreement with the human labels (1, 2, tie)",
             "raters.*.measures.kappa_original",
+            column="Cohen's kappa (original order)",
         ),
         Metric(
             "raters.*.measures.swap_consistency.value",
             "Swap consistency of judge {name}",
             "pairwise: share of pairs given the same winner in both orders",
             "raters.*.measures.swap_consistency",
+            column="Swap consistency",
         ),
         Metric(
             "raters.*.per_class.original.macro.f1.value",
             "Macro F1 of judge {name}",
             "mean over the labels of the per-label F1 (as PandaLM reports); a label never chosen counts 0",
             "raters.*.per_class.original.macro.f1",
+            column="Macro F1",
         ),
     ),
     outcomes={"agreement (first judge)": _first_verdict_agrees},
@@ -652,76 +714,16 @@ JUDGECHECK = Adapter(
     },
     sections=lambda record, unit_input: _judgecheck_sections(record),
     replaces=("verdicts",),
+    subject="evaluator",
 )
 
 
-ADAPTERS: dict[str, Adapter] = {
-    "judgeagent": JUDGEAGENT,
-    "atad": ATAD,
-    "interview": INTERVIEW,
-    "llmeval": LLMEVAL,
-    "judgecheck": JUDGECHECK,
-}
-
-
 def adapter(protocol: str) -> Adapter:
-    """The protocol's viewer choices (a user's own protocol gets the generic page)."""
-    return ADAPTERS.get(protocol, Adapter())
+    """The declaration of a registered protocol (its class's ``viewer``: the built-ins' above, a user's own from
+    ``DYNEVAL_PROTOCOLS``); a run of a protocol that is not registered here gets the generic page."""
+    from dyneval.runtime.protocol import protocol_class
 
-
-def llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
-    """Per session: every question with the answer, stars and the judge's reason, from the question bank.
-
-    The bank (not the graph state) holds a session's answers (seed 002, section 3); its location is the run's
-    ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory, as the
-    protocol opens it (``nodes.llmeval.common.bank_location``).
-    """
-    from dyneval.stores.question_bank import QuestionBank
-
-    location = (
-        config.params.get("bank_db")
-        or config.stores.postgres_dsn
-        or str(run_dir.parent / "_cache" / "llmeval_bank.sqlite")
-    )
-    if "://" not in location and not Path(location).exists():
-        return {}
-    bank = QuestionBank(location)
     try:
-        out: dict[str, list[Section]] = {}
-        for r in records:
-            sections = []
-            for label, session in (("", r.get("session_id")), ("reference model: ", r.get("reference_session_id"))):
-                rows = [
-                    [
-                        i.get("position"),
-                        i.get("discipline"),
-                        i.get("question"),
-                        i.get("answer"),
-                        i.get("response"),
-                        i.get("stars"),
-                        i.get("judge_status"),
-                        i.get("reason"),
-                    ]
-                    for i in (bank.judged_items(session) if session else [])
-                ]
-                if rows:
-                    sections.append(
-                        {
-                            "title": f"{label}questions, answers and stars (0-3, the judge's reason)",
-                            "headers": [
-                                "#",
-                                "discipline",
-                                "question",
-                                "reference",
-                                "answer",
-                                "stars",
-                                "judge status",
-                                "reason",
-                            ],
-                            "rows": rows,
-                        }
-                    )
-            out[r["unit_id"]] = sections
-        return out
-    finally:
-        bank.close()
+        return protocol_class(protocol).viewer
+    except InputError:
+        return Adapter()

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dyneval.results.view.adapters import Adapter, Section, adapter, dig, interval_of, leaves, llmeval_answers
+from dyneval.results.view.adapters import adapter, dig, interval_of, leaves
 from dyneval.results.view.paths import Relative
+from dyneval.state.viewer import Adapter, Section
 from dyneval.stores.rundir import EVENTS, NOT_FINISHED, RunDir
 from dyneval.stores.runfiles import SummaryFile
 
@@ -78,16 +79,19 @@ def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, A
         for key, value, n in _expanded(metrics, m.path, m.n):
             if value is not None:
                 path = m.path if key is None else m.path.replace("*", key)
+                entry = _entry_name(metrics, m.path, key)
                 out.append(
                     {
-                        "name": m.label.format(key=key, name=_entry_name(metrics, m.path, key)),
+                        "name": m.label.format(key=key, name=entry),
                         "value": value,
                         "definition": m.definition,
                         "denominator": _denominator(n),
                         "path": path,
-                        "interval": interval_of(metrics, path),
+                        "interval": interval_of(metrics, path),  # {"low", "high", "n", "method", ...} or None
+                        "metric": m.path,  # as declared (a * path unexpanded)
+                        "entry": entry,  # what the * stands for (a model), None without one
                     }
-                )  # {"low", "high", "n", "method", ...} or None
+                )
     return out
 
 
@@ -239,8 +243,8 @@ def run_parts(run_dir: Path, extra_sections: dict[str, list[Section]] | None = N
     summary, config = run.summary() or SummaryFile(), run.config()
     protocol = config.protocol
     spec = adapter(protocol)
-    if extra_sections is None and protocol == "llmeval":
-        extra_sections = llmeval_answers(run.path, config, run.records())
+    if extra_sections is None and spec.run_sections is not None:
+        extra_sections = spec.run_sections(run.path, config, run.records())
     units = run.units()
     relative = Relative(run.path)
 

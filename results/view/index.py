@@ -3,7 +3,9 @@
 One row per run (a folder holding a ``config.json``, read through :class:`stores.rundir.RunDir`), newest first:
 its start time (from the run id), protocol, models, status (finished, interrupted, or no summary yet: running or
 stopped before its end), the headline metrics with their 95 % intervals and n, the LLM calls and cost, and links
-to its ``view.html`` and report. Ticking two or more runs of one protocol shows the ``dyneval --compare`` command
+to its ``view.html`` and report. Above them, the leaderboards (:mod:`results.leaderboard`): per protocol and
+set-up, the models' latest finished values of each headline metric, ranked, with the probability each is best.
+Ticking two or more runs of one protocol shows the ``dyneval --compare`` command
 that writes their comparison page; the comparison pages already in the folder are listed with links. The runner
 rewrites the page when a run ends; ``dyneval --index DIR`` rewrites it by hand.
 """
@@ -15,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dyneval.results import leaderboard
 from dyneval.results.view.adapters import adapter
 from dyneval.results.view.data import headline_metrics
 from dyneval.results.view.page import VIEW_FILE, write_page
@@ -86,25 +89,29 @@ def _row(run: RunDir) -> dict[str, Any]:
     }
 
 
-def _comparisons(folder: Path) -> list[dict[str, str]]:
-    """The comparison pages in ``folder`` (``compare-*.html``), newest first, each with its title."""
+def _comparisons(folder: Path) -> list[dict[str, Any]]:
+    """The comparison pages in ``folder`` (``compare-*.html``), newest first, each with its title and the runs it
+    compares (its title is ``protocol: RUN vs RUN ...``, :func:`results.view.compare.compare_payload`)."""
     out = []
     for page in sorted(folder.glob("compare-*.html"), reverse=True):
         with page.open("rb") as fh:
             found = _TITLE.search(fh.read(4096))
         title = html.unescape(found.group(1).decode("utf-8", "replace")) if found else page.name
-        out.append({"href": page.name, "title": title})
+        runs = title.partition(": ")[2].split(" vs ")
+        out.append({"href": page.name, "title": title, "runs": sorted(runs)})
     return out
 
 
 def index_payload(out_dir: Path) -> dict[str, Any]:
     folder = Path(out_dir)
-    runs = [_row(r) for r in reversed(runs_under(folder))]
+    found = runs_under(folder)
+    runs = [_row(r) for r in reversed(found)]
     payload = {
         "kind": "index",
         "title": f"Runs in {folder.name or folder}",
         "notes": [],
         "runs": runs,
+        "leaderboards": [leaderboard.payload(b) for b in leaderboard.boards(found)],
         "comparisons": _comparisons(folder),
     }
     return Relative(folder, out=folder)(payload)
