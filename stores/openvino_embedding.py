@@ -110,7 +110,7 @@ class OpenVinoSentenceEncoder:
     several threads (one inference request per call)."""
 
     def __init__(self, model_dir: Path, onnx_file: Path) -> None:
-        import openvino
+        import openvino  # type: ignore[import-untyped]  # openvino ships no type information
         from tokenizers import Tokenizer
 
         max_len = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
