@@ -53,6 +53,7 @@ _ENV_STORES = {
     "CHROMA_URL": "chroma_url",
     "POSTGRES_DSN": "postgres_dsn",
     "EMBEDDING_MODEL": "embedding_model",
+    "EMBEDDING_BACKEND": "embedding_backend",
     "CACHE": "cache",
     "CACHE_DIR": "cache_dir",
     "CACHE_EXPIRY_HOURS": "cache_expiry_hours",

@@ -311,8 +311,9 @@ class Services:
         return self.cached(f"chroma:{folder}", lambda: chroma_client(folder, self.config.stores.chroma_url))
 
     def embeddings(self) -> Any:
-        """The offline sentence-transformers embedding function (Chroma-compatible, callable on texts)."""
-        return embedding_function(self.config.stores.embedding_model)
+        """The run's embedding function (Chroma-compatible, callable on texts): its ``embedding_model`` on its
+        ``embedding_backend``."""
+        return embedding_function(self.config.stores.embedding_model, self.config.stores.embedding_backend)
 
 
 _studio_lock = threading.Lock()

