@@ -132,6 +132,12 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
         "role(s) given (e.g. --evaluator), replaying every other role's recorded replies (no target "
         "call); a unit the new verdicts lead elsewhere ends 'diverged'",
     )
+    run.add_argument(
+        "--calibration",
+        metavar="LABELS",
+        help="with --rescore: human labels (judgecheck's format) for the new judge; the run's judged share correct "
+        "is shown raw and judge-calibrated (docs/judges.md). A finished run: dyneval --calibration LABELS --run RUN",
+    )
     run.add_argument("--dry-run", action="store_true", help="print the plan (units, models, calls) and exit")
     run.add_argument(
         "--fail-under",
@@ -217,7 +223,9 @@ def _chosen_protocol(argv: list[str] | None) -> str | None:
 def _print_leaderboard(args: argparse.Namespace, rest: list[str], console: Console) -> None:
     """``--leaderboard [--out DIR] [--protocol P]``: the leaderboards of the runs under ``--out`` on the console."""
     other = [
-        f for f in ("compare", "export", "format", "detect", "pilot", "index", "review") if getattr(args, f) is not None
+        f
+        for f in ("compare", "export", "format", "detect", "pilot", "index", "review", "calibration", "run")
+        if getattr(args, f) is not None
     ]
     if rest or other:
         extra = " ".join(rest) or " ".join(f"--{f}" for f in other)
@@ -251,11 +259,24 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
     pre.add_argument("--index")
     pre.add_argument("--review")
     pre.add_argument("--leaderboard", action="store_true")
+    pre.add_argument("--calibration")
+    pre.add_argument("--run")
     pre.add_argument("--protocol")
     pre.add_argument("--out", default=RunConfig.model_fields["out"].default)
     args, rest = pre.parse_known_args(argv)
     if args.leaderboard:
         _print_leaderboard(args, rest, console)
+        return True
+    if args.protocol is None and (args.calibration is not None or args.run is not None):
+        others = [f"--{f}" for f in ("compare", "export", "format", "index", "review") if getattr(args, f)]
+        if rest or others or args.calibration is None or args.run is None:
+            extra = " ".join(rest + others) or ("no --run" if args.run is None else "no --calibration LABELS")
+            raise InputError(
+                f"--calibration LABELS takes --run RUN and --out only, not {extra}", setting="--calibration"
+            )
+        from dyneval.results.calibration.write import calibrate, run_folder
+
+        calibrate(run_folder(args.run, args.out), Path(args.calibration), console)
         return True
     if args.protocol is None and (args.detect is not None or args.pilot is not None):
         if rest or args.compare is not None or args.export is not None or args.format is not None:
@@ -383,6 +404,10 @@ def start(args: argparse.Namespace, dests: list[str], console: Console) -> tuple
             stored = RunConfig.model_validate_json(Path(config_file).read_text(encoding="utf-8"))
             if args.rescore:
                 check_rescore(cls, stored, config)
+                if args.calibration is not None:  # refused before the run is made
+                    from dyneval.results.calibration.run import check_labels
+
+                    check_labels(Path(args.calibration), cls.name, config)
             else:
                 check_resume_unchanged(stored, config, ParamSchema.of(cls))
         from dyneval.runtime.executors.choice import ExecutorChoice
@@ -405,12 +430,23 @@ def main(argv: list[str] | None = None) -> int:
         parser, dests = build_parser(_chosen_protocol(argv))
         args = parser.parse_args(argv)
         thresholds = parse_thresholds(args.fail_under, args.protocol)
+        if args.calibration is not None and not args.rescore:
+            raise InputError(
+                "with --protocol, --calibration goes with --rescore; for a finished run: "
+                "dyneval --calibration LABELS --run RUN",
+                setting="--calibration",
+            )
         protocol, config, run = start(args, dests, console)
         from dyneval.runtime.runner import execute, resume_command
 
         summary = execute(protocol, run, dry_run=args.dry_run, skip_preflight=args.skip_preflight)
         if args.dry_run:
             return EXIT_OK
+        if args.calibration is not None:
+            from dyneval.results.calibration.write import calibrate
+            from dyneval.stores.rundir import RunDir
+
+            calibrate(RunDir(run.run_dir, "--calibration"), Path(args.calibration), console)
         return _verdict(summary, thresholds, protocol.name, resume_command(protocol, run), console)
     except InputError as exc:
         errors.print(

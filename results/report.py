@@ -97,12 +97,12 @@ def _rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def write_report(run_dir: Path, title: str, blocks: Sequence[Block]) -> tuple[Path, Path]:
-    """Write ``report.md`` and ``report.html`` into ``run_dir``; the HTML page (made to be shared) names no
-    absolute path of this machine (:mod:`results.view.paths`)."""
+def write_report(run_dir: Path, title: str, blocks: Sequence[Block], *, name: str = "report") -> tuple[Path, Path]:
+    """Write ``NAME.md`` and ``NAME.html`` (``report``; ``--calibration``'s ``calibration``) into ``run_dir``; the
+    HTML page (made to be shared) names no absolute path of this machine (:mod:`results.view.paths`)."""
     from dyneval.results.view.paths import Relative
 
-    md, page = run_dir / "report.md", run_dir / "report.html"
+    md, page = run_dir / f"{name}.md", run_dir / f"{name}.html"
     md.write_text(render_markdown(title, blocks, run_dir), encoding="utf-8")
     page.write_text(Relative(run_dir).text(render_html(title, blocks, run_dir)), encoding="utf-8")
     return md, page

@@ -92,7 +92,53 @@ def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, A
                         "entry": entry,  # what the * stands for (a model), None without one
                     }
                 )
-    return out
+    return out + calibration_headlines(metrics)
+
+
+def calibration_headlines(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two rows ``--calibration`` adds (``metrics["judge_calibration"]``, :mod:`results.calibration.run`):
+    the judged share correct "raw" and "judge-calibrated (n labels)", the judge's agreement with the labels in
+    the definition."""
+    cal = metrics.get("judge_calibration")
+    if not cal:
+        return []
+    raw, fixed, agree = cal["raw"], cal["calibrated"], cal["agreement"]
+    kappa = (
+        f", Cohen's kappa {agree['kappa']:.2f} [{agree['kappa_low']:.2f}, {agree['kappa_high']:.2f}]"
+        if agree.get("kappa") is not None
+        else ""
+    )
+    rates = ", ".join(
+        f"{name} {agree[key]:.2f}" for name, key in (("Se", "sensitivity"), ("Sp", "specificity")) if agree.get(key)
+    )
+    agreement = (
+        f"the judge ({cal['judge']}) agrees with {agree['labels']} human labels on {agree['share']:.0%} of them"
+        f"{kappa}; {rates}"
+    )
+    labels = fixed["labels"]
+    return [
+        {
+            "name": f"{cal['metric']}: raw",
+            "value": raw["estimate"],
+            "definition": f"share of the answers the judge decided that it judged correct; {agreement}",
+            "denominator": f"{raw['n']} judged answers",
+            "path": "judge_calibration.raw",
+            "metric": "judge_calibration.raw",
+            "entry": None,
+            "interval": raw,
+        },
+        {
+            "name": f"{cal['metric']}: judge-calibrated ({labels} labels)",
+            "value": fixed["estimate"] if fixed["estimate"] is not None else "not corrected",
+            "definition": "the raw share corrected by the judge's sensitivity and specificity on the labels "
+            f"(Rogan-Gladen); its interval includes the judge's error; {agreement}",
+            "denominator": f"{raw['n']} judged answers, {labels} labelled",
+            "path": "judge_calibration.calibrated",
+            "metric": "judge_calibration.calibrated",
+            "entry": None,
+            "interval": {**fixed, "n": labels},
+        },
+    ]
 
 
 def _member(mapping: Any, key: str) -> Any:

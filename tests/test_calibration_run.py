@@ -1,0 +1,138 @@
+"""``dyneval --calibration LABELS --run RUN``: a finished run's judged share correct, raw and judge-calibrated by
+human labels, in summary.json, the calibration report, the viewer's and the run index's headline rows and the
+console; labels for another judge or naming answers the run did not judge are refused with exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dyneval.cli import main
+from dyneval.results.calibration.run import judge_fingerprint, judged_verdicts
+from dyneval.results.view.index import index_payload
+from dyneval.stores.rundir import RunDir
+from tests.standin_endpoint import StandIn
+from tests.standin_runs import two_unit_interview
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    assert two_unit_interview(out) == 0
+    [run_dir] = [p for p in out.iterdir() if p.is_dir()]
+    return run_dir
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    """A copy of the finished run (each test writes into it) under its own --out folder."""
+    return shutil.copytree(finished, tmp_path / "out" / finished.name)
+
+
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _labels(run_dir, flip: int) -> list[dict]:
+    """Labels for the run's first judged answers: the judge's own verdict, the first ``flip`` of them reversed."""
+    judged = [(k, v) for unit in judged_verdicts(RunDir(run_dir)).values() for k, v in unit.items()]
+    rows = []
+    for n, (key, correct) in enumerate(judged[:6]):
+        truth = correct != (n < flip)
+        rows.append({"id": key, "label": "correct" if truth else "wrong", "reviewer": "ann"})
+    return rows
+
+
+def test_calibration_writes_raw_and_calibrated_share_everywhere_a_run_is_read(run, capsys):
+    rows = _labels(run, flip=1)
+    labels = _write(run / "review" / "ann.jsonl", rows)
+    assert main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)]) == 0
+    entry = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
+    judged = [v for unit in judged_verdicts(RunDir(run)).values() for v in unit.values()]
+    # hand computation: Se, Sp from the 6 labels, Rogan-Gladen on the run's judged share
+    human = [r["label"] == "correct" for r in rows]
+    judge = [v for unit in judged_verdicts(RunDir(run)).values() for v in unit.values()][:6]
+    pos = [j for j, h in zip(judge, human, strict=True) if h]
+    neg = [j for j, h in zip(judge, human, strict=True) if not h]
+    se, sp = sum(pos) / len(pos), sum(not j for j in neg) / len(neg)
+    q = sum(judged) / len(judged)
+    assert entry["raw"]["estimate"] == pytest.approx(q)
+    assert entry["agreement"]["share"] == pytest.approx(5 / 6)
+    assert entry["calibrated"]["labels"] == 6
+    expected = min(max((q + sp - 1) / (se + sp - 1), 0.0), 1.0) if se + sp - 1 >= 0.1 else None
+    assert entry["calibrated"]["estimate"] == (expected if expected is None else pytest.approx(expected))
+    out = capsys.readouterr().out
+    assert "judged answers correct: raw" in out and "judge-calibrated (6 labels)" in out
+    assert "judge-calibrated (6 labels)" in (run / "calibration.md").read_text()
+    [row] = index_payload(run.parent)["runs"]
+    names = [h["name"] for h in row["headline"]]
+    assert "judged answers correct: raw" in names and "judged answers correct: judge-calibrated (6 labels)" in names
+    assert "judge-calibrated (6 labels)" in (run / "view.html").read_text()
+
+
+def test_labels_from_outside_the_run_need_its_judge_fingerprint(run, tmp_path, capsys):
+    rows = _labels(run, flip=0)
+    bare = _write(tmp_path / "elsewhere.jsonl", rows)
+    assert main(["--calibration", str(bare), "--run", run.name, "--out", str(run.parent)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "record 1" in line and "judge_fingerprint" in line
+    fingerprint = judge_fingerprint("interview", RunDir(run).run_config())
+    marked = _write(tmp_path / "marked.jsonl", [{**r, "judge_fingerprint": fingerprint} for r in rows])
+    assert main(["--calibration", str(marked), "--run", run.name, "--out", str(run.parent)]) == 0
+
+
+def test_labels_made_for_another_judge_are_refused_in_one_line(run, capsys):
+    rows = [{**r, "judge_fingerprint": "0123456789abcdef"} for r in _labels(run, flip=0)]
+    labels = _write(run / "review" / "other.jsonl", rows)
+    assert main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "labels made for judge 0123456789abcdef" in line and "record 1" in line
+    assert "judge_calibration" not in json.loads((run / "summary.json").read_text())["metrics"]
+
+
+def test_a_label_naming_an_answer_the_run_did_not_judge_names_its_record(run, capsys):
+    rows = [*_labels(run, flip=0), {"id": "no-such-unit#seed1", "label": "correct"}]
+    labels = _write(run / "review" / "ann.jsonl", rows)
+    assert main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "'no-such-unit#seed1' is not an answer" in line and f"record {len(rows)}" in line
+
+
+def test_calibration_needs_a_run_and_goes_with_rescore_under_protocol(run, capsys):
+    labels = _write(run / "review" / "ann.jsonl", _labels(run, flip=0))
+    assert main(["--calibration", str(labels), "--out", str(run.parent)]) == 2
+    assert main(["--protocol", "interview", "--calibration", str(labels), "--out", str(run.parent)]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and "no --run" in errors[0] and "goes with --rescore" in errors[1]
+
+
+def test_rescore_refuses_labels_for_the_old_judge_before_calling_the_new_one(finished, tmp_path, capsys):
+    """Labels made for the source run's judge do not calibrate a re-score by another judge (exit 2, no request,
+    no run folder);
+    labels carrying the new judge's fingerprint do, and the re-scored run's summary holds the calibration."""
+    out = tmp_path / "out"
+    source = shutil.copytree(finished, out / finished.name)
+    old = judge_fingerprint("interview", RunDir(source).run_config())
+    labels = _write(tmp_path / "old.jsonl", [{**r, "judge_fingerprint": old} for r in _labels(source, flip=0)])
+    with StandIn() as standin:
+        rescore = ["--protocol", "interview", "--rescore", source.name, "--evaluator", standin.spec("j2")]
+        rescore += ["--out", str(out), "--skip-preflight"]
+        assert main([*rescore, "--calibration", str(labels)]) == 2
+        assert not standin.requests
+        assert [p.name for p in out.iterdir() if p.is_dir()] == [source.name]  # no run folder made
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"labels made for judge {old}" in line
+        new = line.rsplit("is ", 1)[1].strip()
+        fresh = _write(tmp_path / "new.jsonl", [{**r, "judge_fingerprint": new} for r in _labels(source, flip=0)])
+        assert main([*rescore, "--calibration", str(fresh)]) == 0
+    [rescored] = [
+        p
+        for p in out.iterdir()
+        if p.is_dir() and p.name != source.name and "rescored_from" in p.joinpath("config.json").read_text()
+    ]
+    entry = json.loads((rescored / "summary.json").read_text())["metrics"]["judge_calibration"]
+    assert entry["judge_fingerprint"] == new != old and entry["calibrated"]["labels"] == 6
