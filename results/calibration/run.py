@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import numpy as np
 from dyneval.prompts import PROMPT_DIR
 from dyneval.results.agreement import cohen
 from dyneval.results.calibration.estimates import calibrated_share
+from dyneval.results.review.items import READERS
 from dyneval.results.stats import clustered
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
@@ -59,39 +59,12 @@ def judge_fingerprint(protocol: str, config: RunConfig) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _interview(record: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for a in record.get("seed_interactions") or []:
-        yield f"seed{a.get('attempt')}", a
-    for a in record.get("followup_results") or []:
-        yield f"followup{a.get('q')}.{a.get('attempt')}", a
-    if single := record.get("single_turn"):
-        yield "single", single
-
-
-def _judgeagent(record: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for a in record.get("base") or []:
-        yield f"base.{a.get('id')}", a
-    for r in record.get("rounds") or []:
-        yield f"round{r.get('round')}", r
-
-
-def _judged(protocol: str, answer: dict[str, Any]) -> bool:
-    """Decided by the judge (not in code, not left ungraded)."""
-    if answer.get("verdict") not in ("correct", "wrong"):
-        return False
-    if protocol == "interview":
-        return "grader" in str(answer.get("graded_by") or "") or answer.get("graded_by") == "jury"
-    return answer.get("how") == "evaluator"
-
-
 def judged_verdicts(run: RunDir) -> dict[str, dict[str, bool]]:
-    """Unit id -> {answer key -> judged correct} of every answer the run's judge decided (module docstring)."""
-    walk = {"interview": _interview, "judgeagent": _judgeagent}[run.protocol]
+    """Unit id -> {answer key -> judged correct} of every answer the run's judge decided: the review page's items
+    (:mod:`results.review.items`), so a label written there names an answer counted here."""
     out: dict[str, dict[str, bool]] = defaultdict(dict)
-    for record in run.records():
-        for where, answer in walk(record):
-            if _judged(run.protocol, answer):
-                out[record["unit_id"]][f"{record['unit_id']}#{where}"] = answer["verdict"] == "correct"
+    for item in READERS[run.protocol](run).items:
+        out[item.unit][item.key] = item.verdict == "correct"
     return out
 
 

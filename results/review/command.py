@@ -18,6 +18,7 @@ from typing import NoReturn
 import uvicorn
 from rich.console import Console
 
+from dyneval.results.calibration.run import JUDGES, judge_fingerprint
 from dyneval.results.review.items import judged_items
 from dyneval.results.review.labels import Labels, agreement, check_reviewer
 from dyneval.results.review.sample import MARGIN, review_order, suggested_size
@@ -66,7 +67,8 @@ def prepare(run_ref: str, out: str, argv: list[str], console: Console) -> tuple[
         f"worst case, corrected for {population} items); reviewing {size}, stratified by the judge's verdict"
     )
     sample = review_order(judged.items, run.name)[:size]
-    review = Review(run.name, run.path, judged.judge, sample, Labels(run.path, reviewer))
+    fingerprint = judge_fingerprint(run.protocol, run.run_config()) if run.protocol in JUDGES else None
+    review = Review(run.name, run.path, judged.judge, sample, Labels(run.path, reviewer, fingerprint))
     say(agreement(run.path, judged.judge, [i.key for i in sample]).line())
     return review, args
 

@@ -4,9 +4,11 @@ A reviewer's labels are one JSONL file in the run folder, ``review/<reviewer>.js
 decision as it is given, in the format ``judgecheck --labels`` reads (:mod:`protocols.judgecheck.data`: ``id``,
 ``question``, ``response`` or ``output_1``/``output_2``, ``reference``, ``options``, ``task``, ``qtype``,
 ``label``), plus ``reviewer``, ``unit``, ``judge`` (the judging step, judgecheck's ``--judge``) and the judge's
-``judge_verdict``, which judgecheck ignores. So ``dyneval --protocol judgecheck --judge JUDGE --labels
-RUN/review/NAME.jsonl`` measures a judge against that person. An item is labelled once per reviewer; the file is
-the review's whole state, so a reload or a restart resumes after its last line.
+``judge_verdict``, which judgecheck ignores, and for interview and JudgeAgent runs the ``judge_fingerprint``
+(:func:`results.calibration.run.judge_fingerprint`) that ``--calibration`` checks on labels copied elsewhere.
+So ``dyneval --protocol judgecheck --judge JUDGE --labels RUN/review/NAME.jsonl`` measures a judge against that
+person. An item is labelled once per reviewer; the file is the review's whole
+state, so a reload or a restart resumes after its last line.
 
 Agreement between reviewers on the items all of them labelled: Cohen's kappa for two (Cohen 1960;
 ``sklearn.metrics.cohen_kappa_score``), Fleiss' kappa for three or more (Fleiss 1971;
@@ -75,8 +77,9 @@ def read_labels(path: Path) -> dict[str, str]:
 class Labels:
     """One reviewer's label file: what is labelled, and appending a decision."""
 
-    def __init__(self, run_dir: Path, reviewer: str) -> None:
+    def __init__(self, run_dir: Path, reviewer: str, fingerprint: str | None = None) -> None:
         self.reviewer = reviewer
+        self.fingerprint = fingerprint  # the run's judge, for --calibration of labels copied elsewhere
         self.path = label_file(run_dir, reviewer)
         self.given = read_labels(self.path)
 
@@ -99,6 +102,8 @@ class Labels:
             "judge_verdict": item.verdict,
             "labelled_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
+        if self.fingerprint is not None:
+            row["judge_fingerprint"] = self.fingerprint
         self.path.parent.mkdir(exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
