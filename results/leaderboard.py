@@ -198,8 +198,8 @@ def _add(found: dict[tuple[str, str, str], Board], run_id: str, config: ConfigFi
     for h in headlines(config.protocol, summary.metrics):
         model = h.entry if h.entry is not None else summary.models.get(spec.subject)
         cell = _cell(h, run_id)
-        if model is None or cell is None:
-            continue
+        if model is None or cell is None or h.metric not in declared:
+            continue  # the judge-calibration rows of --calibration are the run's own, not the protocol's metrics
         if declared[h.metric] not in board.metrics:
             board.metrics.append(declared[h.metric])
         board.cells.setdefault(model, {}).setdefault(h.metric, cell)

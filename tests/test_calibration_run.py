@@ -136,3 +136,17 @@ def test_rescore_refuses_labels_for_the_old_judge_before_calling_the_new_one(fin
     ]
     entry = json.loads((rescored / "summary.json").read_text())["metrics"]["judge_calibration"]
     assert entry["judge_fingerprint"] == new != old and entry["calibrated"]["labels"] == 6
+
+
+def test_labels_the_review_page_wrote_are_accepted_after_being_copied_out_of_the_run(run, tmp_path):
+    from rich.console import Console
+
+    from dyneval.results.review.command import prepare
+
+    review, _ = prepare(run.name, str(run.parent), ["--reviewer", "ann", "--sample", "4"], Console(quiet=True))
+    for item in review.sample:
+        review.labels.add(item, item.verdict)
+    copied = shutil.copy(review.labels.path, tmp_path / "ann.jsonl")
+    assert main(["--calibration", str(copied), "--run", run.name, "--out", str(run.parent)]) == 0
+    entry = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
+    assert entry["agreement"]["labels"] == 4 and entry["agreement"]["share"] == 1.0
