@@ -69,6 +69,9 @@ def lazy_sentence_transformer(model_name: str) -> Any:
             with self._loading:
                 if self.model_name not in self.models:
                     from sentence_transformers import SentenceTransformer
+                    from transformers.utils import logging as transformers_logging
+
+                    transformers_logging.disable_progress_bar()  # its "Loading weights" bar: not in a run's display
 
                     self.models[self.model_name] = SentenceTransformer(
                         model_name_or_path=self.model_name, device=self.device
