@@ -270,6 +270,7 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
         raise input_error(
             "reading a Hugging Face dataset needs the [hub] extra: pip install 'dyneval[hub]'", flag="--hf-dataset"
         ) from None
+    datasets.disable_progress_bars()  # its "Generating split" bars: not in a run's display
     name, _, config = dataset_id.partition(":")
     try:
         ds = datasets.load_dataset(name, config or None, split=split)

@@ -59,3 +59,22 @@ def test_an_interview_run_reads_hf_dataset_and_a_missing_package_names_the_hub_e
         code = cli.main([*argv, "--target", standin.spec("t"), "--evaluator", standin.spec("j")])
     assert code == 2 and "needs the [hub] extra: pip install 'dyneval[hub]'" in err.getvalue(), err.getvalue()
     assert "--hf-dataset" in err.getvalue()
+
+
+def test_an_llmeval_run_imports_its_bank_from_a_dataset_with_its_columns_mapped(tmp_path):
+    folder = tmp_path / "exam"
+    folder.mkdir()
+    rows = [{"Subject": "math", "Q": f"What is {n} plus {n}?", "A": str(2 * n)} for n in range(1, 5)]
+    (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    argv = ["--protocol", "llmeval", "--hf-dataset", str(folder), "--fields", "discipline=Subject,question=Q,answer=A"]
+    argv += ["--questions", "2", "--concurrency", "1", "--skip-preflight", "--out", str(tmp_path / "runs")]
+    argv += ["--bank-db", str(tmp_path / "bank.sqlite")]
+    err = io.StringIO()
+    with StandIn() as standin, contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(err):
+        code = cli.main([*argv, "--target", standin.spec("t"), "--evaluator", standin.spec("j")])
+    assert code == 0, out.getvalue()[-2000:]
+    assert "examples/s" not in err.getvalue()  # no progress bar of the datasets library on the console
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and not p.name.startswith("_")]
+    assert (run_dir / "bank_source.txt").read_text().startswith(f"hf:{folder} (--hf-dataset) imported into")
+    asked = [json.dumps(e["messages"]) for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())]
+    assert sum(any(r["Q"] in m for m in asked) for r in rows) == 2  # the session's 2 questions came from the dataset
