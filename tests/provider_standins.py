@@ -51,15 +51,23 @@ def ollama_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     return {"model": body["model"], "messages": messages, **({"tools": body["tools"]} if body.get("tools") else {})}
 
 
+TO_OPENAI = {"anthropic": anthropic_to_openai, "ollama": ollama_to_openai}
+
+
 def app(standin: StandIn, received: list[dict[str, Any]]) -> FastAPI:
     """The two APIs over ``standin``; every request body (in its own wire format) is appended to ``received``."""
     api = FastAPI()
 
+    async def answer(name: str, request: Request) -> tuple[dict[str, Any], int, dict[str, Any]]:
+        """The request's body, and the stand-in's status and OpenAI-shaped reply to it."""
+        body = await request.json()
+        received.append({"api": name, "headers": dict(request.headers), "body": body})
+        status, reply = standin.handle(TO_OPENAI[name](body))
+        return body, status, reply
+
     @api.post("/v1/messages")
     async def messages(request: Request) -> Response:
-        body = await request.json()
-        received.append({"api": "anthropic", "headers": dict(request.headers), "body": body})
-        status, reply = standin.handle(anthropic_to_openai(body))
+        body, status, reply = await answer("anthropic", request)
         if status != 200:
             error = {"type": "error", "error": {"type": "api_error", "message": reply["error"]["message"]}}
             return JSONResponse(error, status_code=status)
@@ -89,9 +97,7 @@ def app(standin: StandIn, received: list[dict[str, Any]]) -> FastAPI:
 
     @api.post("/api/chat")
     async def chat(request: Request) -> Response:
-        body = await request.json()
-        received.append({"api": "ollama", "headers": dict(request.headers), "body": body})
-        status, reply = standin.handle(ollama_to_openai(body))
+        body, status, reply = await answer("ollama", request)
         if status != 200:
             return JSONResponse({"error": reply["error"]["message"]}, status_code=status)
         message, usage = reply["choices"][0]["message"], reply["usage"]
