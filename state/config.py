@@ -140,7 +140,8 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _openai_needs_model(self) -> ModelSpec:
         if self.provider != "embedded" and not self.model:
-            raise ValueError(f"a {self.provider} spec needs `model`")
+            kind = "an openai-compatible" if self.provider == "openai" else f"a {self.provider}"
+            raise ValueError(f"{kind} spec needs `model`")
         return self
 
 
