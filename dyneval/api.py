@@ -19,6 +19,9 @@ from dyneval.protocols import protocol_class
 from dyneval.runtime.stop import RunInterrupted
 from dyneval.state.errors import InputError
 
+if typing.TYPE_CHECKING:
+    import pandas
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -44,6 +47,21 @@ class RunResult:
         """Why the run stopped before its end (``budget``: what was spent) and how to resume it; ``None`` if it
         ended."""
         return self.summary.get("interrupted")
+
+    def to_pandas(self, table: typing.Literal["units", "items"] = "units") -> pandas.DataFrame:
+        """The run's ``units`` (one row per unit) or ``items`` (one row per per-item result, with its ``unit_id``)
+        as a DataFrame, flattened as ``dyneval --export`` writes them (:func:`results.export.tables`).
+        Needs pandas (the ``[pandas]`` extra)."""
+        try:
+            import pandas
+        except ImportError:
+            raise InputError("RunResult.to_pandas() needs pandas: pip install 'dyneval[pandas]'") from None
+        from dyneval.results.export import tables
+        from dyneval.stores.rundir import RunDir
+
+        if table not in ("units", "items"):
+            raise InputError(f"table {table!r} is not one of units, items", setting="table")
+        return pandas.DataFrame(tables(RunDir(self.run_dir).protocol, self.records)[table])
 
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:

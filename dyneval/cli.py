@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import threading
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -81,6 +82,7 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
         **kwargs,
     )
     parser.add_argument("--protocol", required=True, help=f"one of: {', '.join(REGISTRY)}")
+    parser.add_argument("--version", action="version", version=f"dyneval {metadata.version('dyneval')}")
     parser.add_argument("--config", help="TOML or YAML config file (models, roles, stores, params)")
     roles = parser.add_argument_group("models per role (local | NAME from the config | openai/MODEL | MODEL@BASE_URL)")
     for role in ROLES:
@@ -176,6 +178,11 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     )
     stores.add_argument("--cache-dir", help="response cache folder (default ~/.cache/dyneval)")
     stores.add_argument("--cache-expiry-hours", type=float, help="ignore cached replies older than this")
+    run.add_argument(
+        "--prompts",
+        metavar="DIR",
+        help="folder of prompt files (<protocol>/<role>_<step>.yaml) that replace the shipped prompts of the same name",
+    )
     stores.add_argument(
         "--pricing",
         metavar="FILE",
@@ -342,6 +349,7 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
         "max_tokens_per_role": args.max_tokens_per_role,
         "max_cost_per_role": args.max_cost_per_role,
         "out": args.out,
+        "prompts": args.prompts,
         "stores": {
             "chroma_url": args.chroma_url,
             "postgres_dsn": args.postgres_dsn,

@@ -32,6 +32,15 @@ def flatten(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def tables(protocol: str, records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``units`` (each record flattened) and ``items`` (each per-item result of ``protocol`` with its unit id) rows."""
+    items_of = adapter(protocol).items
+    return {
+        "units": [flatten(r) for r in records],
+        "items": [flatten({"unit_id": r["unit_id"], **item}) for r in records for item in items_of(r)],
+    }
+
+
 def export_run(ref: str, out: str, fmt: str) -> list[Path]:
     """Write ``units`` (and ``items`` where the protocol has them) of the run ``ref`` (a run folder, or a run id
     under ``out``) in ``fmt``; return the files written. A damaged run, or an ``export`` folder that cannot be
@@ -41,17 +50,11 @@ def export_run(ref: str, out: str, fmt: str) -> list[Path]:
     run = finished_run(ref, out, "--export")
     if fmt == "parquet":
         _pyarrow()  # refused before anything is written
-    records = run.records()
-    items_of = adapter(run.protocol).items
-    tables = {
-        "units": [flatten(r) for r in records],
-        "items": [flatten({"unit_id": r["unit_id"], **item}) for r in records for item in items_of(r)],
-    }
     dest = run.path / "export"
     written: dict[Path, Path] = {}  # each file is written beside its place, then moved there once all are written
     with writable(dest, "--export"), cleared(written):
         dest.mkdir(exist_ok=True)
-        for name, rows in tables.items():
+        for name, rows in tables(run.protocol, run.records()).items():
             if name == "items" and not rows:
                 continue
             path = dest / f"{name}.{fmt}"

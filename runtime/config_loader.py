@@ -28,7 +28,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from dyneval.runtime.models import resolve_api_key
+from dyneval.prompts import PromptDirError, check_prompt_dir
+from dyneval.runtime.models import missing_integration, resolve_api_key
 from dyneval.runtime.pricing import Pricing
 from dyneval.state.agent import is_agent_ref
 from dyneval.state.config import ROLES, KeyedError, ModelSpec, RunConfig, StoreConfig
@@ -43,6 +44,7 @@ _ENV_SCALARS = {
     "CONCURRENCY": "concurrency",
     "SEED": "seed",
     "OUT": "out",
+    "PROMPTS": "prompts",
     "MAX_CALLS": "max_calls",
     "MAX_TOKENS": "max_tokens",
     "MAX_COST": "max_cost",
@@ -347,14 +349,19 @@ def load_config(
     _check_api_keys(config, sources)
     _check_agents(config, sources)
     _check_pricing(config, sources)
+    _check_prompts(config, sources)
     if params is not None:
         params.check_values(config.params, sources)
     return config
 
 
 def _check_api_keys(config: RunConfig, sources: _Sources) -> None:
-    """A role whose endpoint needs a key from an unset environment variable is bad input, found now."""
+    """A role whose endpoint needs a key from an unset environment variable, or whose provider's extra is not
+    installed, is bad input, found now."""
     for role in ROLES:
+        if problem := missing_integration(config.spec_for(role)):
+            ref = config.role_ref(role)
+            raise InputError(problem, setting=sources.of(("models", ref) if ref in config.models else ("roles", role)))
         try:
             resolve_api_key(config.spec_for(role))
         except InputError as exc:
@@ -390,6 +397,17 @@ def _check_pricing(config: RunConfig, sources: _Sources) -> None:
         raise InputError(exc.message, file=exc.file, setting=sources.of(("stores", "pricing"))) from None
 
 
+def _check_prompts(config: RunConfig, sources: _Sources) -> None:
+    """Every file of the prompts folder is a valid override, found now; what it overrides is recorded."""
+    if config.prompts is None:
+        config.prompt_overrides = {}
+        return
+    try:
+        config.prompt_overrides = check_prompt_dir(config.prompts)
+    except PromptDirError as exc:
+        raise InputError(exc.message, file=exc.file, setting=None if exc.file else sources.of(("prompts",))) from None
+
+
 # -- resuming ----------------------------------------------------------------------------------------------------
 
 
@@ -414,6 +432,12 @@ def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSc
         raise InputError(
             f"this run was made with seed {stored.seed}, not {config.seed}; {hint}",
             setting=config.sources.get("--seed", "--seed"),
+        )
+    if stored.prompt_overrides != config.prompt_overrides:
+        raise InputError(
+            f"this run replaced the prompts {stored.prompt_overrides or 'none'}, not "
+            f"{config.prompt_overrides or 'none'} (name: SHA-256); {hint}",
+            setting=config.sources.get("--prompts", "--prompts"),
         )
     for name in sorted(set(stored.params) | set(config.params)):
         before, after = stored.params.get(name), config.params.get(name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,9 +52,50 @@ def is_transient(exc: BaseException) -> bool:
 
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.APIResponseValidationError)):
         return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code >= 500 or exc.status_code in _TRANSIENT_STATUS
-    return isinstance(exc, (httpx.TimeoutException, httpx.TransportError, TimeoutError, ConnectionError))
+    if isinstance(status := _status(exc), int):  # OpenAI's, Anthropic's or Ollama's status error
+        return status >= 500 or status in _TRANSIENT_STATUS
+    return isinstance(
+        exc, (httpx.TimeoutException, httpx.TransportError, TimeoutError, ConnectionError, *_sdk_faults())
+    )
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status of a provider SDK's status error (``status_code``: openai, anthropic, ollama)."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
+def _sdk_timeouts() -> tuple[type[BaseException], ...]:
+    """The timeout errors of provider SDKs other than OpenAI's, among those this process loaded (an integration's
+    client, :data:`runtime.models.INTEGRATIONS`; Ollama's client raises httpx's own)."""
+    if "anthropic" not in sys.modules:
+        return ()
+    import anthropic
+
+    return (anthropic.APITimeoutError,)
+
+
+def _sdk_faults() -> tuple[type[BaseException], ...]:
+    """The timeout and connection errors of provider SDKs other than OpenAI's that this process loaded."""
+    if "anthropic" not in sys.modules:
+        return ()
+    import anthropic
+
+    return (anthropic.APIConnectionError,)  # its APITimeoutError is one
+
+
+def _sdk_errors() -> tuple[type[BaseException], ...]:
+    """Every error class of the provider SDKs this process loaded, besides OpenAI's."""
+    found: list[type[BaseException]] = []
+    if "anthropic" in sys.modules:
+        import anthropic
+
+        found.append(anthropic.APIError)
+    if "ollama" in sys.modules:
+        import ollama
+
+        found.append(ollama.ResponseError)
+    return tuple(found)
 
 
 def is_overload(exc: BaseException) -> bool:
@@ -61,7 +103,9 @@ def is_overload(exc: BaseException) -> bool:
     import httpx
     import openai
 
-    return isinstance(exc, (openai.RateLimitError, openai.APITimeoutError, httpx.TimeoutException, TimeoutError))
+    return _status(exc) == 429 or isinstance(
+        exc, (openai.APITimeoutError, httpx.TimeoutException, TimeoutError, *_sdk_timeouts())
+    )
 
 
 def is_endpoint_fault(exc: BaseException) -> bool:
@@ -69,7 +113,7 @@ def is_endpoint_fault(exc: BaseException) -> bool:
     import httpx
     import openai
 
-    return is_transient(exc) or isinstance(exc, (openai.OpenAIError, httpx.HTTPError))
+    return is_transient(exc) or isinstance(exc, (openai.OpenAIError, httpx.HTTPError, *_sdk_errors()))
 
 
 def current_unit(default: str = "-") -> str:

@@ -1,14 +1,16 @@
 """Model factory: a LangChain chat model for a :class:`ModelSpec`, and the :class:`Endpoint` all its users share.
 
-Every spec becomes a ``langchain_openai.ChatOpenAI``: remote endpoints directly,
-the embedded model through its loopback llama.cpp server. The OpenAI client's
-own retries are off (``max_retries=0``) so that :mod:`runtime.llm` retries,
+An OpenAI-compatible spec becomes a ``langchain_openai.ChatOpenAI``: remote endpoints directly,
+the embedded model through its loopback llama.cpp server. Anthropic, Gemini and Ollama specs become their
+provider's integration through LangChain's ``init_chat_model`` (optional extras, :data:`INTEGRATIONS`). The
+clients' own retries are off (``max_retries=0``) so that :mod:`runtime.llm` retries,
 logs and classifies every attempt itself. Only the resolver
 (:meth:`runtime.services.Services.model`) calls :func:`open_endpoint`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,11 +41,52 @@ def resolve_api_key(spec: ModelSpec) -> str:
     raise InputError(f"environment variable {spec.api_key_env} (API key for model {spec.model!r}) is not set")
 
 
+#: A provider's LangChain integration: its package, the extra that installs it, and its keyword for the reply's
+#: token limit (``init_chat_model`` passes keywords through to the integration's class).
+INTEGRATIONS: dict[str, tuple[str, str, str]] = {
+    "anthropic": ("langchain_anthropic", "anthropic", "max_tokens"),
+    "google_genai": ("langchain_google_genai", "google", "max_output_tokens"),
+    "ollama": ("langchain_ollama", "ollama", "num_predict"),
+}
+
+
+def missing_integration(spec: ModelSpec) -> str | None:
+    """Why ``spec``'s provider cannot be used here (its integration's extra is not installed), or ``None``."""
+    if spec.provider not in INTEGRATIONS:
+        return None
+    package, extra, _ = INTEGRATIONS[spec.provider]
+    if importlib.util.find_spec(package) is not None:
+        return None
+    return (
+        f"model {spec.provider}/{spec.model} needs the [{extra}] extra ({package.replace('_', '-')}): "
+        f"pip install 'dyneval[{extra}]'"
+    )
+
+
+def _integration_chat(spec: ModelSpec) -> BaseChatModel:
+    """The provider's own LangChain chat model through ``init_chat_model``, its retries off (ours count) and the
+    spec's temperature, token limit, timeout, base URL and key."""
+    from langchain.chat_models import init_chat_model
+
+    _, _, limit = INTEGRATIONS[spec.provider]
+    options: dict[str, Any] = {"temperature": spec.temperature, limit: spec.max_tokens}
+    if spec.provider == "ollama":  # the Ollama client: no retries of its own; its httpx client takes the timeout
+        options["client_kwargs"] = {"timeout": spec.timeout_s}
+    else:
+        options.update(timeout=spec.timeout_s, max_retries=0, api_key=resolve_api_key(spec))
+    if spec.base_url:
+        options["base_url"] = spec.base_url
+    return init_chat_model(spec.model, model_provider=spec.provider, **options)
+
+
 def build_chat_model(spec: ModelSpec) -> BaseChatModel:
     """Construct the chat model for ``spec`` (starts the embedded server on first use).
 
-    langchain-openai (and the OpenAI client under it) is imported here, when a run opens its first endpoint.
+    langchain-openai (and the OpenAI client under it) is imported here, when a run opens its first endpoint;
+    another provider's integration likewise (:func:`_integration_chat`).
     """
+    if spec.provider in INTEGRATIONS:
+        return _integration_chat(spec)
     from langchain_openai import ChatOpenAI
 
     base_url = embedded_base_url() if spec.provider == "embedded" else spec.base_url
@@ -189,4 +232,7 @@ def model_label(spec: ModelSpec) -> str:
     """Short human name of a spec for logs and reports."""
     if spec.provider == "embedded":
         return "local:" + spec.model
+    if spec.provider in INTEGRATIONS:
+        label = f"{spec.provider}/{spec.model}"
+        return f"{label}@{spec.base_url}" if spec.base_url else label
     return f"{spec.model}@{spec.base_url}" if spec.base_url else spec.model

@@ -2,8 +2,8 @@
 
 The shipped file holds example prices (check your provider); ``--pricing FILE`` (``[stores] pricing``,
 ``DYNEVAL_PRICING``) replaces it, and a model spec's ``price_in`` / ``price_out`` override both for that spec.
-A model is looked up by its label (``MODEL@BASE_URL``, ``local:NAME``), then by its bare name. A model without a
-price has an unknown cost: :class:`runtime.events.Usage` counts such calls instead of adding 0.
+A model is looked up by its label (``MODEL@BASE_URL``, ``local:NAME``, ``anthropic/NAME``), then by its bare name.
+A model without a price has an unknown cost: :class:`runtime.events.Usage` counts such calls instead of adding 0.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dyneval.runtime.models import model_label
+from dyneval.runtime.models import INTEGRATIONS, model_label
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
 from dyneval.stores.inputs import TooDeep, parse_bounded
@@ -46,8 +46,12 @@ class Pricing(BaseModel):
     prices: dict[str, Price] = Field(default_factory=dict)
 
     def price(self, label: str) -> Price | None:
-        """The price of a logged model label (``None``: unknown)."""
-        return self.prices.get(label) or self.prices.get(label.split("@", 1)[0])
+        """The price of a logged model label (``None``: unknown): the label, the model's name without its base URL,
+        then without its provider (``anthropic/claude-sonnet-4-0`` is ``claude-sonnet-4-0``)."""
+        name = label.split("@", 1)[0]
+        provider, _, bare = name.partition("/")
+        found = self.prices.get(label) or self.prices.get(name)
+        return found or (self.prices.get(bare) if provider in INTEGRATIONS else None)
 
     def cost(self, label: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """USD of one exchange (``None``: the model has no price)."""

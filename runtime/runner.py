@@ -47,6 +47,7 @@ from dyneval.runtime.display import await_background, live_status, print_plan, p
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.executors import Executor, open_session
 from dyneval.runtime.executors.choice import ExecutorChoice
+from dyneval.runtime.library_output import LIBRARY_LOG, library_output_to
 from dyneval.runtime.llm import PING_STEP
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
@@ -259,7 +260,12 @@ def execute(
 ) -> dict[str, Any]:
     """Validate the inputs, then run every unfinished unit concurrently on the run's executor (``run.executor``)
     and write summary.json and the report. A mode of the protocol that has no units (:meth:`.Protocol.local_mode`)
-    refuses ``--executor ray`` before anything is made."""
+    refuses ``--executor ray`` before anything is made. Libraries' warnings go to the run's ``library.log``."""
+    with library_output_to(run.run_dir / LIBRARY_LOG):
+        return _execute(protocol, run, dry_run=dry_run, skip_preflight=skip_preflight)
+
+
+def _execute(protocol: Protocol, run: Run, *, dry_run: bool, skip_preflight: bool) -> dict[str, Any]:
     if run.executor.name != "threads" and (flag := protocol.local_mode(run)):
         raise InputError(
             f"{flag} works in this process only, not on Ray runners: leave out --executor ray",

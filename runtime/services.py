@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dyneval.prompts import use_prompt_dir
 from dyneval.runtime import stop
 from dyneval.runtime.budget import Budget
 from dyneval.runtime.config_loader import load_config, read_config_file
@@ -128,6 +129,7 @@ class Services:
     remote_in_flight: Callable[[], int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        use_prompt_dir(self.config.prompts)  # this process's nodes read the run's own prompts (--prompts)
         self.spread = LocalSpread(self)
         c = self.config
         if any((c.max_calls, c.max_tokens, c.max_cost, c.max_tokens_per_role, c.max_cost_per_role)):

@@ -87,9 +87,10 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    provider: Literal["openai", "embedded", "agent"] = Field(
+    provider: Literal["openai", "embedded", "anthropic", "google_genai", "ollama", "agent"] = Field(
         default="openai",
-        description="`openai` = any OpenAI-compatible endpoint; `embedded` = SmolLM2 via llama.cpp; "
+        description="`openai` = any OpenAI-compatible endpoint; `embedded` = SmolLM2 via llama.cpp; `anthropic`, "
+        "`google_genai`, `ollama` = that provider's LangChain integration (an extra: runtime/models.py); "
         "`agent` = an agent target (`model` is its reference, docs/agents.md)",
     )
     model: str = Field(default="", description="model name sent to the endpoint")
@@ -141,8 +142,9 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _openai_needs_model(self) -> ModelSpec:
-        if self.provider == "openai" and not self.model:
-            raise ValueError("an openai-compatible spec needs `model`")
+        if self.provider != "embedded" and not self.model:
+            kind = "an openai-compatible" if self.provider == "openai" else f"a {self.provider}"
+            raise ValueError(f"{kind} spec needs `model`")
         return self
 
 
@@ -151,13 +153,52 @@ def embedded_spec() -> ModelSpec:
     return ModelSpec(provider="embedded", model="smollm2-135m-instruct", concurrency=1, max_tokens=384)
 
 
+#: ``PREFIX/MODEL`` -> (LangChain provider, env var of the key, env var of a base URL other than the provider's):
+#: the names inspect_ai gives these providers.
+PROVIDER_PREFIXES: dict[str, tuple[str, str | None, str]] = {
+    "anthropic": ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "gemini": ("google_genai", "GOOGLE_API_KEY", "GOOGLE_BASE_URL"),
+    "ollama": ("ollama", None, "OLLAMA_BASE_URL"),
+}
+
+
+def _provider_spec(ref: str) -> ModelSpec | None:
+    """``anthropic/MODEL``, ``gemini/MODEL``, ``ollama/MODEL`` (the provider's integration) or
+    ``openai-api/PROVIDER/MODEL`` (an OpenAI-compatible provider at ``$PROVIDER_BASE_URL``, key from
+    ``$PROVIDER_API_KEY``); ``None`` for any other reference."""
+    prefix, slash, model = ref.partition("/")
+    if not slash or "@" in ref:
+        return None
+    if prefix == "openai-api":
+        name, slash, model = model.partition("/")
+        if not (name and slash and model):
+            raise ValueError(f"malformed openai-api/PROVIDER/MODEL {ref!r}")
+        env = name.upper().replace("-", "_")
+        url = os.environ.get(f"{env}_BASE_URL")
+        if not url:
+            raise ValueError(f"{ref!r} needs {env}_BASE_URL (the provider's OpenAI-compatible URL) to be set")
+        if problem := base_url_problem(url):
+            raise ValueError(f"{env}_BASE_URL {url!r} (for {ref!r}): {problem}")
+        return ModelSpec(model=model, base_url=url, api_key_env=f"{env}_API_KEY")
+    if prefix not in PROVIDER_PREFIXES:
+        return None
+    if not model:
+        raise ValueError(f"malformed {prefix}/MODEL {ref!r}: MODEL is empty")
+    provider, key_env, url_env = PROVIDER_PREFIXES[prefix]
+    url = os.environ.get(url_env) or None
+    if url and (problem := base_url_problem(url)):
+        raise ValueError(f"{url_env} {url!r} (for {ref!r}): {problem}")
+    return ModelSpec(provider=provider, model=model, base_url=url, api_key_env=key_env)
+
+
 def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
     """Resolve a role's model reference.
 
     A reference is ``local`` (embedded), a name defined under ``[models.NAME]``, an inline ``MODEL@BASE_URL``, or
     ``openai/MODEL`` (OpenAI's API at ``OPENAI_BASE_URL``, default :data:`OPENAI_URL`), as inspect_ai and LiteLLM
-    users write it; both take the key from ``OPENAI_API_KEY``. An agent target (``graph:...``, ``app:...``,
-    :mod:`state.agent`) is a spec of provider ``agent`` whose ``model`` is the reference.
+    users write it; both take the key from ``OPENAI_API_KEY``. Other providers by name: :func:`_provider_spec`.
+    An agent target (``graph:...``, ``app:...``, :mod:`state.agent`) is a spec of provider ``agent`` whose
+    ``model`` is the reference.
     """
     if ref in models:
         return models[ref]
@@ -166,6 +207,8 @@ def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
     if is_agent_ref(ref):
         parse_agent_ref(ref)  # its form; what it names is imported when the run starts (runtime.agents)
         return ModelSpec(provider="agent", model=ref)
+    if (spec := _provider_spec(ref)) is not None:
+        return spec
     provider, slash, model = ref.partition("/")
     if slash and provider == "openai" and "@" not in ref:
         if not model:
@@ -184,7 +227,8 @@ def parse_model_ref(ref: str, models: dict[str, ModelSpec]) -> ModelSpec:
     hint = f" (for OpenAI's API: openai/{ref})" if "/" not in ref else ""
     raise ValueError(
         f"unknown model {ref!r}: use 'local', a name under [models] in the config file{defined}, "
-        f"openai/MODEL or MODEL@http://host:port/v1{hint}"
+        f"openai/MODEL, anthropic/MODEL, gemini/MODEL, ollama/MODEL, openai-api/PROVIDER/MODEL or "
+        f"MODEL@http://host:port/v1{hint}"
     )
 
 
@@ -279,6 +323,13 @@ class RunConfig(BaseModel):
     max_cost_per_role: dict[str, float] = Field(default_factory=dict, description="budget per role: ROLE=USD,...")
     seed: int = 0
     out: str = "runs"
+    prompts: str | None = Field(
+        default=None, description="folder of prompt files that replace the shipped prompts of the same name"
+    )
+    prompt_overrides: dict[str, str] = Field(
+        default_factory=dict,
+        description="the prompts `prompts` replaces, each with its file's SHA-256 (found at the start, recorded)",
+    )
     stores: StoreConfig = Field(default_factory=StoreConfig)
     params: dict[str, Any] = Field(default_factory=dict, description="protocol-specific parameters")
     rescored_from: str | None = Field(

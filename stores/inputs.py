@@ -261,6 +261,28 @@ def read_records(path: str | Path, *, flag: str = "--data") -> list[Record]:
     return records
 
 
+def hf_records(dataset_id: str, split: str) -> list[Record]:
+    """Every record of a Hugging Face dataset ``NAME[:CONFIG]`` (a hub id from the local cache, or a local folder
+    of data files), as :class:`Record` (at least one). Needs the ``[hub]`` extra (``datasets``)."""
+    try:
+        import datasets
+    except ImportError:
+        raise input_error(
+            "reading a Hugging Face dataset needs the [hub] extra: pip install 'dyneval[hub]'", flag="--hf-dataset"
+        ) from None
+    datasets.disable_progress_bars()  # its "Generating split" bars: not in a run's display
+    name, _, config = dataset_id.partition(":")
+    try:
+        ds = datasets.load_dataset(name, config or None, split=split)
+    except Exception as exc:  # noqa: BLE001 - any loader failure is the user's input to fix
+        message = " ".join(str(exc).split())
+        raise input_error(f"cannot load {dataset_id!r} split {split!r}: {message}", flag="--hf-dataset") from None
+    records = [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
+    if not records:
+        raise input_error("dataset holds no records", flag="--hf-dataset", file=f"hf:{dataset_id}")
+    return records
+
+
 def _object_per_line(text: str) -> bool:
     """A ``.json`` file whose first line is a complete JSON value is read as one object per line."""
     first = text.lstrip().split("\n", 1)[0].strip()

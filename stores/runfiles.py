@@ -99,6 +99,7 @@ class ConfigFile(Read):
     roles: Annotated[dict[str, str], Few] = {}
     params: dict[str, Any] = {}
     stores: StoresFile = StoresFile()
+    prompt_overrides: dict[str, str] = {}
 
 
 # -- units.jsonl, results.jsonl, events.jsonl ---------------------------------------------------------------

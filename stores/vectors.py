@@ -89,6 +89,9 @@ def lazy_sentence_transformer(model_name: str, openvino: bool = False) -> Any:
                     return self._fast
                 if self.model_name not in self.models:  # Chroma's own cache of loaded torch models
                     from sentence_transformers import SentenceTransformer
+                    from transformers.utils import logging as transformers_logging
+
+                    transformers_logging.disable_progress_bar()  # its "Loading weights" bar: not in a run's display
 
                     self.models[self.model_name] = SentenceTransformer(
                         model_name_or_path=self.model_name, device=self.device

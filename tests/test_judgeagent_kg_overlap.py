@@ -382,7 +382,10 @@ def test_build_progress_shows_n_of_total_per_stage_plain_lines_off_a_terminal_an
     )
     for stage, total in (("extraction", 16), ("embedding chunks", 16), ("embedding entities", stats["entities"])):
         assert re.search(rf"^  {stage} .*\b{total}/{total}\b", text, re.MULTILINE), stage  # the final display
-    assert "context graph: {" in text  # the statistics line, printed when the build ended
+    # the statistics, printed when the build ended: a small table, not a dict's repr
+    assert "{" not in text and re.search(r"documents .* chunks .* entities .* mentions .* entities from", text)
+    counts = " ".join(str(stats[k]) for k in ("documents", "chunks", "entities", "mentions"))
+    assert re.search(r"\b" + r"\W+".join(counts.split()) + r"\b", text), counts
 
     again = io.StringIO()
     Run(tmp_path, console=Console(file=again, width=200), build_kb_only=True).execute()

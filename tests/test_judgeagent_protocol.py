@@ -173,5 +173,5 @@ def test_plan_refuses_gains_that_break_appendix_b_and_data_without_knowledge(tmp
 
 
 def test_hugging_face_dataset_without_the_package_or_network_is_a_clear_input_error():
-    with pytest.raises(InputError, match="pip install datasets|cannot load"):
+    with pytest.raises(InputError, match="needs the \\[hub\\] extra|cannot load"):
         load_questions({"hf_dataset": "no-such-user/no-such-dataset", "hf_split": "test"})

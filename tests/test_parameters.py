@@ -32,9 +32,11 @@ BATCH_ONLY = {
         "irt_model",
         "irt_min_responses",
     },
-    "interview": {"data", "fields", "task", "repeats", "bootstrap_resamples"},
+    "interview": {"data", "fields", "hf_dataset", "hf_split", "task", "repeats", "bootstrap_resamples"},
     "llmeval": {
         "bank",
+        "hf_dataset",
+        "hf_split",
         "fields",
         "discipline",
         "answer_form",

@@ -42,7 +42,7 @@ from dyneval.nodes.llmeval.augment import BLANK_RE, check_format, expand_mcq, re
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import QTYPES
 from dyneval.stores.choices import AnswerForm, option_letters
-from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, read_records
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, hf_records, read_records
 from dyneval.stores.question_bank import Question, QuestionBank, content_hash, content_uuid
 
 if TYPE_CHECKING:
@@ -293,19 +293,27 @@ def unmapped_columns(records: list[Record], fmap: FieldMap) -> dict[str, int]:
 
 
 def load_file(
-    path: Path,
+    path: Path | None,
     *,
     fields: str | None = None,
     skip_invalid: bool = False,
     discipline: str | None = None,
     form: AnswerForm = "any",
+    hf_dataset: str | None = None,
+    hf_split: str = "test",
 ) -> LoadedFile:
-    """Read and validate every record of ``path`` (no bank access): file-level faults always stop. ``discipline``:
-    that of every record without one; ``form``: how multiple-choice answers are read (:func:`to_question`)."""
-    records = read_records(path, flag=FLAG)
+    """Read and validate every record of ``path``, or of the Hugging Face dataset ``hf_dataset`` (split
+    ``hf_split``), with no bank access: file-level faults always stop. ``discipline``: that of every record without
+    one; ``form``: how multiple-choice answers are read (:func:`to_question`)."""
+    if hf_dataset:
+        records, name = hf_records(hf_dataset, hf_split), f"hf:{hf_dataset}"
+    elif path is not None:
+        records, name = read_records(path, flag=FLAG), str(path)
+    else:
+        raise ValueError("load_file needs a path or a dataset")
     fmap = field_map(fields, records[0])
     loaded = LoadedFile(
-        file=str(path),
+        file=name,
         read=len(records),
         questions=[],
         rejected=[],
@@ -315,7 +323,7 @@ def load_file(
     for rec in records:
         try:
             loaded.questions.append(
-                (rec, to_question(rec, fmap, source=Path(path).name, discipline=discipline, form=form))
+                (rec, to_question(rec, fmap, source=Path(name).name, discipline=discipline, form=form))
             )
         except InputError as exc:
             loaded.reject(rec, exc)

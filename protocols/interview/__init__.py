@@ -44,8 +44,15 @@ class InterviewBatch:
         "level, id); default: the shipped sample",
     )
     fields: str | None = described(
-        None, f"column names of --data, e.g. question=Problem,answer=Final (names: {', '.join(CANONICAL)})"
+        None,
+        f"column names of --data or --hf-dataset, e.g. question=Problem,answer=Final (names: {', '.join(CANONICAL)})",
     )
+    hf_dataset: str | None = described(
+        None,
+        "seed questions from a Hugging Face dataset id[:config] (or a local dataset folder), read from the local "
+        "Hugging Face cache (HF_HUB_OFFLINE=0 lets it download); needs the [hub] extra",
+    )
+    hf_split: str = described("test", "split of --hf-dataset")
     task: TaskType | None = described(None, "treat every seed question as this task type")
     repeats: int = described(1, "interview every seed question K times (run-to-run std)", minimum=1, maximum=100)
     bootstrap_resamples: int = described(10_000, "resamples of the sample-size check", minimum=1, maximum=100_000)
@@ -83,7 +90,9 @@ class InterviewProtocol(Protocol):
     def plan(self, run: Run) -> list[Unit]:
         options = self.batch(run)
         check_jury(self.context(run).judge_jury, run.config.models, "--judge-jury")
-        seeds = load_seeds(options.data, options.task, options.fields)
+        seeds = load_seeds(
+            options.data, options.task, options.fields, hf_dataset=options.hf_dataset, hf_split=options.hf_split
+        )
         run.console.print(f"seed questions: {self.inputs(run)}", markup=False, highlight=False)
         units = []
         for k in range(options.repeats):
@@ -105,7 +114,9 @@ class InterviewProtocol(Protocol):
         return [u for u in units if u.meta["seed_id"] in first]
 
     def inputs(self, run: Run) -> str:
-        """Where the seed questions come from (the shipped sample only when no --data was given)."""
+        """Where the seed questions come from (the shipped sample only when no --data or --hf-dataset was given)."""
+        if run.params.get("hf_dataset"):
+            return f"Hugging Face {run.params['hf_dataset']} (split {run.params.get('hf_split') or 'test'})"
         return str(run.params["data"]) if run.params.get("data") else f"shipped sample {SAMPLE} (no --data given)"
 
     def expected_calls(self, run: Run) -> str:

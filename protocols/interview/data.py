@@ -6,7 +6,9 @@ Canonical fields (renamed with ``--fields question=Q,answer=A,...``): ``question
 ``task`` (math | factual | instruction | generic), ``level``, ``id`` (text or a number). Two public shapes are
 also read as they are: GSM8K records (``answer`` holding the worked solution and a final ``#### <number>``
 line -> solution and answer, task math) and MT-Bench records (``turns`` -> instruction following, the first
-turn as the seed question, ``question_id`` as the id). Without ``--data`` the shipped sample is used.
+turn as the seed question, ``question_id`` as the id). ``--hf-dataset NAME[:CONFIG]`` (``--hf-split``) reads a
+Hugging Face dataset instead, with the same ``--fields`` (the ``[hub]`` extra). Without either the shipped sample
+is used.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from dyneval.samples import sample
 from dyneval.state.interview import TASK_TYPES, SeedQuestion, TaskType
-from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, input_error, read_records
+from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, hf_records, input_error, read_records
 
 SAMPLE = sample("interview", "seeds.jsonl")
 CANONICAL = ("id", "question", "solution", "answer", "task", "level")
@@ -80,13 +82,21 @@ def to_seed(rec: Record, fields: FieldMap, task_override: str | None = None) -> 
 
 
 def load_seeds(
-    path: str | Path | None = None, task_override: str | None = None, fields: str | None = None
+    path: str | Path | None = None,
+    task_override: str | None = None,
+    fields: str | None = None,
+    *,
+    hf_dataset: str | None = None,
+    hf_split: str = "test",
 ) -> list[SeedQuestion]:
-    """Load and validate seed questions (``path`` None = the shipped sample); bad input raises InputError."""
+    """Load and validate seed questions from ``path``, or the Hugging Face dataset ``hf_dataset`` (split
+    ``hf_split``; both None = the shipped sample); bad input raises InputError."""
     if task_override and task_override not in TASK_TYPES:
         raise input_error(f"unknown task {task_override!r}; use one of {', '.join(TASK_TYPES)}", flag="--task")
+    if path and hf_dataset:
+        raise input_error("give --data or --hf-dataset, not both", flag="--hf-dataset")
     mapping = field_map(fields)
-    records = read_records(Path(path) if path else SAMPLE, flag="--data")
+    records = hf_records(hf_dataset, hf_split) if hf_dataset else read_records(Path(path) if path else SAMPLE)
     seeds: list[SeedQuestion] = []
     seen: set[str] = set()
     for rec in records:

@@ -57,6 +57,7 @@ from dyneval.stores.choices import AnswerForm
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
+    from rich.table import Table
 
     from dyneval.stores.context_graph import ContextGraph
 
@@ -288,7 +289,7 @@ class JudgeAgentProtocol(Protocol):
                 "not the evaluator's entity labels (Table 11)"
             )
         (run.run_dir / KB_STATS).write_text(json.dumps(stats, indent=2), encoding="utf-8")
-        run.console.print(f"context graph: {stats}", markup=False, highlight=False)
+        run.console.print(stats_table(stats))
         if stats.get("warning"):
             run.console.print(f"warning: {stats['warning']}", style="yellow", markup=False, highlight=False)
 
@@ -418,3 +419,24 @@ def _count(values: Any) -> dict[str, int]:
 
 
 __all__ = ["JudgeAgentProtocol", "SAMPLE_DATA"]
+
+
+def stats_table(stats: dict[str, Any]) -> Table:
+    """The context graph's statistics (Section 3.2: documents, chunks, entities and their mentions) as one row, with
+    where its entities came from (the evaluator's labels or the keyword fallback) and its folder."""
+    from rich.table import Table
+
+    table = Table(title="context graph", title_justify="left", show_edge=False)
+    sources = ", ".join(f"{name} {n}" for name, n in sorted(stats["entity_sources"].items())) or "-"
+    row = {
+        "documents": stats["documents"],
+        "chunks": stats["chunks"],
+        "entities": stats["entities"],
+        "mentions": stats["mentions"],
+        "entities from": sources,
+        "folder": stats["folder"],
+    }
+    for name in row:
+        table.add_column(name, justify="left" if name in ("entities from", "folder") else "right", overflow="fold")
+    table.add_row(*(str(v) for v in row.values()))
+    return table

@@ -26,7 +26,17 @@ from dyneval.samples import sample
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import DIFFICULTIES, BaseQuestion, Difficulty
 from dyneval.stores.choices import LETTERS, AnswerForm, option_letters
-from dyneval.stores.inputs import FieldMap, Record, Scalar, Text, Texts, input_error, read_records, scalar_text
+from dyneval.stores.inputs import (
+    FieldMap,
+    Record,
+    Scalar,
+    Text,
+    Texts,
+    hf_records,
+    input_error,
+    read_records,
+    scalar_text,
+)
 
 SAMPLE_DATA = sample("judgeagent", "questions.jsonl")
 CANONICAL = ("id", "question", "answer", "options", "difficulty", "references")
@@ -65,20 +75,6 @@ class RawQuestion(BaseModel):
 def field_map(spec: str | None) -> FieldMap:
     """The ``--fields`` mapping of JudgeAgent's canonical names."""
     return FieldMap.parse(spec, CANONICAL, joinable=JOINABLE)
-
-
-def hf_records(dataset_id: str, split: str) -> list[Record]:
-    """Records of a Hugging Face dataset (needs the optional ``datasets`` package and network)."""
-    try:
-        import datasets  # type: ignore[import-not-found]
-    except ImportError:
-        raise InputError("reading a Hugging Face dataset needs: pip install datasets", field="--hf-dataset") from None
-    name, _, config = dataset_id.partition(":")
-    try:
-        ds = datasets.load_dataset(name, config or None, split=split)
-    except Exception as exc:  # noqa: BLE001 - any loader failure is the user's input to fix
-        raise InputError(f"cannot load {dataset_id!r} split {split!r}: {exc}", field="--hf-dataset") from None
-    return [Record(f"hf:{dataset_id}", n, dict(r), "--hf-dataset") for n, r in enumerate(ds, 1)]
 
 
 def _is_difficulty(name: str) -> TypeGuard[Difficulty]:
@@ -128,8 +124,6 @@ def load_questions(params: dict[str, Any]) -> tuple[list[BaseQuestion], str]:
     if params.get("hf_dataset"):
         records = hf_records(params["hf_dataset"], params.get("hf_split") or "test")
         source = f"hf:{params['hf_dataset']}"
-        if not records:
-            raise input_error("dataset holds no records", flag="--hf-dataset", file=source)
     else:
         path = Path(params.get("data") or SAMPLE_DATA)
         records = read_records(path, flag="--data")

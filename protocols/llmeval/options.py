@@ -50,9 +50,17 @@ class LLMEvalBatch:
         "import a JSONL/JSON/CSV/TSV question file into the bank (native or LLMEval record layout) before the run",
         metavar="FILE",
     )
+    hf_dataset: str | None = described(
+        None,
+        "import the questions of a Hugging Face dataset id[:config] (or a local dataset folder) into the bank, as "
+        "--bank does a file, read from the local Hugging Face cache (HF_HUB_OFFLINE=0 lets it download); needs the "
+        "[hub] extra",
+        metavar="ID",
+    )
+    hf_split: str = described("test", "split of --hf-dataset")
     fields: str | None = described(
         None,
-        "column names of --bank: NAME=COLUMN,... for uuid, discipline, "
+        "column names of --bank or --hf-dataset: NAME=COLUMN,... for uuid, discipline, "
         "sub_discipline, qtype, question, options, answer, explanation, source "
         "(e.g. question=Question,answer=Answer); question may join columns, "
         "e.g. question=passage+question",

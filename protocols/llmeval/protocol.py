@@ -160,18 +160,22 @@ class LLMEvalProtocol(Protocol):
         """``--bank`` read and validated (types, format, ``--fields``, ``--discipline``) before anything is written;
         cached."""
         p = run.params
-        if not p.get("bank"):
+        if p.get("bank") and p.get("hf_dataset"):
+            raise InputError("give --bank or --hf-dataset, not both", field="--hf-dataset")
+        if not (p.get("bank") or p.get("hf_dataset")):
             given = next((flag for flag in ("fields", "skip_invalid", "discipline") if p.get(flag)), None)
             given = given or ("answer_form" if p.get("answer_form", "any") != "any" else None)
             if given:
                 raise InputError(
-                    "--fields, --skip-invalid, --discipline and --answer-form apply to a --bank file; no "
-                    "--bank was given",
+                    "--fields, --skip-invalid, --discipline and --answer-form apply to a --bank file or "
+                    "--hf-dataset; neither was given",
                     field="--" + given.replace("_", "-"),
                 )
             return None
         key = (
-            str(p["bank"]),
+            str(p.get("bank")),
+            p.get("hf_dataset"),
+            p.get("hf_split") or "test",
             p.get("fields"),
             bool(p.get("skip_invalid")),
             p.get("discipline"),
@@ -181,7 +185,9 @@ class LLMEvalProtocol(Protocol):
             self._loaded = (
                 key,
                 load_file(
-                    Path(p["bank"]),
+                    Path(p["bank"]) if p.get("bank") else None,
+                    hf_dataset=p.get("hf_dataset"),
+                    hf_split=p.get("hf_split") or "test",
                     fields=p.get("fields"),
                     skip_invalid=bool(p.get("skip_invalid")),
                     discipline=p.get("discipline"),
@@ -282,7 +288,8 @@ class LLMEvalProtocol(Protocol):
         location = bank_location(ctx, run.services)
         if loaded is not None:
             self.import_bank(run, loaded)
-            source = f"{loaded.file} (--bank) imported into {location}"
+            flag = "--hf-dataset" if run.params.get("hf_dataset") else "--bank"
+            source = f"{loaded.file} ({flag}) imported into {location}"
         elif bank.count() > 0:
             source = f"the existing bank {location} (no --bank given)"
         else:

@@ -94,6 +94,9 @@ def _differences(summaries: list[SummaryFile], configs: list[ConfigFile]) -> lis
         return out
 
     every = [facts(s, c) for s, c in zip(summaries, configs)]
+    for fs, c in zip(every, configs):  # a prompt any run replaced (--prompts): its file's hash, or the shipped one
+        for name in sorted({n for c in configs for n in c.prompt_overrides}):
+            fs[f"judge prompt differs: {name} {c.prompt_overrides.get(name, 'shipped')[:12]}"] = ""
     common = set.intersection(*(set(f) for f in every)) if every else set()
     return [", ".join(f for f in fs if f not in common) or "(same models and parameters)" for fs in every]
 

@@ -1,0 +1,54 @@
+"""Quiet runs: libraries' warnings go to the run's ``library.log``, not into the console, and the embedding model
+loads without transformers' progress bar. Each check runs ``dyneval`` (or the loader) in a subprocess, so that the
+warnings reach the interpreter's own filters and stderr, as they do for a user, not pytest's warning capture."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.standin_endpoint import StandIn
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("DYNEVAL_", "OPENAI_"))} | {"COLUMNS": "160"}
+
+
+def _dyneval(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dyneval", *args], capture_output=True, text=True, env=_env(), timeout=600
+    )
+
+
+def test_a_cached_run_prints_no_library_warning_and_logs_it_in_the_run_folder(tmp_path):
+    out = tmp_path / "runs"
+    with StandIn() as standin:
+        argv = ["--protocol", "interview", "--limit", "2", "--max-questions", "2", "--skip-preflight"]
+        argv += ["--target", standin.spec("t"), "--evaluator", standin.spec("j"), "--out", str(out)]
+        argv += ["--cache", "--cache-dir", str(tmp_path / "cache")]
+        first = _dyneval(argv)
+        assert first.returncode == 0, first.stderr[-2000:]
+        standin.requests.clear()
+        second = _dyneval(argv)
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert standin.requests == []  # every reply came from the cache: its lookups ran
+    console = second.stdout + second.stderr
+    assert "Warning" not in console and "warnings.warn" not in console, console[-2000:]
+    logs = [p / "library.log" for p in out.iterdir() if (p / "library.log").is_file()]
+    assert any("LangChainPendingDeprecationWarning" in p.read_text() for p in logs), logs
+
+
+def test_the_embedding_model_loads_without_a_progress_bar_on_the_console():
+    code = "from dyneval.stores.vectors import embedding_function; print(len(embedding_function(None)(['a'])[0]))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["384"]
+    assert "Loading weights" not in done.stderr and "it/s" not in done.stderr, done.stderr[-2000:]
+
+
+def test_version_prints_the_installed_version_and_exits_0():
+    from importlib.metadata import version
+
+    done = _dyneval(["--version"])
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, f"dyneval {version('dyneval')}", "")
