@@ -8,7 +8,7 @@ interval (counted as misses). Seeds are fixed: a cell's figures depend only on `
 
     python bench/coverage.py [--reps 1000] [--seed 0] [--only llmeval]
 
-Importable: :func:`measure` runs the cells at any repetition count (``tests/test_coverage.py``).
+Importable: :func:`run_cell` runs one of :func:`cells` at any repetition count (``tests/test_coverage.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dyneval.protocols.atad.metrics import evaluation_intervals  # noqa: E402
 from dyneval.protocols.interview.metrics import intervals as interview_intervals  # noqa: E402
 from dyneval.protocols.judgeagent.metrics import intervals as judgeagent_intervals  # noqa: E402
-from dyneval.protocols.judgecheck.metrics import Obs, accuracy, bootstrap  # noqa: E402
+from dyneval.protocols.judgecheck.metrics import Obs, accuracy, intervals, kappa  # noqa: E402
 from dyneval.protocols.llmeval.metrics import intervals as llmeval_intervals  # noqa: E402
 
 Rng = np.random.Generator
@@ -270,24 +270,57 @@ def atad_cells() -> list[Cell]:
     ]
 
 
-# -- judgecheck: agreement (accuracy) of a judge with the human labels --------------------------------------
+# -- judgecheck: agreement (accuracy) and Cohen's kappa of a judge with the human labels -------------------
 
 JC_ABILITY, JC_ITEM_SD, JC_RESAMPLES = 1.0, 1.0, 1000
+JC_LABELS, JC_SHARES = ("1", "2", "tie"), (0.45, 0.45, 0.10)  # pairwise labels, ties rarer (MT-Bench style)
 
 
-def judgecheck_run(rng: Rng, size: int) -> dict[str, Any]:
-    """``size`` items, each judged once; the verdict matches the label with the item's probability."""
-    obs = []
-    for i in range(size):
-        agree = rng.random() < logistic(JC_ABILITY + JC_ITEM_SD * rng.normal())
-        obs.append(Obs(str(i), "", "A", {(0, "original"): "A" if agree else "B"}))
-    return bootstrap(accuracy, obs, resamples=JC_RESAMPLES, seed=int(rng.integers(1 << 31)))
+def judgecheck_obs(rng: Rng, size: int) -> list[Obs]:
+    """``size`` items with labels 1, 2 or tie, each judged once: the verdict matches the label with the item's
+    probability (logistic of ability plus an item effect), else it is one of the two other labels at random."""
+    label = rng.choice(3, size, p=JC_SHARES)
+    agree = rng.random(size) < logistic(JC_ABILITY + JC_ITEM_SD * rng.normal(size=size))
+    verdict = np.where(agree, label, (label + 1 + rng.integers(0, 2, size)) % 3)
+    return [
+        Obs(str(i), "", JC_LABELS[a], {(0, "original"): JC_LABELS[v]}) for i, (a, v) in enumerate(zip(label, verdict))
+    ]
+
+
+def judgecheck_run(rng: Rng, size: int, metric: str) -> dict[str, Any]:
+    """One judged set of ``size`` items: the interval of ``metric`` as judgecheck's summary computes it
+    (:func:`protocols.judgecheck.metrics.intervals`, the run's default resamples and seed)."""
+    measure = (accuracy if metric == "accuracy" else kappa)(judgecheck_obs(rng, size))
+    return intervals(measure, size, resamples=JC_RESAMPLES, seed=0)[""]
+
+
+def judgecheck_truth(metric: str) -> float:
+    """The population's value: agreement ``a = E[logistic(ability + item effect)]``; kappa from the expected
+    table ``T[i, j] = share_i * (a if i == j else (1 - a) / 2)``, ``(p_o - p_e) / (1 - p_e)``."""
+    a = expected_logistic(JC_ABILITY, JC_ITEM_SD)
+    if metric == "accuracy":
+        return a
+    shares = np.asarray(JC_SHARES)
+    table = shares[:, None] * np.where(np.eye(3, dtype=bool), a, (1 - a) / 2)
+    chance = float((table.sum(axis=1) * table.sum(axis=0)).sum())
+    return (a - chance) / (1 - chance)
 
 
 def judgecheck_cells() -> list[Cell]:
-    truth = expected_logistic(JC_ABILITY, JC_ITEM_SD)
-    items = {20: "items", 100: "items"}
-    return sized_cells("judgecheck", "accuracy", truth, judgecheck_run, items, default=100, smallest=20)
+    items = {20: "items", 100: "items"}  # 20: the smallest set docs/statistics.md supports; 100: a typical one
+    return [
+        cell
+        for metric in ("accuracy", "kappa")
+        for cell in sized_cells(
+            "judgecheck",
+            metric,
+            judgecheck_truth(metric),
+            partial(judgecheck_run, metric=metric),
+            items,
+            default=100,
+            smallest=20,
+        )
+    ]
 
 
 def cells() -> list[Cell]:
@@ -314,11 +347,6 @@ def run_cell(cell: Cell, reps: int, seed: int = 0) -> Coverage:
         else:
             covered += 1
     return Coverage(cell, reps, covered, above, below, none, float(np.mean(widths)) if widths else 0.0, tuple(methods))
-
-
-def measure(reps: int, seed: int = 0, keep: Callable[[Cell], bool] = lambda c: True) -> list[Coverage]:
-    """:func:`run_cell` of every cell ``keep`` accepts."""
-    return [run_cell(c, reps, seed) for c in cells() if keep(c)]
 
 
 def main() -> None:

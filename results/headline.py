@@ -75,7 +75,8 @@ def number(x: Any) -> str:
 
 
 def _own_interval(metrics: dict[str, Any], path: str) -> dict[str, Any] | None:
-    """A measure that carries ``low``/``high`` beside its ``value`` (judgecheck's bootstrap over items)."""
+    """A measure that carries ``low``/``high`` and its ``method`` beside its ``value`` (judgecheck's intervals over
+    items)."""
     if not path.endswith(".value"):
         return None
     found = dig(metrics, path[: -len(".value")])
@@ -86,7 +87,7 @@ def _own_interval(metrics: dict[str, Any], path: str) -> dict[str, Any] | None:
             "high": found["high"],
             "n": found.get("n"),
             "level": 0.95,
-            "method": "bootstrap-units (percentile)",
+            "method": found.get("method"),
         }
     return None
 

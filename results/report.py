@@ -124,10 +124,17 @@ def _pyplot() -> Any:
         return plt
 
 
+def _preload() -> None:
+    _pyplot()
+    import scipy.stats  # noqa: F401  # the summary's intervals (results.stats): seconds to import on a loaded machine
+
+
 def preload_plotting() -> None:
-    """Import matplotlib on a background thread (about a second): a run calls this when its units start, so
-    the import overlaps their waiting on the endpoint instead of delaying the report after them."""
-    threading.Thread(target=_pyplot, name="preload-matplotlib", daemon=True).start()
+    """Import matplotlib and ``scipy.stats`` on a background thread: a run calls this when its units start, so
+    the imports overlap their waiting on the endpoint instead of delaying the summary and report after them (at
+    700 ATAD answers on a loaded machine, importing ``scipy.stats`` for Table 1's interval was most of the
+    report phase; bench/atad_memory.py)."""
+    threading.Thread(target=_preload, name="preload-results", daemon=True).start()
 
 
 def figure_path(run_dir: Path, name: str) -> Path:

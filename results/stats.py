@@ -8,7 +8,8 @@ uses and why.
 * ``clopper-pearson``: a share of independent units (each 0 or 1): the exact binomial interval
   (``scipy.stats.binomtest(k, n).proportion_ci(method="exact")``).
 * ``bootstrap-units``: a mean (or another statistic) of independent units' values: units resampled with
-  replacement (``scipy.stats.bootstrap``, BCa; the percentile interval where BCa is undefined).
+  replacement (``scipy.stats.bootstrap``, BCa; the percentile interval where BCa is undefined), in batches of at
+  most :data:`BLOCK` drawn values, so that memory is flat in the number of units.
 * ``cluster-robust-t``: a ratio ``sum(numerators) / sum(denominators)`` over units that share a cluster
   (JudgeAgent's answers within one batch, interview sessions of one seed question): the cluster-robust (CR1,
   linearized) standard error with Student's t at K - 1 degrees of freedom for K clusters. A bootstrap over 10
@@ -47,6 +48,8 @@ ALPHA = 0.05
 POWER = 0.8
 RESAMPLES = 9999
 SEED = 0
+#: resampled values held at once (resamples x units, or jackknife samples x units): memory bounded at any size
+BLOCK = 1 << 20
 
 
 def z_sum(alpha: float = ALPHA, power: float = POWER) -> float:
@@ -105,6 +108,9 @@ class Estimate:
     note: str | None = None
     #: the scale of ``sd`` and the separable difference when it is not the metric's own (a count's: its share)
     scale: str | None = None
+    #: the Kish effective size of a weighted share (``clopper-pearson-effective-n``): ``n / effective_n`` is the
+    #: design effect of the run's weights, which ``--detect`` sizes a new run with
+    effective_n: float | None = None
 
     def scaled(self, factor: float, *, scale: str | None = None) -> Estimate:
         """The same estimate on another scale (percent: 100). With ``scale`` (a count out of ``n``: factor ``n``)
@@ -135,6 +141,8 @@ class Estimate:
         if self.units != self.n:
             out["units"] = self.units
             out["unit"] = self.unit
+        if self.effective_n is not None:
+            out["effective_n"] = self.effective_n
         if self.note:
             out["note"] = self.note
         return out
@@ -220,6 +228,7 @@ def bootstrap(
                 arrays,
                 statistic,
                 n_resamples=RESAMPLES,
+                batch=max(1, BLOCK // units),  # scipy holds batch x units draws (and jackknife samples) at once
                 paired=True,
                 vectorized=True,
                 axis=-1,
@@ -257,22 +266,34 @@ def mean(values: Sequence[float], unit: str) -> Estimate | None:
     )
 
 
-def _t_interval(estimate: float, se: float, df: float, *, n: int, units: int, unit: str, method: str) -> Estimate:
-    """``estimate +/- t_(0.975, df) * se`` (``scipy.stats.t``); ``sd`` per unit is ``se * sqrt(units)``."""
+#: the values a metric can take (low, high): a t interval is clipped to them
+Bounds = tuple[float, float]
+UNBOUNDED: Bounds = (-math.inf, math.inf)
+
+
+def _t_interval(
+    estimate: float, se: float, df: float, *, n: int, units: int, unit: str, method: str, bounds: Bounds
+) -> Estimate:
+    """``estimate +/- t_(0.975, df) * se`` (``scipy.stats.t``) clipped to the metric's ``bounds`` (a share never
+    below 0 or above 1: the part cut off holds no value the metric can take, so coverage is unchanged); ``sd``
+    per unit is ``se * sqrt(units)``."""
     from scipy.stats import t
 
     half = float(t.ppf(1 - (1 - LEVEL) / 2, df)) * se
-    return Estimate(estimate, estimate - half, estimate + half, n, method, se * math.sqrt(units), units, unit)
+    low, high = max(bounds[0], estimate - half), min(bounds[1], estimate + half)
+    return Estimate(estimate, low, high, n, method, se * math.sqrt(units), units, unit)
 
 
-def clustered(nums: Sequence[float], dens: Sequence[int], unit: str, cluster: str) -> Estimate | None:
+def clustered(
+    nums: Sequence[float], dens: Sequence[int], unit: str, cluster: str, bounds: Bounds = UNBOUNDED
+) -> Estimate | None:
     """``sum(nums) / sum(dens)`` over clusters (a cluster holds ``den`` units whose values sum to ``num``).
 
     Clusters of one unit each are independent units: a share of 0/1 values gets :func:`proportion`, other values
     :func:`mean`. Otherwise ``cluster-robust-t``: with ``r = sum(nums) / sum(dens)`` and the residuals
     ``e_k = num_k - r * den_k``, ``SE = sqrt(K / (K - 1) * sum(e_k^2)) / sum(dens)`` and the interval
-    ``r +/- t_(0.975, K - 1) * SE``; ``n`` is the units, the separability counts clusters. Clusters without a
-    unit add nothing and are left out.
+    ``r +/- t_(0.975, K - 1) * SE`` within ``bounds`` (the values a unit can take); ``n`` is the units, the
+    separability counts clusters. Clusters without a unit add nothing and are left out.
     """
     pairs = [(float(a), int(b)) for a, b in zip(nums, dens) if b]
     if not pairs:
@@ -294,15 +315,17 @@ def clustered(nums: Sequence[float], dens: Sequence[int], unit: str, cluster: st
             ratio, None, None, n, method, 0.0, k, cluster, note=f"all {k} {cluster} alike: no variance to go on"
         )
     se = math.sqrt(k / (k - 1) * float((residuals**2).sum())) / float(den.sum())
-    return _t_interval(ratio, se, k - 1, n=n, units=k, unit=cluster, method=method)
+    return _t_interval(ratio, se, k - 1, n=n, units=k, unit=cluster, method=method, bounds=bounds)
 
 
-def over_answers(groups: Sequence[tuple[float, Sequence[float]]], unit: str) -> Estimate | None:
+def over_answers(
+    groups: Sequence[tuple[float, Sequence[float]]], unit: str, bounds: Bounds = UNBOUNDED
+) -> Estimate | None:
     """The mean of per-group statistics ``estimate_g`` (LLMEval's per-session S or R), each a smooth function of
     its group's independent answers, linearized: ``residuals_g`` are the answers' influence values (mean zero
     within the group), so ``Var(estimate_g) = s^2 / n_g`` with ``s^2`` the residuals' variance pooled over the
     groups (``answers - groups`` degrees of freedom). Interval: ``mean +/- t_(0.975, df) * SE`` with
-    ``SE = sqrt(sum_g s^2 / n_g) / G`` (``t-over-answers``); ``n`` counts the answers."""
+    ``SE = sqrt(sum_g s^2 / n_g) / G`` (``t-over-answers``), within ``bounds``; ``n`` counts the answers."""
     kept = [(float(e), np.asarray(r, dtype=float)) for e, r in groups if len(r)]
     if not kept:
         return None
@@ -318,7 +341,7 @@ def over_answers(groups: Sequence[tuple[float, Sequence[float]]], unit: str) -> 
             estimate, None, None, n, method, 0.0, n, unit, note=f"all {n} {unit} alike: no variance to go on"
         )
     se = math.sqrt(sum(pooled / len(r) for _, r in kept)) / len(kept)
-    return _t_interval(estimate, se, df, n=n, units=n, unit=unit, method=method)
+    return _t_interval(estimate, se, df, n=n, units=n, unit=unit, method=method, bounds=bounds)
 
 
 def weighted_proportion(values: Sequence[float], weights: Sequence[float], unit: str) -> Estimate | None:
@@ -340,4 +363,4 @@ def weighted_proportion(values: Sequence[float], weights: Sequence[float], unit:
     low = 0.0 if k <= 0 else float(beta.ppf((1 - LEVEL) / 2, k, n_eff - k + 1))
     high = 1.0 if k >= n_eff else float(beta.ppf(1 - (1 - LEVEL) / 2, k + 1, n_eff - k))
     sd = math.sqrt(p * (1 - p) * len(y) / n_eff)
-    return Estimate(p, low, high, len(y), "clopper-pearson-effective-n", sd, len(y), unit)
+    return Estimate(p, low, high, len(y), "clopper-pearson-effective-n", sd, len(y), unit, effective_n=n_eff)

@@ -150,3 +150,28 @@ def test_detect_for_a_share_agrees_with_statsmodels_power_calculation(
     assert abs(ours - theirs) / theirs < 0.02, (ours, theirs)
     if share == 0.1:
         assert ours >= 195  # the pilot's variance alone asked 142, too few for 80 % power
+
+
+def test_detect_for_table1_sizes_at_the_pilots_measured_design_effect(capsys):
+    """Table 1 weighs each task alike: a pilot with 4 problems of one task and 1 of each other has a design effect
+    above 1, so it needs more problems than a share of equal problems (statsmodels' two-proportion size times
+    n / n_eff), and the console says which structure it assumed."""
+    from statsmodels.stats.proportion import samplesize_proportions_2indep_onetail
+
+    from dyneval.protocols.atad.metrics import evaluation_intervals
+    from dyneval.results.detect import weighting_lines
+    from dyneval.stores.runfiles import SummaryFile
+
+    answers = [("b.jsonl", "T1", k % 2 == 0, f"T1:{k}") for k in range(4)]
+    answers += [("b.jsonl", f"T{t}", t % 2 == 0, f"T{t}:0") for t in range(2, 6)]
+    metrics = {"table1": {"b": {"avg": 50.0}}, **evaluation_intervals({"b": answers})}
+    interval = metrics["intervals"]["table1.b.avg"]
+    assert interval["estimate"] == 50.0 and interval["n"] == 8
+    deff = interval["n"] / interval["effective_n"]
+    assert deff == pytest.approx(1.36)  # weights 1/20 (x4) and 1/5 (x4): n_eff = 1 / (4/400 + 4/25) = 5.88
+    row = _share_rows("atad", metrics, 10)["Accuracy (%) of b"]
+    ours = int(row[-1].split()[0])
+    theirs = samplesize_proportions_2indep_onetail(diff=0.1, prop2=0.5, power=0.8, alpha=0.05) * deff
+    assert abs(ours - theirs) / theirs < 0.02, (ours, theirs)
+    (line,) = weighting_lines("atad", SummaryFile(metrics=metrics))
+    assert f"design effect {deff:.2f}" in line and "8 distinct problems weigh as 5.9" in line

@@ -162,6 +162,7 @@ def test_a_three_member_jury_votes_and_reports_each_member_and_its_cost(tmp_path
         "ungraded": 0,
         "low": None,
         "high": None,
+        "method": "clopper-pearson",
     }
     assert jury["confusion"]["columns"][-1] == "split" and jury["measures"]["spearman"]["value"] is not None
 
@@ -234,12 +235,13 @@ def test_a_judge_that_changes_its_mind_between_repeats_shows_repeat_flips_and_a_
     assert raters["m0"]["measures"]["repeat_consistency_original"]["value"] == 0
     assert raters["m0"]["measures"]["accuracy_original"]["value"] == 7 / 16  # r0 says 1, r1 says 2: 3 + 4 labels
     vote = raters["m0-vote"]
-    assert vote["measures"]["accuracy_original"] | {"low": None, "high": None} == {
+    assert vote["measures"]["accuracy_original"] == {
         "value": 0.0,
         "n": 8,
         "ungraded": 0,
-        "low": None,
-        "high": None,
+        "low": 0.0,
+        "high": pytest.approx(1 - 0.025 ** (1 / 8)),  # the exact binomial bound of 0 of 8
+        "method": "clopper-pearson",
     }  # every self-vote is split: a miss
     assert "repeat flips (verdicts differ between repeats): 8 item(s)" in (run.run_dir / "report.md").read_text()
 

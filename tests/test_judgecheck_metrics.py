@@ -27,6 +27,7 @@ def test_pairwise_measures_with_a_tie_and_an_ungraded_verdict():
         "value": 2 / 3,
         "low": 0,
         "high": 0,
+        "method": "clopper-pearson",
         "n": 3,
         "ungraded": 1,
     }
@@ -87,14 +88,46 @@ def test_repeat_consistency_counts_items_with_two_graded_repeats():
     assert m["accuracy"]["value"] == 4 / 5 and m["accuracy"]["ungraded"] == 1
 
 
-def test_bootstrap_interval_is_seeded_and_brackets_the_estimate():
-    obs = [Obs(str(i), "", "1", {(0, "original"): "1" if i % 4 else "2"}) for i in range(40)]
-    a = metrics.bootstrap(metrics.accuracy(obs), 40, resamples=500, seed=7)[""]
-    assert a == metrics.bootstrap(metrics.accuracy(obs), 40, resamples=500, seed=7)[""]
-    assert a["low"] < a["value"] == 0.75 < a["high"]
-    assert metrics.bootstrap(metrics.accuracy(obs[:1]), 1, resamples=50, seed=7)[""]["low"] is None
+def test_interval_is_seeded_and_brackets_the_estimate():
+    obs = [Obs(str(i), "", "12"[i % 2], {(0, "original"): "1" if i % 4 else "2"}) for i in range(40)]
+    a = metrics.intervals(metrics.kappa(obs), 40, resamples=500, seed=7)[""]
+    assert a == metrics.intervals(metrics.kappa(obs), 40, resamples=500, seed=7)[""]
+    assert a["low"] < a["value"] < a["high"] and a["method"] == "bca-bootstrap"
+    assert metrics.intervals(metrics.accuracy(obs[:1]), 1, resamples=50, seed=7)[""]["low"] is None
     nothing = [Obs("x", "", "1", {(0, "original"): None})]
-    assert metrics.bootstrap(metrics.accuracy(nothing), 1, resamples=50, seed=7)[""]["value"] is None
+    assert metrics.intervals(metrics.accuracy(nothing), 1, resamples=50, seed=7)[""]["value"] is None
+
+
+def test_a_share_of_one_verdict_per_item_gets_the_exact_binomial_interval_and_repeats_the_clustered_t():
+    from scipy.stats import binomtest
+
+    obs = [Obs(str(i), "", "1", {(0, "original"): "1" if i % 4 else "2"}) for i in range(20)]
+    exact = binomtest(15, 20).proportion_ci(method="exact")
+    got = metrics.intervals(metrics.accuracy(obs), 20, resamples=50, seed=7)[""]
+    assert (got["low"], got["high"], got["method"]) == (
+        pytest.approx(exact.low),
+        pytest.approx(exact.high),
+        "clopper-pearson",
+    )
+    # two repeats per item: the item (with both its verdicts) is the unit, t at items - 1 df, never above 1
+    twice = [Obs(o.id, "", "1", {(0, "original"): o.values[(0, "original")], (1, "original"): "1"}) for o in obs]
+    got = metrics.intervals(metrics.accuracy(twice), 20, resamples=50, seed=7)[""]
+    assert got["method"] == "cluster-robust-t" and got["value"] == 35 / 40 and got["high"] <= 1
+
+
+def test_resampling_holds_one_block_of_draws_at_a_time(monkeypatch):
+    obs = _random_obs(3, 12, ("0", "1", "2", "3"))
+    whole = metrics.resampled(metrics.kappa(obs), len(obs), resamples=300, seed=4)[""]
+    monkeypatch.setattr(metrics, "BLOCK", 12 * 7)  # 7 resamples of 12 items a block
+    kappa, rows = metrics.kappa(obs), []
+
+    def reduce(summed):
+        rows.append(len(summed))
+        return kappa.reduce(summed)
+
+    blocks = metrics.resampled(metrics.Measure(kappa.counts, reduce), len(obs), resamples=300, seed=4)[""]
+    assert max(rows) == 7 and sum(rows) == 300
+    np.testing.assert_array_equal(blocks, whole)  # the same draws, in blocks
 
 
 def test_per_category_and_cost_per_item():
@@ -178,9 +211,11 @@ def test_vectorized_measures_and_their_intervals_equal_scikit_learn_and_scipy_re
         (metrics.score_spearman, _sk_spearman, stars),
         (metrics.order_kappa, _sk_order_kappa, stars),
     ):
-        got = metrics.bootstrap(measure(obs), len(obs), resamples=300, seed=seed)[""]
+        got = metrics.intervals(measure(obs), len(obs), resamples=300, seed=seed)[""]
         assert got["value"] == pytest.approx(reference(obs))
-        assert [got["low"], got["high"]] == pytest.approx(list(_loop_bootstrap(reference, obs, 300, seed)))
+        draws = metrics.resampled(measure(obs), len(obs), resamples=300, seed=seed)[""]
+        percentile = np.percentile(draws[~np.isnan(draws)], [2.5, 97.5])
+        assert percentile == pytest.approx(list(_loop_bootstrap(reference, obs, 300, seed)))
 
 
 def test_per_class_scores_equal_scikit_learns_precision_recall_f1_with_undefined_classes_as_none():

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from dyneval.results.stats import Estimate, clustered, summary_entries
+from dyneval.results.stats import UNBOUNDED, Bounds, Estimate, clustered, summary_entries
 from dyneval.runtime.protocol import with_results
 from dyneval.state.interview import ERROR_TYPES
 from dyneval.state.verdicts import is_ungraded, rate
@@ -314,7 +314,7 @@ def by_level(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 # -- intervals (results.stats) -------------------------------------------------------------------
 
 
-def _by_seed(records: list[dict[str, Any]], values: Any, unit: str) -> Estimate | None:
+def _by_seed(records: list[dict[str, Any]], values: Any, unit: str, bounds: Bounds = UNBOUNDED) -> Estimate | None:
     """``sum / count`` of the values ``values(record)`` yields, clustered by seed question: the sessions of one
     seed question (``--repeats``) and a session's follow-ups share it and count as one cluster
     (``cluster-robust-t`` over seed questions); where every seed question gave one value they are independent
@@ -325,7 +325,7 @@ def _by_seed(records: list[dict[str, Any]], values: Any, unit: str) -> Estimate 
         for v in values(r):
             sums[r["seed_id"]] += float(v)
             counts[r["seed_id"]] += 1
-    return clustered(list(sums.values()), [counts[k] for k in sums], unit, "seed questions")
+    return clustered(list(sums.values()), [counts[k] for k in sums], unit, "seed questions", bounds)
 
 
 def intervals(records: list[dict[str, Any]], n_max: int) -> dict[str, dict[str, Any]]:
@@ -334,7 +334,7 @@ def intervals(records: list[dict[str, Any]], n_max: int) -> dict[str, dict[str, 
     recs = ok_records(records)
     complete = _graded_throughout(recs, n_max)
     estimates: dict[str, Estimate | None] = {
-        f"score@{n}": _by_seed(complete, lambda r, n=n: [seed_score_at(r["seed_scores"], n)], "sessions")
+        f"score@{n}": _by_seed(complete, lambda r, n=n: [seed_score_at(r["seed_scores"], n)], "sessions", (0, 1))
         for n in range(1, n_max + 1)
     }
     estimates["judge"] = _by_seed(
@@ -344,5 +344,6 @@ def intervals(records: list[dict[str, Any]], n_max: int) -> dict[str, dict[str, 
         recs,
         lambda r: [float(bool(i["correct"])) for i in r.get("followup_results", []) if not is_ungraded(i)],
         "follow-up answers",
+        (0, 1),
     )
     return summary_entries(estimates)

@@ -17,6 +17,7 @@ is listed by :func:`unvalidated` with its reason.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -166,11 +167,14 @@ def intervals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             [len(b) for b in per_batch],
             "validated questions",
             "batches",
+            (0, 1),
         )
 
     return summary_entries(
         {
-            "score": clustered([r["score"] for r in records], [r["answered"] for r in records], "answers", "batches"),
+            "score": clustered(  # gains are never negative (Eq. 4)
+                [r["score"] for r in records], [r["answered"] for r in records], "answers", "batches", (0, math.inf)
+            ),
             "base_accuracy.value": proportion(sum(graded), len(graded), "base questions"),
             "validation.overall.acc1": proportion(
                 sum(1 for v in rows if v["correct1"]), len(rows), "validated questions"

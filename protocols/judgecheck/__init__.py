@@ -269,7 +269,7 @@ def display_names(models: dict[str, str]) -> dict[str, str]:
 
 def headline_intervals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each headline metric's 95 % interval (:func:`results.view.adapters.interval_of`'s shape), keyed by its
-    path with ``*`` expanded: the percentile bootstrap over items (units) of :func:`metrics.bootstrap`."""
+    path with ``*`` expanded, with the method :func:`metrics.intervals` chose."""
     from dyneval.results.view.adapters import adapter, dig
     from dyneval.results.view.data import headline_metrics
 
@@ -283,7 +283,7 @@ def headline_intervals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "high": m["high"],
                 "n": m["n"],
                 "level": 0.95,
-                "method": "bootstrap-units",
+                "method": m.get("method"),
             }
     return out
 

@@ -1,9 +1,9 @@
-"""Agreement of a judge (or a jury) with human labels, with percentile bootstrap intervals over items.
+"""Agreement of a judge (or a jury) with human labels, with 95 % intervals over items (:func:`intervals`).
 
 Observations: every verdict of one rater (a judge model, or the jury) on one item, per (repeat, order);
 ``None`` = ungraded (left out of every measure and counted), ``split`` = a jury without a majority (a verdict
 that matches no label: a miss, never a win). Repeats are pooled: each graded (item, repeat) verdict is one
-comparison with the item's label; the bootstrap resamples items with all their verdicts.
+comparison with the item's label; an interval's unit is the item, with all its verdicts.
 
 * accuracy: share of graded verdicts equal to the label (MT-Bench section 4.2 "agreement"; LLMBar Table 3);
 * Cohen's kappa (as scikit-learn's ``cohen_kappa_score`` and :func:`protocols.llmeval.metrics.cohen_kappa`),
@@ -20,8 +20,9 @@ comparison with the item's label; the bootstrap resamples items with all their v
   the macro averages count such a value as 0, as scikit-learn's default and that script do;
 * a confusion matrix (rows: human label, columns: verdict) and a breakdown per category.
 
-Every measure is computed from per-item contingency counts (:class:`Measure`), so its bootstrap is one matrix
-product over all resamples; ``tests/test_judgecheck_metrics.py`` checks each against scikit-learn and scipy.
+Every measure is computed from per-item contingency counts (:class:`Measure`), so its bootstrap is a matrix
+product per block of resamples and its jackknife one reduction; ``tests/test_judgecheck_metrics.py`` checks each
+against scikit-learn and scipy.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from dyneval.results.stats import BLOCK, LEVEL, clustered
 from dyneval.state.judgecheck import SPLIT
 
 Key = tuple[int, str]  # (repeat, order)
@@ -84,6 +86,8 @@ class Measure:
 
     counts: np.ndarray
     reduce: Callable[[np.ndarray], dict[str, np.ndarray]]
+    #: a share of the items' verdicts: ``counts`` holds each item's hits and misses
+    share: bool = False
 
     def value(self) -> dict[str, float | None]:
         return {k: _number(v[0]) for k, v in self.reduce(self.counts.sum(axis=0, keepdims=True)).items()}
@@ -104,7 +108,7 @@ def tally(obs: list[Obs], cells: Callable[[Obs], list[int]], size: int) -> np.nd
 def _share(obs: list[Obs], hits: Callable[[Obs], list[bool]]) -> Measure:
     """The share of True among every item's ``hits`` (pooled over items)."""
     counts = tally(obs, lambda o: [0 if h else 1 for h in hits(o)], 2)  # columns: hits, misses
-    return Measure(counts, lambda s: {"": _ratio(s[:, 0], s[:, 0] + s[:, 1])})
+    return Measure(counts, lambda s: {"": _ratio(s[:, 0], s[:, 0] + s[:, 1])}, share=True)
 
 
 def _verdicts(o: Obs, order: str) -> list[str]:
@@ -240,22 +244,71 @@ def repeat_consistency(obs: list[Obs], order: str = "original") -> Measure:
     return _share(obs, lambda o: [len(set(got)) == 1] if len(got := _verdicts(o, order)) >= 2 else [])
 
 
-def bootstrap(measure: Measure, items: int, *, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
-    """Each value of ``measure`` with its 95 % percentile bootstrap interval: the ``items`` resampled with
-    replacement (seeded), all resamples at once as a (resamples x items) matrix of draw counts times the
-    per-item counts; resamples where a value is undefined are left out; ``low``/``high`` None under two
-    items."""
+def resampled(measure: Measure, items: int, *, resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """Each value of ``measure`` in ``resamples`` bootstrap resamples of the ``items`` (drawn with replacement,
+    seeded): draw counts times the per-item counts, in blocks of at most :data:`results.stats.BLOCK` draws, so
+    that memory stays bounded whatever the items (no resamples x items matrix held at once); NaN where a resample
+    leaves a value undefined."""
+    rng = np.random.default_rng(seed)
+    block = max(1, BLOCK // items)
+    found: dict[str, list[np.ndarray]] = defaultdict(list)
+    for start in range(0, resamples, block):
+        size = min(block, resamples - start)
+        draws = rng.integers(0, items, (size, items))
+        weights = np.bincount((draws + items * np.arange(size)[:, None]).ravel(), minlength=size * items)
+        for key, values in measure.reduce(weights.reshape(size, items) @ measure.counts).items():
+            found[key].append(values)
+    return {key: np.concatenate(parts) for key, parts in found.items()}
+
+
+def _bca(value: float, draws: np.ndarray, left_out: np.ndarray) -> tuple[float, float] | None:
+    """The BCa interval (Efron 1987; Efron and Tibshirani 1993, section 14.3) from the resamples' values
+    ``draws`` and the leave-one-item-out values ``left_out`` (the jackknife's acceleration); None where it is
+    undefined (every resample on one side of the value, or no spread among the jackknife values)."""
+    from scipy.stats import norm
+
+    below = float(np.mean(draws < value) + 0.5 * np.mean(draws == value))
+    spread = left_out.mean() - left_out
+    if not 0 < below < 1 or not (spread**2).sum() > 0:
+        return None
+    bias = norm.ppf(below)
+    accel = (spread**3).sum() / (6 * ((spread**2).sum()) ** 1.5)
+    z = bias + norm.ppf([(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2])
+    levels = norm.cdf(bias + z / (1 - accel * z))
+    low, high = np.percentile(draws, 100 * levels)
+    return float(low), float(high)
+
+
+def intervals(measure: Measure, items: int, *, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
+    """Each value of ``measure`` with its 95 % interval over the items, the method chosen by the coverage it
+    measured (``bench/coverage.py``, docs/statistics.md): a share (:func:`_share`) the exact binomial interval
+    when every item gives one verdict, the cluster-robust t over items when repeats give several
+    (:func:`results.stats.clustered`); any other measure (kappa, Spearman's rho, F1, the mean of two orders'
+    accuracies) the BCa bootstrap over the items (:func:`resampled`, :func:`_bca`; the percentile interval where
+    BCa is undefined), resamples where the value is undefined left out. ``low``/``high`` None under two items
+    (or with a ``note`` where the data give no interval)."""
     values = measure.value()
     out: dict[str, dict[str, Any]] = {k: {"value": v, "low": None, "high": None} for k, v in values.items()}
     if all(v is None for v in values.values()) or items < 2:
         return out
-    draws = np.random.default_rng(seed).integers(0, items, (resamples, items))
-    weights = np.bincount((draws + items * np.arange(resamples)[:, None]).ravel(), minlength=resamples * items)
-    found = measure.reduce(weights.reshape(resamples, items) @ measure.counts)
+    if measure.share:
+        hits, verdicts = measure.counts[:, 0].tolist(), measure.counts.sum(axis=1).astype(int).tolist()
+        found = clustered(hits, verdicts, "verdicts", "items", (0, 1))
+        if found is not None:
+            out[""] |= {"low": found.low, "high": found.high, "method": found.method}
+            out[""] |= {"note": found.note} if found.note else {}
+        return out
+    draws = resampled(measure, items, resamples=resamples, seed=seed)
+    total = measure.counts.sum(axis=0)
+    left_out = measure.reduce(total - measure.counts)
     for key, value in values.items():
-        kept = found[key][~np.isnan(found[key])]
-        if value is not None and kept.size:
-            out[key]["low"], out[key]["high"] = (float(x) for x in np.percentile(kept, [2.5, 97.5]))
+        kept = draws[key][~np.isnan(draws[key])]
+        if value is None or not kept.size:
+            continue
+        jack = left_out[key][~np.isnan(left_out[key])]
+        bca = _bca(value, kept, jack)
+        low, high = bca or tuple(float(x) for x in np.percentile(kept, [2.5, 97.5]))
+        out[key] |= {"low": low, "high": high, "method": "bca-bootstrap" if bca else "percentile-bootstrap"}
     return out
 
 
@@ -302,7 +355,7 @@ def measures(
             n, bad = len(repeat_sets(obs, order)), ungraded(obs, order)
         else:
             n, bad = len(pairs(obs, order)), ungraded(obs, order)
-        out[name] = {**bootstrap(measure(), len(obs), resamples=resamples, seed=seed)[""], "n": n, "ungraded": bad}
+        out[name] = {**intervals(measure(), len(obs), resamples=resamples, seed=seed)[""], "n": n, "ungraded": bad}
     return out
 
 
@@ -357,7 +410,7 @@ def per_class(
     counts = tally(
         obs, lambda o: [scale.index(o.label) * (size + 1) + column(v) for v in _verdicts(o, order)], size * (size + 1)
     )
-    found = bootstrap(
+    found = intervals(
         Measure(counts, lambda s: class_scores(s.reshape(-1, size, size + 1), scale)),
         len(obs),
         resamples=resamples,
@@ -383,7 +436,7 @@ def by_category(obs: list[Obs], *, swapped: bool, resamples: int, seed: int) -> 
     return {
         cat: {
             "items": len(group),
-            **bootstrap(
+            **intervals(
                 mean_accuracy(group) if swapped else accuracy(group), len(group), resamples=resamples, seed=seed
             )[""],
             "n": len(pairs(group)),

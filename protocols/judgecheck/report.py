@@ -42,9 +42,10 @@ def report_blocks(run: Run, m: dict[str, Any], obs: dict[str, tuple[str, list[Ob
     blocks: list[Block] = [
         Text(
             f"Judging step {m['judge']} on {m['items']} labelled items from {m['inputs']['labels']}; "
-            f"{m['repeats']} repeat(s), {m['orders']} order(s) per item. Intervals: 95 % percentile bootstrap over "
-            "items. Ungraded verdicts (no usable verdict after retries and one repair) are left out of every measure "
-            "and counted; a jury split (no majority) counts as a miss."
+            f"{m['repeats']} repeat(s), {m['orders']} order(s) per item. Intervals: 95 % over items (exact "
+            "binomial for a share of one verdict per item, cluster-robust t with repeats, BCa bootstrap for "
+            "kappa, rho and F1). Ungraded verdicts (no usable verdict after retries and one repair) are left out "
+            "of every measure and counted; a jury split (no majority) counts as a miss."
         )
     ]
     if m.get("jury_smoke_test"):

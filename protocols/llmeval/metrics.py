@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -228,6 +229,7 @@ def _s_estimate(sessions: Sequence[dict[str, Any]]) -> Estimate | None:
     return over_answers(
         [(s["S"], [100 * x / S_MAX - s["S"] for x in s["stars"]]) for s in scored],
         "answers",
+        (0.0, 100.0),
     )
 
 
@@ -242,7 +244,7 @@ def _r_estimate(sessions: Sequence[dict[str, Any]]) -> Estimate | None:
             continue
         ratio = pairs[:, 0].sum() / pairs[:, 1].sum()
         groups.append((s["R"], 100 * (pairs[:, 0] - ratio * pairs[:, 1]) / pairs[:, 1].mean()))
-    return over_answers(groups, "answers")
+    return over_answers(groups, "answers", (0.0, math.inf))
 
 
 def intervals(sessions: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
