@@ -321,7 +321,7 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
             setting=flag,
         )
     if args.compare is not None:
-        from dyneval.results.view import write_compare  # loaded only when a comparison is asked for
+        from dyneval.results.view.compare import write_compare  # loaded only when a comparison is asked for
         from dyneval.results.view.index import INDEX_FILE, write_index
 
         console.print(

@@ -13,7 +13,8 @@ from typing import Any
 from dyneval.results.console_summary import render_summary
 from dyneval.results.report import preload_plotting, write_report
 from dyneval.results.summary import build_summary, header_blocks
-from dyneval.results.view import write_index, write_view
+from dyneval.results.view.index import write_index
+from dyneval.results.view.page import write_view
 from dyneval.runtime.display import WRITING, step
 from dyneval.runtime.protocol import Protocol, Run
 from dyneval.stores.files import write_atomic

@@ -106,12 +106,27 @@ def test_every_installed_folder_has_a_layer():
     assert linked | {"dyneval"} == set(RANK), "place each folder linked from dyneval/ in LAYERS"
 
 
-def imported_project_modules(source: str, module: str, known: set[str]) -> set[str]:
+def _eager(tree: ast.Module) -> list[ast.stmt]:
+    """The statements run when the module is imported: top level, outside ``if TYPE_CHECKING:``, functions and
+    classes (whose methods' imports are lazy)."""
+    out: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out += node.orelse
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.append(node)
+    return out
+
+
+def imported_project_modules(source: str, module: str, known: set[str], *, eager: bool = False) -> set[str]:
     """The project modules ``module`` imports (``from package import name`` counts as the submodule
-    ``package.name`` when there is one, else the package), relative imports resolved."""
+    ``package.name`` when there is one, else the package), relative imports resolved. ``eager``: only the imports
+    run when the module is imported, and the packages whose ``__init__`` each of them runs first."""
     found = set()
     package = module if (module + ".__init__") in known else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    nodes = [n for stmt in _eager(tree) for n in ast.walk(stmt)] if eager else list(ast.walk(tree))
+    for node in nodes:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -121,7 +136,16 @@ def imported_project_modules(source: str, module: str, known: set[str]) -> set[s
                 parent = parent[: len(parent) - (node.level - 1)]
                 base = ".".join(parent + ([base] if base else []))
             found |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names}
-    return {name for name in found if name in known and name != module}
+    found = {name for name in found if name in known}
+    if eager:  # importing a.b.c first runs package a.b's __init__, unless a.b is the importer's own ancestor
+        ancestors = {module.rsplit(".", k)[0] for k in range(1, module.count(".") + 1)}
+        found |= {
+            parent
+            for name in found
+            for k in range(1, name.count(".") + 1)
+            if (parent := name.rsplit(".", k)[0]) + ".__init__" in known and parent not in ancestors
+        }
+    return {name for name in found if name != module}
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -166,20 +190,29 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the project modules it imports, for the package (top-level, lazy and ``TYPE_CHECKING`` imports)
-    and the benches."""
+def import_graph(*, eager: bool = False) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, for the package (top-level, lazy and ``TYPE_CHECKING`` imports;
+    ``eager``: those run at import, with the package ``__init__`` each runs first) and the benches."""
     modules = project_modules()
     modules |= {"bench." + p.stem: p for p in (ROOT / "bench").glob("*.py")}
     known = set(modules) | {name + ".__init__" for name, path in modules.items() if path.name == "__init__.py"}
     return {
-        name: imported_project_modules(path.read_text(encoding="utf-8"), name, known) for name, path in modules.items()
+        name: imported_project_modules(path.read_text(encoding="utf-8"), name, known, eager=eager)
+        for name, path in modules.items()
     }
 
 
 def test_no_import_circles_among_the_package_and_the_benches():
     found = circles(import_graph())
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_module_reaches_itself_at_import_through_a_package_init():
+    """Importing ``a.b.c`` runs ``a/b/__init__.py`` first, so a package that re-exports its modules puts them on
+    every import path through it: a circle there leaves a module half-initialized, and whether the import fails
+    depends on which module a program imports first."""
+    found = circles(import_graph(eager=True))
+    assert not found, "import-time circles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_the_circle_check_finds_a_circle_through_three_modules_and_none_in_a_chain():

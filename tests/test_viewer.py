@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from dyneval import cli
-from dyneval.results.view import write_view
 from dyneval.results.view.compare import compare_payload, mean_difference_ci
 from dyneval.results.view.data import MAX_TEXT, run_payload
-from dyneval.results.view.page import embed, render
+from dyneval.results.view.page import embed, render, write_view
 
 ATTACK = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> &amp;"
 

@@ -17,7 +17,8 @@ from rich.console import Console
 from dyneval.results.calibration.run import calibration_entry
 from dyneval.results.headline import headlines, interval_text, method_text, number, report_blocks
 from dyneval.results.report import write_report
-from dyneval.results.view import write_index, write_view
+from dyneval.results.view.index import write_index
+from dyneval.results.view.page import write_view
 from dyneval.state.errors import InputError
 from dyneval.stores.files import write_atomic
 from dyneval.stores.rundir import SUMMARY, RunDir

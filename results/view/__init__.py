@@ -9,9 +9,3 @@ detail sections), ``compare`` pairs several runs over their shared units, ``inde
 ``results/templates/view.html.j2`` with the payload inline, so every page opens from disk with no server and no
 network. Model text reaches the page only as JSON data rendered with ``textContent``: it never becomes markup.
 """
-
-from dyneval.results.view.compare import write_compare
-from dyneval.results.view.index import write_index
-from dyneval.results.view.page import write_view
-
-__all__ = ["write_compare", "write_index", "write_view"]
