@@ -39,6 +39,7 @@ from dyneval.runtime.protocol import Protocol, Run, Unit
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS, AtadContext, parse_ladder
 from dyneval.state.blocks import Block, Code, Details, Figure, Heading, Table, Text
 from dyneval.state.context import described
+from dyneval.state.errors import InputError
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
@@ -145,6 +146,19 @@ class AtadProtocol(Protocol):
         ctx = self.context(run)
         worst = ctx.max_init_loops * 2 + ctx.max_student_loops * (2 + 2 * ctx.max_level_attempts)
         return f"3-{worst} (x2 with structured-output repairs)"
+
+    def check_params(self, params: dict[str, Any]) -> None:
+        """The declared checks, and the evaluation phase's inputs only with it: generation writes a new benchmark
+        (Sec. 3), it does not extend one, so a ``--benchmark`` or ``--fields`` beside it would be ignored."""
+        super().check_params(params)
+        if not (params.get("evaluate") or params.get("review")):
+            for flag in ("benchmark", "fields"):
+                if params.get(flag):
+                    raise InputError(
+                        f"--{flag} is read by the evaluation phase (--evaluate MODEL or --review MODEL); generation "
+                        "writes a new benchmark into its run folder",
+                        field=f"--{flag}",
+                    )
 
     def custom_run(self, run: Run) -> bool:
         if not (run.params.get("evaluate") or run.params.get("review")):
