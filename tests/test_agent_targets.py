@@ -104,6 +104,9 @@ def test_every_protocol_drives_the_agent_one_new_message_per_turn_and_records_it
     units = {e["unit"] for e in events}
     if case == "atad_generate":  # independent problems: a fresh thread for each one the student solves
         assert len(seen) == len(events) and all(len(t) == 1 for t in seen.values())
+    elif case == "interview":  # the session on the unit's thread, the single-turn baseline on a fresh one
+        assert sorted(seen) == sorted(t for u in units for t in (f"{run_dir.name}/{u}", f"{run_dir.name}/{u}/single"))
+        assert all(len(seen[f"{run_dir.name}/{u}/single"]) == 1 for u in units)
     else:  # one conversation per unit: one thread
         assert sorted(seen) == sorted(f"{run_dir.name}/{u}" for u in units)
     # a turn that continues a conversation (feedback, a follow-up): the agent got the new message alone

@@ -14,6 +14,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from dyneval.prompts import load_prompt
+from dyneval.runtime.agents.chat import independent_item
 from dyneval.runtime.services import services_of
 from dyneval.state.interview import InterviewContext, InterviewState, Turn
 
@@ -69,7 +70,9 @@ def answer(state: InterviewState, runtime: Runtime[InterviewContext]) -> dict[st
 
 
 def answer_single_turn(ctx: InterviewContext, task: str, question: str) -> str:
-    """A fresh, one-question conversation (the LLM-as-a-Judge setting)."""
+    """A fresh, one-question conversation (the LLM-as-a-Judge setting): an agent target answers it on a thread of
+    its own, so the interview that follows is not its continuation (the agent has not seen the seed question)."""
     svc = services_of(ctx)
     messages = [*load_prompt("interview/interviewee_system").render(task=task), HumanMessage(question)]
-    return svc.llm("target").text(messages, step="single_turn:answer")
+    with independent_item("single"):
+        return svc.llm("target").text(messages, step="single_turn:answer")
