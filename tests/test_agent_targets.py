@@ -147,7 +147,8 @@ def test_the_python_api_runs_the_interview_with_an_openevals_style_app(app, tmp_
         )
     assert [r["status"] for r in result.records] == ["ok", "ok"]
     seen = seen_in(result.run_dir)
-    assert sorted(seen) == sorted(f"{result.run_id}/{r['unit_id']}" for r in result.records)
+    units = [f"{result.run_id}/{r['unit_id']}" for r in result.records]
+    assert sorted(seen) == sorted([*units, *(f"{u}/single" for u in units)])  # the single-turn answer apart
     events = agent_events_of_app(result.run_dir)
     for e in events:
         assert e["agent"]["state"] is None and e["agent"]["usage"] == "unknown"
