@@ -4,8 +4,9 @@ builder, a factory returning either, or an app ``app(message, *, thread_id) -> d
 
 ``graph:MODULE:ATTR`` imports a module, ``graph:path/to/app.py:ATTR`` a file (relative to the working directory,
 as ``langgraph.json`` resolves it); ``langgraph:URL[#ASSISTANT]`` opens a client of a deployed graph
-(:mod:`.remote`, its server asked for the assistant: a server that does not answer cannot be loaded); ``app:NAME`` is an object the Python API registered in this process
-(:func:`register_app`). Whatever cannot be loaded is a ``ValueError`` with one line naming the reference.
+(:mod:`.remote`: a server that does not answer cannot be loaded); ``app:NAME`` is an object the Python API
+registered in this process (:func:`register_app`). Whatever cannot be loaded is a ``ValueError`` with one line
+naming the reference.
 """
 
 from __future__ import annotations
