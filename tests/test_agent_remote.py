@@ -120,14 +120,26 @@ def test_an_interview_of_the_served_agent_gives_the_in_process_verdicts_from_the
     assert all(t["usage"] == {"input_tokens": 7, "output_tokens": 3} for t in turns)
 
 
-def test_a_served_agents_own_failure_is_a_model_error_and_a_server_gone_mid_run_an_infra_error(served_toy, tmp_path):
-    from dyneval.runtime.agents.errors import AgentModelError
+def test_a_served_agents_own_failure_is_a_model_error_a_timeout_cancels_its_run_a_server_gone_is_infra(
+    served_toy, tmp_path
+):
+    from langgraph_sdk import get_sync_client
+
+    from dyneval.runtime.agents.errors import AgentModelError, AgentTimeout
     from dyneval.runtime.agents.reference import load_agent
     from dyneval.state.errors import InfraError
 
     looping = load_agent(f"langgraph:{served_toy}?recursion_limit=2")
     with pytest.raises(AgentModelError, match=r"exceeded its recursion limit \(2 steps\)"):
         looping.turn({"role": "user", "content": "hello"}, f"{tmp_path.name}/loop")
+    # a turn past timeout_s: an infra_error, and its run cancelled on the server (not left to refuse the next)
+    client = get_sync_client(url=served_toy, api_key=None)
+    slow = client.assistants.create("toy", config={"configurable": {"toy_delay": 60}})  # the toy sleeps 60 s
+    hanging = load_agent(f"langgraph:{served_toy}?timeout_s=2#{slow['assistant_id']}")
+    with pytest.raises(AgentTimeout, match="did not end its turn within 2 s"):
+        hanging.turn({"role": "user", "content": "hello"}, f"{tmp_path.name}/slow")
+    runs = client.runs.list(server_thread_id(f"{tmp_path.name}/slow"))
+    assert [r["status"] for r in runs] == ["interrupted"]
     app = load_agent(f"langgraph:{served_toy}#toy")
     thread = f"{tmp_path.name}/gone"
     assert not app.has_thread(thread)
