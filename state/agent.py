@@ -1,5 +1,7 @@
 """An agent target's reference: ``graph:MODULE:ATTR``, ``graph:path/to/app.py:ATTR`` (the two forms
-``langgraph.json`` accepts) or ``app:NAME`` (an app handed to the Python API), with per-agent options after ``?``.
+``langgraph.json`` accepts), ``langgraph:URL[#ASSISTANT]`` (a deployed graph: LangGraph Server, ``langgraph dev``)
+or ``app:NAME`` (an app handed to the Python API), with per-agent options after ``?`` (for a URL, before its
+``#ASSISTANT``).
 
 Only the form is checked here; :mod:`runtime.agents.reference` imports what a reference names.
 """
@@ -8,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal, cast
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
-AGENT_PREFIXES = ("graph:", "app:")
+AGENT_PREFIXES = ("graph:", "langgraph:", "app:")
 SYSTEM_CHOICES = ("preamble", "none")
 
 
@@ -24,8 +26,10 @@ class AgentRef:
     """
 
     ref: str
-    kind: Literal["graph", "app"]
+    kind: Literal["graph", "langgraph", "app"]
+    #: The module or file (``graph``), the server's URL (``langgraph``), the registered name (``app``).
     target: str
+    #: The graph's attribute (``graph``), the assistant or graph id, ``""`` = the server's one graph (``langgraph``).
     attr: str
     system: Literal["preamble", "none"] = "preamble"
     timeout_s: float = 300.0
@@ -40,7 +44,15 @@ def parse_agent_ref(ref: str) -> AgentRef:
     """The parts of ``ref``; ``ValueError`` naming what is malformed."""
     kind, _, rest = ref.partition(":")
     body, _, query = rest.partition("?")
-    if kind == "graph":
+    if kind == "langgraph":
+        body, _, attr = body.partition("#")
+        query, _, fragment = query.partition("#")
+        attr = attr or fragment
+        url = urlsplit(body)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise ValueError(f"malformed agent reference {ref!r}: use langgraph:http(s)://HOST[:PORT][#ASSISTANT]")
+        target = body.rstrip("/")
+    elif kind == "graph":
         target, colon, attr = body.rpartition(":")
         if not colon or not target or not attr:
             raise ValueError(f"malformed agent reference {ref!r}: use graph:MODULE:ATTR or graph:path/to/app.py:ATTR")
@@ -65,7 +77,7 @@ def parse_agent_ref(ref: str) -> AgentRef:
         raise ValueError(f"agent reference {ref!r}: timeout_s must be > 0 and recursion_limit >= 1")
     return AgentRef(
         ref=ref,
-        kind=cast(Literal["graph", "app"], kind),
+        kind=cast(Literal["graph", "langgraph", "app"], kind),
         target=target,
         attr=attr,
         system=cast(Literal["preamble", "none"], system),

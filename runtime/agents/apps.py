@@ -16,15 +16,16 @@ from typing import Any, Protocol
 from dyneval.runtime import stop
 from dyneval.runtime.agents.errors import AgentModelError, AgentTimeout
 from dyneval.state.agent import AgentRef
-from dyneval.state.errors import one_line
 
 
 @dataclass
 class Turn:
-    """What the agent emitted after our message (in order), and its state after the turn (``None`` for an app)."""
+    """What the agent emitted after our message (in order), its state after the turn (``None`` for an app), and
+    the server's id of the thread (a deployed graph's, :mod:`runtime.agents.remote`)."""
 
     emitted: list[Any]
     state: dict[str, Any] | None
+    server_thread: str | None = None
 
 
 class AgentApp(Protocol):
@@ -63,12 +64,17 @@ def bounded(ref: AgentRef, work: Any) -> Any:
     return box["value"]
 
 
-def _failed(ref: AgentRef, exc: BaseException) -> AgentModelError:
-    from langgraph.errors import GraphRecursionError
+def after_ours(new: list[Any]) -> list[Any]:
+    """What the agent emitted after our message, of the messages a turn added to its thread."""
+    ours = next((i for i, m in enumerate(new) if m.type == "human"), -1)
+    return new[ours + 1 :]
 
-    if isinstance(exc, GraphRecursionError):
+
+def failed(ref: AgentRef, error: str, message: str) -> AgentModelError:
+    """The agent's own failure, the exception's type name ``error`` and its ``message``: never a wrong answer."""
+    if error == "GraphRecursionError":
         return AgentModelError(f"agent {ref.ref} exceeded its recursion limit ({ref.recursion_limit} steps)")
-    return AgentModelError(f"agent {ref.ref} raised {one_line(exc)}")
+    return AgentModelError(f"agent {ref.ref} raised {error}: {' '.join(message.split())[:300]}")
 
 
 @dataclass
@@ -107,10 +113,8 @@ class GraphApp:
         except (AgentTimeout, stop.StopRequested):
             raise
         except Exception as exc:  # noqa: BLE001 - the agent's own failure: the unit's, never a wrong answer
-            raise _failed(self.ref, exc) from exc
-        new = values.pop("__new__")
-        ours = next((i for i, m in enumerate(new) if m.type == "human"), -1)
-        return Turn(emitted=new[ours + 1 :], state=values)
+            raise failed(self.ref, type(exc).__name__, str(exc)) from exc
+        return Turn(emitted=after_ours(values.pop("__new__")), state=values)
 
 
 @dataclass
@@ -138,7 +142,7 @@ class CallableApp:
         except (AgentTimeout, stop.StopRequested):
             raise
         except Exception as exc:  # noqa: BLE001 - as for a graph
-            raise _failed(self.ref, exc) from exc
+            raise failed(self.ref, type(exc).__name__, str(exc)) from exc
         return Turn(emitted=list(emitted), state=None)
 
 

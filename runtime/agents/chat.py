@@ -131,6 +131,8 @@ class AgentChat(BaseChatModel):
             "usage": usage_of(ais) or "unknown",
             "state": bounded_state(turn.state),
         }
+        if turn.server_thread:
+            record["server_thread_id"] = turn.server_thread
         if not replies:
             raise AgentModelError(
                 f"agent {app.ref.ref} gave no AI message with text on thread {thread} "

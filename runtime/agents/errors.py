@@ -3,7 +3,7 @@
 An agent that raises, exceeds its recursion limit or returns no AI message with text failed on its own and would
 fail again: :class:`AgentModelError` (unit ``model_error``, final, not retried). A turn that outlasts its timeout
 may be a slow dependency of the agent: :class:`AgentTimeout` (unit ``infra_error``, continued on a resume as an
-endpoint fault is).
+endpoint fault is), as is a deployed agent's server that stops answering mid-run: :class:`AgentServerError`.
 """
 
 from __future__ import annotations
@@ -24,3 +24,7 @@ class AgentModelError(ModelError):
 
 class AgentTimeout(InfraError):
     """The agent's turn did not end within its per-turn timeout."""
+
+
+class AgentServerError(InfraError):
+    """A deployed agent's server did not answer, or failed a request, mid-run (:mod:`runtime.agents.remote`)."""

@@ -3,8 +3,10 @@ builder, a factory returning either, or an app ``app(message, *, thread_id) -> d
 ``run_multiturn_simulation`` contract), sync or async.
 
 ``graph:MODULE:ATTR`` imports a module, ``graph:path/to/app.py:ATTR`` a file (relative to the working directory,
-as ``langgraph.json`` resolves it); ``app:NAME`` is an object the Python API registered in this process
-(:func:`register_app`). Whatever cannot be loaded is a ``ValueError`` with one line naming the reference.
+as ``langgraph.json`` resolves it); ``langgraph:URL[#ASSISTANT]`` opens a client of a deployed graph
+(:mod:`.remote`: a server that does not answer cannot be loaded); ``app:NAME`` is an object the Python API
+registered in this process (:func:`register_app`). Whatever cannot be loaded is a ``ValueError`` with one line
+naming the reference.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def load_agent(ref: str) -> AgentApp:
                 "in the process that ran evaluate(); name a graph:MODULE:ATTR instead)"
             )
         return as_app(parsed, _registered[parsed.target])
+    if parsed.kind == "langgraph":
+        from dyneval.runtime.agents.remote import open_remote
+
+        return open_remote(parsed)
     return as_app(parsed, _attribute(parsed))
 
 
