@@ -98,6 +98,12 @@ def lazy_sentence_transformer(model_name: str, openvino: bool = False) -> Any:
                     )
             return self.models[self.model_name]
 
+        @staticmethod
+        def build_from_config(config: dict[str, Any]) -> Any:
+            """Chroma builds a collection's function from its config on every create (its legacy check): lazy too,
+            not Chroma's own class, which loads the torch model there and then."""
+            return lazy_sentence_transformer(config["model_name"], openvino)
+
         def _openvino(self) -> Any:
             """The OpenVINO encoder, else ``None`` with one warning line and the backend set to torch."""
             from dyneval.stores.openvino_embedding import OpenVinoSentenceEncoder, default_folder, exported_model

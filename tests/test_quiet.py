@@ -52,3 +52,19 @@ def test_version_prints_the_installed_version_and_exits_0():
 
     done = _dyneval(["--version"])
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, f"dyneval {version('dyneval')}", "")
+
+
+def test_a_judgeagent_run_prints_no_library_warning_or_foreign_progress_bar(tmp_path):
+    """JudgeAgent builds its context graph (embeddings, entity extraction) before its units: the console holds our
+    lines and the context-graph table only."""
+    from tests.golden_runs import ROLES, respond
+
+    out = tmp_path / "runs"
+    with StandIn(respond=respond) as standin:
+        argv = ["--protocol", "judgeagent", "--limit", "1", "--skip-preflight", "--out", str(out)]
+        argv += [a for role in ROLES for a in (f"--{role}", standin.spec(role))]
+        done = _dyneval(argv)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = done.stdout + done.stderr
+    foreign = ("Warning", "warnings.warn", "Loading weights", "it/s]", "Batches:", "{'")
+    assert not [f for f in foreign if f in console], console[-3000:]
