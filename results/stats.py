@@ -10,6 +10,8 @@ uses and why.
 * ``bootstrap-units``: a mean (or another statistic) of independent units' values: units resampled with
   replacement (``scipy.stats.bootstrap``, BCa; the percentile interval where BCa is undefined), in batches of at
   most :data:`BLOCK` drawn values, so that memory is flat in the number of units.
+* ``t-units``: a mean of a handful of independent units' values (ATAD's mean level): Student's t at n - 1
+  degrees of freedom, where the bootstrap undercovers.
 * ``cluster-robust-t``: a ratio ``sum(numerators) / sum(denominators)`` over units that share a cluster
   (JudgeAgent's answers within one batch, interview sessions of one seed question): the cluster-robust (CR1,
   linearized) standard error with Student's t at K - 1 degrees of freedom for K clusters. A bootstrap over 10
@@ -19,6 +21,9 @@ uses and why.
   R): each session's statistic linearized over its answers, the within-session variance pooled, Student's t
   with ``answers - sessions`` degrees of freedom. It holds for one session, where a resampling of sessions has
   no interval.
+* ``clopper-pearson-clustered``: a share of 0/1 units that share a cluster (JudgeAgent's questions within one
+  batch): the exact interval at the design-effect size with Korn and Graubard's degrees-of-freedom correction.
+  The cluster-robust t covered 86-91 % for shares near 0 or 1 (ACC2, CR, CtE) at 5-10 batches.
 * ``clopper-pearson-effective-n``: a weighted share of 0/1 units (ATAD's Table 1 average, whose problems weigh
   by task and file): the exact interval at the Kish effective size ``1 / sum(w^2)`` (Korn and Graubard 1998);
   with equal weights it is ``clopper-pearson``. One method whatever the count of right answers.
@@ -284,6 +289,23 @@ def _t_interval(
     return Estimate(estimate, low, high, n, method, se * math.sqrt(units), units, unit)
 
 
+def t_mean(values: Sequence[float], unit: str, bounds: Bounds = UNBOUNDED) -> Estimate | None:
+    """The mean of independent units' values with Student's t interval, ``mean +/- t_(0.975, n - 1) s / sqrt(n)``
+    within ``bounds`` (``t-units``): at a handful of units (ATAD's finalized problems of a default run) the
+    bootstrap covered 87 %, the t interval 95 % (``bench/coverage.py``). No interval under two units or when every
+    unit is alike."""
+    x = np.asarray(values, dtype=float)
+    if not len(x):
+        return None
+    n, estimate, method = len(x), float(x.mean()), "t-units"
+    if n < 2:
+        return Estimate(estimate, None, None, n, method, None, n, unit, note=f"needs two or more {unit}")
+    if np.ptp(x) == 0:
+        return Estimate(estimate, None, None, n, method, 0.0, n, unit, note=f"all {n} {unit} alike: no variance")
+    se = float(x.std(ddof=1)) / math.sqrt(n)
+    return _t_interval(estimate, se, n - 1, n=n, units=n, unit=unit, method=method, bounds=bounds)
+
+
 def clustered(
     nums: Sequence[float], dens: Sequence[int], unit: str, cluster: str, bounds: Bounds = UNBOUNDED
 ) -> Estimate | None:
@@ -354,13 +376,55 @@ def weighted_proportion(values: Sequence[float], weights: Sequence[float], unit:
     w = np.asarray(weights, dtype=float)
     if not len(y) or w.sum() <= 0:
         return None
-    from scipy.stats import beta
-
     w = w / w.sum()
     p = float(min(1.0, max(0.0, (w * y).sum())))
     n_eff = round(1.0 / float((w**2).sum()), 9)  # rounded: equal weights give n, not n +/- 1 ulp
+    low, high = _beta_interval(p, n_eff)
+    sd = math.sqrt(p * (1 - p) * len(y) / n_eff)
+    return Estimate(p, low, high, len(y), "clopper-pearson-effective-n", sd, len(y), unit, effective_n=n_eff)
+
+
+def _beta_interval(p: float, n_eff: float) -> tuple[float, float]:
+    """The Clopper-Pearson interval of a share ``p`` at a (possibly fractional) size ``n_eff``: Beta quantiles at
+    ``k = p n_eff`` (``scipy.stats.beta``)."""
+    from scipy.stats import beta
+
     k = round(p * n_eff, 9)
     low = 0.0 if k <= 0 else float(beta.ppf((1 - LEVEL) / 2, k, n_eff - k + 1))
     high = 1.0 if k >= n_eff else float(beta.ppf(1 - (1 - LEVEL) / 2, k + 1, n_eff - k))
-    sd = math.sqrt(p * (1 - p) * len(y) / n_eff)
-    return Estimate(p, low, high, len(y), "clopper-pearson-effective-n", sd, len(y), unit, effective_n=n_eff)
+    return low, high
+
+
+def clustered_share(hits: Sequence[int], counts: Sequence[int], unit: str, cluster: str) -> Estimate | None:
+    """A share of 0/1 units (``hits[k]`` of ``counts[k]`` in cluster k) whose clusters are the independent units:
+    :func:`share_at_design_effect` with the cluster-robust (CR1) variance of :func:`clustered`. One cluster gives
+    no interval."""
+    pairs = [(int(a), int(b)) for a, b in zip(hits, counts) if b]
+    if not pairs:
+        return None
+    num = np.array([a for a, _ in pairs], dtype=float)
+    den = np.array([b for _, b in pairs], dtype=float)
+    k, n = len(pairs), int(den.sum())
+    p = float(num.sum() / den.sum())
+    if k < 2:
+        return Estimate(p, None, None, n, SHARE_CLUSTERED, None, k, cluster, note=f"needs two or more {cluster}")
+    variance = k / (k - 1) * float(((num - p * den) ** 2).sum()) / n**2
+    return share_at_design_effect(p, variance, n, k, cluster)
+
+
+SHARE_CLUSTERED = "clopper-pearson-clustered"
+
+
+def share_at_design_effect(p: float, variance: float, n: int, clusters: int, cluster: str) -> Estimate:
+    """The exact interval of a share ``p`` of ``n`` 0/1 units in ``clusters`` independent clusters whose estimate
+    has ``variance`` (``clopper-pearson-clustered``; Korn and Graubard 1998): ``n_eff = p (1 - p) / variance``, at
+    most ``n`` (``n`` itself where ``p`` is 0 or 1, which has no variance to go on), times ``(t_(0.975, n - 1) /
+    t_(0.975, clusters - 1))^2``; then the Beta (Clopper-Pearson) interval at ``k = p n_eff``. Unlike a t interval
+    it is skewed where the share nears 0 or 1 and still bounds a share of 0 or 1. ``sd`` per cluster."""
+    from scipy.stats import t
+
+    n_eff = min(float(n), p * (1 - p) / variance) if variance > 0 and 0 < p < 1 else float(n)
+    n_eff *= (float(t.ppf(1 - (1 - LEVEL) / 2, n - 1)) / float(t.ppf(1 - (1 - LEVEL) / 2, clusters - 1))) ** 2
+    low, high = _beta_interval(p, n_eff)
+    sd = math.sqrt(variance * clusters)
+    return Estimate(p, low, high, n, SHARE_CLUSTERED, sd, clusters, cluster, effective_n=n_eff)

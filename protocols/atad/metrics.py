@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dyneval.results.stats import Estimate, proportion, summary_entries, weighted_proportion
-from dyneval.results.stats import mean as mean_estimate
+from dyneval.results.stats import Estimate, proportion, summary_entries, t_mean, weighted_proportion
 from dyneval.state.atad import TASK_IDS
 
 
@@ -133,8 +133,8 @@ def generation_stats(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """95 % intervals and separable differences of the generation headline metrics. Each unit generates its own
     problem, so the finalized and discarded counts are binomial: the exact interval of the share, shown on the
-    count scale (n x share), with the separable difference on the share; the mean level is bootstrapped over the
-    finalized problems."""
+    count scale (n x share), with the separable difference on the share; the mean level takes Student's t over
+    the finalized problems (``t-units``: a default run finalizes a handful, where the bootstrap undercovered)."""
     n = len(items)
     finalized = sum(1 for i in items if i.get("item_status") == "finalized")
     share = proportion(finalized, n, "problems")
@@ -144,7 +144,7 @@ def generation_intervals(items: Sequence[dict[str, Any]]) -> dict[str, dict[str,
         {
             "finalized": share and share.scaled(n, scale="share of problems"),
             "discarded": other and other.scaled(n, scale="share of problems"),
-            "mean_level": mean_estimate(levels, "finalized problems"),
+            "mean_level": t_mean(levels, "finalized problems", (0.0, math.inf)),
         }
     )
 

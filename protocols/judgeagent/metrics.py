@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from dyneval.results.stats import Estimate, clustered, proportion, summary_entries
+from dyneval.results.stats import Estimate, clustered, clustered_share, summary_entries
 from dyneval.state.judgeagent import DIFFICULTIES
 from dyneval.state.verdicts import is_ungraded, rate
 
@@ -149,36 +149,32 @@ def ungraded_answers(records: Iterable[dict[str, Any]]) -> int:
 def intervals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """95 % intervals and separable differences of the headline metrics (:mod:`results.stats`).
 
-    The JudgeAgent score and the validation rates after the suggestions (ACC2, CR, CtE) are clustered by batch:
-    the extension rounds grow from the batch's own questions and one feedback serves the whole batch (Algorithms
-    1 and 2), so batches are the independent units (``cluster-robust-t`` over batches, t at batches - 1 degrees of
-    freedom: a bootstrap over 10 batches covered too seldom, docs/statistics.md). Base accuracy and ACC1 are
-    shares of base questions, each answered on its own: exact (Clopper-Pearson) intervals.
-    """
+    Every headline metric is clustered by batch (the score ``cluster-robust-t`` over batches, t at batches - 1
+    degrees of freedom; the shares ``clopper-pearson-clustered``, the exact interval at the design-effect size,
+    which the t interval undercovered near 0 or 1): a batch holds consecutive questions of the benchmark
+    (SPLIT_BATCHES, Algorithm 1), which benchmark files order by subject, so its base questions share a knowledge
+    scope (section 5, batch size); its extension rounds grow from its own questions and one feedback serves the
+    whole batch (Algorithm 2). Batches are the independent units. An exact interval over base questions, as if
+    each were answered on its own, covered 90 % at 10 batches with a batch effect (docs/statistics.md)."""
     records = list(records)
-    base = [None if is_ungraded(b) else bool(b["correct"]) for r in records for b in r["base"]]
-    graded = [b for b in base if b is not None]
+    base = [[bool(b["correct"]) for b in r["base"] if not is_ungraded(b)] for r in records]
     per_batch = [[v for v in r.get("validation", []) if _graded_row(v)] for r in records]
-    rows = [v for batch in per_batch for v in batch]
+
+    def share(batches: list[list[Any]], test: Any, unit: str) -> Estimate | None:
+        return clustered_share(
+            [sum(1 for v in batch if test(v)) for batch in batches], [len(b) for b in batches], unit, "batches"
+        )
 
     def by_batch(test: Any) -> Estimate | None:
-        return clustered(
-            [sum(1 for v in batch if test(v)) for batch in per_batch],
-            [len(b) for b in per_batch],
-            "validated questions",
-            "batches",
-            (0, 1),
-        )
+        return share(per_batch, test, "validated questions")
 
     return summary_entries(
         {
             "score": clustered(  # gains are never negative (Eq. 4)
                 [r["score"] for r in records], [r["answered"] for r in records], "answers", "batches", (0, math.inf)
             ),
-            "base_accuracy.value": proportion(sum(graded), len(graded), "base questions"),
-            "validation.overall.acc1": proportion(
-                sum(1 for v in rows if v["correct1"]), len(rows), "validated questions"
-            ),
+            "base_accuracy.value": share(base, bool, "base questions"),
+            "validation.overall.acc1": by_batch(lambda v: v["correct1"]),
             "validation.overall.acc2": by_batch(lambda v: v["correct2"]),
             "validation.overall.cr": by_batch(lambda v: v["correct2"] and not v["correct1"]),
             "validation.overall.cte": by_batch(lambda v: v["correct1"] and not v["correct2"]),

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from dyneval.results.stats import BLOCK, LEVEL, clustered
+from dyneval.results.stats import BLOCK, LEVEL, clustered, share_at_design_effect
 from dyneval.state.judgecheck import SPLIT
 
 Key = tuple[int, str]  # (repeat, order)
@@ -88,6 +88,8 @@ class Measure:
     reduce: Callable[[np.ndarray], dict[str, np.ndarray]]
     #: a share of the items' verdicts: ``counts`` holds each item's hits and misses
     share: bool = False
+    #: a mean of shares (both orders' accuracies): the exact interval at the design effect of its jackknife variance
+    mean_of_shares: bool = False
 
     def value(self) -> dict[str, float | None]:
         return {k: _number(v[0]) for k, v in self.reduce(self.counts.sum(axis=0, keepdims=True)).items()}
@@ -230,7 +232,9 @@ def mean_accuracy(obs: list[Obs]) -> Measure:
     """The mean of the accuracies in the two orders."""
     a, b = accuracy(obs, "original"), accuracy(obs, "swapped")
     return Measure(
-        np.hstack([a.counts, b.counts]), lambda s: {"": (a.reduce(s[:, :2])[""] + b.reduce(s[:, 2:])[""]) / 2}
+        np.hstack([a.counts, b.counts]),
+        lambda s: {"": (a.reduce(s[:, :2])[""] + b.reduce(s[:, 2:])[""]) / 2},
+        mean_of_shares=True,
     )
 
 
@@ -283,10 +287,11 @@ def intervals(measure: Measure, items: int, *, resamples: int, seed: int) -> dic
     """Each value of ``measure`` with its 95 % interval over the items, the method chosen by the coverage it
     measured (``bench/coverage.py``, docs/statistics.md): a share (:func:`_share`) the exact binomial interval
     when every item gives one verdict, the cluster-robust t over items when repeats give several
-    (:func:`results.stats.clustered`); any other measure (kappa, Spearman's rho, F1, the mean of two orders'
-    accuracies) the BCa bootstrap over the items (:func:`resampled`, :func:`_bca`; the percentile interval where
-    BCa is undefined), resamples where the value is undefined left out. ``low``/``high`` None under two items
-    (or with a ``note`` where the data give no interval)."""
+    (:func:`results.stats.clustered`); the mean of two orders' accuracies the exact interval at the design effect
+    of its jackknife variance over the items (:func:`results.stats.share_at_design_effect`: BCa covered 92.8 % at
+    20 items); any other measure (kappa, Spearman's rho, F1) the BCa bootstrap over the items (:func:`resampled`,
+    :func:`_bca`; the percentile interval where BCa is undefined), resamples where the value is undefined left
+    out. ``low``/``high`` None under two items (or with a ``note`` where the data give no interval)."""
     values = measure.value()
     out: dict[str, dict[str, Any]] = {k: {"value": v, "low": None, "high": None} for k, v in values.items()}
     if all(v is None for v in values.values()) or items < 2:
@@ -298,9 +303,15 @@ def intervals(measure: Measure, items: int, *, resamples: int, seed: int) -> dic
             out[""] |= {"low": found.low, "high": found.high, "method": found.method}
             out[""] |= {"note": found.note} if found.note else {}
         return out
-    draws = resampled(measure, items, resamples=resamples, seed=seed)
     total = measure.counts.sum(axis=0)
     left_out = measure.reduce(total - measure.counts)
+    if measure.mean_of_shares and (value := values[""]) is not None:
+        jack = left_out[""][~np.isnan(left_out[""])]
+        variance = (len(jack) - 1) / len(jack) * float(((jack - jack.mean()) ** 2).sum())
+        found = share_at_design_effect(value, variance, int(total.sum()), items, "items")
+        out[""] |= {"low": found.low, "high": found.high, "method": found.method}
+        return out
+    draws = resampled(measure, items, resamples=resamples, seed=seed)
     for key, value in values.items():
         kept = draws[key][~np.isnan(draws[key])]
         if value is None or not kept.size:
@@ -395,6 +406,12 @@ def class_scores(tables: np.ndarray, scale: tuple[str, ...]) -> dict[str, np.nda
     return out
 
 
+#: the labels every class of the scale needs before a macro average gets an interval: with fewer, the bootstrap
+#: interval of macro F1 covered 10 % (no label of a class), 58-66 % (one) and 85-95 % (two) of simulated runs,
+#: with three or more 92-100 % (``bench/coverage.py``, docs/statistics.md)
+MACRO_MIN_SUPPORT = 3
+
+
 def per_class(
     obs: list[Obs], scale: tuple[str, ...], *, order: str = "original", resamples: int, seed: int
 ) -> dict[str, Any]:
@@ -425,6 +442,12 @@ def per_class(
         if label != "macro":
             out[label]["support"] = sum(a == label for _, a, _ in got)
             out[label]["chosen"] = sum(b == label for _, _, b in got)
+    rare = [f"{label} ({out[label]['support']})" for label in scale if out[label]["support"] < MACRO_MIN_SUPPORT]
+    if rare:
+        note = f"fewer than {MACRO_MIN_SUPPORT} labels of {', '.join(rare)}: a macro average has no interval"
+        for entry in out["macro"].values():
+            entry |= {"low": None, "high": None, "note": note}
+            entry.pop("method", None)
     return out
 
 

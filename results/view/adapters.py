@@ -180,36 +180,36 @@ JUDGEAGENT = Adapter(
             "base_accuracy.value",
             "Base accuracy",
             "share of base questions answered correctly in Benchmark "
-            "Grading; 95 % interval: exact binomial (Clopper-Pearson) over base questions",
+            "Grading; 95 % interval: exact binomial at the design effect of the batches (Korn-Graubard)",
             "base_accuracy",
         ),
         Metric(
             "validation.overall.acc1",
             "ACC1",
             "accuracy on the base questions before the suggestions "
-            "(Algorithm 2, Table 1); 95 % interval: exact binomial over the validated questions",
+            "(Algorithm 2, Table 1); 95 % interval: exact binomial at the design effect of the batches",
             "validation.overall",
         ),
         Metric(
             "validation.overall.acc2",
             "ACC2",
             "accuracy on the same questions answered with the batch's "
-            "suggestions (Algorithm 2, Table 1); 95 % interval: cluster-robust t over batches (one feedback serves a "
-            "batch)",
+            "suggestions (Algorithm 2, Table 1); 95 % interval: exact binomial at the design effect of the batches "
+            "(one feedback serves a batch)",
             "validation.overall",
         ),
         Metric(
             "validation.overall.cr",
             "CR",
             "wrong -> right share over all validated base questions "
-            "(Algorithm 2); 95 % interval: cluster-robust t over batches",
+            "(Algorithm 2); 95 % interval: exact binomial at the design effect of the batches",
             "validation.overall",
         ),
         Metric(
             "validation.overall.cte",
             "CtE",
             "right -> wrong share over all validated base questions "
-            "(Algorithm 2); 95 % interval: cluster-robust t over batches",
+            "(Algorithm 2); 95 % interval: exact binomial at the design effect of the batches",
             "validation.overall",
             better="lower",
         ),
@@ -331,7 +331,7 @@ ATAD = Adapter(
         Metric(
             "mean_level",
             "Mean difficulty level",
-            "mean escalation level of the finalized problems; 95 % interval: bootstrap over the finalized problems",
+            "mean escalation level of the finalized problems; 95 % interval: Student's t over the finalized problems",
             "finalized",
         ),
         Metric(
@@ -700,7 +700,8 @@ JUDGECHECK = Adapter(
         Metric(
             "raters.*.per_class.original.macro.f1.value",
             "Macro F1 of judge {name}",
-            "mean over the labels of the per-label F1 (as PandaLM reports); a label never chosen counts 0",
+            "mean over the labels of the per-label F1 (as PandaLM reports); a label never chosen counts 0; no "
+            "interval while a label has fewer than 3 items",
             "raters.*.per_class.original.macro.f1",
             column="Macro F1",
         ),
