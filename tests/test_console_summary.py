@@ -64,7 +64,7 @@ def test_every_headline_metric_is_shown_with_its_value_and_interval(rendered, na
     for h in heads:
         assert h.label.replace(" ", "") in label_col
         assert h.interval is not None, h.path
-        assert h.interval["low"] is not None or "alike" in h.interval["note"], h.path  # no spread: says why
+        assert h.interval["low"] is not None or h.interval["note"], h.path  # none (no spread, too few): says why
         assert f"{number(h.value)}{interval_text(h.interval)}".replace(" ", "") in value_col
 
 

@@ -69,16 +69,23 @@ def test_every_headline_metric_of_a_run_has_an_interval_with_n_and_method(runs, 
         assert h["path"] in s["metrics"]["separable"]
 
 
-def test_judgeagent_base_accuracy_is_clopper_pearson_and_its_score_is_resampled_by_batch(runs):
+def test_judgeagent_base_accuracy_is_exact_at_the_design_effect_size_and_its_score_is_clustered_by_batch(runs):
     s, recs = summary(runs["judgeagent"]), records(runs["judgeagent"])
-    base = [b for r in recs for b in r["base"] if b["verdict"] != "ungraded"]
-    k, n = sum(1 for b in base if b["correct"]), len(base)
+    hits = np.array([sum(1 for b in r["base"] if b["verdict"] != "ungraded" and b["correct"]) for r in recs], float)
+    counts = np.array([sum(1 for b in r["base"] if b["verdict"] != "ungraded") for r in recs], float)
+    k, n, p = len(recs), int(counts.sum()), hits.sum() / counts.sum()
     got = s["metrics"]["intervals"]["base_accuracy.value"]
-    assert (got["method"], got["n"]) == ("clopper-pearson", n)
-    assert (got["low"], got["high"]) == pytest.approx(clopper_pearson(k, n))
-    sep = s["metrics"]["separable"]["base_accuracy.value"]
-    p = k / n
-    assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * math.sqrt(p * (1 - p)) / math.sqrt(n))
+    assert (got["method"], got["n"]) == ("clopper-pearson-clustered", n)
+    # Korn and Graubard (1998): the CR1 variance over batches, n_eff = p (1 - p) / variance (at most n), times
+    # (t_(n-1) / t_(k-1))^2, then the Clopper-Pearson interval at x = p n_eff
+    variance = k / (k - 1) * ((hits - p * counts) ** 2).sum() / n**2
+    n_eff = min(n, p * (1 - p) / variance) if variance > 0 and 0 < p < 1 else n
+    n_eff *= (student_t.ppf(0.975, n - 1) / student_t.ppf(0.975, k - 1)) ** 2
+    x = p * n_eff
+    low = 0.0 if x <= 0 else beta.ppf(0.025, x, n_eff - x + 1)
+    high = 1.0 if x >= n_eff else beta.ppf(0.975, x + 1, n_eff - x)
+    assert (got["low"], got["high"]) == pytest.approx((low, high))
+    assert s["metrics"]["separable"]["base_accuracy.value"]["n"] == k  # batches are the independent units
 
     score = s["metrics"]["intervals"]["score"]
     sums = np.array([float(r["score"]) for r in recs])
@@ -94,7 +101,7 @@ def test_judgeagent_base_accuracy_is_clopper_pearson_and_its_score_is_resampled_
     assert (score["estimate"], score["low"], score["high"]) == pytest.approx((ratio, ratio - half, ratio + half))
 
 
-def test_atad_counts_are_n_times_the_exact_interval_of_their_share_and_the_level_is_bootstrapped(runs):
+def test_atad_counts_are_n_times_the_exact_interval_of_their_share_and_the_level_is_a_t_interval(runs):
     s = summary(runs["atad_generate"])
     bench = [
         json.loads(line)
@@ -113,7 +120,10 @@ def test_atad_counts_are_n_times_the_exact_interval_of_their_share_and_the_level
     levels = [float(i["level"]) for i in bench if i["item_status"] == "finalized"]
     assert len(levels) == fin
     lv = s["metrics"]["intervals"]["mean_level"]
-    assert (lv["low"], lv["high"]) == pytest.approx(scipy_interval((np.array(levels),), lambda a, axis: a.mean(axis)))
+    half = student_t.ppf(0.975, len(levels) - 1) * statistics.stdev(levels) / math.sqrt(len(levels))
+    mean_level = statistics.fmean(levels)
+    assert lv["method"] == "t-units"
+    assert (lv["low"], lv["high"]) == pytest.approx((max(mean_level - half, 0.0), mean_level + half))  # levels >= 0
     sep = s["metrics"]["separable"]["mean_level"]
     assert sep["difference"] == pytest.approx(Z * math.sqrt(2) * statistics.stdev(levels) / math.sqrt(len(levels)))
 

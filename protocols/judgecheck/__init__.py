@@ -276,14 +276,15 @@ def headline_intervals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for h in headline_metrics(adapter("judgecheck"), summary):
         m = dig(summary, h["path"].removesuffix(".value"))
-        if isinstance(m, dict) and m.get("low") is not None:
+        if isinstance(m, dict) and (m.get("low") is not None or m.get("note")):  # withheld: the reason shown
             out[h["path"]] = {
                 "estimate": m["value"],
-                "low": m["low"],
-                "high": m["high"],
+                "low": m.get("low"),
+                "high": m.get("high"),
                 "n": m["n"],
                 "level": 0.95,
                 "method": m.get("method"),
+                **({"note": m["note"]} if m.get("note") else {}),
             }
     return out
 
