@@ -52,9 +52,10 @@ def export_run(ref: str, out: str, fmt: str) -> list[Path]:
         _pyarrow()  # refused before anything is written
     dest = run.path / "export"
     written: dict[Path, Path] = {}  # each file is written beside its place, then moved there once all are written
+    found = tables(run.protocol, run.records())  # every record read (a damaged one refused) before a file is made
     with writable(dest, "--export"), cleared(written):
         dest.mkdir(exist_ok=True)
-        for name, rows in tables(run.protocol, run.records()).items():
+        for name, rows in found.items():
             if name == "items" and not rows:
                 continue
             path = dest / f"{name}.{fmt}"
