@@ -271,7 +271,8 @@ def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:
     pre.add_argument("--protocol")
     pre.add_argument("--out", default=RunConfig.model_fields["out"].default)
     args, rest = pre.parse_known_args(argv)
-    if args.leaderboard:
+    own = args.protocol is not None and any(o.name == "leaderboard" for o in protocol_class(args.protocol).options())
+    if args.leaderboard and not own:  # llmeval's --leaderboard is its own (the bank's examinees)
         _print_leaderboard(args, rest, console)
         return True
     if args.protocol is None and (args.calibration is not None or args.run is not None):

@@ -268,12 +268,12 @@ def test_without_the_flag_a_record_without_discipline_is_refused_and_the_message
         (
             ["--discipline", "Law", "--leaderboard"],
             "'--discipline': --fields, --skip-invalid, --discipline and "
-            "--answer-form apply to a --bank file; no --bank was given",
+            "--answer-form apply to a --bank file or --hf-dataset; neither was given",
         ),
         (
             ["--answer-form", "index", "--leaderboard"],
             "'--answer-form': --fields, --skip-invalid, --discipline and "
-            "--answer-form apply to a --bank file; no --bank was given",
+            "--answer-form apply to a --bank file or --hf-dataset; neither was given",
         ),
     ],
 )
