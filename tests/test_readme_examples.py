@@ -53,11 +53,13 @@ def python_blocks() -> list[tuple[str, str]]:
 
 def run_commands() -> list[tuple[str, str]]:
     """(``PAGE:LINE``, arguments after the command) of every ``dyneval --protocol`` (or ``python run.py
-    --protocol``) command of every page; a command ends at a backtick, a line end or a ``#`` comment."""
+    --protocol``) command of every page; a command ends at a backtick, a line end or a ``#`` comment (a ``#``
+    inside quotes, as in ``"langgraph:URL#ASSISTANT"``, is the argument's)."""
+    command = r"(?:\bdyneval|python run\.py) (--protocol [a-z](?:\"[^\"\n]*\"|'[^'\n]*'|[^`\n#\"'])*)"
     return [
         (f"{page}:{_line_of(text, m.start())}", m.group(1).strip())
         for page, text in PAGES.items()
-        for m in re.finditer(r"(?:\bdyneval|python run\.py) (--protocol [a-z][^`\n#]*)", text)
+        for m in re.finditer(command, text)
     ]
 
 
