@@ -20,7 +20,6 @@ Entries older than ``expiry_s`` are ignored (and replaced when asked again), in 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -33,11 +32,6 @@ from langchain_core.outputs import ChatGeneration
 
 #: The database file inside the cache folder.
 DATABASE = "responses.sqlite"
-
-
-def default_folder() -> Path:
-    """``$XDG_CACHE_HOME/dyneval`` (``~/.cache/dyneval``): one cache for every run of this user."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dyneval"
 
 
 @dataclass(frozen=True)

@@ -232,10 +232,11 @@ class Services:
     def _response_cache(self) -> ResponseCache:
         """The run's response cache (``--cache``), opened on first use (caller holds the lock)."""
         if "responses" not in self._cache:
-            from dyneval.runtime.cache import ResponseCache, default_folder
+            from dyneval.runtime.cache import ResponseCache
+            from dyneval.stores.files import user_cache_folder
 
             stores = self.config.stores
-            folder = Path(stores.cache_dir) if stores.cache_dir else default_folder()
+            folder = Path(stores.cache_dir) if stores.cache_dir else user_cache_folder()
             expiry = stores.cache_expiry_hours * 3600 if stores.cache_expiry_hours else None
             self._cache["responses"] = ResponseCache(folder, expiry)
         return self._cache["responses"]

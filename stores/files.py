@@ -127,3 +127,9 @@ def read_records(path: Path, problems: list[str] | None = None) -> Iterator[dict
                 yield record
             elif problems is not None:
                 problems.append(f"{path.name}: line {number} is not a whole JSON record; skipped")
+
+
+def user_cache_folder() -> Path:
+    """``$XDG_CACHE_HOME/dyneval`` (``~/.cache/dyneval``): the user's cache for every run (responses, exported
+    models)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dyneval"

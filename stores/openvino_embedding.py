@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from dyneval.stores.files import user_cache_folder
+
 #: Bumped when the export below changes what it writes: the digest names the file, so an old export is not reused.
 EXPORT_VERSION = "1:onnx-opset17:mean-normalize:fp32"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -35,7 +37,7 @@ ENCODE_BATCH = 32  # sentence-transformers' default encode batch, which Chroma's
 
 def default_folder() -> Path:
     """Where exported models are kept: ``$XDG_CACHE_HOME/dyneval/models`` (``~/.cache/dyneval/models``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dyneval" / "models"
+    return user_cache_folder() / "models"
 
 
 def model_digest(model_dir: Path) -> str:
