@@ -212,26 +212,28 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     )
 
 
-def render_leaderboards(boards: list[Board], console: Console) -> None:
+def render_leaderboards(boards: list[Board], console: Console, pooled: bool = True) -> None:
     """Print each leaderboard (:mod:`results.leaderboard`): models ranked by the first headline metric, every
-    metric's value with its interval, the probability of being best, and how sure the order is."""
+    metric's value with its interval (pooled over the model's runs, or its latest run's), the probability of being
+    best, and how sure the order is."""
     for board in boards:
         first = board.metrics[0] if board.metrics else None
-        ranking = board.ranking(first) if first else None
+        ranking = board.ranking(first, pooled) if first else None
         table = _table(
             f"{board.protocol}, data {board.data_label} ({board.data}), judge and other models: {board.judge}",
             "rank",
             "model",
             *(m.heading + (" (lower is better)" if m.better == "lower" else "") for m in board.metrics),
             "P(best)",
-            "run",
+            "runs",
         )
         ranked = ranking.order if ranking else []
-        for model in [*ranked, *(m for m in board.cells if m not in ranked)]:
-            cells = board.cells[model]
+        rows = board.cells(pooled)
+        for model in [*ranked, *(m for m in rows if m not in ranked)]:
+            cells = rows[model]
             place = str(ranked.index(model) + 1) if model in ranked else "-"
             best = ranking.p_best.get(model) if ranking else None
-            runs = sorted({c.run_id for c in cells.values()})
+            runs = sorted({r for c in cells.values() for r in c.runs or (c.run_id,)})
             table.add_row(
                 place,
                 model,
@@ -241,4 +243,4 @@ def render_leaderboards(boards: list[Board], console: Console) -> None:
             )
         console.print(table)
         if first and ranking:
-            console.print(statement(first, ranking), markup=False, highlight=False, soft_wrap=True)
+            console.print(statement(first, ranking, pooled), markup=False, highlight=False, soft_wrap=True)
