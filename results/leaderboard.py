@@ -52,7 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from dyneval.results.headline import Headline, headlines, number
+from dyneval.results.headline import Headline, headlines
+from dyneval.results.numbers import number
 from dyneval.results.view.adapters import Adapter, Metric, adapter
 from dyneval.stores.rundir import DamagedRun, RunDir
 from dyneval.stores.runfiles import ConfigFile, SummaryFile
