@@ -76,8 +76,8 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
         "difference D in each headline metric, from the pilot run's variance, 'dyneval --index DIR' "
         "writes DIR/index.html listing every run in DIR, 'dyneval --review RUN [--sample N] [--reviewer NAME] "
         "[--host H] [--port P]' serves a page where people label a sample of a run's judged answers, and "
-        "'dyneval --leaderboard [--out DIR] [--protocol P]' prints the models ranked by their latest finished "
-        "runs, per protocol, data set and judge.",
+        "'dyneval --leaderboard [--out DIR] [--protocol P] [--latest]' prints the models ranked by their "
+        "finished runs (pooled; --latest: each model's latest run), per protocol, data set and judge.",
         formatter_class=_HelpFormatter,
         **kwargs,
     )
@@ -228,7 +228,10 @@ def _chosen_protocol(argv: list[str] | None) -> str | None:
 
 
 def _print_leaderboard(args: argparse.Namespace, rest: list[str], console: Console) -> None:
-    """``--leaderboard [--out DIR] [--protocol P]``: the leaderboards of the runs under ``--out`` on the console."""
+    """``--leaderboard [--out DIR] [--protocol P] [--latest]``: the leaderboards of the runs under ``--out`` on the
+    console, each model's runs pooled (``--latest``: its latest run)."""
+    latest = "--latest" in rest
+    rest = [r for r in rest if r != "--latest"]
     other = [
         f
         for f in ("compare", "export", "format", "detect", "pilot", "index", "review", "calibration", "run")
@@ -236,7 +239,9 @@ def _print_leaderboard(args: argparse.Namespace, rest: list[str], console: Conso
     ]
     if rest or other:
         extra = " ".join(rest) or " ".join(f"--{f}" for f in other)
-        raise InputError(f"--leaderboard takes --out and --protocol only, not {extra}", setting="--leaderboard")
+        raise InputError(
+            f"--leaderboard takes --out, --protocol and --latest only, not {extra}", setting="--leaderboard"
+        )
     if args.protocol is not None:
         protocol_class(args.protocol)  # an unknown name: exit 2 naming the choices
     folder = Path(args.out)
@@ -250,7 +255,7 @@ def _print_leaderboard(args: argparse.Namespace, rest: list[str], console: Conso
     if not found:
         of = f" of {args.protocol}" if args.protocol else ""
         console.print(f"no finished run{of} under {folder}", markup=False, highlight=False)
-    render_leaderboards(found, console)
+    render_leaderboards(found, console, pooled=not latest)
 
 
 def _finished_run_tools(argv: list[str] | None, console: Console) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dyneval.results.numbers import interval_text, number
 from dyneval.results.stats import mean, proportion, summary_entries
 from dyneval.results.view.adapters import adapter, dig, interval_of
 from dyneval.results.view.data import headline_metrics
@@ -67,13 +68,6 @@ def declared_intervals(spec: Adapter, metrics: dict[str, Any], records: list[dic
     return metrics
 
 
-def number(x: Any) -> str:
-    """Three significant digits for floats (``0.917``, ``14.3``, ``50``); anything else as it is."""
-    if isinstance(x, bool) or not isinstance(x, float):
-        return str(x)
-    return f"{x:.3g}"
-
-
 def _own_interval(metrics: dict[str, Any], path: str) -> dict[str, Any] | None:
     """A measure that carries ``low``/``high`` and its ``method`` beside its ``value`` (judgecheck's intervals over
     items)."""
@@ -110,15 +104,6 @@ def headlines(protocol: str, metrics: dict[str, Any]) -> list[Headline]:
             )
         )
     return out
-
-
-def interval_text(interval: dict[str, Any] | None) -> str:
-    """``[low, high]``, or why there is none."""
-    if not interval:
-        return "(no interval)"
-    if interval.get("low") is None or interval.get("high") is None:
-        return f"(no interval: {interval.get('note') or 'too few units'})"
-    return f"[{number(interval['low'])}, {number(interval['high'])}]"
 
 
 def method_text(interval: dict[str, Any] | None) -> str:

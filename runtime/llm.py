@@ -60,42 +60,48 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _status(exc: BaseException) -> int | None:
-    """The HTTP status of a provider SDK's status error (``status_code``: openai, anthropic, ollama)."""
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) and not isinstance(status, bool) else None
+    """The HTTP status of a provider SDK's status error (``status_code``: openai, anthropic, ollama; ``code``:
+    google-genai), on the error or on the one it was raised from: LangChain's Gemini integration re-raises
+    google-genai's 4xx as an error of its own that keeps only the message."""
+    for err in (exc, exc.__cause__):
+        status = getattr(err, "status_code", None)
+        if status is None and isinstance(err, _loaded("google.genai.errors:APIError")):
+            status = getattr(err, "code", None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
+def _loaded(*names: str) -> tuple[type[BaseException], ...]:
+    """The error classes ``module:Class`` of the modules this process has loaded: a provider SDK comes with its
+    integration's client (:data:`runtime.models.INTEGRATIONS`), never imported here."""
+    return tuple(
+        getattr(sys.modules[module], name)
+        for module, _, name in (n.partition(":") for n in names)
+        if module in sys.modules
+    )
 
 
 def _sdk_timeouts() -> tuple[type[BaseException], ...]:
-    """The timeout errors of provider SDKs other than OpenAI's, among those this process loaded (an integration's
-    client, :data:`runtime.models.INTEGRATIONS`; Ollama's client raises httpx's own)."""
-    if "anthropic" not in sys.modules:
-        return ()
-    import anthropic
-
-    return (anthropic.APITimeoutError,)
+    """The timeout errors of provider SDKs other than OpenAI's (Ollama's client raises httpx's own; google-genai's
+    httpx's or httpx2's, whichever it runs on)."""
+    return _loaded("anthropic:APITimeoutError", "httpx2:TimeoutException")
 
 
 def _sdk_faults() -> tuple[type[BaseException], ...]:
-    """The timeout and connection errors of provider SDKs other than OpenAI's that this process loaded."""
-    if "anthropic" not in sys.modules:
-        return ()
-    import anthropic
-
-    return (anthropic.APIConnectionError,)  # its APITimeoutError is one
+    """The timeout and connection errors of provider SDKs other than OpenAI's (each includes its timeouts)."""
+    return _loaded("anthropic:APIConnectionError", "httpx2:TransportError")
 
 
 def _sdk_errors() -> tuple[type[BaseException], ...]:
     """Every error class of the provider SDKs this process loaded, besides OpenAI's."""
-    found: list[type[BaseException]] = []
-    if "anthropic" in sys.modules:
-        import anthropic
-
-        found.append(anthropic.APIError)
-    if "ollama" in sys.modules:
-        import ollama
-
-        found.append(ollama.ResponseError)
-    return tuple(found)
+    return _loaded(
+        "anthropic:APIError",
+        "ollama:ResponseError",
+        "google.genai.errors:APIError",
+        "langchain_google_genai._common:GoogleGenerativeAIError",
+        "httpx2:HTTPError",
+    )
 
 
 def is_overload(exc: BaseException) -> bool:

@@ -41,12 +41,15 @@ def resolve_api_key(spec: ModelSpec) -> str:
     raise InputError(f"environment variable {spec.api_key_env} (API key for model {spec.model!r}) is not set")
 
 
-#: A provider's LangChain integration: its package, the extra that installs it, and its keyword for the reply's
-#: token limit (``init_chat_model`` passes keywords through to the integration's class).
-INTEGRATIONS: dict[str, tuple[str, str, str]] = {
-    "anthropic": ("langchain_anthropic", "anthropic", "max_tokens"),
-    "google_genai": ("langchain_google_genai", "google", "max_output_tokens"),
-    "ollama": ("langchain_ollama", "ollama", "num_predict"),
+#: A provider's LangChain integration: its package, the extra that installs it, its keyword for the reply's token
+#: limit (``init_chat_model`` passes keywords through to the integration's class), and its ``max_retries`` for
+#: "one attempt, no retries" (``None``: its client takes no such option). google-genai counts attempts: 1 is a
+#: single attempt in every release, where LangChain documents ``max_retries=0`` as "the SDK's default" (5 retries)
+#: (``ChatGoogleGenerativeAI.max_retries``).
+INTEGRATIONS: dict[str, tuple[str, str, str, int | None]] = {
+    "anthropic": ("langchain_anthropic", "anthropic", "max_tokens", 0),
+    "google_genai": ("langchain_google_genai", "google", "max_output_tokens", 1),
+    "ollama": ("langchain_ollama", "ollama", "num_predict", None),
 }
 
 
@@ -54,7 +57,7 @@ def missing_integration(spec: ModelSpec) -> str | None:
     """Why ``spec``'s provider cannot be used here (its integration's extra is not installed), or ``None``."""
     if spec.provider not in INTEGRATIONS:
         return None
-    package, extra, _ = INTEGRATIONS[spec.provider]
+    package, extra, _, _ = INTEGRATIONS[spec.provider]
     if importlib.util.find_spec(package) is not None:
         return None
     return (
@@ -68,12 +71,12 @@ def _integration_chat(spec: ModelSpec) -> BaseChatModel:
     spec's temperature, token limit, timeout, base URL and key."""
     from langchain.chat_models import init_chat_model
 
-    _, _, limit = INTEGRATIONS[spec.provider]
+    _, _, limit, single_attempt = INTEGRATIONS[spec.provider]
     options: dict[str, Any] = {"temperature": spec.temperature, limit: spec.max_tokens}
-    if spec.provider == "ollama":  # the Ollama client: no retries of its own; its httpx client takes the timeout
+    if single_attempt is None:  # the Ollama client: no retries of its own; its httpx client takes the timeout
         options["client_kwargs"] = {"timeout": spec.timeout_s}
     else:
-        options.update(timeout=spec.timeout_s, max_retries=0, api_key=resolve_api_key(spec))
+        options.update(timeout=spec.timeout_s, max_retries=single_attempt, api_key=resolve_api_key(spec))
     if spec.base_url:
         options["base_url"] = spec.base_url
     return init_chat_model(spec.model, model_provider=spec.provider, **options)

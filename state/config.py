@@ -153,12 +153,13 @@ def embedded_spec() -> ModelSpec:
     return ModelSpec(provider="embedded", model="smollm2-135m-instruct", concurrency=1, max_tokens=384)
 
 
-#: ``PREFIX/MODEL`` -> (LangChain provider, env var of the key, env var of a base URL other than the provider's):
-#: the names inspect_ai gives these providers.
-PROVIDER_PREFIXES: dict[str, tuple[str, str | None, str]] = {
-    "anthropic": ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-    "gemini": ("google_genai", "GOOGLE_API_KEY", "GOOGLE_BASE_URL"),
-    "ollama": ("ollama", None, "OLLAMA_BASE_URL"),
+#: ``PREFIX/MODEL`` -> (LangChain provider, env var of the key, env vars of a base URL other than the provider's,
+#: the first set wins): the names inspect_ai gives these providers, and for Gemini also the google-genai SDK's own
+#: ``GOOGLE_GEMINI_BASE_URL`` (which the SDK would read by itself; read here, the URL is in the run's model label).
+PROVIDER_PREFIXES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
+    "anthropic": ("anthropic", "ANTHROPIC_API_KEY", ("ANTHROPIC_BASE_URL",)),
+    "gemini": ("google_genai", "GOOGLE_API_KEY", ("GOOGLE_BASE_URL", "GOOGLE_GEMINI_BASE_URL")),
+    "ollama": ("ollama", None, ("OLLAMA_BASE_URL",)),
 }
 
 
@@ -184,8 +185,8 @@ def _provider_spec(ref: str) -> ModelSpec | None:
         return None
     if not model:
         raise ValueError(f"malformed {prefix}/MODEL {ref!r}: MODEL is empty")
-    provider, key_env, url_env = PROVIDER_PREFIXES[prefix]
-    url = os.environ.get(url_env) or None
+    provider, key_env, url_envs = PROVIDER_PREFIXES[prefix]
+    url_env, url = next(((name, os.environ[name]) for name in url_envs if os.environ.get(name)), ("", None))
     if url and (problem := base_url_problem(url)):
         raise ValueError(f"{url_env} {url!r} (for {ref!r}): {problem}")
     return ModelSpec(provider=provider, model=model, base_url=url, api_key_env=key_env)

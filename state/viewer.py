@@ -1,6 +1,7 @@
 """What a protocol declares for the readers of its runs (``Protocol.viewer``): its headline metrics (name, label,
-definition, denominator, how the interval is computed, which way is better), the per-unit outcomes a comparison
-pairs, the unit table's outcome columns and a unit's detail sections. The console summary, ``--fail-under``, the
+definition, denominator, how the interval is computed, which way is better), the small tables the console summary
+shows after them, the per-unit outcomes a comparison pairs, the unit table's outcome columns and a unit's detail
+sections. The console summary, ``--fail-under``, the
 report, the viewer, the comparison page, the export and the leaderboard read every protocol, built-in or a user's
 own (``DYNEVAL_PROTOCOLS``), through this one declaration (docs/plugins.md).
 """
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from dyneval.state.blocks import Table
 
 #: How dyneval computes a declared metric's 95 % interval from the units' ``outcome`` values when the protocol's
 #: ``summarize`` writes none: ``proportion`` = exact binomial (Clopper-Pearson) of 0/1 outcomes, ``mean`` =
@@ -44,6 +47,9 @@ class Metric:
 
 
 Outcome = Callable[[dict[str, Any]], "float | None"]
+#: The small tables of a run's console summary from its ``summary["metrics"]`` (a table's ``caption`` is its title;
+#: a cell that is not text is shown as a number, None as "-").
+SummaryTables = Callable[[dict[str, Any]], list[Table]]
 Section = dict[str, Any]  # {"title", "headers", "rows"} or {"title", "text"}
 Items = Callable[[dict[str, Any]], list[dict[str, Any]]]
 #: Sections per unit id that need more than the unit's record (llmeval's answers are in its question bank):
@@ -54,6 +60,8 @@ RunSections = Callable[[Path, Any, list[dict[str, Any]]], dict[str, list[Section
 @dataclass(frozen=True)
 class Adapter:
     metrics: tuple[Metric, ...] = ()
+    #: the console summary's tables after the headline metrics (per task, round, model, judge ...)
+    tables: SummaryTables = lambda metrics: []
     #: name -> the unit's numeric outcome from its record (None = no value: not graded, not finished)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     #: the unit table's outcome columns, shown right after the unit id (name -> value from the record)

@@ -55,6 +55,7 @@ from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import PydanticCustomError
 
 from dyneval.state.errors import InputError
+from dyneval.stores.library_logs import HUGGING_FACE, through_root_logger
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
 TEXT_SUFFIXES = (".txt", ".md")
@@ -271,6 +272,7 @@ def hf_records(dataset_id: str, split: str) -> list[Record]:
             "reading a Hugging Face dataset needs the [hub] extra: pip install 'dyneval[hub]'", flag="--hf-dataset"
         ) from None
     datasets.disable_progress_bars()  # its "Generating split" bars: not in a run's display
+    through_root_logger(HUGGING_FACE)  # its records: to the run's library.log (runtime.library_output)
     name, _, config = dataset_id.partition(":")
     try:
         ds = datasets.load_dataset(name, config or None, split=split)

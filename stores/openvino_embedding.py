@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dyneval.stores.files import user_cache_folder
+from dyneval.stores.library_logs import HUGGING_FACE, through_root_logger
 
 #: Bumped when the export below changes what it writes: the digest names the file, so an old export is not reused.
 EXPORT_VERSION = "1:onnx-opset17:mean-normalize:fp32"
@@ -76,6 +77,8 @@ def _export(model_dir: Path, out: Path) -> None:
     dynamic batch and sequence axes (torch's TorchScript exporter: the dynamo one needs onnxscript)."""
     import torch
     from transformers import AutoModel
+
+    through_root_logger(HUGGING_FACE)  # its records: to the run's library.log (runtime.library_output)
 
     class Pooled(torch.nn.Module):
         def __init__(self, encoder: Any) -> None:

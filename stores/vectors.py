@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from dyneval.state.errors import InfraError, InputError, RetryPolicy, one_line
+from dyneval.stores.library_logs import HUGGING_FACE, through_root_logger
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -92,6 +93,7 @@ def lazy_sentence_transformer(model_name: str, openvino: bool = False) -> Any:
                     from transformers.utils import logging as transformers_logging
 
                     transformers_logging.disable_progress_bar()  # its "Loading weights" bar: not in a run's display
+                    through_root_logger(HUGGING_FACE)  # their records: to the run's library.log, not the display
 
                     self.models[self.model_name] = SentenceTransformer(
                         model_name_or_path=self.model_name, device=self.device

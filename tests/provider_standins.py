@@ -1,5 +1,6 @@
-"""Loopback stand-ins that speak two non-OpenAI wire formats: Anthropic's Messages API (``POST /v1/messages``) and
-Ollama's chat API (``POST /api/chat``, a stream of JSON lines). Each request is translated to the OpenAI shape and
+"""Loopback stand-ins that speak three non-OpenAI wire formats: Anthropic's Messages API (``POST /v1/messages``),
+Gemini's REST API (``POST /{version}/models/{model}:generateContent``, what the google-genai SDK sends) and Ollama's
+chat API (``POST /api/chat``, a stream of JSON lines). Each request is translated to the OpenAI shape and
 answered by :class:`tests.standin_endpoint.StandIn`'s own logic (deterministic text, a schema-valid tool call for a
 structured request, injected faults), then translated back, so a run against them is checked as a run against the
 OpenAI-compatible stand-in is. FastAPI served by uvicorn on 127.0.0.1, in a thread of the test's process."""
@@ -51,16 +52,66 @@ def ollama_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     return {"model": body["model"], "messages": messages, **({"tools": body["tools"]} if body.get("tools") else {})}
 
 
-TO_OPENAI = {"anthropic": anthropic_to_openai, "ollama": ollama_to_openai}
+def _gemini_text(parts: list[dict[str, Any]]) -> str:
+    """A Gemini content's parts (text, functionCall, functionResponse) as one text."""
+    texts = []
+    for part in parts:
+        if "text" in part:
+            texts.append(part["text"])
+        elif "functionCall" in part:
+            texts.append(json.dumps(part["functionCall"].get("args")))
+        elif "functionResponse" in part:
+            texts.append(json.dumps(part["functionResponse"].get("response")))
+    return "\n".join(texts)
+
+
+def json_schema(schema: Any) -> Any:
+    """A Gemini ``Schema`` (OpenAPI's subset, types in capitals: ``OBJECT``, ``STRING``) as JSON schema."""
+    if isinstance(schema, list):
+        return [json_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v.lower() if k == "type" and isinstance(v, str) else json_schema(v)) for k, v in schema.items()}
+    if out.get("properties"):
+        out["properties"] = {name: json_schema(sub) for name, sub in schema["properties"].items()}
+    return out
+
+
+def gemini_to_openai(body: dict[str, Any]) -> dict[str, Any]:
+    system = body.get("systemInstruction")
+    messages = [{"role": "system", "content": _gemini_text(system["parts"])}] if system else []
+    messages += [
+        {"role": "assistant" if c.get("role") == "model" else "user", "content": _gemini_text(c["parts"])}
+        for c in body["contents"]
+    ]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f["name"],
+                "parameters": f.get("parametersJsonSchema") or json_schema(f.get("parameters") or {}),
+            },
+        }
+        for t in body.get("tools") or []
+        for f in t.get("functionDeclarations") or []
+    ]
+    return {"model": body["model"], "messages": messages, **({"tools": tools} if tools else {})}
+
+
+TO_OPENAI = {"anthropic": anthropic_to_openai, "gemini": gemini_to_openai, "ollama": ollama_to_openai}
+
+#: google.rpc's status names for the HTTP statuses the stand-in answers with
+_GOOGLE_STATUS = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 
 
 def app(standin: StandIn, received: list[dict[str, Any]]) -> FastAPI:
-    """The two APIs over ``standin``; every request body (in its own wire format) is appended to ``received``."""
+    """The three APIs over ``standin``; every request body (in its own wire format) is appended to ``received``."""
     api = FastAPI()
 
-    async def answer(name: str, request: Request) -> tuple[dict[str, Any], int, dict[str, Any]]:
-        """The request's body, and the stand-in's status and OpenAI-shaped reply to it."""
-        body = await request.json()
+    async def answer(name: str, request: Request, **extra: Any) -> tuple[dict[str, Any], int, dict[str, Any]]:
+        """The request's body (with ``extra``: what the URL says), and the stand-in's status and OpenAI-shaped reply
+        to it."""
+        body = {**await request.json(), **extra}
         received.append({"api": name, "headers": dict(request.headers), "body": body})
         status, reply = standin.handle(TO_OPENAI[name](body))
         return body, status, reply
@@ -95,6 +146,33 @@ def app(standin: StandIn, received: list[dict[str, Any]]) -> FastAPI:
             }
         )
 
+    @api.post("/{version}/models/{call}")
+    async def generate_content(version: str, call: str, request: Request) -> Response:
+        model, _, method = call.partition(":")
+        if method != "generateContent":
+            return JSONResponse({"error": {"code": 404, "message": method, "status": "NOT_FOUND"}}, status_code=404)
+        body, status, reply = await answer("gemini", request, model=model)
+        if status != 200:
+            error = {"code": status, "message": reply["error"]["message"], "status": _GOOGLE_STATUS[status]}
+            return JSONResponse({"error": error}, status_code=status)
+        message, usage = reply["choices"][0]["message"], reply["usage"]
+        calls = message.get("tool_calls") or []
+        parts = [
+            {"functionCall": {"name": c["function"]["name"], "args": json.loads(c["function"]["arguments"])}}
+            for c in calls
+        ] or [{"text": message["content"]}]
+        return JSONResponse(
+            {
+                "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {
+                    "promptTokenCount": usage["prompt_tokens"],
+                    "candidatesTokenCount": usage["completion_tokens"],
+                    "totalTokenCount": usage["prompt_tokens"] + usage["completion_tokens"],
+                },
+                "modelVersion": model,
+            }
+        )
+
     @api.post("/api/chat")
     async def chat(request: Request) -> Response:
         body, status, reply = await answer("ollama", request)
@@ -123,7 +201,7 @@ def app(standin: StandIn, received: list[dict[str, Any]]) -> FastAPI:
 
 @contextmanager
 def provider_standin(standin: StandIn) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """The stand-in's base URL (``http://127.0.0.1:PORT``, both APIs) and the list of requests it received."""
+    """The stand-in's base URL (``http://127.0.0.1:PORT``, every API) and the list of requests it received."""
     received: list[dict[str, Any]] = []
     server = uvicorn.Server(uvicorn.Config(app(standin, received), host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -146,6 +146,14 @@ def test_index_shows_one_leaderboard_per_protocol_and_data_set_sorted_by_a_click
     assert again == sorted(again)  # a second click reverses
     browser.save_screenshot(str(tmp_path / "leaderboard.png"))
 
+    pooled = {b.get_attribute("data-board"): b.text for b in _boards(browser)}
+    Select(browser.find_element(By.ID, "board-cells")).select_by_value("latest")
+    latest = {b.get_attribute("data-board"): b.text for b in _boards(browser)}
+    assert "Each cell: the model's latest finished run." in latest[board.get_attribute("data-board")]
+    # one run per model here: its latest run is all there is to pool
+    assert {k: v.split("Each cell:")[0] for k, v in latest.items()} == {
+        k: v.split("Each cell:")[0] for k, v in pooled.items()
+    }
     Select(browser.find_element(By.ID, "board-protocol")).select_by_value("atad")
     assert sorted(b.get_attribute("data-protocol") for b in _boards(browser) if b.is_displayed()) == ["atad", "atad"]
     _no_console_errors(browser)
@@ -197,4 +205,6 @@ def test_index_payload_groups_by_judge_too(folder, tmp_path):
     (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     found = boards(runs_under(out), "interview")
     assert len(found) == 3
-    assert [b for b in found if "another_judge" in b.judge][0].cells.keys() == {summary["models"]["target"]}
+    assert [b for b in found if "another_judge" in b.judge][0].rows() == {
+        summary["models"]["target"].split("@")[0]: [summary["models"]["target"]]
+    }

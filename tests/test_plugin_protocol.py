@@ -1,13 +1,14 @@
 """A protocol of one's own, defined in this module and registered as a user registers one
 (``DYNEVAL_PROTOCOLS="quiz=tests.test_plugin_protocol:QuizProtocol"``, docs/plugins.md), gets what the built-in
 protocols get from their declarations: its headline metric with an interval dyneval computes, ``--fail-under`` on
-it, a leaderboard column and its own sections in the viewer.
+it, its own small table in the console summary, a leaderboard column and its own sections in the viewer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from langgraph.runtime import Runtime
 
 from dyneval.runtime.protocol import REGISTRY, Protocol, Run, Unit
 from dyneval.runtime.services import services_of
+from dyneval.state.blocks import Table
 from dyneval.state.context import BaseContext
 from dyneval.state.viewer import Adapter, Metric
 from tests.golden_runs import REPO
@@ -57,6 +59,11 @@ class _Shown:
         ]
 
 
+def _graded_table(metrics: dict[str, Any]) -> list[Table]:
+    """The console summary's table of the quiz: how many units were graded."""
+    return [Table(["units", "graded"], [["all", metrics.get("graded")]], "Quiz units graded")]
+
+
 class QuizProtocol(Protocol):
     name = "quiz"
     description = "A four-question arithmetic quiz, graded by exact match"
@@ -75,6 +82,7 @@ class QuizProtocol(Protocol):
         outcomes={"correct": lambda r: float(r["correct"]) if "correct" in r else None},
         columns={"correct": lambda r: r.get("correct")},
         sections=_Shown(),
+        tables=_graded_table,
     )
 
     def builder(self) -> StateGraph:
@@ -124,6 +132,7 @@ def test_a_registered_protocol_gets_its_headline_interval_fail_under_leaderboard
     assert metrics["accuracy"] == 0.5 and interval["method"] == "clopper-pearson" and interval["n"] == 4
     assert 0 < interval["low"] < 0.5 < interval["high"] < 1
     assert "Accuracy" in failed.stdout and "[0.0676, 0.932]" in failed.stdout  # the console's headline table
+    assert "Quiz units graded" in failed.stdout and re.search(r"│ all +│ 4 +│", failed.stdout)  # its declared table
 
     monkeypatch.setitem(REGISTRY, "quiz", "tests.test_plugin_protocol:QuizProtocol")  # this process reads it too
     from dyneval.results.leaderboard import boards
@@ -132,7 +141,7 @@ def test_a_registered_protocol_gets_its_headline_interval_fail_under_leaderboard
 
     (board,) = boards(runs_under(out))
     assert [m.heading for m in board.metrics] == ["Accuracy"]
-    assert board.cells[f"quizzer@{standin.url}"]["accuracy"].value == 0.5
+    assert board.cells()["quizzer"]["accuracy"].value == 0.5  # the row is the model's name
     payload = run_payload(run_dir)
     unit = next(u for u in payload["units"] if u["id"] == "q3")
     assert unit["sections"][0] == {

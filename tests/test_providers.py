@@ -1,8 +1,8 @@
 """Models by provider name: ``anthropic/MODEL``, ``gemini/MODEL``, ``ollama/MODEL`` resolve to their LangChain
 integration through ``init_chat_model``; ``openai-api/PROVIDER/MODEL`` to an OpenAI-compatible provider; a provider
-whose extra is missing is refused in one line naming the extra. Anthropic's Messages API and Ollama's chat API are
-exercised end to end against loopback stand-ins (:mod:`tests.provider_standins`): structured output, retries,
-the response cache, pricing and a budget."""
+whose extra is missing is refused in one line naming the extra. Anthropic's Messages API, Gemini's generateContent
+and Ollama's chat API are exercised end to end against loopback stand-ins (:mod:`tests.provider_standins`):
+structured output, retries, the response cache, pricing and a budget."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dyneval import cli
-from dyneval.runtime.models import build_chat_model, missing_integration, model_label
+from dyneval.runtime.models import build_chat_model, model_label
 from dyneval.state.config import parse_model_ref
 from tests.provider_standins import provider_standin
 from tests.run_files import unit_records
@@ -25,7 +25,15 @@ from tests.standin_endpoint import Faults, StandIn
 
 @pytest.fixture(autouse=True)
 def _no_provider_env(monkeypatch):
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GOOGLE_API_KEY", "GOOGLE_BASE_URL", "OLLAMA_BASE_URL"):
+    for name in (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "GOOGLE_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_BASE_URL",
+        "GOOGLE_GEMINI_BASE_URL",
+        "OLLAMA_BASE_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -52,11 +60,13 @@ def test_each_provider_name_resolves_to_its_integration(monkeypatch):
     assert model_label(spec) == "ollama/llama3.2@http://127.0.0.1:11434"
     gemini = parse_model_ref("gemini/gemini-2.5-flash", {})
     assert (gemini.provider, gemini.model, gemini.api_key_env) == ("google_genai", "gemini-2.5-flash", "GOOGLE_API_KEY")
-    if importlib.util.find_spec("langchain_google_genai") is None:
-        assert "needs the [google] extra" in str(missing_integration(gemini))
-    else:
-        monkeypatch.setenv("GOOGLE_API_KEY", "test-key")
-        assert type(build_chat_model(gemini)).__name__ == "ChatGoogleGenerativeAI"
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key")
+    chat = build_chat_model(gemini)
+    assert type(chat).__name__ == "ChatGoogleGenerativeAI" and (chat.max_retries, chat.max_output_tokens) == (1, 512)
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9")  # google-genai's own variable
+    assert model_label(parse_model_ref("gemini/g", {})) == "google_genai/g@http://127.0.0.1:9"
+    monkeypatch.setenv("GOOGLE_BASE_URL", "http://127.0.0.1:8")  # inspect_ai's name wins
+    assert model_label(parse_model_ref("gemini/g", {})) == "google_genai/g@http://127.0.0.1:8"
     monkeypatch.setenv("TOGETHER_BASE_URL", "https://api.together.xyz/v1")
     together = parse_model_ref("openai-api/together/meta-llama/Llama-3.3-70B", {})
     assert (together.provider, together.model, together.base_url, together.api_key_env) == (
@@ -81,18 +91,25 @@ def test_a_provider_name_without_what_it_needs_is_refused_in_one_line(tmp_path, 
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_missing_extra_exits_2_naming_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("package", "ref", "extra"),
+    [
+        ("langchain_anthropic", "anthropic/claude-sonnet-4-0", "anthropic"),
+        ("langchain_google_genai", "gemini/g", "google"),
+    ],
+)
+def test_a_missing_extra_exits_2_naming_it(tmp_path, monkeypatch, package, ref, extra):
     real = importlib.util.find_spec
 
-    def without_anthropic(name: str, *args: Any) -> Any:
-        return None if name == "langchain_anthropic" else real(name, *args)
+    def without(name: str, *args: Any) -> Any:
+        return None if name == package else real(name, *args)
 
-    monkeypatch.setattr(importlib.util, "find_spec", without_anthropic)
+    monkeypatch.setattr(importlib.util, "find_spec", without)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    argv = ["--protocol", "interview", "--evaluator", "anthropic/claude-sonnet-4-0", "--out", str(tmp_path / "runs")]
-    code, err = _cli(argv)
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key")
+    code, err = _cli(["--protocol", "interview", "--evaluator", ref, "--out", str(tmp_path / "runs")])
     assert code == 2, err
-    assert "needs the [anthropic] extra" in err and "pip install 'dyneval[anthropic]'" in err and "--evaluator" in err
+    assert f"needs the [{extra}] extra" in err and f"pip install 'dyneval[{extra}]'" in err and "--evaluator" in err
     assert not (tmp_path / "runs").exists()
 
 
@@ -108,13 +125,39 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
-def test_an_interview_run_on_anthropics_messages_api_with_retries_cache_pricing_and_budget(tmp_path, monkeypatch):
+def _anthropic_structured(body: dict[str, Any]) -> bool:
+    return bool(body.get("tools")) and body["tool_choice"]["type"] in ("tool", "any")
+
+
+def _gemini_structured(body: dict[str, Any]) -> bool:
+    return bool(body.get("tools")) and body["toolConfig"]["functionCallingConfig"]["mode"] == "ANY"
+
+
+#: Per wire format: the provider prefix, the environment variable that points the client at the stand-in (Gemini:
+#: the google-genai SDK's own), the provider's label in the event log, "a request forced to call the schema's tool"
+#: and the reply's token limit as the request carries it.
+WIRES = {
+    "anthropic": ("anthropic", "ANTHROPIC_BASE_URL", "anthropic", _anthropic_structured, lambda b: b["max_tokens"]),
+    "gemini": (
+        "gemini",
+        "GOOGLE_GEMINI_BASE_URL",
+        "google_genai",
+        _gemini_structured,
+        lambda b: b["generationConfig"]["maxOutputTokens"],
+    ),
+}
+
+
+@pytest.mark.parametrize("api", sorted(WIRES))
+def test_an_interview_run_on_a_providers_own_api_with_retries_cache_pricing_and_budget(tmp_path, monkeypatch, api):
+    """Anthropic's Messages API and Gemini's generateContent (REST, as google-genai sends it) end to end."""
+    prefix, url_env, provider, forced, reply_limit = WIRES[api]
     pricing = tmp_path / "prices.yaml"
-    pricing.write_text("models:\n  claude-t: {input: 3.0, output: 15.0}\n  claude-j: {input: 1.0, output: 5.0}\n")
-    roles = ["--target", "anthropic/claude-t", "--evaluator", "anthropic/claude-j", "--pricing", str(pricing)]
+    pricing.write_text("models:\n  model-t: {input: 3.0, output: 15.0}\n  model-j: {input: 1.0, output: 5.0}\n")
+    roles = ["--target", f"{prefix}/model-t", "--evaluator", f"{prefix}/model-j", "--pricing", str(pricing)]
     cache = ["--cache", "--cache-dir", str(tmp_path / "cache")]
     with StandIn(faults=Faults(transient=0.2, seed=5)) as standin, provider_standin(standin) as (url, received):
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+        monkeypatch.setenv(url_env, url)
         code, err, run_dir = _run(tmp_path / "runs", *roles, *cache)
         assert code == 0 and run_dir is not None, err
         sent = len(received)
@@ -124,22 +167,26 @@ def test_an_interview_run_on_anthropics_messages_api_with_retries_cache_pricing_
         assert len(received) == sent  # every reply came from the cache
         code, err, budget = _run(tmp_path / "runs", *roles, "--max-calls", "3")
     assert code == 3, err  # the budget stops the run (exit 3), resumable
-    assert {r["api"] for r in received} == {"anthropic"}
+    assert {r["api"] for r in received} == {api}
     bodies = [r["body"] for r in received]
-    assert {b["model"] for b in bodies} == {"claude-t", "claude-j"}
-    structured = [b for b in bodies if b.get("tools")]
-    assert structured and all(b["tool_choice"]["type"] in ("tool", "any") for b in structured)
-    assert all(b["max_tokens"] == 512 for b in bodies)
+    assert {b["model"] for b in bodies} == {"model-t", "model-j"}
+    assert any(forced(b) for b in bodies)  # structured output as a forced tool call
+    assert {reply_limit(b) for b in bodies} == {512}
     assert [r["status"] for r in unit_records(run_dir).values()] == ["ok", "ok"], unit_records(run_dir)
     events = _events(run_dir)
-    assert any(e["attempt"] > 1 for e in events)  # injected 429/5xx were retried by the call layer
-    assert {e["model"] for e in events} == {f"anthropic/claude-t@{url}", f"anthropic/claude-j@{url}"}
+    failed = [e for e in events if e["error"]]
+    # each injected 429/5xx reached the call layer once (the client's own retries are off) and was retried there
+    assert failed and len(failed) == sum(
+        1 for r in standin.requests if r.status != 200 and r.model in {"model-t", "model-j"}
+    )
+    assert any(e["attempt"] > 1 for e in events)
+    assert {e["model"] for e in events} == {f"{provider}/model-t@{url}", f"{provider}/model-j@{url}"}
     usage = json.loads((run_dir / "summary.json").read_text())["usage"]
     ok = [e for e in events if not e["error"]]
-    priced = {"anthropic/claude-t": (3.0, 15.0), "anthropic/claude-j": (1.0, 5.0)}
+    priced = {"model-t": (3.0, 15.0), "model-j": (1.0, 5.0)}
     want = sum(
-        (e["prompt_tokens"] * priced[e["model"].split("@")[0]][0])
-        + (e["completion_tokens"] * priced[e["model"].split("@")[0]][1])
+        e["prompt_tokens"] * priced[e["model"].split("@")[0].split("/")[1]][0]
+        + e["completion_tokens"] * priced[e["model"].split("@")[0].split("/")[1]][1]
         for e in ok
     )
     assert usage["cost_usd"] == pytest.approx(want / 1_000_000, rel=1e-3) and usage["cost_usd"] > 0

@@ -1,6 +1,7 @@
-"""Quiet runs: libraries' warnings go to the run's ``library.log``, not into the console, and the embedding model
-loads without transformers' progress bar. Each check runs ``dyneval`` (or the loader) in a subprocess, so that the
-warnings reach the interpreter's own filters and stderr, as they do for a user, not pytest's warning capture."""
+"""Quiet runs: libraries' warnings and log records go to the run's ``library.log``, not into the console, and the
+embedding model loads without transformers' progress bar. Each check runs ``dyneval`` (or the loader) in a
+subprocess, so that the warnings and log records reach the interpreter's own filters, handlers and stderr, as they
+do for a user, not pytest's capture."""
 
 from __future__ import annotations
 
@@ -45,6 +46,48 @@ def test_the_embedding_model_loads_without_a_progress_bar_on_the_console():
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["384"]
     assert "Loading weights" not in done.stderr and "it/s" not in done.stderr, done.stderr[-2000:]
+
+
+#: A run's time in a subprocess: transformers is loaded before it (its logger prints its records itself, with a
+#: handler of its own), datasets during it (as --hf-dataset loads it); each of them, a plain library logger and a
+#: warning say something during the run, transformers again after it.
+LOGGING_RUN = """
+import logging, sys, warnings
+from pathlib import Path
+from transformers.utils import logging as transformers_logging
+from dyneval.runtime.library_output import library_output_to
+from dyneval.stores.inputs import hf_records
+run, data = Path(sys.argv[1]), Path(sys.argv[2])
+run.mkdir()
+with library_output_to(run / "library.log"):
+    print(len(hf_records(str(data), "train")))
+    logging.getLogger("datasets.builder").warning("said-by-datasets")
+    transformers_logging.get_logger("transformers.modeling_utils").warning("said-by-transformers")
+    logging.getLogger("chromadb.telemetry").warning("said-by-a-plain-logger")
+    warnings.warn("said-as-a-warning")
+transformers_logging.get_logger("transformers.modeling_utils").warning("transformers-after-the-run")
+"""
+
+
+def test_library_log_records_during_a_run_go_to_the_run_log_and_a_librarys_own_handler_comes_back(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "q", "answer": "a"}\n', encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", LOGGING_RUN, str(tmp_path / "run"), str(data)],
+        capture_output=True,
+        text=True,
+        env=_env() | {"HF_HOME": str(tmp_path / "hf")},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1"]
+    said = ("said-by-datasets", "said-by-transformers", "said-by-a-plain-logger", "said-as-a-warning")
+    assert [s for s in said if s in done.stderr] == [], done.stderr[-2000:]
+    assert "transformers-after-the-run" in done.stderr  # its own handler is back once the run is over
+    log = (tmp_path / "run" / "library.log").read_text(encoding="utf-8")
+    assert all(s in log for s in said), log
+    assert "WARNING transformers.modeling_utils: said-by-transformers" in log
 
 
 def test_version_prints_the_installed_version_and_exits_0():

@@ -2,15 +2,18 @@
 worker nodes started as separate ``ray start`` processes on this machine (``tests/ray_cluster.py``).
 
 What must hold: every item comes back once with what its function returned, worked on in the workers' processes
-(not the driver's), an item whose runner died is worked on again by another, and a failure inside the function
-reaches the driver as the exception it was.
+(not the driver's), an item whose runner died is worked on again by another, a failure inside the function
+reaches the driver as the exception it was, and what the libraries say in a runner lands in the run's
+``library.log``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,13 @@ def square_slowly(services: Any, item: int) -> tuple[int, int, str]:
     """An item's work: its square, the process that did it and the run it did it for."""
     time.sleep(0.3)
     return item * item, os.getpid(), services.run_dir.name
+
+
+def warn_and_log(services: Any, item: int) -> int:
+    """An item whose libraries speak: a warning and a log record, in the runner's process."""
+    warnings.warn(f"warned-for-item-{item}", stacklevel=1)
+    logging.getLogger("some.library").warning("logged-for-item-%d", item)
+    return os.getpid()
 
 
 def refuse_seven(services: Any, item: int) -> int:
@@ -94,6 +104,14 @@ def test_an_item_whose_runner_died_is_worked_on_again_by_another(session: Any) -
     killer.join()
     assert sorted(i for i, _ in got) == items and all(r[0] == i * i for i, r in got)
     assert victim not in runners.busy and runners.busy  # replaced or absorbed: the map went on
+
+
+def test_the_runners_warnings_and_log_records_go_to_the_runs_library_log(session: Any) -> None:
+    run, _ = session
+    pids = {pid for _, pid in run.services.spread.map(warn_and_log, list(range(6)))}
+    log = (run.run_dir / "library.log").read_text(encoding="utf-8")
+    assert all(f"warned-for-item-{i}" in log and f"logged-for-item-{i}" in log for i in range(6)), log
+    assert os.getpid() not in pids  # said in the runners' processes, none on the driver
 
 
 def test_a_failure_in_an_items_function_reaches_the_driver_as_raised(session: Any) -> None:

@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dyneval.results.numbers import cell, interval_text, number
+from dyneval.state.atad import TASKS
+from dyneval.state.blocks import Table
 from dyneval.state.errors import InputError
 from dyneval.state.viewer import Adapter, Metric, Section
 from dyneval.stores.runfiles import ConfigFile
@@ -166,7 +169,28 @@ def _judgeagent_items(record: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
+def _judgeagent_tables(m: dict[str, Any]) -> list[Table]:
+    """The running score after each round (Algorithm 1) and the validation per difficulty (Algorithm 2)."""
+    out = []
+    rounds = m.get("dynamic_scores") or {}
+    if rounds:
+        rows = []
+        for key, value in rounds.items():
+            den = (m.get("dynamic_denominators") or {}).get(key) or {}
+            label = "base questions" if key == "base" else f"round {key.lstrip('@')}"
+            rows.append([label, value, den.get("n", ""), den.get("ungraded", "")])
+        out.append(Table(["after", "score", "graded", "ungraded"], rows, "Running score per round (Algorithm 1)"))
+    validation = {k: v for k, v in (m.get("validation") or {}).items() if k != "overall"}
+    if validation:
+        rows = [[label, v["n"], *[v.get(k) for k in ("acc1", "acc2", "cr", "cte")]] for label, v in validation.items()]
+        out.append(
+            Table(["difficulty", "n", "ACC1", "ACC2", "CR", "CtE"], rows, "Validation per difficulty (Algorithm 2)")
+        )
+    return out
+
+
 JUDGEAGENT = Adapter(
+    tables=_judgeagent_tables,
     metrics=(
         Metric(
             "score",
@@ -310,7 +334,29 @@ def _atad_sections(record: dict[str, Any], unit_input: dict[str, Any]) -> list[S
     return out
 
 
+def _atad_tables(m: dict[str, Any]) -> list[Table]:
+    """``--evaluate``: the accuracy of each evaluated model (Table 1); a generation: the problems per task."""
+    if "table1" in m:
+        rows = [
+            [
+                model,
+                f"{cell(t.get('avg'))} {interval_text(interval_of(m, f'table1.{model}.avg'))}",
+                t.get("n", 0),
+            ]
+            for model, t in m["table1"].items()
+        ]
+        return [
+            Table(["model", "accuracy [95 % interval]", "answers"], rows, "Accuracy per evaluated model (Table 1, %)")
+        ]
+    rows = [
+        [task, TASKS[task].name if task in TASKS else task, v["finalized"], v["discarded"]]
+        for task, v in (m.get("per_task") or {}).items()
+    ]
+    return [Table(["task", "name", "finalized", "discarded"], rows, "Problems per task")]
+
+
 ATAD = Adapter(
+    tables=_atad_tables,
     metrics=(
         Metric(
             "finalized",
@@ -423,7 +469,18 @@ def _final_seed_score(record: dict[str, Any]) -> float | None:
     return _number(scores[-1]) if scores else None
 
 
+def _interview_tables(m: dict[str, Any]) -> list[Table]:
+    """Sessions, judge score and Score@n per task."""
+    n_max = int(m.get("n_max") or 0)
+    by_task = m.get("by_task") or {}
+    if not by_task:
+        return []
+    rows = [[task, t["sessions"], t.get("judge"), *t["score_at_n"]] for task, t in by_task.items()]
+    return [Table(["task", "sessions", "judge", *[f"Score@{n}" for n in range(1, n_max + 1)]], rows, "Per task")]
+
+
 INTERVIEW = Adapter(
+    tables=_interview_tables,
     metrics=tuple(
         Metric(
             f"score@{n}",
@@ -543,7 +600,22 @@ def _llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, 
         bank.close()
 
 
+def _llmeval_tables(m: dict[str, Any]) -> list[Table]:
+    """Every model the bank has judged, and the scores per discipline."""
+    out = []
+    if m.get("leaderboard"):
+        rows = [[str(r["model"]), r.get("S"), r.get("R"), r.get("sessions")] for r in m["leaderboard"]]
+        out.append(
+            Table(["model", "S (0-100)", "R (%)", "sessions"], rows, "Per model (every model the bank has judged)")
+        )
+    if m.get("disciplines"):
+        rows = [[d, v] for d, v in m["disciplines"].items()]
+        out.append(Table(["discipline", "score out of 10"], rows, "Per discipline (mean stars / 3 x 10)"))
+    return out
+
+
 LLMEVAL = Adapter(
+    tables=_llmeval_tables,
     metrics=(
         Metric(
             "S",
@@ -653,7 +725,48 @@ def _judgecheck_sections(record: dict[str, Any]) -> list[Section]:
     ]
 
 
+#: judgecheck measures shown per judge, first found: the pairwise mode's names, then the label modes'.
+_ACCURACY = (
+    ("accuracy_mean", "accuracy (mean of both orders)"),
+    ("accuracy_original", "accuracy"),
+    ("accuracy", "accuracy"),
+)
+_KAPPA = (("kappa_original", "kappa"), ("kappa", "kappa"))
+
+
+def _measure(measures: dict[str, Any], names: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """The first of ``names`` the judge has: its label and ``value [low, high] (n=..., ungraded)``."""
+    for key, label in names:
+        if key in measures:
+            v = measures[key]
+            low, high = v.get("low"), v.get("high")
+            span = f" [{number(low)}, {number(high)}]" if low is not None and high is not None else ""
+            return label, f"{cell(v.get('value'))}{span} (n={v.get('n')}, {v.get('ungraded', 0)} ungraded)"
+    return names[-1][1], "-"
+
+
+def _judgecheck_tables(m: dict[str, Any]) -> list[Table]:
+    """Each judge's accuracy and kappa against the human labels."""
+    raters = m.get("raters") or {}
+    if not raters:
+        return []
+    first = next(iter(raters.values())).get("measures") or {}
+    acc_label, kappa_label = _measure(first, _ACCURACY)[0], _measure(first, _KAPPA)[0]
+    rows = [
+        [
+            str(r.get("model") or name),
+            r.get("items"),
+            _measure(r.get("measures") or {}, _ACCURACY)[1],
+            _measure(r.get("measures") or {}, _KAPPA)[1],
+        ]
+        for name, r in raters.items()
+    ]
+    title = f"Per judge ({m.get('judge')} verdicts against the human labels; 95 % bootstrap intervals)"
+    return [Table(["judge", "items", f"{acc_label} [95 %]", f"{kappa_label} [95 %]"], rows, title)]
+
+
 JUDGECHECK = Adapter(
+    tables=_judgecheck_tables,
     metrics=(  # {name}: the judge's model (its key m0, m1, ... names the path)
         Metric(
             "raters.*.measures.accuracy.value",

@@ -53,6 +53,7 @@ from dyneval.runtime.events import EventLog
 from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
 from dyneval.runtime.executors.threads import long_lived_heap
+from dyneval.runtime.library_output import LIBRARY_LOG, library_output_to
 from dyneval.runtime.models import Endpoint
 from dyneval.runtime.pricing import Pricing
 from dyneval.runtime.protocol import FINAL_STATUSES, Protocol, Run, Unit
@@ -227,6 +228,8 @@ class _Worker:
         config, run_id = job.config, Path(job.run_dir).name
         self.job = job
         self.stack = ExitStack()
+        # this process's warnings and log records: to the run's library.log while the runner lives
+        self.stack.enter_context(library_output_to(Path(job.run_dir) / LIBRARY_LOG))
         self.claims = UnitClaims(_postgres_dsn(config))
         self.limits = ClusterLimits(run_id)
         self.name = f"{self.limits.node[:12]}-{os.getpid()}"
