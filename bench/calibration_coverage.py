@@ -195,6 +195,7 @@ def judgeagent_run(rng: Rng, units: int) -> Run:
         )
     truth = validation_metrics(rows)
     run.truth = {
+        metrics.JUDGED: float(np.mean([t for _, t in run.answers])),
         "score": true_gains / answered,
         "base_accuracy.value": truth["acc1"],
         **{f"validation.overall.{k}": truth[k] for k in ("acc1", "acc2", "cr", "cte")},
@@ -215,9 +216,9 @@ def judgeagent_corrections(run: Run) -> metrics.Corrections:
 
 SESSION = 30
 STAR_SHARES = np.array([0.15, 0.25, 0.35, 0.25])
-#: P(judge gives j stars | the answer deserves h): a lenient judge, one star too many a fifth to a quarter of the
-#: time, rarely one too few
-STAR_ERRORS = np.array([[0.7, 0.3, 0.0, 0.0], [0.05, 0.75, 0.2, 0.0], [0.0, 0.05, 0.75, 0.2], [0.0, 0.0, 0.1, 0.9]])
+#: P(judge gives j stars | the answer deserves h): a lenient judge, one star too many a third of the time, rarely
+#: one too few
+STAR_ERRORS = np.array([[0.6, 0.4, 0.0, 0.0], [0.05, 0.65, 0.3, 0.0], [0.0, 0.05, 0.65, 0.3], [0.0, 0.0, 0.1, 0.9]])
 
 
 def llmeval_run(rng: Rng, units: int) -> Run:
