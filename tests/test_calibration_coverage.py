@@ -6,27 +6,13 @@ lose it. The full counts are in docs/judges.md ("Calibrating a run's judge")."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from bench import calibration_coverage as bench
+
 #: runs per protocol and bootstrap replicates per run: about 10 s of CPU per protocol
 RUNS, REPLICATES = 30, 300
-
-
-def _bench():
-    path = Path(__file__).resolve().parents[1] / "bench" / "calibration_coverage.py"
-    spec = importlib.util.spec_from_file_location("bench_calibration_coverage", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
 
 
 @pytest.mark.parametrize("protocol", sorted(bench.PROTOCOLS))

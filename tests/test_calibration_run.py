@@ -14,6 +14,7 @@ from dyneval.results.calibration.metrics import JUDGED
 from dyneval.results.calibration.run import judge_fingerprint, judged_verdicts
 from dyneval.results.view.index import index_payload
 from dyneval.stores.rundir import RunDir
+from tests import standin_runs
 from tests.standin_endpoint import StandIn
 from tests.standin_runs import two_unit_interview
 
@@ -160,3 +161,52 @@ def test_labels_the_review_page_wrote_are_accepted_after_being_copied_out_of_the
     assert main(["--calibration", str(copied), "--run", run.name, "--out", str(run.parent)]) == 0
     entry = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
     assert entry["agreement"]["labels"] == 4 and entry["agreement"]["share"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def other_runs(tmp_path_factory):
+    """A JudgeAgent and an LLMEval-3 run (its question bank beside it, as the run left it)."""
+    folder = tmp_path_factory.mktemp("other-runs")
+    return {name: standin_runs.run(name, folder) for name in ("judgeagent", "llmeval")}
+
+
+def _agreeing_labels(run_dir):
+    """Labels equal to the judge's own verdict on every judged answer (a judge that never errs on them)."""
+    verdicts = judged_verdicts(RunDir(run_dir))
+    return [{"id": key, "label": v} for unit in verdicts.values() for key, v in unit.items()]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "corrected", "noted"),
+    [
+        ("judgeagent", {JUDGED, "score", "base_accuracy.value"}, set()),
+        ("llmeval", {"S"}, {"R"}),
+    ],
+)
+def test_every_judge_based_metric_of_judgeagent_and_llmeval_is_calibrated_or_says_why(
+    other_runs, tmp_path, protocol, corrected, noted
+):
+    """Labels agreeing with the judge (Se = Sp = 1, or an identity star matrix where every star was labelled):
+    each corrected metric equals the raw one the run reported; R says why it is not corrected; the report shows the
+    calibrated row right below the raw one."""
+    run = shutil.copytree(other_runs[protocol], tmp_path / "out" / other_runs[protocol].name)
+    if protocol == "llmeval":
+        shutil.copytree(other_runs[protocol].parent / "_cache", tmp_path / "out" / "_cache")  # its question bank
+    rows = _agreeing_labels(run)
+    labels = _write(run / "review" / "ann.jsonl", rows)
+    code = main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)])
+    cal = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
+    assert code == 0, cal
+    found = cal["metrics"]
+    assert corrected <= set(found) and noted <= set(found)
+    for path in corrected:
+        entry = found[path]
+        assert entry["calibrated"]["estimate"] == pytest.approx(entry["raw"]["estimate"]), path
+        assert entry["calibrated"]["low"] <= entry["calibrated"]["estimate"] <= entry["calibrated"]["high"], path
+    for path in noted:
+        assert found[path]["calibrated"]["estimate"] is None and "ratio" in found[path]["calibrated"]["note"]
+    report = (run / "report.md").read_text().splitlines()
+    for path in corrected - {JUDGED}:
+        name = found[path]["name"]
+        [at] = [i for i, line in enumerate(report) if line.startswith(f"| {name} |")]
+        assert report[at + 1].startswith(f"| {name}: judge-calibrated ({len(rows)} labels) |"), path
