@@ -45,3 +45,17 @@ def test_calibrated_intervals_cover_the_truth_where_the_raw_ones_miss_it(protoco
     for metric in found.truth:
         assert found.calibrated[metric] / RUNS >= 0.8, (metric, found.calibrated, found.raw)
     assert found.raw[biased] / RUNS <= 1 / 3, found.raw
+
+
+def test_a_metric_without_judged_answers_says_so_instead_of_failing():
+    """An interview without follow-ups or single-turn answers (``--max-questions 1 --no-single-turn-judge``)."""
+    run = bench.interview_run(np.random.default_rng(3), 20)
+    records = [{**r, "followup_results": [], "single_turn": {}} for r in run.records]
+    corrections = bench.metrics.interview(records, bench.N_MAX)
+    judge = np.array([j for j, _ in run.answers])
+    found = {}
+    for estimator in corrections.estimators:
+        found |= estimator(judge, judge, np.random.default_rng(4), 20)
+    assert found["followup_accuracy.overall"].note == "no judged verdicts"
+    assert found["judge"].note == "no judged verdicts"
+    assert found["score@1"].value is not None

@@ -114,7 +114,8 @@ class _Counts:
             self.rows["counted_correct" if correct else "counted_wrong"][u][stratum] += weight
 
     def built(self) -> VerdictCounts:
-        a = {k: np.array(v, float) for k, v in self.rows.items()}
+        names = ("judged", "said_correct", "counted_correct", "counted_wrong", "fixed", "denominator")
+        a = {k: np.array(self.rows[k], float).reshape(len(self.clusters), -1 if self.clusters else 1) for k in names}
         return VerdictCounts(
             a["judged"],
             a["said_correct"],
