@@ -19,9 +19,10 @@ then carried through the metric:
   ``M[h, j] = P(judge says j | people say h)``, solved for the true shares ``p`` by non-negative least squares
   on the simplex (Buonaccorsi, *Measurement Error*, 2010, section 3.6; :func:`calibrated_stars`).
 
-Every interval is a percentile bootstrap that resamples the run's independent units (clusters: sessions, seed
-questions, batches; LLMEval's answers within their sessions) and the labelled items together in each replicate,
-so it carries the run's sampling error and the error of the estimated ``Se``/``Sp`` (or ``M``). The corrections
+Every interval is a bias-corrected percentile bootstrap (:func:`_percentile`) that resamples the run's
+independent units (clusters: sessions, seed questions, batches; LLMEval's answers within their sessions) and the
+labelled items together in each replicate, so it carries the run's sampling error and the error of the estimated
+``Se``/``Sp`` (or ``M``). The corrections
 assume the judge errs at the same rates on every answer the metric counts as on the labelled ones (labels drawn
 at random from the run's judged answers give exactly that for the whole run). Coverage, measured by simulation
 with a known truth for every metric: ``bench/calibration_coverage.py`` (docs/judges.md). A judge too weak to
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import nnls
+from scipy.stats import norm
 
 #: Below this ``Se + Sp - 1`` the judge's verdicts carry too little about the truth to correct (the division
 #: would multiply the run's sampling error by more than 1 / MIN_YOUDEN = 10).
@@ -77,9 +79,20 @@ def _rates(judge: np.ndarray, human: np.ndarray, axis: int = -1) -> tuple[np.nda
     return se, sp
 
 
-def _percentile(values: np.ndarray) -> tuple[float, float]:
-    tail = (1 - LEVEL) / 2 * 100
-    low, high = np.nanpercentile(values, [tail, 100 - tail])
+def _percentile(values: np.ndarray, estimate: float) -> tuple[float, float]:
+    """The bias-corrected percentile interval (Efron, 1981; Efron and Tibshirani, *An Introduction to the
+    Bootstrap*, 1993, section 14.3) of the bootstrap ``values`` around ``estimate``: the percentiles move by twice
+    ``z0``, the normal quantile of the share of replicates below the estimate, so a corrected value whose
+    replicates lean to one side of it (a ratio of estimated rates, a clipped share) keeps its coverage; ``z0 = 0``
+    gives the plain percentile interval. Replicates without a value (a judge too weak on the drawn labels) are
+    left out."""
+    drawn = values[~np.isnan(values)]
+    if not len(drawn):
+        return float("nan"), float("nan")
+    below = (np.sum(drawn < estimate) + 0.5 * np.sum(drawn == estimate)) / len(drawn)
+    z0 = float(norm.ppf(np.clip(below, 0.5 / len(drawn), 1 - 0.5 / len(drawn))))
+    tail = norm.ppf((1 - LEVEL) / 2)
+    low, high = np.percentile(drawn, 100 * norm.cdf([2 * z0 + tail, 2 * z0 - tail]))
     return float(low), float(high)
 
 
@@ -117,7 +130,7 @@ def _joint_bootstrap(
     value = float(statistic(np.arange(units)[None, :], np.arange(labels)[None, :])[0])
     rows = rng.integers(0, units, size=(replicates, units))
     items = rng.integers(0, labels, size=(replicates, labels))
-    low, high = _percentile(statistic(rows, items))
+    low, high = _percentile(statistic(rows, items), value)
     return value, low, high
 
 
@@ -264,8 +277,9 @@ def calibrated_pairs(
     boot = statistic(rows, rng.integers(0, m, size=(replicates, m)))
     out = {}
     for name, outcome in PAIR_METRICS.items():
-        low, high = _percentile(boot[:, list(outcome)].sum(axis=1))
-        out[name] = Calibrated(float(shares[list(outcome)].sum()), low, high, m)
+        value = float(shares[list(outcome)].sum())
+        low, high = _percentile(boot[:, list(outcome)].sum(axis=1), value)
+        out[name] = Calibrated(value, low, high, m)
     return out
 
 
@@ -331,5 +345,5 @@ def calibrated_stars(
             for q, mm in zip(shares, matrices, strict=True)
         ]
     )
-    low, high = _percentile(estimates)
+    low, high = _percentile(estimates, value)
     return Calibrated(value, low, high, m)

@@ -142,7 +142,9 @@ def calibration_row(cal: dict[str, Any], path: str, raw: dict[str, Any]) -> dict
     )
     labels = found["labels"]
     corrected = found.get("estimate") is not None
-    how = cal.get("method", "Rogan-Gladen correction, percentile bootstrap over units and labels jointly")
+    how = cal.get(
+        "method", "Rogan-Gladen correction, bias-corrected percentile bootstrap over units and labels jointly"
+    )
     return {
         "name": f"{raw['name'].removesuffix(': raw')}: judge-calibrated ({labels} labels)",
         "value": found["estimate"] if corrected else f"not corrected: {found.get('note')}",
