@@ -145,6 +145,7 @@ def test_an_llmeval_run_is_reviewed_from_its_folder_alone_and_an_older_one_is_re
     """LLMEval-3 keeps answers and stars in its question bank (a database); the run copies every session's judged
     answers (and its reference replay's) into judged_answers.jsonl, so the review needs the run folder only."""
     run = standin_runs.run("llmeval", tmp_path)
+    assert (run / JUDGED).stat().st_mode & 0o777 == 0o600  # the bank's questions and answers: the owner's only
     shutil.rmtree(run.parent / "_cache")  # the question bank is gone
     judged = judged_items(RunDir(run))
     metrics = standin_runs.summary(run)["metrics"]
