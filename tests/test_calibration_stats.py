@@ -2,11 +2,11 @@
 
 Coverage, measured here (seeded; 200 runs of 300 units, 60 of them labelled, 2000 bootstrap replicates):
 
-* judge Se 0.85 / Sp 0.80, true accuracy 0.6: the calibrated 95 % interval covers the truth in 99.0 % of runs;
+* judge Se 0.85 / Sp 0.80, true accuracy 0.6: the calibrated 95 % interval covers the truth in 97.5 % of runs;
   the raw (Clopper-Pearson on the judge's verdicts) interval in 94.0 %: at these rates the judge's errors
   nearly cancel (its expected share correct is 0.6 x 0.85 + 0.4 x 0.20 = 0.59), so the raw interval is not far
   off, only blind to the judge;
-* the same judge, true accuracy 0.8 (expected judged share 0.72): calibrated 98.0 %, raw 12.0 %.
+* the same judge, true accuracy 0.8 (expected judged share 0.72): calibrated 97.0 %, raw 12.0 %.
 
 The calibrated interval is conservative (wider than 95 % needs): its width is mostly the error of Se and Sp
 estimated from 60 labels (docs/judges.md, "Calibrating a run's judge", for the labels a precision needs).

@@ -49,10 +49,10 @@ JUDGES: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 #: How each scale is corrected.
 METHODS = {
-    "correct / wrong": "Rogan-Gladen correction of the verdicts, bias-corrected percentile bootstrap over units "
-    "and labels jointly",
-    "0-3 stars": "confusion-matrix correction of the stars (non-negative least squares), bias-corrected percentile "
-    "bootstrap over each session's answers and the labels jointly",
+    "correct / wrong": "Rogan-Gladen correction of the verdicts (ACC1, ACC2, CR, CtE: of each question's two "
+    "verdicts jointly), percentile bootstrap over units and labels jointly (bias-corrected for Rogan-Gladen)",
+    "0-3 stars": "confusion-matrix correction of the stars (non-negative least squares), percentile bootstrap over "
+    "each session's answers and the labels jointly",
 }
 #: Why a protocol's runs are not calibrated.
 NOT_CALIBRATED = {
