@@ -184,7 +184,7 @@ def _agreeing_labels(run_dir):
     ],
 )
 def test_every_judge_based_metric_of_judgeagent_and_llmeval_is_calibrated_or_says_why(
-    other_runs, tmp_path, protocol, corrected, noted
+    other_runs, tmp_path, capsys, protocol, corrected, noted
 ):
     """Labels agreeing with the judge (Se = Sp = 1, or an identity star matrix where every star was labelled):
     each corrected metric equals the raw one the run reported; R says why it is not corrected; the report shows the
@@ -210,3 +210,9 @@ def test_every_judge_based_metric_of_judgeagent_and_llmeval_is_calibrated_or_say
         name = found[path]["name"]
         [at] = [i for i, line in enumerate(report) if line.startswith(f"| {name} |")]
         assert report[at + 1].startswith(f"| {name}: judge-calibrated ({len(rows)} labels) |"), path
+    if protocol == "llmeval":  # without its question bank the report (which reads it) is left as it was, saying so
+        shutil.rmtree(tmp_path / "out" / "_cache")
+        capsys.readouterr()
+        assert main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)]) == 0
+        assert "report: not rendered again" in capsys.readouterr().out
+        assert not (tmp_path / "out" / "_cache").exists()  # no empty bank made in its place

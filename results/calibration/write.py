@@ -10,6 +10,7 @@ reading of the summary and the console. Calibrating again with other labels repl
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +18,7 @@ from rich.console import Console
 from dyneval.results.calibration.run import calibration_entry
 from dyneval.results.finish import write_run_report
 from dyneval.results.headline import headlines, value_text
+from dyneval.results.view.adapters import bank_location
 from dyneval.results.view.index import write_index
 from dyneval.results.view.page import write_view
 from dyneval.runtime.events import EventLog
@@ -57,12 +59,19 @@ def calibrate(run: RunDir, labels: Path, console: Console) -> None:
     summary = json.loads(path.read_text(encoding="utf-8"))
     summary.setdefault("metrics", {})["judge_calibration"] = entry
     write_atomic(path, json.dumps(summary, indent=2, default=str))
-    render_report(run, summary)
+    say = partial(console.print, markup=False, highlight=False, soft_wrap=True)
+    if run.protocol == "llmeval" and bank_location(run.path, run.config()) is None:  # its report reads the bank
+        say(
+            f"report: not rendered again (its question bank is not where run {run.name} kept it); summary.json, "
+            "the viewer and the run index hold the calibrated rows"
+        )
+    else:
+        render_report(run, summary)
+        say(f"report: {run.path / 'report.md'}")
     write_view(run.path)
     write_index(run.path.parent)
     rows = headlines(run.protocol, summary["metrics"])
     calibrated = {h.path for h in rows if h.metric.startswith("judge_calibration.")}
     for h in rows:
         if h.path in calibrated or f"judge_calibration.{h.path}.calibrated" in calibrated:
-            console.print(f"{h.label}: {value_text(h)}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"report: {run.path / 'report.md'}", markup=False, highlight=False, soft_wrap=True)
+            say(f"{h.label}: {value_text(h)}")
