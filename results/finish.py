@@ -19,7 +19,15 @@ from dyneval.runtime.display import WRITING, step
 from dyneval.runtime.protocol import Protocol, Run
 from dyneval.stores.files import write_atomic
 
-__all__ = ["finish_run", "preload_plotting"]
+__all__ = ["finish_run", "preload_plotting", "write_run_report"]
+
+
+def write_run_report(protocol: Protocol, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """``report.md`` / ``report.html`` of a run from its summary and records: the run's header, then the protocol's
+    report (whose headline table shows the judge-calibrated rows of a calibrated run beside the raw ones)."""
+    warning = summary.get("smoke_test_warning")
+    blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
+    write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
 
 
 def finish_run(
@@ -47,9 +55,8 @@ def finish_run(
             missing=missing,
         )
         write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
-        blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
-        del records  # not needed to render: the report and the view reuse their memory (bench/atad_memory.py)
-        write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
+        write_run_report(protocol, run, summary, records)
+        del records  # not needed to render: the view reuses their memory (bench/atad_memory.py)
         write_view(run.run_dir)
         write_index(run.run_dir.parent)
     render_summary(summary, run.console)

@@ -323,6 +323,7 @@ class SessionStore(BankStore):
                 questions.c.sub_discipline,
                 questions.c.qtype,
                 questions.c.question,
+                questions.c.options,
                 questions.c.answer,
                 questions.c.explanation,
             )

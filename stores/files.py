@@ -28,12 +28,16 @@ else:
 _BLOCK = 1 << 16
 
 
-def write_atomic(path: Path, text: str | Iterable[str]) -> None:
+def write_atomic(path: Path, text: str | Iterable[str], mode: int = 0o666) -> None:
     """Replace ``path`` with ``text`` (or its pieces, written as they come) in one step (temp file in the same
-    folder, then rename; removed if a piece fails)."""
+    folder, created with ``mode`` (less the umask where it is the default), then rename; removed if a piece
+    fails)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        if mode != 0o666:
+            os.fchmod(fd, mode)  # a temp file left by a killed writer keeps its mode through O_CREAT
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.writelines([text] if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())

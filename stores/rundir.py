@@ -3,9 +3,10 @@
 A run folder (``<out>/<run-id>/``, written by :mod:`runtime.runner`) holds ``config.json`` (the resolved
 configuration, no secrets), ``units.jsonl`` (the plan: one line per unit with its id, input and meta),
 ``results.jsonl`` (a record per unit as it ends; a resumed unit's newer record comes after its older one),
-``events.jsonl`` (every LLM exchange) and, once the run ended or was interrupted, ``summary.json``. The viewer, the
-run index, ``--compare``, ``--export``, ``--rescore``, ``--detect`` and JudgeAgent's IRT calibration read runs only
-through :class:`RunDir`.
+``events.jsonl`` (every LLM exchange) and, once the run ended or was interrupted, ``summary.json``; an LLMEval-3
+run also ``judged_answers.jsonl`` (:data:`JUDGED`: its sessions' judged answers, copied from its question bank).
+The viewer, the run index, ``--compare``, ``--export``, ``--rescore``, ``--detect`` and JudgeAgent's IRT
+calibration read runs only through :class:`RunDir`.
 
 Every file is checked as it is read against what a run writes (:mod:`stores.runfiles`): a file that is not JSON,
 not an object, or holds a field the readers use with another type raises :class:`DamagedRun`, one line naming the
@@ -30,9 +31,20 @@ from pydantic_core import ErrorDetails
 
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
-from dyneval.stores.runfiles import ConfigFile, Exchange, Read, SummaryFile, plan_model, record_model
+from dyneval.stores.runfiles import (
+    ConfigFile,
+    Exchange,
+    JudgedSession,
+    Read,
+    SummaryFile,
+    plan_model,
+    record_model,
+)
 
 CONFIG, PLAN, RESULTS, EVENTS, SUMMARY = "config.json", "units.jsonl", "results.jsonl", "events.jsonl", "summary.json"
+#: An LLMEval-3 run's sessions' judged answers (question, reference, answer, stars, reason), one line per session,
+#: so its answers can be reviewed and its stars calibrated from the run folder alone.
+JUDGED = "judged_answers.jsonl"
 #: The status of a planned unit without a record (a partial run).
 NOT_FINISHED = "not finished"
 #: The largest ``config.json`` or ``summary.json`` read: a run writes a few kB (a summary grows with the units
@@ -223,10 +235,11 @@ class RunDir:
         return min(times, default=0)
 
     def file(self, name: str) -> Jsonl:
-        """``units.jsonl``, ``results.jsonl`` or ``events.jsonl``, checked against its model (a plan line's and a
-        record's are the run's protocol's)."""
+        """``units.jsonl``, ``results.jsonl``, ``events.jsonl`` or ``judged_answers.jsonl``, checked against its model
+        (a plan line's and a record's are the run's protocol's)."""
         models = {PLAN: plan_model, RESULTS: record_model}
-        return Jsonl(self.path / name, models[name](self.protocol) if name in models else Exchange, self.flag)
+        model = models[name](self.protocol) if name in models else JudgedSession if name == JUDGED else Exchange
+        return Jsonl(self.path / name, model, self.flag)
 
     def has(self, *names: str) -> bool:
         return all((self.path / n).is_file() for n in names)

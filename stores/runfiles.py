@@ -194,6 +194,23 @@ class LLMEvalRecord(UnitRecord):
     reference_session_id: str | None = None
 
 
+class JudgedAnswer(Read):
+    """One judged answer of an LLMEval-3 session, as its question bank holds it (question, reference, stars)."""
+
+    position: int | None = None
+    stars: int | None = None
+    question: str | None = None
+    response: str | None = None
+
+
+class JudgedSession(Read):
+    """A line of ``judged_answers.jsonl``: an LLMEval-3 session's judged answers and its reference replay's."""
+
+    unit_id: str
+    answers: list[JudgedAnswer] = []
+    reference: list[JudgedAnswer] | None = None
+
+
 class Verdict(Read):
     """A judge's or jury's verdict (the viewer shows the first repeat of each order)."""
 

@@ -30,6 +30,7 @@ import pytest
 
 from dyneval import cli
 from dyneval.results.calibration.estimates import calibrated_share
+from dyneval.results.calibration.metrics import JUDGED
 from dyneval.results.review.items import Item
 from dyneval.results.review.labels import label_file
 from dyneval.results.review.sample import review_order
@@ -175,10 +176,13 @@ def test_labels_given_on_the_review_page_calibrate_the_run_so_its_interval_cover
     assert len(given) == LABELS and all(g["label"] == TRUTH[g["question"]] for g in given)
 
     assert cli.main(["--calibration", str(labels), "--run", run_dir.name, "--out", str(run_dir.parent)]) == 0
-    entry = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["metrics"]["judge_calibration"]
+    cal = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["metrics"]["judge_calibration"]
+    entry = cal["metrics"][JUDGED]
     raw, calibrated = entry["raw"], entry["calibrated"]
     assert calibrated["labels"] == LABELS
     assert calibrated["low"] <= TRUE_SHARE <= calibrated["high"], entry
     assert not raw["low"] <= TRUE_SHARE <= raw["high"], entry
     assert abs(calibrated["estimate"] - TRUE_SHARE) < abs(raw["estimate"] - TRUE_SHARE), entry
     assert f"judge-calibrated ({LABELS} labels)" in capsys.readouterr().out
+    assert "Score@1" in cal["metrics"]["score@1"]["name"]  # the paper's metric: here the same answers
+    assert f"Score@1: judge-calibrated ({LABELS} labels)" in (run_dir / "report.md").read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
-"""``dyneval --calibration LABELS --run RUN``: a finished run's judged share correct, raw and judge-calibrated by
-human labels, in summary.json, the calibration report, the viewer's and the run index's headline rows and the
-console; labels for another judge or naming answers the run did not judge are refused with exit 2."""
+"""``dyneval --calibration LABELS --run RUN``: a finished run's judge-based metrics, raw and judge-calibrated by human
+labels, in summary.json, the re-rendered report, the viewer's and the run index's headline rows and the console;
+labels for another judge or naming answers the run did not judge are refused with exit 2."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import shutil
 import pytest
 
 from dyneval.cli import main
+from dyneval.results.calibration.metrics import JUDGED
 from dyneval.results.calibration.run import judge_fingerprint, judged_verdicts
 from dyneval.results.view.index import index_payload
 from dyneval.stores.rundir import RunDir
+from tests import standin_runs
 from tests.standin_endpoint import StandIn
 from tests.standin_runs import two_unit_interview
 
@@ -39,7 +41,7 @@ def _write(path, rows):
 
 def _labels(run_dir, flip: int) -> list[dict]:
     """Labels for the run's first judged answers: the judge's own verdict, the first ``flip`` of them reversed."""
-    judged = [(k, v) for unit in judged_verdicts(RunDir(run_dir)).values() for k, v in unit.items()]
+    judged = [(k, v == "correct") for unit in judged_verdicts(RunDir(run_dir)).values() for k, v in unit.items()]
     rows = []
     for n, (key, correct) in enumerate(judged[:6]):
         truth = correct != (n < flip)
@@ -51,26 +53,34 @@ def test_calibration_writes_raw_and_calibrated_share_everywhere_a_run_is_read(ru
     rows = _labels(run, flip=1)
     labels = _write(run / "review" / "ann.jsonl", rows)
     assert main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)]) == 0
-    entry = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
-    judged = [v for unit in judged_verdicts(RunDir(run)).values() for v in unit.values()]
+    cal = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
+    entry = cal["metrics"][JUDGED]
+    judged = [v == "correct" for unit in judged_verdicts(RunDir(run)).values() for v in unit.values()]
     # hand computation: Se, Sp from the 6 labels, Rogan-Gladen on the run's judged share
     human = [r["label"] == "correct" for r in rows]
-    judge = [v for unit in judged_verdicts(RunDir(run)).values() for v in unit.values()][:6]
+    judge = judged[:6]
     pos = [j for j, h in zip(judge, human, strict=True) if h]
     neg = [j for j, h in zip(judge, human, strict=True) if not h]
     se, sp = sum(pos) / len(pos), sum(not j for j in neg) / len(neg)
     q = sum(judged) / len(judged)
     assert entry["raw"]["estimate"] == pytest.approx(q)
-    assert entry["agreement"]["share"] == pytest.approx(5 / 6)
+    assert cal["agreement"]["share"] == pytest.approx(5 / 6)
     assert entry["calibrated"]["labels"] == 6
     expected = min(max((q + sp - 1) / (se + sp - 1), 0.0), 1.0) if se + sp - 1 >= 0.1 else None
     assert entry["calibrated"]["estimate"] == (expected if expected is None else pytest.approx(expected))
+    # every judge-based headline metric of the run has its calibrated row, or says why it has none
+    assert set(cal["metrics"]) == {JUDGED, "score@1", "score@2", "score@3", "judge", "followup_accuracy.overall"}
     out = capsys.readouterr().out
-    assert "judged answers correct: raw" in out and "judge-calibrated (6 labels)" in out
-    assert "judge-calibrated (6 labels)" in (run / "calibration.md").read_text()
+    assert f"{JUDGED}: raw" in out and "judge-calibrated (6 labels)" in out
+    report = (run / "report.md").read_text()
+    lines = report.splitlines()
+    [raw_row] = [i for i, line in enumerate(lines) if line.startswith("| Follow-up accuracy |")]
+    assert lines[raw_row + 1].startswith("| Follow-up accuracy: judge-calibrated (6 labels) |")  # side by side
+    assert "judge-calibrated (6 labels)" in (run / "report.html").read_text()
     [row] = index_payload(run.parent)["runs"]
     names = [h["name"] for h in row["headline"]]
-    assert "judged answers correct: raw" in names and "judged answers correct: judge-calibrated (6 labels)" in names
+    assert f"{JUDGED}: raw" in names and f"{JUDGED}: judge-calibrated (6 labels)" in names
+    assert "Score@1: judge-calibrated (6 labels)" in names
     assert "judge-calibrated (6 labels)" in (run / "view.html").read_text()
 
 
@@ -135,7 +145,8 @@ def test_rescore_refuses_labels_for_the_old_judge_before_calling_the_new_one(fin
         if p.is_dir() and p.name != source.name and "rescored_from" in p.joinpath("config.json").read_text()
     ]
     entry = json.loads((rescored / "summary.json").read_text())["metrics"]["judge_calibration"]
-    assert entry["judge_fingerprint"] == new != old and entry["calibrated"]["labels"] == 6
+    assert entry["judge_fingerprint"] == new != old and entry["metrics"][JUDGED]["calibrated"]["labels"] == 6
+    assert "judge-calibrated (6 labels)" in (rescored / "report.md").read_text()
 
 
 def test_labels_the_review_page_wrote_are_accepted_after_being_copied_out_of_the_run(run, tmp_path):
@@ -150,3 +161,58 @@ def test_labels_the_review_page_wrote_are_accepted_after_being_copied_out_of_the
     assert main(["--calibration", str(copied), "--run", run.name, "--out", str(run.parent)]) == 0
     entry = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
     assert entry["agreement"]["labels"] == 4 and entry["agreement"]["share"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def other_runs(tmp_path_factory):
+    """A JudgeAgent and an LLMEval-3 run (its question bank beside it, as the run left it)."""
+    folder = tmp_path_factory.mktemp("other-runs")
+    return {name: standin_runs.run(name, folder) for name in ("judgeagent", "llmeval")}
+
+
+def _agreeing_labels(run_dir):
+    """Labels equal to the judge's own verdict on every judged answer (a judge that never errs on them)."""
+    verdicts = judged_verdicts(RunDir(run_dir))
+    return [{"id": key, "label": v} for unit in verdicts.values() for key, v in unit.items()]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "corrected", "noted"),
+    [
+        ("judgeagent", {JUDGED, "score", "base_accuracy.value"}, set()),
+        ("llmeval", {"S"}, {"R"}),
+    ],
+)
+def test_every_judge_based_metric_of_judgeagent_and_llmeval_is_calibrated_or_says_why(
+    other_runs, tmp_path, capsys, protocol, corrected, noted
+):
+    """Labels agreeing with the judge (Se = Sp = 1, or an identity star matrix where every star was labelled):
+    each corrected metric equals the raw one the run reported; R says why it is not corrected; the report shows the
+    calibrated row right below the raw one."""
+    run = shutil.copytree(other_runs[protocol], tmp_path / "out" / other_runs[protocol].name)
+    if protocol == "llmeval":
+        shutil.copytree(other_runs[protocol].parent / "_cache", tmp_path / "out" / "_cache")  # its question bank
+    rows = _agreeing_labels(run)
+    labels = _write(run / "review" / "ann.jsonl", rows)
+    code = main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)])
+    cal = json.loads((run / "summary.json").read_text())["metrics"]["judge_calibration"]
+    assert code == 0, cal
+    found = cal["metrics"]
+    assert corrected <= set(found) and noted <= set(found)
+    for path in corrected:
+        entry = found[path]
+        assert entry["calibrated"]["estimate"] == pytest.approx(entry["raw"]["estimate"]), path
+        assert entry["calibrated"]["low"] <= entry["calibrated"]["estimate"] <= entry["calibrated"]["high"], path
+    for path in noted:
+        assert found[path]["calibrated"]["estimate"] is None and "ratio" in found[path]["calibrated"]["note"]
+    report = (run / "report.md").read_text().splitlines()
+    for path in corrected - {JUDGED}:
+        name = found[path]["name"]
+        [at] = [i for i, line in enumerate(report) if line.startswith(f"| {name} |")]
+        assert report[at + 1].startswith(f"| {name}: judge-calibrated ({len(rows)} labels) |"), path
+    if protocol == "llmeval":  # without its question bank the report (which reads it) is left as it was, saying so
+        shutil.rmtree(tmp_path / "out" / "_cache")
+        capsys.readouterr()
+        assert main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)]) == 0
+        assert "report: not rendered again" in capsys.readouterr().out
+        assert not (tmp_path / "out" / "_cache").exists()  # no empty bank made in its place

@@ -74,7 +74,7 @@ def test_each_judge_name_runs_its_protocols_own_prompt(tmp_path):
             "JudgeRating": {"rating": 3, "reason": "fine"},
             "Grade": {"correct": True, "error_type": "N/A", "reason": "fine"},
             "FactGrade": {"facts": [], "complete": True},
-            "Verdict": {"correct": True},
+            "Verdict": {"correct": True, "reason": "it matches the reference"},
         }[name]
 
     for name, tool, words in (
@@ -83,9 +83,14 @@ def test_each_judge_name_runs_its_protocols_own_prompt(tmp_path):
         ("judgeagent.judge", "Verdict", "Reference answer"),
     ):
         seen.clear()
-        _, summary = _execute(tmp_path / name, {"judge": name}, {"evaluator": ScriptedChat(judge)})
+        run, summary = _execute(tmp_path / name, {"judge": name}, {"evaluator": ScriptedChat(judge)})
         assert tool in seen and words.lower() in seen[tool].lower(), name
         assert summary["metrics"]["raters"]["m0"]["measures"]["accuracy"]["n"] > 0
+        # every verdict says why (the review page shows it): the judge's reason, or how code decided it
+        verdicts = [v for r in _records(run) for v in r["verdicts"]]
+        assert verdicts and all(v["reason"] for v in verdicts), name
+        if name == "judgeagent.judge":
+            assert {v["reason"] for v in verdicts if v["how"] == "evaluator"} == {"it matches the reference"}
 
 
 def test_an_ungraded_verdict_is_counted_not_a_disagreement_and_resume_rejudges_it(tmp_path):

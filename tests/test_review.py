@@ -9,6 +9,7 @@ import io
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from dyneval.results.review.server import create_app
 from dyneval.runtime.executors.ray_address import is_loopback
 from dyneval.state.errors import InputError
 from dyneval.state.judgecheck import SCALES
-from dyneval.stores.rundir import RunDir
+from dyneval.stores.rundir import JUDGED, RunDir
 from tests import standin_runs
 from tests.golden_runs import REPO
 from tests.review_served import review_of
@@ -140,10 +141,26 @@ def test_bad_review_options_are_refused_with_exit_2_before_anything_is_written(r
     assert not (runs["interview"] / "review").exists()
 
 
-def test_an_llmeval_run_is_refused_saying_where_its_answers_are(tmp_path):
+def test_an_llmeval_run_is_reviewed_from_its_folder_alone_and_an_older_one_is_refused(tmp_path):
+    """LLMEval-3 keeps answers and stars in its question bank (a database); the run copies every session's judged
+    answers (and its reference replay's) into judged_answers.jsonl, so the review needs the run folder only."""
     run = standin_runs.run("llmeval", tmp_path)
+    assert (run / JUDGED).stat().st_mode & 0o777 == 0o600  # the bank's questions and answers: the owner's only
+    shutil.rmtree(run.parent / "_cache")  # the question bank is gone
+    judged = judged_items(RunDir(run))
+    metrics = standin_runs.summary(run)["metrics"]
+    references = sum(1 for i in judged.items if "#ref." in i.key)
+    assert judged.judge == "llmeval.judge" and references
+    assert len(judged.items) - references == metrics["answers_scored"]  # every scored answer of the sessions
+    assert {i.verdict for i in judged.items} <= set(SCALES["llmeval.judge"])
+    assert all(i.question and i.reference and i.response for i in judged.items)
+    stars = {r["unit_id"]: r["stars"] for r in standin_runs.records(run)}
+    for unit, counts in stars.items():
+        shown = Counter(i.verdict for i in judged.items if i.unit == unit and "#ref." not in i.key)
+        assert {k: v for k, v in counts.items() if v} == dict(shown)  # the record's star counts
+    (run / JUDGED).unlink()  # a run made before runs kept them
     code, err = _cli("--review", str(run))
-    assert code == 2 and "question bank" in err
+    assert code == 2 and "question bank" in err and JUDGED in err
 
 
 def test_a_decision_must_be_on_the_judges_scale_for_the_next_item_and_a_token_guards_a_non_loopback_page(runs):

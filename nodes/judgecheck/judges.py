@@ -106,7 +106,15 @@ def _judgeagent(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: Label
         llm=llm,
     )
     value = None if out["correct"] is None else ("correct" if out["correct"] else "wrong")
-    return {"value": value, "reason": out.get("error", ""), "how": out["how"]}
+    return {"value": value, "reason": out.get("reason") or out.get("error") or _DECIDED[out["how"]], "how": out["how"]}
+
+
+#: Why an answer JudgeAgent decides without its evaluator has its verdict (the judge's reason otherwise).
+_DECIDED = {
+    "empty": "empty answer: wrong without asking the evaluator",
+    "exact": "the answer equals the reference: correct without asking the evaluator",
+    "code": "the answer's option letter compared with the key in code",
+}
 
 
 def _orchestrator(ctx: JudgeCheckContext, svc: Services, llm: RoleLLM, item: LabelledItem, step: str) -> dict[str, Any]:

@@ -42,7 +42,10 @@ from dyneval.samples import sample, shown
 from dyneval.state.blocks import Block, Code, Figure, Heading, Table, Text
 from dyneval.state.errors import InputError
 from dyneval.state.llmeval import PARADIGMS, LLMEvalContext
-from dyneval.stores.private_files import FOLDER_MODE, private_file, write_private
+from dyneval.stores.bank_sessions import question_text
+from dyneval.stores.files import write_atomic
+from dyneval.stores.private_files import FILE_MODE, FOLDER_MODE, private_file, write_private
+from dyneval.stores.rundir import JUDGED
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -103,17 +106,50 @@ def check_files(p: dict[str, Any]) -> None:
             raise InputError("file not found", file=str(p[name]), field="--" + name)
 
 
-def _answers(bank: Any, record: dict[str, Any]) -> dict[str, Any]:
+def _judged(bank: Any, session_id: str | None) -> list[dict[str, Any]]:
+    """A session's judged answers as the run folder keeps them (:data:`stores.rundir.JUDGED`): each question as
+    the examinee read it, the bank's answer and explanation, the response, the stars and the judge's reason."""
+    fields = ("position", "question_uuid", "discipline", "qtype", "answer", "explanation", "response", "stars")
+    return [
+        {
+            **{k: row[k] for k in fields},
+            "question": question_text(str(row["question"]), json.loads(row["options"] or "[]") or None),
+            "reason": row["reason"],
+            "judge_status": row["judge_status"],
+        }
+        for row in (bank.judged_items(session_id) if session_id else [])
+    ]
+
+
+def keep_judged(run: Run, bank: Any, records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Write ``judged_answers.jsonl`` (every session's judged answers and its reference replay's) into the run
+    folder, so the run can be reviewed and its stars calibrated from the folder alone (``--review``,
+    ``--calibration``); written whole at each summary, so a resumed run's file holds its re-judged stars. Returns
+    it by unit id."""
+    kept = {
+        r["unit_id"]: {
+            "unit_id": r["unit_id"],
+            "session_id": r.get("session_id"),
+            "answers": _judged(bank, r.get("session_id")),
+            "reference": _judged(bank, r.get("reference_session_id")) if r.get("reference_session_id") else None,
+        }
+        for r in records
+        if r.get("session_id")
+    }
+    lines = (json.dumps(k, ensure_ascii=False) + "\n" for k in kept.values())
+    write_atomic(run.run_dir / JUDGED, lines, FILE_MODE)  # the bank's questions and answers: the owner's only
+    return kept
+
+
+def _answers(kept: dict[str, Any]) -> dict[str, Any]:
     """A scored session's answers for its S and R intervals: ``stars`` of the model's scored answers and
     ``pairs`` ``(stars, reference stars)`` of the questions both the model and its reference replay scored."""
-    rows = bank.judged_items(record["session_id"])
-    ref_id = record.get("reference_session_id")
-    ref = {r["question_uuid"]: r["stars"] for r in bank.judged_items(ref_id)} if ref_id else {}
+    ref = {r["question_uuid"]: r["stars"] for r in kept.get("reference") or []}
     return {
-        "stars": [r["stars"] for r in rows if r["stars"] is not None],
+        "stars": [r["stars"] for r in kept["answers"] if r["stars"] is not None],
         "pairs": [
             (r["stars"], ref[r["question_uuid"]])
-            for r in rows
+            for r in kept["answers"]
             if r["stars"] is not None and ref.get(r["question_uuid"]) is not None
         ],
     }
@@ -404,6 +440,7 @@ class LLMEvalProtocol(Protocol):
         from dyneval.protocols.llmeval import analyses  # scipy (IRT) loads with the summary, not with dyneval --help
 
         held = with_results(records)
+        kept = keep_judged(run, bank_of(self._ctx(run)), held)
         ok = [r for r in held if r.get("S") is not None]
         adaptive = [r for r in held if r.get("theta") is not None]
         per_paradigm = {
@@ -441,7 +478,7 @@ class LLMEvalProtocol(Protocol):
                 {k: r[k] for k in ("model", "S", "R", "sessions")}
                 for r in analyses.leaderboard(bank_of(self._ctx(run)))
             ],
-            **intervals([{**r, **_answers(bank_of(self._ctx(run)), r)} for r in ok]),
+            **intervals([{**r, **_answers(kept[r["unit_id"]])} for r in ok]),
         }
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:

@@ -7,12 +7,15 @@ An item is one decision of a judging step on a target's answer, on that step's s
   interviewer's expected answer);
 * ``judgeagent``: every base-question and extension-round answer the evaluator decided (seed 000, Table 12),
   correct/wrong, against the reference answer; multiple-choice letters compared in code are not a judge's;
+* ``llmeval``: every answer of a session and of its reference replay the judge rated (seed 002, section 2.3),
+  0-3 stars, against the question's answer and explanation, from ``judged_answers.jsonl``, the copy of the
+  sessions' judged answers the run keeps beside its question bank (:data:`stores.rundir.JUDGED`);
 * ``judgecheck``: each item's first verdict in the original order (the jury's when there is one), on the checked
   judge's scale (answers only: ATAD's problem judges see no answer).
 
 An answer the judge left ungraded carries no verdict to check and is not an item (counted in :class:`Judged`).
-LLMEval-3's answers and stars live in its question bank, a database, and ATAD's decisions (the orchestrator's
-approval of a generated problem) judge no target answer: :class:`state.errors.InputError` for both.
+ATAD's decisions (the orchestrator's approval of a generated problem) judge no target answer:
+:class:`state.errors.InputError`.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dyneval.state.errors import InputError
-from dyneval.state.judgecheck import PROBLEM_JUDGES
-from dyneval.stores.rundir import RunDir
+from dyneval.state.judgecheck import PROBLEM_JUDGES, SCALES
+from dyneval.stores.rundir import JUDGED, RunDir
+
+#: LLMEval-3's star scale (Figure 11).
+STARS = SCALES["llmeval.judge"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,17 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def by_grader(answer: dict[str, Any]) -> bool:
+    """Whether the interview's grader decided the answer (an empty answer is wrong without it)."""
+    return "grader" in _text(answer.get("graded_by"))
+
+
+def by_evaluator(answer: dict[str, Any]) -> bool:
+    """Whether JudgeAgent's evaluator judged the answer (a choice letter, an empty or an exact reply is compared
+    in code)."""
+    return answer.get("how") == "evaluator"
+
+
 def _interview(run: RunDir) -> Judged:
     out = Judged("interview.grader")
     seeds = {line["id"]: line.get("input", {}).get("seed", {}) for line in run.plan()}
@@ -91,7 +108,7 @@ def _interview(run: RunDir) -> Judged:
             if a.get("verdict") not in ("correct", "wrong"):
                 out.ungraded += a.get("verdict") == "ungraded"
                 continue
-            if "grader" not in _text(a.get("graded_by")):
+            if not by_grader(a):
                 continue  # decided without the grader (an empty answer)
             out.items.append(
                 Item(
@@ -122,7 +139,7 @@ def _judgeagent(run: RunDir) -> Judged:
             if a.get("verdict") not in ("correct", "wrong"):
                 out.ungraded += a.get("verdict") == "ungraded"
                 continue
-            if a.get("how") != "evaluator":
+            if not by_evaluator(a):
                 continue  # compared in code (a choice letter), not judged
             out.items.append(
                 Item(
@@ -137,6 +154,49 @@ def _judgeagent(run: RunDir) -> Judged:
                     reason=_text(a.get("reason")),
                 )
             )
+    return out
+
+
+def llmeval_sessions(run: RunDir) -> list[dict[str, Any]]:
+    """Each session of an LLMEval-3 run (its record, in plan order) with ``answers`` and ``reference`` (its
+    reference replay's): the judged answers the run kept in ``judged_answers.jsonl``; ``InputError`` for a run
+    made before runs kept them."""
+    if not run.has(JUDGED):
+        raise InputError(
+            f"run {run.name} keeps its answers and stars only in its question bank (made before LLMEval-3 runs "
+            f"kept them in {JUDGED}); re-run it, or review them with judgecheck --judge llmeval.judge",
+            setting="--review",
+        )
+    kept = {line["unit_id"]: line for line in run.file(JUDGED)}
+    return [
+        {**r, "answers": kept[r["unit_id"]].get("answers") or [], "reference": kept[r["unit_id"]].get("reference")}
+        for r in run.records()
+        if r["unit_id"] in kept
+    ]
+
+
+def _llmeval(run: RunDir) -> Judged:
+    out = Judged("llmeval.judge")
+    for session in llmeval_sessions(run):
+        for where, answers in (("", session["answers"]), ("ref.", session.get("reference") or [])):
+            for a in answers:
+                if a.get("stars") is None:
+                    out.ungraded += a.get("judge_status") == "ungraded"
+                    continue
+                out.items.append(
+                    Item(
+                        key=f"{session['unit_id']}#{where}{a.get('position')}",
+                        unit=session["unit_id"],
+                        judge=out.judge,
+                        question=_text(a.get("question")),
+                        response=_text(a.get("response")),
+                        reference="\n".join(filter(None, [_text(a.get("answer")), _text(a.get("explanation"))])),
+                        task=_text(a.get("discipline") or "generic"),
+                        qtype=_text(a.get("qtype")),
+                        verdict=str(a["stars"]),
+                        reason=_text(a.get("reason")),
+                    )
+                )
     return out
 
 
@@ -181,12 +241,11 @@ def _judgecheck(run: RunDir) -> Judged:
 READERS: dict[str, Callable[[RunDir], Judged]] = {
     "interview": _interview,
     "judgeagent": _judgeagent,
+    "llmeval": _llmeval,
     "judgecheck": _judgecheck,
 }
 #: Why a protocol's run has nothing to review from its folder.
 NOT_HERE = {
-    "llmeval": "LLMEval-3's answers and the judge's stars are kept in its question bank (a database), not in the "
-    "run folder; review them with judgecheck --judge llmeval.judge on an export of the bank",
     "atad": "ATAD's judged decisions are the orchestrator's approvals of generated problems, not verdicts on a "
     "target's answer (an evaluation's answers are compared in code)",
 }

@@ -542,21 +542,27 @@ def _bank_question(bank: QuestionBank, item: dict[str, Any]) -> str:
     return question_text(str(item.get("question") or ""), question.options if question else None)
 
 
-def _llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
-    """Per session: every question with the answer, stars and the judge's reason, from the question bank.
-
-    The bank (not the graph state) holds a session's answers (seed 002, section 3); its location is the run's
-    ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory, as the
-    protocol opens it (``nodes.llmeval.common.bank_location``).
-    """
-    from dyneval.stores.question_bank import QuestionBank
-
-    location = (
+def bank_location(run_dir: Path, config: ConfigFile) -> str | None:
+    """Where an LLMEval-3 run's question bank is, as the protocol opens it (``nodes.llmeval.common.bank_location``):
+    its ``bank_db``, else the PostgreSQL DSN, else ``_cache/llmeval_bank.sqlite`` beside the run directory; None
+    when that is a file no longer there."""
+    location = str(
         config.params.get("bank_db")
         or config.stores.postgres_dsn
         or str(run_dir.parent / "_cache" / "llmeval_bank.sqlite")
     )
-    if "://" not in location and not Path(location).exists():
+    return None if "://" not in location and not Path(location).exists() else location
+
+
+def _llmeval_answers(run_dir: Path, config: ConfigFile, records: list[dict[str, Any]]) -> dict[str, list[Section]]:
+    """Per session: every question with the answer, stars and the judge's reason, from the question bank.
+
+    The bank (not the graph state) holds a session's answers (seed 002, section 3), at :func:`bank_location`.
+    """
+    from dyneval.stores.question_bank import QuestionBank
+
+    location = bank_location(run_dir, config)
+    if location is None:
         return {}
     bank = QuestionBank(location)
     try:

@@ -73,72 +73,93 @@ def _denominator(value: Any) -> str:
 
 def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, Any]]:
     """The protocol's headline metrics present in this summary, with definitions, denominators and the 95 %
-    intervals the run wrote."""
+    intervals the run wrote; after each judge-based one that ``--calibration`` corrected, its judge-calibrated row
+    (:func:`calibration_row`)."""
     out = []
+    corrected = _calibrated(metrics)
     for m in spec.metrics:
         for key, value, n in _expanded(metrics, m.path, m.n):
             if value is not None:
                 path = m.path if key is None else m.path.replace("*", key)
                 entry = _entry_name(metrics, m.path, key)
-                out.append(
-                    {
-                        "name": m.label.format(key=key, name=entry),
-                        "value": value,
-                        "definition": m.definition,
-                        "denominator": _denominator(n),
-                        "path": path,
-                        "interval": interval_of(metrics, path),  # {"low", "high", "n", "method", ...} or None
-                        "metric": m.path,  # as declared (a * path unexpanded)
-                        "entry": entry,  # what the * stands for (a model), None without one
-                    }
-                )
-    return out + calibration_headlines(metrics)
+                row = {
+                    "name": m.label.format(key=key, name=entry),
+                    "value": value,
+                    "definition": m.definition,
+                    "denominator": _denominator(n),
+                    "path": path,
+                    "interval": interval_of(metrics, path),  # {"low", "high", "n", "method", ...} or None
+                    "metric": m.path,  # as declared (a * path unexpanded)
+                    "entry": entry,  # what the * stands for (a model), None without one
+                }
+                out.append(row)
+                if path in corrected:
+                    out.append(calibration_row(metrics["judge_calibration"], path, row))
+    for path, found in corrected.items():
+        if path not in {row["path"] for row in out} and found.get("raw"):
+            raw = found["raw"]
+            row = {
+                "name": f"{found['name']}: raw",
+                "value": raw["estimate"],
+                "definition": "share of the answers the judge decided that it judged correct",
+                "denominator": f"{raw['n']} judged answers",
+                "path": f"judge_calibration.{path}",
+                "interval": raw,
+                "metric": f"judge_calibration.{path}",
+                "entry": None,
+            }
+            out += [row, calibration_row(metrics["judge_calibration"], path, row)]
+    return out
 
 
-def calibration_headlines(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The two rows ``--calibration`` adds (``metrics["judge_calibration"]``, :mod:`results.calibration.run`):
-    the judged share correct "raw" and "judge-calibrated (n labels)", the judge's agreement with the labels in
-    the definition."""
-    cal = metrics.get("judge_calibration")
-    if not cal:
-        return []
-    raw, fixed, agree = cal["raw"], cal["calibrated"], cal["agreement"]
+def _calibrated(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Metric path -> its ``--calibration`` entry (:mod:`results.calibration.run`); a run calibrated before every
+    headline metric was (one share of the judged answers) gives that one."""
+    cal = metrics.get("judge_calibration") or {}
+    if "metrics" in cal:
+        return dict(cal["metrics"])
+    if "calibrated" in cal:
+        return {cal["metric"]: {"name": cal["metric"], "raw": cal["raw"], "calibrated": cal["calibrated"]}}
+    return {}
+
+
+def calibration_row(cal: dict[str, Any], path: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """The judge-calibrated row of the metric at ``path`` (the row ``raw`` shows it as the run reported it): its
+    value and interval, or why it is not corrected; the judge's agreement with the labels in the definition."""
+    found = _calibrated({"judge_calibration": cal})[path]["calibrated"]
+    agree = cal["agreement"]
     kappa = (
         f", Cohen's kappa {agree['kappa']:.2f} [{agree['kappa_low']:.2f}, {agree['kappa_high']:.2f}]"
         if agree.get("kappa") is not None
         else ""
     )
-    rates = ", ".join(
-        f"{name} {agree[key]:.2f}" for name, key in (("Se", "sensitivity"), ("Sp", "specificity")) if agree.get(key)
+    rates = "".join(
+        f", {name} {agree[key]:.2f}" for name, key in (("Se", "sensitivity"), ("Sp", "specificity")) if agree.get(key)
     )
     agreement = (
         f"the judge ({cal['judge']}) agrees with {agree['labels']} human labels on {agree['share']:.0%} of them"
-        f"{kappa}; {rates}"
+        f"{kappa}{rates}"
     )
-    labels = fixed["labels"]
-    return [
-        {
-            "name": f"{cal['metric']}: raw",
-            "value": raw["estimate"],
-            "definition": f"share of the answers the judge decided that it judged correct; {agreement}",
-            "denominator": f"{raw['n']} judged answers",
-            "path": "judge_calibration.raw",
-            "metric": "judge_calibration.raw",
-            "entry": None,
-            "interval": raw,
-        },
-        {
-            "name": f"{cal['metric']}: judge-calibrated ({labels} labels)",
-            "value": fixed["estimate"] if fixed["estimate"] is not None else "not corrected",
-            "definition": "the raw share corrected by the judge's sensitivity and specificity on the labels "
-            f"(Rogan-Gladen); its interval includes the judge's error; {agreement}",
-            "denominator": f"{raw['n']} judged answers, {labels} labelled",
-            "path": "judge_calibration.calibrated",
-            "metric": "judge_calibration.calibrated",
-            "entry": None,
-            "interval": {**fixed, "n": labels},
-        },
-    ]
+    labels = found["labels"]
+    corrected = found.get("estimate") is not None
+    how = cal.get(
+        "method", "Rogan-Gladen correction, bias-corrected percentile bootstrap over units and labels jointly"
+    )
+    return {
+        "name": f"{raw['name'].removesuffix(': raw')}: judge-calibrated ({labels} labels)",
+        "value": found["estimate"] if corrected else f"not corrected: {found.get('note')}",
+        "definition": (
+            f"the row above corrected for the judge's error measured on the labels ({how}); its interval "
+            f"includes the judge's error; {agreement}"
+            if corrected
+            else f"not corrected: {found.get('note')}; {agreement}"
+        ),
+        "denominator": f"{raw['denominator']}, {labels} labelled",
+        "path": f"judge_calibration.{path}.calibrated",
+        "metric": f"judge_calibration.{path}.calibrated",
+        "entry": None,
+        "interval": {**found, "n": labels, "method": "joint bootstrap over units and labels"} if corrected else None,
+    }
 
 
 def _member(mapping: Any, key: str) -> Any:
