@@ -17,6 +17,7 @@ from dyneval.results.view.index import write_index
 from dyneval.results.view.page import write_view
 from dyneval.runtime.display import WRITING, step
 from dyneval.runtime.protocol import Protocol, Run
+from dyneval.runtime.trials import first_trials
 from dyneval.stores.files import write_atomic
 
 __all__ = ["finish_run", "preload_plotting"]
@@ -47,7 +48,10 @@ def finish_run(
             missing=missing,
         )
         write_atomic(run.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
-        blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
+        blocks = [
+            *header_blocks(protocol, run, summary, warning, records),
+            *protocol.report(run, summary, first_trials(records)),  # what its metrics were computed on
+        ]
         del records  # not needed to render: the report and the view reuse their memory (bench/atad_memory.py)
         write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
         write_view(run.run_dir)

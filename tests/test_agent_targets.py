@@ -284,6 +284,18 @@ def test_a_run_killed_mid_unit_resumes_without_losing_or_repeating_an_agents_tur
     assert resumed and not any(e["unit"] in finished for e in resumed)  # a finished unit's turns not asked again
     cut = {e["unit"] for e in before} - finished
     assert cut and cut <= {e["unit"] for e in resumed}
-    for unit in cut:  # on its own thread id again; the run's in-memory agent lost the thread, and the record says so
-        turns = [e["agent"] for e in resumed if e["unit"] == unit]
-        assert {t["thread_id"] for t in turns} == {f"{run_dir.name}/{unit}"} and turns[0]["thread"] == "new"
+    had_turns = {e["agent"]["thread_id"] for e in before if e["error"] is None}
+    for unit in cut:  # on its own threads again; the run's in-memory agent lost them, and the record says so
+        events = [e for e in resumed if e["unit"] == unit]
+        threads = {e["agent"]["thread_id"] for e in events}
+        assert threads <= {f"{run_dir.name}/{unit}", f"{run_dir.name}/{unit}/single"}
+        assert threads & had_turns, "the kill came before the cut unit's first turn"
+        for thread in threads:
+            first = next(e for e in events if e["agent"]["thread_id"] == thread)
+            if thread in had_turns:  # restarted: its first message holds the conversation so far, our prompt too
+                assert (
+                    first["agent"]["thread"] == "restarted" and "lost the thread" in first["agent"]["restarted_because"]
+                )
+                assert all(m["content"] in first["agent"]["sent"] for m in first["messages"] if m["role"] != "ai")
+            else:
+                assert first["agent"]["thread"] == "new"
