@@ -26,10 +26,12 @@ AGENT = "graph:tests.toy_agents:graph"
 TOOL_RESULT_LEN = 3000
 
 
-def run_with_agent(case: str, out: Path, agent: str = AGENT) -> tuple[int, Path | None, str]:
+def run_with_agent(
+    case: str, out: Path, agent: str = AGENT, extra: list[str] | None = None
+) -> tuple[int, Path | None, str]:
     """The golden case ``case`` with its model under test replaced by ``agent`` (the target and the student, or
-    ATAD's evaluated models); ``(exit code, run folder or None, console)``."""
-    args = list(CASES[case])
+    ATAD's evaluated models), ``extra`` flags after its own; ``(exit code, run folder or None, console)``."""
+    args = [*CASES[case], *(extra or [])]
     if "--evaluate" in args:
         at = args.index("--evaluate")
         args[at + 1 : at + 3] = [agent]
