@@ -274,8 +274,8 @@ def _execute(protocol: Protocol, run: Run, *, dry_run: bool, skip_preflight: boo
             f"{flag} works in this process only, not on Ray runners: leave out --executor ray",
             field="--executor",
         )
-    run.executor.check(run.config)
     check_run_options(protocol, run)
+    run.executor.check(run.config)
     reach_stores(protocol, run)  # before the run folder: a store out of reach leaves nothing behind
     stop.clear()
     notes: list[str] = list(run.services.events.notes)
