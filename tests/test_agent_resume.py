@@ -62,3 +62,28 @@ def test_a_timed_out_turn_cannot_reach_the_thread_the_unit_goes_on_with(tmp_path
         t["sent"] for t in again
     ]
     assert agent.graph.get_state(config).values["messages"] == late  # nothing reached the abandoned thread since
+
+
+def test_a_resumed_unit_continues_the_thread_its_agent_kept_with_only_what_is_new(tmp_path):
+    """The toy agent keeps its threads (its own checkpointer, alive in this process): a run stopped mid-session by
+    its budget and resumed goes on on the same thread, ``continued``, sending only the new message, as an agent
+    with a persistent checkpointer would get after a kill."""
+    with StandIn(respond=respond) as standin, _clean_environment():
+        argv = ["--protocol", "interview", "--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("j")]
+        argv += ["--limit", "1", "--concurrency", "1", "--skip-preflight", "--out", str(tmp_path)]
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert cli.main([*argv, "--max-calls", "6"]) == 3, out.getvalue()  # stopped by its budget
+        (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_")]
+        before = len(_events(run_dir))
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert cli.main([*argv, "--max-calls", "1000", "--resume", run_dir.name]) == 0, out.getvalue()
+    (record,) = records(run_dir)
+    session = f"{run_dir.name}/{record['unit_id']}"
+    earlier = [e for e in _events(run_dir)[:before] if e.get("agent") and e["agent"]["thread_id"] == session]
+    later = [e for e in _events(run_dir)[before:] if e.get("agent") and e["agent"]["thread_id"] == session]
+    assert earlier and later, "the budget did not stop the run inside the session"
+    first = later[0]
+    assert first["agent"]["thread"] == "continued" and "restarted_because" not in first["agent"]
+    assert first["agent"]["sent"] == first["messages"][-1]["content"]  # the new message alone, no history again
+    # the agent's own thread: our one message per turn (4 messages a turn), none sent twice
+    assert record["agent_threads"][session]["messages"] == 4 * (len(earlier) + len(later))
