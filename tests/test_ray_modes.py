@@ -99,13 +99,15 @@ def test_atad_evaluation_with_executor_ray_answers_on_the_ray_runners_as_a_threa
 def test_an_agent_graph_is_imported_and_evaluated_on_the_ray_runners_as_on_threads(
     cluster: RayCluster, standin: StandIn, fresh_postgres_db: Any, tmp_path: Path
 ) -> None:
-    """A ``graph:MODULE:ATTR`` agent goes to the runners as its reference, each worker importing it: its turns are
-    made there, on the threads a thread pool gives them, and end in the same records."""
-    agent = ["graph:tests.toy_agents:graph"]
-    threads_dir = _evaluate(standin, tmp_path / "threads", evaluated=agent)
+    """A ``graph:MODULE:ATTR`` agent goes to the runners as its reference, each worker importing it (and the
+    ``--state-check`` function): its turns are made there, on the threads a thread pool gives them, and end in the
+    same records, the checks' verdicts included."""
+    agent, check = ["graph:tests.toy_agents:graph"], ("--state-check", "tests.toy_agents:looked_up")
+    threads_dir = _evaluate(standin, tmp_path / "threads", *check, evaluated=agent)
     ray_dir = _evaluate(
         standin,
         tmp_path / "ray",
+        *check,
         *("--postgres-dsn", fresh_postgres_db("ray_agent_evaluate"), "--executor", "ray"),
         *("--ray-address", cluster.address),
         evaluated=agent,
@@ -114,6 +116,7 @@ def test_an_agent_graph_is_imported_and_evaluated_on_the_ray_runners_as_on_threa
     assert len(turns) == 7 and all(e.get("worker") for e in turns)  # one per problem, each on a runner
     assert {e["agent"]["thread_id"] for e in turns} == {f"{ray_dir.name}/{r['unit_id']}" for r in records(ray_dir)}
     assert all([m["type"] for m in e["agent"]["emitted"]] == ["ai", "tool", "ai"] for e in turns)
+    assert {c["verdict"] for r in records(ray_dir) for c in r["state_checks"].values()} == {"correct"}
     same = [json.loads(json.dumps(records(d)).replace(d.name, "RUN")) for d in (ray_dir, threads_dir)]
     assert _results(same[0]) == _results(same[1])  # the agent's threads, named by the run, and their states too
 
