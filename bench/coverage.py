@@ -43,6 +43,7 @@ from dyneval.protocols.judgecheck.metrics import (  # noqa: E402
     swap_consistency,
 )
 from dyneval.protocols.llmeval.metrics import intervals as llmeval_intervals  # noqa: E402
+from dyneval.results.trials import ItemTrials, flip_rate, pass_k  # noqa: E402
 
 Rng = np.random.Generator
 #: one simulated run: the interval dict of the metric (``low``/``high``, None without an interval)
@@ -456,6 +457,57 @@ def judgecheck_cells() -> list[Cell]:
     ]
 
 
+# -- --trials: pass^k and the flip rate over items of K trials each (results/trials.py) ----------------------
+
+TR_TRIALS = 4
+#: an item's chance of a right answer: logistic of ability plus its cluster's effect (a JudgeAgent batch's topic)
+#: and its own; items of one cluster share the first
+TR_ABILITY, TR_CLUSTER_SD, TR_ITEM_SD = 0.5, 1.0, 1.2
+
+
+def _tr_p(z: Any, u: Any) -> Any:
+    return logistic(TR_ABILITY + TR_CLUSTER_SD * z + TR_ITEM_SD * u)
+
+
+#: the population value of each measure (``z``: the cluster's effect, ``u``: the item's)
+TR_TRUTH: dict[str, Callable[..., Any]] = {
+    **{f"pass^{k}": partial(lambda z, u, k: _tr_p(z, u) ** k, k=k) for k in range(1, TR_TRIALS + 1)},
+    "flip_rate": lambda z, u: 1 - _tr_p(z, u) ** TR_TRIALS - (1 - _tr_p(z, u)) ** TR_TRIALS,
+}
+
+
+def trials_run(rng: Rng, clusters: int, per: int, metric: str) -> dict[str, Any]:
+    """``clusters`` clusters of ``per`` items, each item answered :data:`TR_TRIALS` times, right with its own
+    chance every time (independent trials)."""
+    items = []
+    for c in range(clusters):
+        z = rng.normal()
+        for _ in range(per):
+            p = float(_tr_p(z, rng.normal()))
+            items.append(ItemTrials(str(c), [bool(x) for x in rng.random(TR_TRIALS) < p]))
+    found = flip_rate(items) if metric == "flip_rate" else pass_k(items, int(metric.removeprefix("pass^")))
+    return found.interval() if found else {}
+
+
+def trials_cells() -> list[Cell]:
+    """Items of their own (ATAD's problems, interview sessions: the shipped samples' 7 the smallest, 30 the
+    default) and items in clusters of 3 (JudgeAgent's batches: the shipped sample's 5), 4 trials each."""
+    sizes = {(7, 1): "7 items", (30, 1): "30 items", (5, 3): "5 batches of 3 items", (10, 3): "10 batches of 3 items"}
+    return [
+        Cell(
+            "trials",
+            metric,
+            f"{label} x {TR_TRIALS} trials",
+            expected(truth, 2),
+            partial(trials_run, clusters=clusters, per=per, metric=metric),
+            default=(clusters, per) == (30, 1),
+            smallest=(clusters, per) in ((7, 1), (5, 3)),
+        )
+        for metric, truth in TR_TRUTH.items()
+        for (clusters, per), label in sizes.items()
+    ]
+
+
 def cells() -> list[Cell]:
     return [
         *llmeval_cells(),
@@ -464,6 +516,7 @@ def cells() -> list[Cell]:
         *atad_cells(),
         *atad_generation_cells(),
         *judgecheck_cells(),
+        *trials_cells(),
     ]
 
 
@@ -497,7 +550,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=1000, help="simulated runs per cell")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", help="one protocol: llmeval, judgeagent, interview, atad, judgecheck")
+    ap.add_argument("--only", help="one protocol: llmeval, judgeagent, interview, atad, judgecheck, trials")
     ap.add_argument("--metric", help="one metric, as the table's metric column names it")
     args = ap.parse_args()
     started = time.monotonic()

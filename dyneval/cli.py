@@ -64,8 +64,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
         return super()._get_help_string(action)
 
 
-def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
-    """The options every protocol shares."""
+def _common_parser(own: frozenset[str] = frozenset(), **kwargs: Any) -> argparse.ArgumentParser:
+    """The options every protocol shares, but one a protocol's ``own`` options name alike (llmeval's ``--trials``:
+    its ``--stability`` resamples; llmeval repeats no unit)."""
     parser = _Parser(
         prog="dyneval",
         description="Evaluate LLMs with dynamic protocols (JudgeAgent, ATAD, LLM-as-an-Interviewer, LLMEval-3). "
@@ -97,6 +98,21 @@ def _common_parser(**kwargs: Any) -> argparse.ArgumentParser:
     default = {name: f.default for name, f in RunConfig.model_fields.items()}
     run.add_argument("--concurrency", type=int, help=f"units in flight at once (default {default['concurrency']})")
     run.add_argument("--seed", type=int, help=f"seed for every random choice (default {default['seed']})")
+    if "trials" not in own:
+        run.add_argument(
+            "--trials",
+            type=int,
+            metavar="K",
+            help="run each unit K times, each on fresh threads, and report pass^1..pass^K (the chance that k trials of "
+            "an item all succeed) and the flip rate (items whose verdict differs between trials), for the protocols "
+            "whose units have a binary verdict (docs/agents.md)",
+        )
+    run.add_argument(
+        "--state-check",
+        metavar="MODULE:FN",
+        help="with an agent target: FN(state, item) checks the agent's final state on each of its threads "
+        "(MODULE:FN or path/to/file.py:FN), recorded beside the protocol's verdicts (docs/agents.md)",
+    )
     run.add_argument(
         "--max-calls",
         type=int,
@@ -208,7 +224,7 @@ def build_parser(protocol: str | None) -> tuple[argparse.ArgumentParser, list[st
     if protocol in REGISTRY:
         with contextlib.suppress(InputError):  # not importable: main() reports it as one line
             cls = protocol_class(protocol)
-            parser = _common_parser()
+            parser = _common_parser(own=frozenset(o.name for o in cls.options() if o.cli))
             return parser, _protocol_group(parser, protocol, cls)
     sections = []
     for name, cls in available().items():
@@ -348,6 +364,8 @@ def flags_from_args(args: argparse.Namespace, protocol_dests: list[str]) -> dict
         "roles": {r: getattr(args, r) for r in ROLES if getattr(args, r)},
         "limit": args.limit,
         "concurrency": args.concurrency,
+        "trials": None if "trials" in protocol_dests else args.trials,  # llmeval's own --trials is its param
+        "state_check": args.state_check,
         "seed": args.seed,
         "max_calls": args.max_calls,
         "max_tokens": args.max_tokens,

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from dyneval.results.state_checks import PATH as STATE_CHECK
+from dyneval.results.trials import PASS_K
 from dyneval.results.view.adapters import adapter
 from dyneval.results.view.data import headline_metrics
 from dyneval.state.errors import InputError
@@ -58,9 +60,10 @@ class Threshold:
 
 def parse_thresholds(specs: list[str] | None, protocol: str) -> list[Threshold]:
     """The ``--fail-under`` values, checked before the run: ``NAME=NUMBER`` with NAME a headline metric path of
-    ``protocol`` (a ``*`` path as declared, or one key of it)."""
+    ``protocol`` (a ``*`` path as declared, or one key of it), a pass^k of ``--trials`` (``trials.target.pass^2``)
+    or ``--state-check``'s share (``state_check.share``)."""
     out = []
-    names = [m.path for m in adapter(protocol).metrics]
+    names = [m.path for m in adapter(protocol).metrics] + [PASS_K, STATE_CHECK]  # --trials', --state-check's
     for spec in specs or []:
         name, eq, raw = spec.partition("=")
         try:

@@ -17,6 +17,7 @@ from dyneval.results.view.index import write_index
 from dyneval.results.view.page import write_view
 from dyneval.runtime.display import WRITING, step
 from dyneval.runtime.protocol import Protocol, Run
+from dyneval.runtime.trials import first_trials
 from dyneval.stores.files import write_atomic
 
 __all__ = ["finish_run", "preload_plotting", "write_run_report"]
@@ -26,7 +27,10 @@ def write_run_report(protocol: Protocol, run: Run, summary: dict[str, Any], reco
     """``report.md`` / ``report.html`` of a run from its summary and records: the run's header, then the protocol's
     report (whose headline table shows the judge-calibrated rows of a calibrated run beside the raw ones)."""
     warning = summary.get("smoke_test_warning")
-    blocks = [*header_blocks(protocol, run, summary, warning, records), *protocol.report(run, summary, records)]
+    blocks = [
+        *header_blocks(protocol, run, summary, warning, records),
+        *protocol.report(run, summary, first_trials(records)),  # what its metrics were computed on
+    ]
     write_report(run.run_dir, f"{protocol.name} run {run.run_dir.name}", blocks)
 
 

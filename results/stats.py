@@ -415,6 +415,28 @@ def clustered_share(hits: Sequence[int], counts: Sequence[int], unit: str, clust
 SHARE_CLUSTERED = "clopper-pearson-clustered"
 
 
+def clustered_mean_share(
+    sums: Sequence[float], counts: Sequence[int], observations: int, cluster: str
+) -> Estimate | None:
+    """The mean of per-item shares in [0, 1] (pass^k: each item's chance that k of its trials all succeed) over
+    items in independent clusters (``sums[k]`` adds the shares of the ``counts[k]`` items of cluster k): the
+    Korn-Graubard exact interval of :func:`share_at_design_effect` with the cluster-robust variance, its effective
+    size capped at ``observations``, the independent 0/1 outcomes the shares rest on (an item's disjoint runs of k
+    trials), not at the items: a share of k of 4 trials carries more than one item's 0/1. ``n`` counts the items;
+    one cluster gives no interval."""
+    pairs = [(float(a), int(b)) for a, b in zip(sums, counts) if b]
+    if not pairs:
+        return None
+    num = np.array([a for a, _ in pairs])
+    den = np.array([b for _, b in pairs], dtype=float)
+    k, n = len(pairs), int(den.sum())
+    p = float(min(1.0, max(0.0, num.sum() / den.sum())))
+    if k < 2:
+        return Estimate(p, None, None, n, SHARE_CLUSTERED, None, k, cluster, note=f"needs two or more {cluster}")
+    variance = k / (k - 1) * float(((num - p * den) ** 2).sum()) / n**2
+    return replace(share_at_design_effect(p, variance, max(n, observations), k, cluster), n=n)
+
+
 def share_at_design_effect(p: float, variance: float, n: int, clusters: int, cluster: str) -> Estimate:
     """The exact interval of a share ``p`` of ``n`` 0/1 units in ``clusters`` independent clusters whose estimate
     has ``variance`` (``clopper-pearson-clustered``; Korn and Graubard 1998): ``n_eff = p (1 - p) / variance``, at

@@ -8,8 +8,11 @@ from typing import Any
 from dyneval.results.headline import declared_intervals
 from dyneval.results.rescore import report_text as rescore_text
 from dyneval.results.rescore import summary_fields as rescore_fields
+from dyneval.results.state_checks import state_check_metrics
+from dyneval.results.trials import trial_metrics
 from dyneval.runtime.events import Usage, usd
 from dyneval.runtime.protocol import Protocol, Run
+from dyneval.runtime.trials import first_trials
 from dyneval.state.blocks import Heading, Table, Text
 from dyneval.state.config import ROLES
 
@@ -55,8 +58,19 @@ def build_summary(
         units.add(Usage.from_dict(r.get("usage") or {}))
     n = max(1, len(records))
     unit_wall = sum(r.get("wall_s", 0.0) for r in records)
-    metrics = protocol.summarize(run, records)  # first: its own calls (interview's summary) count in usage
-    metrics = declared_intervals(protocol.viewer, metrics, records)
+    first = first_trials(records)  # the protocol's own metrics: as a run without --trials gives them
+    metrics = protocol.summarize(run, first)  # first: its own calls (interview's summary) count in usage
+    metrics = declared_intervals(protocol.viewer, metrics, first)
+    extra = [
+        trial_metrics(protocol, records, run.config.trials) if run.config.trials > 1 else {},
+        state_check_metrics(records, run.config.state_check) if run.config.state_check else {},
+    ]
+    for found in extra:
+        for key, value in found.items():
+            if key in ("intervals", "separable"):
+                metrics.setdefault(key, {}).update(value)
+            else:
+                metrics[key] = value
     return {
         "run_id": run.run_dir.name,
         "protocol": protocol.name,
@@ -101,6 +115,14 @@ def header_blocks(
         )
     if rescored := rescore_text(summary):
         blocks.append(Text(rescored))
+    if run.config.trials > 1:
+        blocks.append(
+            Text(
+                f"--trials {run.config.trials}: every planned unit ran {run.config.trials} times, each trial a "
+                "unit of its own on fresh threads. The protocol's metrics are those of the first trials (what a run "
+                "without --trials gives); pass^k and the flip rate, among the headline metrics, count every trial."
+            )
+        )
     for note in summary.get("file_notes") or []:
         blocks.append(Text("Repaired run file: " + note))
     blocks.append(Table(["role", "model"], [[k, v] for k, v in summary["models"].items()], caption="Models"))

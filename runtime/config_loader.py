@@ -42,6 +42,8 @@ ENV_PREFIX = "DYNEVAL_"
 _ENV_SCALARS = {
     "LIMIT": "limit",
     "CONCURRENCY": "concurrency",
+    "TRIALS": "trials",
+    "STATE_CHECK": "state_check",
     "SEED": "seed",
     "OUT": "out",
     "PROMPTS": "prompts",
@@ -156,6 +158,8 @@ _FLAGGED = frozenset(
     {
         ("limit",),
         ("concurrency",),
+        ("trials",),
+        ("state_check",),
         ("seed",),
         ("out",),
         ("max_calls",),
@@ -428,6 +432,14 @@ def check_resume_unchanged(stored: RunConfig, config: RunConfig, params: ParamSc
             f"the {role} model of this run has {was}, not {now}; {hint}",
             setting=config.sources.get(f"--{role}", f"--{role}"),
         )
+    for flag, before, after in (
+        ("--trials", stored.trials, config.trials),
+        ("--state-check", stored.state_check, config.state_check),
+    ):
+        if before != after:
+            raise InputError(
+                f"this run was made with {flag} {before}, not {after}; {hint}", setting=config.sources.get(flag, flag)
+            )
     if stored.seed != config.seed:
         raise InputError(
             f"this run was made with seed {stored.seed}, not {config.seed}; {hint}",

@@ -57,6 +57,19 @@ class Unit:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrialVerdict:
+    """One binary verdict a unit's record holds, as ``--trials`` repeats it (:mod:`results.trials`): ``subject``
+    the model or agent under test that gave the answer, ``item`` what each trial asks again (a question, a
+    problem), ``cluster`` the independent unit the item belongs to (items of one JudgeAgent batch share its
+    topic), ``correct`` None for an ungraded verdict."""
+
+    subject: str
+    cluster: str
+    item: str
+    correct: bool | None
+
+
 @dataclass
 class Run:
     """What a protocol sees of the current run. ``executor`` is where this session's units run: every batch the
@@ -109,6 +122,12 @@ class Protocol(ABC):
         cost budget's check, the pre-flight pings, the smoke-test warning, the plan and the summary's models all ask
         this, so no model is priced, pinged or shown for a role the run never calls."""
         return type(self).roles
+
+    def subjects(self, run: Run) -> list[str]:
+        """The models (or agents) under test in ``run``, by reference: the target and student roles it calls
+        (ATAD's ``--evaluate`` list names its own)."""
+        called = self.roles_in(run)
+        return list(dict.fromkeys(run.config.role_ref(r) for r in ("target", "student") if r in called))
 
     # -- parameters ----------------------------------------------------------------------------
     @classmethod
@@ -195,8 +214,18 @@ class Protocol(ABC):
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         """The JSON record of a finished unit, from its final graph state."""
 
+    def trials_refused(self, run: Run) -> str | None:
+        """Why ``--trials`` cannot repeat ``run``'s units (their records hold no binary verdict to count pass^k
+        and the flip rate on), or None when :meth:`trial_verdicts` gives them."""
+        return f"{self.name}'s units hold no binary verdict per item (Protocol.trial_verdicts) to count pass^k on"
+
+    def trial_verdicts(self, record: dict[str, Any]) -> list[TrialVerdict]:
+        """The binary verdicts of one unit record that holds results (``ok`` or ``ungraded``), for ``--trials``."""
+        return []
+
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """Protocol metrics over all unit records (those with status ``ok`` hold results)."""
+        """Protocol metrics over all unit records (those with status ``ok`` hold results); with ``--trials``, the
+        records of the first trial (a run without it gives the same), all trials going to pass^k."""
         return {}
 
     def report(self, run: Run, summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Block]:

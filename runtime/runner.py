@@ -41,6 +41,7 @@ from rich.panel import Panel
 
 from dyneval.results.finish import finish_run, preload_plotting
 from dyneval.runtime import stop
+from dyneval.runtime.agents.checks import check_agents_of_run
 from dyneval.runtime.budget import check_priced
 from dyneval.runtime.concurrency import parallel_map
 from dyneval.runtime.display import await_background, live_status, print_plan, progress_bar
@@ -55,6 +56,7 @@ from dyneval.runtime.reach import reach_stores
 from dyneval.runtime.services import Services
 from dyneval.runtime.signals import signals_ignored, stop_on_signals
 from dyneval.runtime.stop import RunInterrupted
+from dyneval.runtime.trials import with_trials
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InfraError, InputError
 from dyneval.stores.files import read_records, write_atomic
@@ -187,6 +189,7 @@ def plan_units(protocol: Protocol, run: Run, notes: list[str]) -> list[Unit]:
     units = protocol.plan(run)
     if run.config.limit is not None:
         units = protocol.within_limit(units, run.config.limit)
+    units = with_trials(units, run.config.trials)
     ids = [u.id for u in units]
     if len(set(ids)) != len(ids):
         raise RuntimeError(f"{protocol.name}: plan produced duplicate unit ids")
@@ -271,6 +274,7 @@ def _execute(protocol: Protocol, run: Run, *, dry_run: bool, skip_preflight: boo
             f"{flag} works in this process only, not on Ray runners: leave out --executor ray",
             field="--executor",
         )
+    check_run_options(protocol, run)
     run.executor.check(run.config)
     reach_stores(protocol, run)  # before the run folder: a store out of reach leaves nothing behind
     stop.clear()
@@ -334,6 +338,21 @@ def _execute(protocol: Protocol, run: Run, *, dry_run: bool, skip_preflight: boo
         raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget, terminated=terminated) from None
     with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would
         return _finish(protocol, run, units, results, notes, wall_started, warning, None)
+
+
+def check_run_options(protocol: Protocol, run: Run) -> None:
+    """``--trials`` only where the protocol's units have a binary verdict and no cached reply stands in for a
+    trial; ``--state-check`` and ``--executor ray`` only with agents that allow them (:mod:`runtime.agents.checks`)."""
+    if run.config.trials > 1:
+        if why := protocol.trials_refused(run):
+            raise InputError(why, field="--trials")
+        if run.config.stores.cache:
+            raise InputError(
+                "--trials repeats each unit to see whether its verdicts change: --cache would give every trial "
+                "the first one's replies; leave out --cache",
+                field="--cache",
+            )
+    check_agents_of_run(protocol.subjects(run), run.config, run.executor.name)
 
 
 def _run_all(protocol: Protocol, run: Run, executor: Executor, todo: list[Unit], already: int) -> None:

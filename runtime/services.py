@@ -203,15 +203,17 @@ class Services:
                 from dyneval.runtime.agents.chat import AgentChat
                 from dyneval.runtime.agents.reference import load_agent
 
-                chat = AgentChat(app=load_agent(ref), thread_prefix=self.run_dir.name)
+                chat = AgentChat(
+                    app=load_agent(ref), thread_prefix=self.run_dir.name, events_path=self.run_dir / "events.jsonl"
+                )
                 self._endpoints[key] = open_endpoint(spec, chat=chat, label=ref)
             else:
                 self._endpoints[key] = open_endpoint(spec)
         return self._endpoints[key]
 
     def agent_states(self, unit: str) -> dict[str, Any] | None:
-        """The agent target's final state on each of ``unit``'s threads (``{thread id: state}``; ``None`` when no
-        agent answered in it), for the unit's record (:mod:`runtime.agents.chat`)."""
+        """The agent target's final state on each of ``unit``'s threads (``{thread id: state}``, as the agent holds
+        it; ``None`` when no agent answered in it), for the unit's record (:mod:`runtime.agents.state_check`)."""
         from dyneval.runtime.agents.chat import AgentChat
 
         with self._lock:

@@ -22,8 +22,9 @@ import traceback
 from typing import Any
 
 from dyneval.runtime import stop
+from dyneval.runtime.agents.state_check import agent_fields
 from dyneval.runtime.llm import is_endpoint_fault
-from dyneval.runtime.protocol import DIVERGED, Protocol, Run, Unit
+from dyneval.runtime.protocol import DIVERGED, RESULT_STATUSES, Protocol, Run, Unit
 from dyneval.state.errors import InfraError, ModelError, ReplayMissing
 
 
@@ -121,8 +122,9 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
     except Exception as exc:  # noqa: BLE001 - a failed unit is recorded and the run goes on
         status = "infra_error" if is_endpoint_fault(exc) else "error"
         record.update(status=status, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=6))
-    if agent_states := run.services.agent_states(unit.id):
-        record["agent_threads"] = agent_states  # an agent target's final state per thread (docs/agents.md)
+    if agent_states := run.services.agent_states(unit.id):  # an agent target's final state per thread
+        check = run.config.state_check if record["status"] in RESULT_STATUSES else None  # on results only
+        record.update(agent_fields(agent_states, unit.input, check))
     record["wall_s"] = round(time.perf_counter() - started, 3)
     record["usage"] = run.services.events.usage(unit.id).as_dict()
     return record

@@ -33,8 +33,10 @@ ROLE_FALLBACK: dict[str, str] = {
 #: Upper bounds of run settings, against typos. Each unit in flight holds a thread, and endpoints' own limits set
 #: the pace long before a thousand; twenty retries with capped exponential backoff outlast any outage worth waiting
 #: for. ``--limit`` only shortens a plan (which is held in memory): ten million is above any plan, a pasted number not.
+#: pass^k past a hundred trials of one unit is no question anyone asks.
 MAX_CONCURRENCY = 1000
 MAX_UNITS = 10_000_000
+MAX_TRIALS = 100
 MAX_RETRIES = 20
 
 EMBEDDED = "local"
@@ -304,6 +306,17 @@ class RunConfig(BaseModel):
     roles: dict[str, str] = Field(default_factory=lambda: {"target": EMBEDDED, "evaluator": EMBEDDED})
     limit: int | None = Field(default=None, ge=1, le=MAX_UNITS, description="process at most this many units")
     concurrency: int = Field(default=2, ge=1, le=MAX_CONCURRENCY, description="units in flight at once")
+    trials: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_TRIALS,
+        description="runs of each unit, each on fresh threads, for pass^k and the flip rate (runtime/trials.py)",
+    )
+    state_check: str | None = Field(
+        default=None,
+        description="MODULE:FN or path/to/file.py:FN: a check of an agent target's final state on each of its "
+        "threads (runtime/agents/state_check.py)",
+    )
     max_calls: int | None = Field(
         default=None, ge=1, description="budget: no request starts once the run sent this many (runtime/budget.py)"
     )

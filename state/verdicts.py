@@ -25,6 +25,11 @@ def is_ungraded(item: dict[str, Any] | None) -> bool:
     return item is not None and item.get("verdict") == "ungraded"
 
 
+def graded_correct(item: dict[str, Any]) -> bool | None:
+    """A graded answer's ``correct``, None for an ungraded one."""
+    return None if is_ungraded(item) else bool(item.get("correct"))
+
+
 def rate(values: Iterable[float | bool | None]) -> dict[str, Any]:
     """Mean of the graded values (``None`` = ungraded) with its denominator ``n`` and the ``ungraded`` count.
 

@@ -26,10 +26,12 @@ AGENT = "graph:tests.toy_agents:graph"
 TOOL_RESULT_LEN = 3000
 
 
-def run_with_agent(case: str, out: Path, agent: str = AGENT) -> tuple[int, Path | None, str]:
+def run_with_agent(
+    case: str, out: Path, agent: str = AGENT, extra: list[str] | None = None
+) -> tuple[int, Path | None, str]:
     """The golden case ``case`` with its model under test replaced by ``agent`` (the target and the student, or
-    ATAD's evaluated models); ``(exit code, run folder or None, console)``."""
-    args = list(CASES[case])
+    ATAD's evaluated models), ``extra`` flags after its own; ``(exit code, run folder or None, console)``."""
+    args = [*CASES[case], *(extra or [])]
     if "--evaluate" in args:
         at = args.index("--evaluate")
         args[at + 1 : at + 3] = [agent]
@@ -247,6 +249,56 @@ def test_the_sample_rag_agent_answers_judgeagent_with_its_retrieval_tool_and_its
     rag.chat_model.cache_clear()
 
 
+def test_the_sample_agent_on_the_embedded_server_sends_its_token_limit_and_a_bounded_history(monkeypatch):
+    """``DYNEVAL_EMBEDDED_URL`` (a running llama.cpp server) serves the sample agent: the limit goes as llama.cpp's
+    ``max_tokens`` (it ignores ``max_completion_tokens``), and a long thread sends only its last messages."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from dyneval.samples.agents import rag
+
+    bodies: list[dict[str, Any]] = []
+    with StandIn(respond=lambda body: bodies.append(body)) as standin:
+        monkeypatch.delenv(rag.MODEL_ENV, raising=False)
+        monkeypatch.setenv(rag.EMBEDDED_ENV, standin.url)
+        rag.chat_model.cache_clear()
+        try:
+            agent = rag._rag().compile(checkpointer=InMemorySaver())
+            questions = [f"Question {i}: what do honeybee workers do?" for i in range(6)]
+            for question in questions:
+                agent.invoke({"messages": [("user", question)]}, {"configurable": {"thread_id": "long"}})
+        finally:
+            rag.chat_model.cache_clear()
+    assert len(bodies) == len(questions) and all(b["max_tokens"] == rag.MAX_TOKENS for b in bodies)
+    last = bodies[-1]["messages"]
+    assert last[0]["role"] == "system" and "honeybee" in last[0]["content"].lower()  # the notes it found
+    talk = last[1:]
+    assert len(talk) == rag.HISTORY - 1 and talk[0]["role"] == "user" and talk[-1]["content"] == questions[-1]
+
+
+def test_the_sample_agent_runs_on_its_in_process_embedded_model_from_a_clean_environment_and_exits_cleanly(tmp_path):
+    """The shipped sample's default, as from a fresh install (no DYNEVAL_* variable): its own in-process SmolLM2,
+    one ATAD problem (answers compared in code, no judge), and no llama.cpp finalizer's traceback at exit."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_")}
+    argv = ["--protocol", "atad", "--evaluate", "graph:dyneval.samples.agents.rag:plain", "--limit", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "dyneval", *argv, "--out", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard: the run takes seconds
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr[-2000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_")]
+    turns = [e["agent"] for e in agent_events(run_dir)]  # its answer (and a repair request, if it gave no JSON)
+    assert turns[0]["thread"] == "new" and all(t["emitted"][-1]["text"].strip() for t in turns)
+    assert records(run_dir)[0]["status"] == "ok"
+
+
 def test_a_run_killed_mid_unit_resumes_without_losing_or_repeating_an_agents_turns(tmp_path):
     import os
     import signal
@@ -267,7 +319,9 @@ def test_a_run_killed_mid_unit_resumes_without_losing_or_repeating_an_agents_tur
             if runs and (runs[0] / "results.jsonl").exists() and (runs[0] / "events.jsonl").exists():
                 done = {r["unit_id"] for r in records(runs[0])}
                 before = agent_events(runs[0])
-                if done and any(e["unit"] not in done for e in before):  # one unit final, the next one mid-way
+                # one unit final, the next one mid-way through its session (a turn on its own thread)
+                session = [e for e in before if e["agent"]["thread_id"] == f"{runs[0].name}/{e['unit']}"]
+                if done and any(e["unit"] not in done for e in session):
                     proc.send_signal(signal.SIGKILL)
                     break
             time.sleep(0.05)
@@ -284,6 +338,18 @@ def test_a_run_killed_mid_unit_resumes_without_losing_or_repeating_an_agents_tur
     assert resumed and not any(e["unit"] in finished for e in resumed)  # a finished unit's turns not asked again
     cut = {e["unit"] for e in before} - finished
     assert cut and cut <= {e["unit"] for e in resumed}
-    for unit in cut:  # on its own thread id again; the run's in-memory agent lost the thread, and the record says so
-        turns = [e["agent"] for e in resumed if e["unit"] == unit]
-        assert {t["thread_id"] for t in turns} == {f"{run_dir.name}/{unit}"} and turns[0]["thread"] == "new"
+    had_turns = {e["agent"]["thread_id"] for e in before if e["error"] is None}
+    for unit in cut:  # on its own threads again; the run's in-memory agent lost them, and the record says so
+        events = [e for e in resumed if e["unit"] == unit]
+        threads = {e["agent"]["thread_id"] for e in events}
+        assert threads <= {f"{run_dir.name}/{unit}", f"{run_dir.name}/{unit}/single"}
+        assert f"{run_dir.name}/{unit}" in had_turns, "the kill came before the cut session's first turn"
+        for thread in threads:
+            first = next(e for e in events if e["agent"]["thread_id"] == thread)
+            if thread in had_turns:  # restarted: its first message holds the conversation so far, our prompt too
+                assert (
+                    first["agent"]["thread"] == "restarted" and "lost the thread" in first["agent"]["restarted_because"]
+                )
+                assert all(m["content"] in first["agent"]["sent"] for m in first["messages"] if m["role"] != "ai")
+            else:
+                assert first["agent"]["thread"] == "new"

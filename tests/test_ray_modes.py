@@ -39,14 +39,15 @@ def standin() -> Any:
         yield server
 
 
-def _evaluate(standin: StandIn, out: Path, *executor: str) -> Path:
-    """``dyneval --protocol atad --evaluate`` of both examinees on the shipped benchmark; its run folder."""
+def _evaluate(standin: StandIn, out: Path, *executor: str, evaluated: list[str] | None = None) -> Path:
+    """``dyneval --protocol atad --evaluate`` of both examinees (or ``evaluated``) on the shipped benchmark; its run
+    folder."""
     code = cli.main(
         [
             "--protocol",
             "atad",
             "--evaluate",
-            *(standin.spec(m) for m in EXAMINEES),
+            *(evaluated or [standin.spec(m) for m in EXAMINEES]),
             "--benchmark",
             str(REPO / "samples/atad/benchmark.jsonl"),
             "--concurrency",
@@ -93,6 +94,51 @@ def test_atad_evaluation_with_executor_ray_answers_on_the_ray_runners_as_a_threa
     assert _results(records(ray_dir)) == _results(records(threads_dir))
     ray_metrics = json.loads((ray_dir / "summary.json").read_text())["metrics"]
     assert ray_metrics == json.loads((threads_dir / "summary.json").read_text())["metrics"]
+
+
+def test_an_agent_graph_is_imported_and_evaluated_on_the_ray_runners_as_on_threads(
+    cluster: RayCluster, standin: StandIn, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
+    """A ``graph:MODULE:ATTR`` agent goes to the runners as its reference, each worker importing it (and the
+    ``--state-check`` function): its turns are made there, on the threads a thread pool gives them, and end in the
+    same records, the checks' verdicts included."""
+    agent, check = ["graph:tests.toy_agents:graph"], ("--state-check", "tests.toy_agents:looked_up")
+    threads_dir = _evaluate(standin, tmp_path / "threads", *check, evaluated=agent)
+    ray_dir = _evaluate(
+        standin,
+        tmp_path / "ray",
+        *check,
+        *("--postgres-dsn", fresh_postgres_db("ray_agent_evaluate"), "--executor", "ray"),
+        *("--ray-address", cluster.address),
+        evaluated=agent,
+    )
+    turns = [e for e in _answers(ray_dir) if e.get("agent")]
+    assert len(turns) == 7 and all(e.get("worker") for e in turns)  # one per problem, each on a runner
+    assert {e["agent"]["thread_id"] for e in turns} == {f"{ray_dir.name}/{r['unit_id']}" for r in records(ray_dir)}
+    assert all([m["type"] for m in e["agent"]["emitted"]] == ["ai", "tool", "ai"] for e in turns)
+    assert {c["verdict"] for r in records(ray_dir) for c in r["state_checks"].values()} == {"correct"}
+    same = [json.loads(json.dumps(records(d)).replace(d.name, "RUN")) for d in (ray_dir, threads_dir)]
+    assert _results(same[0]) == _results(same[1])  # the agent's threads, named by the run, and their states too
+
+
+def test_an_agent_object_of_the_python_api_refuses_executor_ray_in_one_line_and_leaves_no_folder(
+    tmp_path: Path,
+) -> None:
+    from dyneval import evaluate
+    from dyneval.state.errors import InputError
+    from tests import toy_agents
+
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=r"exists in this process only.*name it graph:MODULE:ATTR") as refused:
+        evaluate(
+            "atad",
+            evaluate=[toy_agents.app],
+            executor="ray",
+            postgres_dsn="postgresql://nobody@127.0.0.1:9/none",
+            ray_address="127.0.0.1:9",
+            out=str(out),
+        )
+    assert "\n" not in str(refused.value) and not out.exists()
 
 
 #: A mode that works in this process only (no units; interview's units need its terminal) -> the flags that ask for

@@ -143,3 +143,44 @@ raising = _one_node(_raise)
 hanging = _one_node(_hang)
 silent = _one_node(_silent)
 looping = _loop_builder().compile()
+
+
+#: ATAD's sample problem -> the coin agent's verdict in each of 4 trials: 1 right, 0 wrong, x it raises (a failed
+#: trial). pass^k and the flip rate of these are counted by hand in tests/test_trials.py.
+TRIAL_PATTERN = {
+    "T1-sample": "1111",
+    "T2-sample": "0000",
+    "T3-sample": "1010",
+    "T4-sample": "1110",
+    "T5-sample": "1x01",
+    "T6-sample": "0001",
+    "T7-sample": "1100",
+}
+
+
+def coin(message: dict[str, Any], *, thread_id: str) -> dict[str, Any]:
+    """openevals' app contract: answers the ATAD sample problem of its thread (``RUN/ans-m0-b0-ITEM-final~tT``)
+    right or wrong as :data:`TRIAL_PATTERN` says for trial T."""
+    from dyneval.samples import sample
+
+    unit = thread_id.split("/")[1]
+    base, _, trial = unit.rpartition("~t")
+    item = base.split("-", 3)[3].rsplit("-", 1)[0]
+    verdict = TRIAL_PATTERN[item][int(trial) - 1]
+    if verdict == "x":
+        raise RuntimeError(f"the coin agent broke on trial {trial} of {item}")
+    bench = {json.loads(line)["id"]: json.loads(line) for line in sample("atad", "benchmark.jsonl").open()}
+    problem = bench[item]["problem"]
+    if "coherent" in problem:
+        answer: dict[str, Any] = {"coherent": problem["coherent"] == (verdict == "1")}
+    else:
+        options = len(problem.get("choices") or problem["sentences"])
+        answer = {"answer": problem["answer"] if verdict == "1" else problem["answer"] % options + 1}
+    return {"role": "assistant", "content": json.dumps({**answer, "explanation": "a coin's"})}
+
+
+def looked_up(state: dict[str, Any], item: dict[str, Any]) -> tuple[bool, str]:
+    """A ``--state-check``: the toy's final state holds a tool result for every message it was sent."""
+    asked = sum(m.type == "human" for m in state["messages"])
+    looked = sum(m.type == "tool" for m in state["messages"])
+    return looked == asked, f"{looked} lookups for {asked} messages"

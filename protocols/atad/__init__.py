@@ -171,6 +171,20 @@ class AtadProtocol(Protocol):
     def _levels(self, run: Run) -> list[tuple[str, int]]:
         return parse_ladder(self.context(run).difficulty_ladder)
 
+    def subjects(self, run: Run) -> list[str]:
+        """The models evaluated (``--evaluate``), else the student that solves the generated problems."""
+        return list(run.params.get("evaluate") or []) or super().subjects(run)
+
+    def trials_refused(self, run: Run) -> str | None:
+        """Trials repeat the evaluation's answers (each right or wrong, Table 1); a generated problem or a review
+        is no pass or fail of the model under test."""
+        if run.params.get("evaluate"):
+            return None
+        return (
+            "--trials repeats the answers of the models evaluated (--evaluate MODEL): generation's units make "
+            "problems and reviews score them, neither is a pass or fail of a model under test"
+        )
+
     def ungraded(self, state: dict[str, Any]) -> int:
         """1 when the unit stopped because the orchestrator gave no usable verdict on a candidate."""
         return int(bool(state.get("ungraded")))

@@ -41,7 +41,7 @@ from dyneval.protocols.atad.metrics import (
 )
 from dyneval.results.headline import report_blocks as headline_blocks
 from dyneval.results.report import bar_chart, figure_path, heatmap, line_chart
-from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, Unit, with_results
+from dyneval.runtime.protocol import RESULT_STATUSES, Protocol, Run, TrialVerdict, Unit, with_results
 from dyneval.samples import sample, shown
 from dyneval.state.agent import is_agent_ref
 from dyneval.state.atad import TASK_IDS, EvalContext
@@ -179,6 +179,21 @@ class AtadEvalProtocol(Protocol):
 
     def expected_calls(self, run: Run) -> str:
         return "1 (2 with a structured-output repair)"
+
+    def subjects(self, run: Run) -> list[str]:
+        return list(run.params.get("evaluate") or [])
+
+    def trials_refused(self, run: Run) -> str | None:
+        return None
+
+    def trial_verdicts(self, record: dict[str, Any]) -> list[TrialVerdict]:
+        """An answer unit's verdict (an unparseable answer is wrong, as in Table 1), by the model that gave it;
+        the item is the problem version answered, its copies merged as in Table 1; reviews have none."""
+        meta = record["meta"]
+        if meta["kind"] != "answer":
+            return []
+        problem = f"{meta['bench']}:{meta['item']}"
+        return [TrialVerdict(meta["model"], problem, f"{problem}:{meta['version']}", bool(record["correct"]))]
 
     def ungraded(self, state: dict[str, Any]) -> int:
         """A review unit whose reviewer gave no usable review (after retries and one repair) is ungraded.

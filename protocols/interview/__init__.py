@@ -16,13 +16,14 @@ from dyneval.protocols.interview.data import CANONICAL, SAMPLE, load_seeds
 from dyneval.protocols.interview.report import report_blocks
 from dyneval.protocols.interview.terminal import ask
 from dyneval.results.view.adapters import INTERVIEW
-from dyneval.runtime.protocol import Protocol, Run, Unit
+from dyneval.runtime.protocol import Protocol, Run, TrialVerdict, Unit
+from dyneval.runtime.trials import trial_of
 from dyneval.state.blocks import Block, Text
 from dyneval.state.context import described
 from dyneval.state.errors import InfraError, ModelError
 from dyneval.state.interview import InterviewContext, TaskType
 from dyneval.state.judgecheck import check_jury
-from dyneval.state.verdicts import is_ungraded
+from dyneval.state.verdicts import graded_correct, is_ungraded
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph  # annotations only: `dyneval --help` does not load langgraph
@@ -191,6 +192,17 @@ class InterviewProtocol(Protocol):
             "summary_source": state.get("summary_source", ""),
             "transcript": state.get("transcript", []),
         }
+
+    def trials_refused(self, run: Run) -> str | None:
+        return None
+
+    def trial_verdicts(self, record: dict[str, Any]) -> list[TrialVerdict]:
+        """The session's first answer to its seed question (Score@1's verdict): the item is the session (a seed
+        question and its repeat), its seed question the cluster."""
+        first = (record.get("seed_interactions") or [None])[0]
+        if first is None:
+            return []
+        return [TrialVerdict("target", record["seed_id"], trial_of(record)[0], graded_correct(first))]
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         ok = metrics.ok_records(records)

@@ -45,14 +45,15 @@ from dyneval.protocols.judgeagent.metrics import (
 )
 from dyneval.protocols.judgeagent.report import build_report
 from dyneval.results.view.adapters import JUDGEAGENT
-from dyneval.runtime.protocol import Protocol, Run, Unit, with_results
+from dyneval.runtime.protocol import Protocol, Run, TrialVerdict, Unit, with_results
+from dyneval.runtime.trials import trial_of
 from dyneval.state.blocks import Block, Text
 from dyneval.state.context import described
 from dyneval.state.errors import InputError
 from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, DifficultyConfigError, JudgeAgentContext
 from dyneval.state.judgecheck import check_jury
 from dyneval.state.llmeval import IrtModel
-from dyneval.state.verdicts import is_ungraded
+from dyneval.state.verdicts import graded_correct, is_ungraded
 from dyneval.stores.choices import AnswerForm
 
 if TYPE_CHECKING:
@@ -318,6 +319,15 @@ class JudgeAgentProtocol(Protocol):
             "validation": state.get("validation", []),
             **(irt_plan().adaptive_result(state) if state.get("irt") else {}),
         }
+
+    def trials_refused(self, run: Run) -> str | None:
+        return None
+
+    def trial_verdicts(self, record: dict[str, Any]) -> list[TrialVerdict]:
+        """The base questions' verdicts (Algorithm 1's Benchmark grading; the extension rounds differ between
+        trials, as they follow the answers), each question an item, its batch the cluster."""
+        batch = trial_of(record)[0]
+        return [TrialVerdict("target", batch, b["id"], graded_correct(b)) for b in record.get("base") or []]
 
     def summarize(self, run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         ok = with_results(records)

@@ -182,6 +182,9 @@ class JudgeCheckProtocol(Protocol):
         """Verdicts the judge could not give (re-judged on resume)."""
         return sum(1 for v in state.get("verdicts", []) if v["value"] is None)
 
+    def trials_refused(self, run: Run) -> str | None:
+        return "judgecheck asks its judges again with --repeats N (their consistency is among its measures)"
+
     def result(self, unit: Unit, state: dict[str, Any]) -> dict[str, Any]:
         item = state["item"]
         return {

@@ -409,6 +409,12 @@ class LLMEvalProtocol(Protocol):
         )
         return fit
 
+    def trials_refused(self, run: Run) -> str | None:
+        return (
+            "--trials repeats a unit's items, but an llmeval session draws new questions each time (no session "
+            "repeats one its examinee met, section 3) and rates them 0-3 stars: use --sessions N and --stability"
+        )
+
     def ungraded(self, state: dict[str, Any]) -> int:
         """Answers of the session and of its reference replay that the judge could not rate."""
         return int(state.get("ungraded") or 0) + int(state.get("reference_ungraded") or 0)

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from dyneval.results.state_checks import state_check_headlines
+from dyneval.results.trials import trial_headlines
 from dyneval.results.view.adapters import adapter, dig, interval_of, leaves
 from dyneval.results.view.paths import Relative
 from dyneval.state.viewer import Adapter, Section
@@ -109,7 +111,7 @@ def headline_metrics(spec: Adapter, metrics: dict[str, Any]) -> list[dict[str, A
                 "entry": None,
             }
             out += [row, calibration_row(metrics["judge_calibration"], path, row)]
-    return out
+    return out + trial_headlines(metrics) + state_check_headlines(metrics)
 
 
 def _calibrated(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -30,6 +30,8 @@ class Turn:
 
 class AgentApp(Protocol):
     ref: AgentRef
+    #: Whether a turn's state (:attr:`Turn.state`) can be read: a graph's, in-process or served; not an app's.
+    keeps_state: bool
 
     def has_thread(self, thread_id: str) -> bool:
         """The agent holds state for ``thread_id`` already (a resumed unit continues on it)."""
@@ -83,6 +85,7 @@ class GraphApp:
 
     ref: AgentRef
     graph: Any
+    keeps_state = True
 
     def __post_init__(self) -> None:
         from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -124,6 +127,7 @@ class CallableApp:
     ref: AgentRef
     app: Any
     _threads: set[str] = field(default_factory=set)
+    keeps_state = False
 
     def has_thread(self, thread_id: str) -> bool:
         return thread_id in self._threads

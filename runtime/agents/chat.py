@@ -6,6 +6,11 @@ keeps its own history per thread, so :class:`AgentChat` sends it only what is ne
 * **Thread.** One agent thread per unit of the protocol (``RUN_ID/UNIT_ID``): an interview session, a JudgeAgent
   batch, an llmeval session, an ATAD evaluation item. Inside :func:`independent_item` (ATAD's generation: each
   escalated problem is solved on its own) every item gets a fresh thread ``RUN_ID/UNIT_ID/ITEM``.
+* **Resumed and restarted.** A thread's first turn in this process is ``new``, ``continued`` (an earlier session
+  had turns on it and the agent kept it: it gets only what is new) or ``restarted`` (the agent lost it: it gets the
+  conversation so far again), from the run's event log (:mod:`.history`). A thread whose turn timed out (or was
+  left running by a stop) is sent no other turn: the turn may still be running, in this process, and write to it.
+  The unit goes on, now or when resumed, on a fresh thread ``.../restartN``, ``restarted``.
 * **One turn at a time.** Calls a unit makes in parallel (JudgeAgent's base questions) take turns on its thread.
 * **New message.** The user messages of a request that continue those of the thread's previous request (the
   interview's feedback and follow-ups, a repair request) are sent alone; a request that does not continue them
@@ -25,6 +30,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -32,12 +38,17 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, PrivateAttr
 
+from dyneval.runtime import stop
 from dyneval.runtime.agents.apps import AgentApp
-from dyneval.runtime.agents.errors import AgentModelError
+from dyneval.runtime.agents.errors import AgentModelError, AgentTimeout
+from dyneval.runtime.agents.history import PastThread, past_threads, restart_of
 from dyneval.runtime.agents.record import bounded_state, message_record, usage_of
 from dyneval.runtime.llm import current_unit
 
 _item: ContextVar[str | None] = ContextVar("agent_item", default=None)
+#: (agent reference, agent thread) of the turns this process left running (a timeout, a stop): never sent another.
+_ABANDONED: set[tuple[str, str]] = set()
+_abandoned_lock = threading.Lock()
 
 
 @contextmanager
@@ -62,9 +73,14 @@ class AgentChat(BaseChatModel):
     app: Any
     #: The run's id: thread ids are ``RUN_ID/UNIT_ID[/ITEM]``, so runs sharing an agent's database never meet.
     thread_prefix: str
+    #: The run's event log, read once for what its earlier sessions did on its threads (:mod:`.history`).
+    events_path: Path | None = None
     _delivered: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    #: Our thread -> the agent thread it uses now (itself, or ``.../restartN`` after a timeout).
+    _threads: dict[str, str] = PrivateAttr(default_factory=dict)
+    _past: dict[str, PastThread] | None = PrivateAttr(default=None)
     _turns: dict[str, threading.Lock] = PrivateAttr(default_factory=dict)
-    #: Unit -> {thread id: the agent's state after its last turn there}, until the unit's record takes it.
+    #: Unit -> {agent thread: the agent's state after its last turn there}, until the unit's record takes it.
     _final: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
@@ -73,12 +89,13 @@ class AgentChat(BaseChatModel):
         return "dyneval-agent"
 
     def thread_id(self) -> str:
-        """The agent thread of the call being made (unit from the protocol graph's config)."""
+        """Our thread of the call being made (unit from the protocol graph's config)."""
         item = _item.get()
         return f"{self.thread_prefix}/{current_unit()}" + (f"/{item}" if item else "")
 
     def final_states(self, unit: str) -> dict[str, Any] | None:
-        """``{thread id: state after its last turn}`` of ``unit``'s threads (taken: asked once per unit record)."""
+        """``{agent thread: state after its last turn}`` of ``unit``'s threads, as the agent holds it (``None``:
+        an app's, unread); taken: asked once per unit record."""
         with self._lock:
             return self._final.pop(unit, None)
 
@@ -103,39 +120,78 @@ class AgentChat(BaseChatModel):
         with turn_lock:  # a unit's parallel calls (JudgeAgent's base questions) take turns on its one thread
             return self._turn(thread, messages, format_instructions)
 
+    def _past_thread(self, thread: str) -> PastThread | None:
+        with self._lock:
+            if self._past is None:
+                self._past = past_threads(self.events_path, self.thread_prefix + "/") if self.events_path else {}
+            return self._past.get(thread)
+
+    def _open(self, thread: str) -> tuple[str, str, list[str], str | None]:
+        """The agent thread our ``thread``'s turn goes to, how it starts (``new``, ``ongoing``, ``continued``,
+        ``restarted``), the user messages it was delivered so far, and why it restarted."""
+        app: AgentApp = self.app
+        with self._lock:
+            current = self._threads.get(thread)
+        past = self._past_thread(thread) if current is None else None
+        agent_thread = current or (past.agent_thread if past else thread)
+        why = None
+        if past is not None and past.delivered is None:
+            agent_thread, why = restart_of(agent_thread), f"a turn on {agent_thread} timed out"
+        with _abandoned_lock:
+            while (app.ref.ref, agent_thread) in _ABANDONED:
+                agent_thread, why = restart_of(agent_thread), f"a turn on {agent_thread} timed out"
+        with self._lock:
+            self._threads[thread] = agent_thread
+            delivered = self._delivered.get(agent_thread)
+        if delivered is not None:
+            return agent_thread, "ongoing", delivered, None
+        if app.has_thread(agent_thread):
+            earlier = past.delivered if past is not None and past.agent_thread == agent_thread else None
+            return agent_thread, "continued", earlier or [], None
+        if why is None and past is not None:
+            why = "the agent lost the thread (it keeps no state across processes)"
+        return agent_thread, "restarted" if why else "new", [], why
+
     def _turn(self, thread: str, messages: list[BaseMessage], format_instructions: str | None) -> ChatResult:
         app: AgentApp = self.app
         humans = [_text(m) for m in messages if m.type == "human"]
-        with self._lock:
-            before = self._delivered.get(thread)
-        start = "ongoing" if before is not None else "continued" if app.has_thread(thread) else "new"
-        before = before or []
+        agent_thread, start, before, why = self._open(thread)
         continues = len(humans) > len(before) and humans[: len(before)] == before
         parts = humans[len(before) :] if continues else humans
-        if start == "new" and app.ref.system == "preamble":
+        if start in ("new", "restarted") and app.ref.system == "preamble":
             parts = [_text(m) for m in messages if m.type == "system"] + parts
         if format_instructions:
             parts.append(format_instructions)
         sent = "\n\n".join(p for p in parts if p)
-        turn = app.turn({"role": "user", "content": sent}, thread)
+        record: dict[str, Any] = {"thread_id": agent_thread, "thread": start, "sent": sent}
+        if why:
+            record["restarted_because"] = why
+        try:
+            turn = app.turn({"role": "user", "content": sent}, agent_thread)
+        except (AgentTimeout, stop.StopRequested) as exc:
+            with _abandoned_lock:  # the turn is left running: the unit's next turn goes to a fresh thread
+                _ABANDONED.add((app.ref.ref, agent_thread))
+            if isinstance(exc, AgentTimeout):
+                exc.turn = record
+            raise
+        except AgentModelError as exc:  # the agent's own failure: the log names the thread it failed on
+            exc.turn = exc.turn or record
+            raise
         with self._lock:
-            self._delivered[thread] = humans
-            self._final.setdefault(current_unit(), {})[thread] = bounded_state(turn.state)
+            self._delivered[agent_thread] = humans
+            self._final.setdefault(current_unit(), {})[agent_thread] = turn.state
         ais = [m for m in turn.emitted if m.type == "ai"]
         replies = [m for m in ais if _text(m).strip()]
-        record = {
-            "thread_id": thread,
-            "thread": start,
-            "sent": sent,
-            "emitted": [message_record(m) for m in turn.emitted],
-            "usage": usage_of(ais) or "unknown",
-            "state": bounded_state(turn.state),
-        }
+        record.update(
+            emitted=[message_record(m) for m in turn.emitted],
+            usage=usage_of(ais) or "unknown",
+            state=bounded_state(turn.state),
+        )
         if turn.server_thread:
             record["server_thread_id"] = turn.server_thread
         if not replies:
             raise AgentModelError(
-                f"agent {app.ref.ref} gave no AI message with text on thread {thread} "
+                f"agent {app.ref.ref} gave no AI message with text on thread {agent_thread} "
                 f"(it emitted {len(turn.emitted)} message(s): {', '.join(m.type for m in turn.emitted) or 'none'})",
                 turn=record,
             )

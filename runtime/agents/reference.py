@@ -65,39 +65,44 @@ def load_agent(ref: str) -> AgentApp:
 
 
 def _attribute(parsed: AgentRef) -> Any:
-    module = _module(parsed)
+    return attribute(parsed.target, parsed.attr, f"agent {parsed.ref!r}")
+
+
+def attribute(target: str, attr: str, named: str) -> Any:
+    """``attr`` of the module ``target`` (``MODULE`` or ``path/to/file.py``, as ``langgraph.json`` names them);
+    ``ValueError`` starting with ``named`` when it cannot be imported or has no such attribute."""
+    module = _module(target, named)
     try:
-        return getattr(module, parsed.attr)
+        return getattr(module, attr)
     except AttributeError:
-        raise ValueError(f"agent {parsed.ref!r}: {parsed.target} has no attribute {parsed.attr!r}") from None
+        raise ValueError(f"{named}: {target} has no attribute {attr!r}") from None
 
 
-def _module(parsed: AgentRef) -> Any:
-    target = parsed.target
+def _module(target: str, named: str) -> Any:
     if target.endswith(".py") or "/" in target:
         path = Path(target).resolve()
         if not path.is_file():
-            raise ValueError(f"agent {parsed.ref!r}: no file {target}")
+            raise ValueError(f"{named}: no file {target}")
         name = f"dyneval_agent_{abs(hash(str(path)))}"
         if name in sys.modules:
             return sys.modules[name]
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise ValueError(f"agent {parsed.ref!r}: {target} cannot be imported as Python")
+            raise ValueError(f"{named}: {target} cannot be imported as Python")
         module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, str(path.parent))  # the app's own sibling modules, as langgraph dev imports them
         try:
             spec.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - the user's module failed to import: one line, exit 2
-            raise ValueError(f"agent {parsed.ref!r}: importing {target} failed: {type(exc).__name__}: {exc}") from None
+            raise ValueError(f"{named}: importing {target} failed: {type(exc).__name__}: {exc}") from None
         sys.modules[name] = module
         return module
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
-        raise ValueError(f"agent {parsed.ref!r}: no module named {exc.name!r}") from None
+        raise ValueError(f"{named}: no module named {exc.name!r}") from None
     except Exception as exc:  # noqa: BLE001 - as above
-        raise ValueError(f"agent {parsed.ref!r}: importing {target} failed: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"{named}: importing {target} failed: {type(exc).__name__}: {exc}") from None
 
 
 def as_app(parsed: AgentRef, obj: Any) -> AgentApp:

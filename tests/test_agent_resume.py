@@ -1,0 +1,89 @@
+"""A timed-out agent turn (docs/agents.md, "Failures"; "Resume and scale-out"): Python cannot stop the thread that
+runs it, so the turn may still write to its agent thread after the unit failed. The unit's next turn (here: its
+resume in the same process, where that turn still runs) goes to a fresh agent thread, recorded as ``restarted``,
+and the late turn's write lands on the abandoned thread only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+
+from dyneval import cli
+from dyneval.runtime.agents.reference import load_agent
+from tests import toy_agents
+from tests.golden_runs import _clean_environment, respond
+from tests.standin_endpoint import StandIn
+from tests.test_agent_targets import records
+
+HANGING = "graph:tests.toy_agents:hanging?timeout_s=1"
+
+
+def _events(run_dir):
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_a_timed_out_turn_cannot_reach_the_thread_the_unit_goes_on_with(tmp_path):
+    toy_agents.RELEASE.clear()
+    agent = load_agent(HANGING)
+    try:
+        with StandIn(respond=respond) as standin, _clean_environment():
+            argv = ["--protocol", "interview", "--target", HANGING, "--evaluator", standin.spec("j"), "--limit", "1"]
+            argv += ["--max-questions", "1", "--concurrency", "1", "--skip-preflight", "--out", str(tmp_path)]
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                assert cli.main(argv) == 4, out.getvalue()
+            (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_")]
+            (timed_out,) = [e for e in _events(run_dir) if (e["error"] or "").startswith("AgentTimeout")]
+            abandoned = timed_out["agent"]["thread_id"]  # the log names the thread the turn was left running on
+            assert records(run_dir)[0]["status"] == "infra_error"
+
+            toy_agents.RELEASE.set()  # the timed-out turn ends now, in this process, and writes its reply
+            config = {"configurable": {"thread_id": abandoned}}
+            deadline = time.monotonic() + 60  # a hang guard: the turn ends within milliseconds
+            while len(agent.graph.get_state(config).values.get("messages", [])) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            late = agent.graph.get_state(config).values["messages"]
+            assert [m.content for m in late if m.type == "ai"] == ["late"]
+
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                assert cli.main([*argv, "--resume", run_dir.name]) == 0, out.getvalue()
+    finally:
+        toy_agents.RELEASE.set()
+    assert records(run_dir)[-1]["status"] == "ok"
+    resumed = [e["agent"] for e in _events(run_dir)[_events(run_dir).index(timed_out) + 1 :] if e.get("agent")]
+    again = [t for t in resumed if t["thread_id"].startswith(abandoned)]
+    assert again and all(t["thread_id"] == f"{abandoned}/restart1" for t in again)
+    assert again[0]["thread"] == "restarted" and again[0]["restarted_because"] == f"a turn on {abandoned} timed out"
+    # the fresh thread holds the resumed turns alone (our message and the reply, per turn), the late one none
+    fresh = agent.graph.get_state({"configurable": {"thread_id": f"{abandoned}/restart1"}}).values["messages"]
+    assert len(fresh) == 2 * len(again) and [m.content for m in fresh if m.type == "human"] == [
+        t["sent"] for t in again
+    ]
+    assert agent.graph.get_state(config).values["messages"] == late  # nothing reached the abandoned thread since
+
+
+def test_a_resumed_unit_continues_the_thread_its_agent_kept_with_only_what_is_new(tmp_path):
+    """The toy agent keeps its threads (its own checkpointer, alive in this process): a run stopped mid-session by
+    its budget and resumed goes on on the same thread, ``continued``, sending only the new message, as an agent
+    with a persistent checkpointer would get after a kill."""
+    with StandIn(respond=respond) as standin, _clean_environment():
+        argv = ["--protocol", "interview", "--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("j")]
+        argv += ["--limit", "1", "--concurrency", "1", "--skip-preflight", "--out", str(tmp_path)]
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert cli.main([*argv, "--max-calls", "6"]) == 3, out.getvalue()  # stopped by its budget
+        (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("_")]
+        before = len(_events(run_dir))
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert cli.main([*argv, "--max-calls", "1000", "--resume", run_dir.name]) == 0, out.getvalue()
+    (record,) = records(run_dir)
+    session = f"{run_dir.name}/{record['unit_id']}"
+    earlier = [e for e in _events(run_dir)[:before] if e.get("agent") and e["agent"]["thread_id"] == session]
+    later = [e for e in _events(run_dir)[before:] if e.get("agent") and e["agent"]["thread_id"] == session]
+    assert earlier and later, "the budget did not stop the run inside the session"
+    first = later[0]
+    assert first["agent"]["thread"] == "continued" and "restarted_because" not in first["agent"]
+    assert first["agent"]["sent"] == first["messages"][-1]["content"]  # the new message alone, no history again
+    # the agent's own thread: our one message per turn (4 messages a turn), none sent twice
+    assert record["agent_threads"][session]["messages"] == 4 * (len(earlier) + len(later))
