@@ -1,8 +1,9 @@
 """The shipped embedding model on its two backends, side by side in one run: chunks per second and agreement.
 
-    python -m bench.embeddings [--chunks 512] [--batch 64] [--rounds 2]
+    python -m bench.embeddings [--chunks 512] [--batch 64] [--rounds 2] [--data ori_pqal.json]
 
-Texts: the abstracts of PubMedQA (``../shared/data/pubmedqa/ori_pqal.json``), cut into the knowledge base's
+Texts: the abstracts of PubMedQA (``--data``, default ``../shared/data/pubmedqa/ori_pqal.json`` beside the
+checkout; a worktree elsewhere names the file), cut into the knowledge base's
 paragraph chunks (``stores.knowledge_base.split_paragraphs``: 200-1200 characters), the first ``--chunks`` of them.
 Both embedding functions are the run's own (``stores.vectors.embedding_function`` with ``embedding_backend`` torch
 and openvino), loaded and warmed up first (the ONNX export, if the cache lacks it, happens then and is not timed). Each
@@ -33,14 +34,14 @@ from dyneval.stores.vectors import BACKENDS, embedding_function  # noqa: E402
 DATA = REPO.parent / "shared" / "data" / "pubmedqa" / "ori_pqal.json"
 
 
-def chunks(n: int) -> list[str]:
+def chunks(n: int, data: Path = DATA) -> list[str]:
     """The first ``n`` paragraph chunks of PubMedQA's abstracts."""
     out: list[str] = []
-    for record in json.loads(DATA.read_text(encoding="utf-8")).values():
+    for record in json.loads(data.read_text(encoding="utf-8")).values():
         out += split_paragraphs("\n\n".join(record["CONTEXTS"]))
         if len(out) >= n:
             return out[:n]
-    raise SystemExit(f"{DATA} has only {len(out)} chunks; ask for fewer with --chunks")
+    raise SystemExit(f"{data} has only {len(out)} chunks; ask for fewer with --chunks")
 
 
 def main() -> None:
@@ -48,8 +49,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=512)
     parser.add_argument("--batch", type=int, default=CHUNK_BATCH)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--data", type=Path, default=DATA, help="PubMedQA's ori_pqal.json")
     args = parser.parse_args()
-    texts = chunks(args.chunks)
+    texts = chunks(args.chunks, args.data)
     embed = {backend: embedding_function(None, backend) for backend in BACKENDS}
     for f in embed.values():
         f(texts[: args.batch])  # load (and export) the model, warm up

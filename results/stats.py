@@ -202,9 +202,15 @@ def bootstrap(
     unit: str,
     method: str,
     sd: Callable[[float], float] | None = None,
+    left_out: Callable[[list[np.ndarray]], np.ndarray] | None = None,
 ) -> Estimate | None:
     """``statistic(*data, axis=-1)`` with its interval from resampling the units (the positions of ``data``'s
-    aligned arrays) together; ``sd`` from the bootstrap standard error unless given a function of it."""
+    aligned arrays) together; ``sd`` from the bootstrap standard error unless given a function of it.
+
+    ``left_out``: the statistic of each leave-one-unit-out sample in closed form (the mean's ``(sum - x_i) /
+    (n - 1)``), which the BCa acceleration takes above :data:`JACKKNIFE_UNITS` units instead of scipy's jackknife,
+    which evaluates the statistic on n samples of n - 1 units (31 s at 20,000 units). The resamples are the same
+    (scipy's, same seed), so the interval is the same up to rounding in the last digits."""
     arrays = [np.asarray(d, dtype=float) for d in data]
     units = len(arrays[0])
     if units == 0:
@@ -242,24 +248,51 @@ def bootstrap(
                 rng=np.random.default_rng(SEED),
             )
 
-    res = run("BCa")
-    if not (np.isfinite(res.confidence_interval.low) and np.isfinite(res.confidence_interval.high)):
+    if left_out is not None and units > JACKKNIFE_UNITS:
         res = run("percentile")
+        found = bca_interval(estimate, res.bootstrap_distribution, left_out(arrays))
+        low, high = found or (float(res.confidence_interval.low), float(res.confidence_interval.high))
+    else:
+        res = run("BCa")
+        if not (np.isfinite(res.confidence_interval.low) and np.isfinite(res.confidence_interval.high)):
+            res = run("percentile")
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     se = float(res.standard_error)
-    return Estimate(
-        estimate,
-        float(res.confidence_interval.low),
-        float(res.confidence_interval.high),
-        n,
-        method,
-        sd(se) if sd else se * math.sqrt(units),
-        units,
-        unit,
-    )
+    return Estimate(estimate, low, high, n, method, sd(se) if sd else se * math.sqrt(units), units, unit)
+
+
+#: above this many units a statistic with a closed-form leave-one-out (:func:`bootstrap`'s ``left_out``) skips
+#: scipy's jackknife; at and below it scipy computes the whole BCa interval, as it always did
+JACKKNIFE_UNITS = 2000
+
+
+def bca_interval(value: float, draws: np.ndarray, left_out: np.ndarray) -> tuple[float, float] | None:
+    """The BCa interval (Efron 1987; Efron and Tibshirani 1993, section 14.3, as ``scipy.stats.bootstrap``
+    computes it) from the resamples' values ``draws`` and the leave-one-unit-out values ``left_out`` (the
+    jackknife's acceleration); None where it is undefined (every resample on one side of the value, or no spread
+    among the jackknife values)."""
+    from scipy.stats import norm
+
+    below = float(np.mean(draws < value) + 0.5 * np.mean(draws == value))
+    spread = left_out.mean() - left_out
+    if not 0 < below < 1 or not (spread**2).sum() > 0:
+        return None
+    bias = norm.ppf(below)
+    accel = (spread**3).sum() / (6 * ((spread**2).sum()) ** 1.5)
+    z = bias + norm.ppf([(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2])
+    levels = norm.cdf(bias + z / (1 - accel * z))
+    low, high = np.percentile(draws, 100 * levels)
+    return float(low), float(high)
 
 
 def _mean(values: np.ndarray, axis: int = -1) -> Any:
     return values.mean(axis=axis)
+
+
+def _mean_left_out(arrays: list[np.ndarray]) -> np.ndarray:
+    """The mean of each leave-one-out sample, ``(sum - x_i) / (n - 1)``."""
+    [values] = arrays
+    return (values.sum() - values) / (len(values) - 1)
 
 
 def mean(values: Sequence[float], unit: str) -> Estimate | None:
@@ -267,7 +300,13 @@ def mean(values: Sequence[float], unit: str) -> Estimate | None:
     deviation."""
     values = [float(v) for v in values]
     return bootstrap(
-        [values], _mean, n=len(values), unit=unit, method="bootstrap-units", sd=lambda se: float(np.std(values, ddof=1))
+        [values],
+        _mean,
+        n=len(values),
+        unit=unit,
+        method="bootstrap-units",
+        sd=lambda se: float(np.std(values, ddof=1)),
+        left_out=_mean_left_out,
     )
 
 

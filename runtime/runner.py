@@ -23,6 +23,7 @@ raises :class:`RunInterrupted` with the resume command.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import secrets
 import shlex
@@ -193,17 +194,20 @@ def plan_units(protocol: Protocol, run: Run, notes: list[str]) -> list[Unit]:
     ids = [u.id for u in units]
     if len(set(ids)) != len(ids):
         raise RuntimeError(f"{protocol.name}: plan produced duplicate unit ids")
-    planned = [json.loads(json.dumps(asdict(u), ensure_ascii=False, default=str)) for u in units]
+
+    def line(unit: Unit) -> str:
+        return json.dumps(asdict(unit), ensure_ascii=False, default=str)
+
     if problem:
         whole = [u for u in saved if set(u) == {"id", "input", "meta"}]
-        if planned[: len(whole)] != whole:
+        if [json.loads(line(u)) for u in units[: len(whole)]] != whole:
             raise InputError(
                 f"{problem}, and the inputs no longer give the same units: the run cannot be resumed", file=str(path)
             )
         notes.append(
             f"{problem}; planned again from the inputs ({len(units)} units; the {len(whole)} whole lines agree)"
         )
-    write_atomic(path, "".join(json.dumps(u, ensure_ascii=False) + "\n" for u in planned))
+    write_atomic(path, (line(u) + "\n" for u in units))  # a line at a time: the plan's text is never whole
     return units
 
 
@@ -289,6 +293,7 @@ def _execute(protocol: Protocol, run: Run, *, dry_run: bool, skip_preflight: boo
             summary = run.run_dir / "summary.json"  # the summary a mode wrote (atad --evaluate), if it wrote one
             return json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
         units = plan_units(protocol, run, notes)
+        plan = [u.id for u in units]
         if not (dry_run or skip_preflight):
             with stop_on_signals():
                 run.console.print("checking that every model answers (one short request each)…", highlight=False)
@@ -313,17 +318,18 @@ def _execute(protocol: Protocol, run: Run, *, dry_run: bool, skip_preflight: boo
             protocol.prepare(run, units)
             finished = {uid for uid, r in results.latest().items() if r.get("status") in FINAL_STATUSES}
             todo = [u for u in units if u.id not in finished]
+            del units  # the units to run are todo's, handed over to the executor by _run_all
             if run.executor.name != "threads":
                 await_background(run)  # other processes cannot wait for this one's build: it ends first
             with session.units(builder, protocol.context(run), results) as units_on:
-                _run_all(protocol, run, units_on, todo, already=len(units) - len(todo))
+                _run_all(protocol, run, units_on, todo, already=len(plan) - len(todo))
             await_background(run)  # what prepare() started and no unit needed (its statistics, its errors)
     except (KeyboardInterrupt, stop.StopRequested) as exc:  # Ctrl-C, SIGTERM, or the budget is spent (runtime.budget)
         budget = run.services.budget.reached if run.services.budget else None
         with signals_ignored():
             stop.request_stop()
             latest = results.latest()
-            unfinished = sum(latest.get(u.id, {}).get("status") not in FINAL_STATUSES for u in units)
+            unfinished = sum(latest.get(uid, {}).get("status") not in FINAL_STATUSES for uid in plan)
             terminated = isinstance(exc, stop.Terminated)
             interrupted = {
                 "unfinished_units": unfinished,
@@ -332,12 +338,12 @@ def _execute(protocol: Protocol, run: Run, *, dry_run: bool, skip_preflight: boo
                 "signal": "SIGTERM" if terminated else None if budget else "SIGINT",
             }
             with stop.refused_as_infra_error():
-                _finish(protocol, run, units, results, notes, wall_started, warning, interrupted)
+                _finish(protocol, run, plan, results, notes, wall_started, warning, interrupted)
         if budget and not isinstance(exc, KeyboardInterrupt):
             stop.clear()  # the spent budget refuses this run's requests still; an app's next call goes out
-        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(units), budget, terminated=terminated) from None
+        raise RunInterrupted(run.run_dir.name, resume, unfinished, len(plan), budget, terminated=terminated) from None
     with stop.refused_as_infra_error():  # a summary's call the budget refuses falls back as a failed call would
-        return _finish(protocol, run, units, results, notes, wall_started, warning, None)
+        return _finish(protocol, run, plan, results, notes, wall_started, warning, None)
 
 
 def check_run_options(protocol: Protocol, run: Run) -> None:
@@ -356,7 +362,8 @@ def check_run_options(protocol: Protocol, run: Run) -> None:
 
 
 def _run_all(protocol: Protocol, run: Run, executor: Executor, todo: list[Unit], already: int) -> None:
-    """Run ``todo`` on ``executor``, showing each unit as it ends (its record is saved by then).
+    """Run ``todo`` on ``executor`` (which takes the list's units over: it is left empty), showing each unit as it
+    ends (its record is saved by then).
 
     Ctrl-C (or any exception reaching this loop) stops the executor: nothing more is launched, units in flight
     get ``STOP_GRACE_S`` to end (their next request is refused), then this returns by re-raising.
@@ -381,6 +388,7 @@ def _run_all(protocol: Protocol, run: Run, executor: Executor, todo: list[Unit],
 
         try:
             executor.submit(todo)
+            todo.clear()  # handed over: the executor holds a unit until it starts, so memory is flat in the plan
             preload_plotting()  # imported while the first units wait on the endpoint, neither before nor after them
             for record in executor.ended():
                 keep(record)
@@ -399,7 +407,7 @@ def _run_all(protocol: Protocol, run: Run, executor: Executor, todo: list[Unit],
 def _finish(
     protocol: Protocol,
     run: Run,
-    units: list[Unit],
+    plan: list[str],
     results: ResultStore,
     notes: list[str],
     wall_started: float,
@@ -407,13 +415,14 @@ def _finish(
     interrupted: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """Write summary.json and the report from the records so far (a partial one after Ctrl-C), shown as a step."""
+    _return_free_memory()
     latest = results.latest()
     # the plan against the records, whatever the executor: a run that ended (not stopped) with a planned unit
     # that has no record lost it somewhere; it is counted and named, never left out of the denominator quietly
-    missing = [] if interrupted else [u.id for u in units if u.id not in latest]
+    missing = [] if interrupted else [uid for uid in plan if uid not in latest]
     if missing:
         notes.append(
-            f"{len(missing)} of {len(units)} planned units have no record ({_listed(missing)}): the "
+            f"{len(missing)} of {len(plan)} planned units have no record ({_listed(missing)}): the "
             "executor lost them; resume runs them"
         )
     notes = list(dict.fromkeys([*notes, *results.notes, *run.services.events.notes]))
@@ -423,13 +432,23 @@ def _finish(
     return finish_run(
         protocol,
         run,
-        [latest.pop(u.id) for u in units if u.id in latest],
+        [latest.pop(uid) for uid in plan if uid in latest],
         wall_s=time.perf_counter() - wall_started,
         warning=warning,
         interrupted=interrupted,
         notes=notes,
         missing=missing,
     )
+
+
+def _return_free_memory() -> None:
+    """Give the pages the allocator holds free back to the system (glibc's ``malloc_trim``; elsewhere nothing):
+    the units' memory, freed as they ended, would otherwise stay in the process beside the records the summary
+    reads, so the report phase would add to the run's peak instead of reusing it (bench/atad_memory.py)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # no glibc (macOS, musl): the allocator keeps its pages
+        pass
 
 
 def _listed(ids: list[str], shown: int = 5) -> str:

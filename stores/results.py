@@ -29,10 +29,20 @@ class ResultStore:
         return read_records(self.path, self.notes)
 
     def latest(self) -> dict[str, dict[str, Any]]:
-        """The last record of each unit id, a string repeated in them (keys, statuses ...) one object: the summary
-        holds every record (2100 ATAD records at the stand-in: 11 MB, not 26 MB)."""
+        """The last record of each unit id, a string repeated in them (keys, statuses ...) one object, and equal
+        ``usage`` mappings one mapping (most units make the same calls: 398 distinct in 5,000 ATAD answers), which
+        no reader changes: the summary holds every record (2,100 ATAD records at the stand-in: 11 MB, not 26 MB;
+        20,000: 31 MB, not 41 MB)."""
         strings: dict[str, str] = {}
-        return {r["unit_id"]: _shared(r, strings) for r in self}
+        usages: dict[tuple[Any, ...], dict[str, Any]] = {}
+        out: dict[str, dict[str, Any]] = {}
+        for record in self:
+            r = _shared(record, strings)
+            usage = r.get("usage")
+            if isinstance(usage, dict) and all(not isinstance(v, (dict, list)) for v in usage.values()):
+                r["usage"] = usages.setdefault(tuple(usage.items()), usage)
+            out[r["unit_id"]] = r
+        return out
 
 
 def _shared(value: Any, strings: dict[str, str]) -> Any:

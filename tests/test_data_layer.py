@@ -21,7 +21,7 @@ from dyneval.protocols.judgeagent.data import load_questions
 from dyneval.runtime.runner import execute, open_run
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
-from dyneval.stores.inputs import MAX_NESTING, FieldMap, TooDeep, check_nesting, read_records
+from dyneval.stores.inputs import MAX_NESTING, FieldMap, TooDeep, check_nesting, iter_records, read_records
 from dyneval.stores.knowledge_base import load_knowledge_base
 from tests.fakes import ScriptedChat
 from tests.test_judgeagent_support import FakeEvaluator
@@ -132,6 +132,20 @@ def test_atad_benchmark_with_bom_and_crlf_loads_exact():
     assert b1["problem"]["sentences"][3] == "Volcanic ash can travel thousands of kilometres."
     assert b1["problem"]["answer"] == 4
     assert (b2["id"], b2["item_status"], b2["problem"]) == ("b2", "discarded", None)
+
+
+def test_jsonl_lines_end_at_cr_lf_and_crlf_only_and_a_line_separator_inside_a_text_stays_in_it(tmp_path):
+    """JSONL is read a line at a time (universal newlines, as a text file reads it): U+2028, valid inside a JSON
+    string, is no line end, and a record's number counts the lines."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes('{"id": "a"}\r\n{"id": "b", "text": "one\u2028two"}\r{"id": "c"}\n\n{"id": 7\n'.encode())
+    with pytest.raises(InputError) as bad:
+        list(iter_records(path, flag="--data"))
+    assert "record 5" in str(bad.value)
+    path.write_bytes('{"id": "a"}\r\n{"id": "b", "text": "one\u2028two"}\r{"id": "c"}\n\n{"id": "d"}'.encode())
+    got = [(r.n, r.data["id"]) for r in iter_records(path, flag="--data")]
+    assert got == [(1, "a"), (2, "b"), (3, "c"), (5, "d")]
+    assert read_records(path, flag="--data")[1].data["text"] == "one\u2028two"
 
 
 def test_atad_benchmark_with_other_names_loads_through_fields():

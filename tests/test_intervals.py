@@ -261,6 +261,18 @@ def test_units_all_alike_give_no_interval_rather_than_a_zero_width_one():
     assert stats.clustered([1.0, 2.0], [2, 4], "answers", "batches").estimate == 0.5
 
 
+def test_a_large_runs_mean_takes_the_closed_form_jackknife_and_keeps_scipys_bca_interval(monkeypatch):
+    """Above JACKKNIFE_UNITS the BCa acceleration comes from the mean's leave-one-out values in closed form, not
+    from scipy's n x (n - 1) jackknife: the same resamples, the same interval up to rounding."""
+    values = np.random.default_rng(3).gamma(2.0, 1.5, 300)  # skewed: the acceleration matters
+    monkeypatch.setattr(stats, "JACKKNIFE_UNITS", 100)
+    got = stats.mean(values, "units")
+    low, high = scipy_interval((values,), lambda a, axis: a.mean(axis))
+    assert (got.method, got.n) == ("bootstrap-units", 300)
+    assert got.low == pytest.approx(low, rel=1e-12) and got.high == pytest.approx(high, rel=1e-12)
+    assert got.low != pytest.approx(np.percentile(values, 2.5))  # not the percentile fallback
+
+
 def test_atad_table1_takes_one_exact_method_whatever_the_count_right_and_a_better_result_never_bounds_lower():
     from dyneval.protocols.atad.metrics import table1_estimate
 

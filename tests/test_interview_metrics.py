@@ -138,6 +138,23 @@ def _ungraded_answer(k):
     }
 
 
+def test_bootstrap_p_draws_its_resamples_in_blocks_with_the_p_of_drawing_them_at_once(monkeypatch):
+    """Appendix C.2's check holds at most BLOCK drawn values at once; the draws, and so the p, are those of one
+    resamples x size matrix."""
+    import random
+
+    import numpy as np
+
+    values = list(np.random.default_rng(2).normal(size=400))
+    monkeypatch.setattr(metrics, "BLOCK", 1000)  # 2 resamples of 400 per block
+    for size in (80, 400):
+        subset = np.asarray(random.Random(0).sample(values, size))
+        means = subset[np.random.default_rng(0).integers(0, size, size=(999, size))].mean(axis=1)
+        full = sum(values) / len(values)
+        whole = min(1.0, 2 * min(float((means <= full + 1e-12).mean()), float((means >= full - 1e-12).mean())))
+        assert metrics.bootstrap_p(values, size, resamples=999) == whole
+
+
 def test_ungraded_answers_count_neither_for_nor_against_and_show_in_the_denominators():
     stopped = rec("u", [0.0], judge=None)
     stopped["seed_interactions"].append(_ungraded_answer(2))

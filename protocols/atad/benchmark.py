@@ -9,6 +9,7 @@ sentence or choice, or the T2 boolean ``coherent``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ from pydantic import BaseModel
 
 from dyneval.nodes.atad.problems import gold, problem_key, structure_errors
 from dyneval.state.atad import ACCEPTANCE_TEXT, TASK_IDS, TASKS
-from dyneval.stores.inputs import FieldMap, Scalar, read_records
+from dyneval.stores.inputs import FieldMap, Scalar, iter_records
 
 CANONICAL = ("id", "task", "item_status", "problem", "base_problem")
 
@@ -104,16 +105,22 @@ class RawItem(BaseModel):
 
 
 def load_benchmark(path: str | Path, fields: str | None = None) -> list[dict[str, Any]]:
-    """Read and check a benchmark file (JSONL, JSON, CSV or TSV through :mod:`stores.inputs`).
+    """Read and check a benchmark file (JSONL, JSON, CSV or TSV through :mod:`stores.inputs`): every item of
+    :func:`benchmark_items`."""
+    return list(benchmark_items(path, fields))
+
+
+def benchmark_items(path: str | Path, fields: str | None = None) -> Iterator[dict[str, Any]]:
+    """The items of a benchmark file, checked, an item at a time (a caller that keeps part of each never holds the
+    file whole).
 
     ``fields`` (``--fields id=item_id,task=type``) maps the names ``id``, ``task``, ``item_status``, ``problem``
     and ``base_problem``; each item is returned with every field of its record, the mapped ones under their
     canonical names. Bad input raises :class:`InputError` naming file, record and field.
     """
     mapping = FieldMap.parse(fields, CANONICAL)
-    items: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for rec in read_records(path, flag="--benchmark"):
+    for rec in iter_records(path, flag="--benchmark"):
         raw = mapping.validate(RawItem, rec)
         if raw.task not in TASK_IDS:
             raise mapping.error(rec, "task", f"unknown task {raw.task!r}; use one of {', '.join(TASK_IDS)}")
@@ -128,5 +135,4 @@ def load_benchmark(path: str | Path, fields: str | None = None) -> list[dict[str
                 errors = structure_errors(raw.task, problem)
                 if errors:
                     raise mapping.error(rec, key, f"malformed problem: {errors[0]}")
-        items.append({**rec.data, **raw.model_dump()})
-    return items
+        yield {**rec.data, **raw.model_dump()}

@@ -23,14 +23,15 @@ never enter any accuracy.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table as RichTable
 
 from dyneval.nodes.atad.problems import problem_key
 from dyneval.prompts import load_prompt
-from dyneval.protocols.atad.benchmark import earlier_copy, load_benchmark
+from dyneval.protocols.atad.benchmark import benchmark_items, earlier_copy
 from dyneval.protocols.atad.metrics import (
     average_tables,
     consistency_curve,
@@ -56,15 +57,15 @@ def _fmt(v: Any) -> Any:
     return round(v, 2) if isinstance(v, float) else ("-" if v is None else v)
 
 
-def _file_labels(benchmarks: list[list[dict[str, Any]]], paths: list[str]) -> list[str]:
-    """Column label per benchmark file: generator (teacher) model, '(no orch.)' for the ablation."""
-    labels = []
-    for items, path in zip(benchmarks, paths):
-        first = next(iter(items), {})
-        label = (first.get("generator") or {}).get("teacher") or path
-        if first and not first.get("orchestrator", True):
-            label += " (no orch.)"
-        labels.append(label)
+def _file_label(first: dict[str, Any], path: str) -> str:
+    """Column label of a benchmark file from its first item: generator (teacher) model, '(no orch.)' for the
+    ablation."""
+    label = (first.get("generator") or {}).get("teacher") or path
+    return label + " (no orch.)" if not first.get("orchestrator", True) else label
+
+
+def _distinct_labels(labels: list[str]) -> list[str]:
+    """``labels`` with a label that several files share numbered (``label #2``)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for label in labels:
@@ -77,10 +78,15 @@ def _file_labels(benchmarks: list[list[dict[str, Any]]], paths: list[str]) -> li
 SAMPLE_BENCHMARK = sample("atad", "benchmark.jsonl")
 
 
-def distinct_finalized(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The finalized items of one benchmark, each problem once (its first copy in file order), and the copies left
-    out (copy id -> the id kept): identical problems under different ids are one problem, so Table 1's
-    denominator counts distinct problems (seed 003, section 4)."""
+#: The fields of a finalized item that the plan reads: a record's other fields (its generation history, its
+#: validations) are not kept while a benchmark is read, so a large benchmark is never held whole.
+PLANNED = ("id", "task", "problem", "base_problem", "orchestrator")
+
+
+def distinct_finalized(items: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The finalized items of one benchmark (their :data:`PLANNED` fields), each problem once (its first copy in
+    file order), and the copies left out (copy id -> the id kept): identical problems under different ids are one
+    problem, so Table 1's denominator counts distinct problems (seed 003, section 4)."""
     kept: dict[str, str] = {}
     distinct, copies = [], {}
     for item in items:
@@ -88,7 +94,7 @@ def distinct_finalized(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
             continue
         first = earlier_copy(kept, item["id"], item["task"], item["problem"])
         if first is None:
-            distinct.append(item)
+            distinct.append({k: item[k] for k in PLANNED if k in item})
         else:
             copies[item["id"]] = first
     return distinct, copies
@@ -101,16 +107,23 @@ def plan_units(params: dict[str, Any], warn: Callable[[str], None] | None = None
     names = list(params.get("benchmark") or [shown(SAMPLE_BENCHMARK)])  # as given, the sample as samples/...
     models = list(params.get("evaluate") or [])
     reviewers = list(params.get("review") or [])
-    benchmarks = [load_benchmark(p, params.get("fields")) for p in paths]
-    labels = _file_labels(benchmarks, names)
+    files, labels = [], []
+    for path, name in zip(paths, names):
+        items = benchmark_items(path, params.get("fields"))  # read an item at a time
+        first = next(items)  # a file holds one record at least (else an InputError)
+        labels.append(_file_label(first, name))
+        files.append(distinct_finalized(chain([first], items)))
+    labels = _distinct_labels(labels)
     units: list[Unit] = []
     merged: list[str] = []
-    for bi, items in enumerate(benchmarks):
-        finalized, copies = distinct_finalized(items)
+    for bi, (finalized, copies) in enumerate(files):
         if not finalized:
             raise InputError(
                 "the benchmark holds no finalized item to evaluate", file=str(paths[bi]), field="--benchmark"
             )
+        copies_of: dict[str, list[str]] = defaultdict(list)
+        for copy, kept in copies.items():
+            copies_of[kept].append(copy)
         merged += [f"{names[bi]}: {copy} = {first}" for copy, first in copies.items()]
         for pos, item in enumerate(finalized):
             common = {
@@ -123,7 +136,7 @@ def plan_units(params: dict[str, Any], warn: Callable[[str], None] | None = None
                 "problem_key": problem_key(item["task"], item["problem"]),
                 "orchestrator": bool(item.get("orchestrator", True)),
             }
-            same_as = sorted(copy for copy, first in copies.items() if first == item["id"])
+            same_as = sorted(copies_of.get(item["id"], []))
             if same_as:
                 common["copies"] = same_as
             same = item["base_problem"] == item["problem"]
@@ -161,6 +174,11 @@ def plan_units(params: dict[str, Any], warn: Callable[[str], None] | None = None
     return units
 
 
+def _warner(run: Run) -> Callable[[str], None]:
+    """How the plan's warning reaches the console."""
+    return lambda line: run.console.print(line, style="yellow", markup=False)
+
+
 class AtadEvalProtocol(Protocol):
     """The evaluation phase as a batch of (model, problem) units; driven by ``AtadProtocol``."""
 
@@ -174,8 +192,13 @@ class AtadEvalProtocol(Protocol):
 
         return builder
 
+    def __init__(self, planned: list[Unit] | None = None) -> None:
+        self._planned = planned  # the plan run_evaluation made to check the inputs before any ping
+
     def plan(self, run: Run) -> list[Unit]:
-        return plan_units(run.params, warn=lambda line: run.console.print(line, style="yellow", markup=False))
+        """The units (the plan made before the pings, handed over once, else a new one)."""
+        planned, self._planned = self._planned, None
+        return planned if planned is not None else plan_units(run.params, warn=_warner(run))
 
     def expected_calls(self, run: Run) -> str:
         return "1 (2 with a structured-output repair)"
@@ -472,10 +495,11 @@ def run_evaluation(run: Run) -> dict[str, Any]:
     from dyneval.runtime.runner import execute
 
     refs = [*(run.params.get("evaluate") or []), *(run.params.get("review") or [])]
-    if not run.resumed:
-        plan_units(run.params)  # bad files or flags fail before any ping
+    # planned before any ping, so that bad input fails first; the protocol alone holds the plan (the runner lets
+    # each unit go once it ran, bench/atad_memory.py)
+    protocol = AtadEvalProtocol(None if run.resumed else plan_units(run.params, warn=_warner(run)))
     preflight_models(run, refs)
-    summary = execute(AtadEvalProtocol(), run, skip_preflight=True)
+    summary = execute(protocol, run, skip_preflight=True)
     if summary and not summary["units"]:
         run.console.print("[yellow]the benchmark file(s) hold no finalized problem: nothing to evaluate")
     if summary:

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from dyneval.results.stats import UNBOUNDED, Bounds, Estimate, clustered, summary_entries
+from dyneval.results.stats import BLOCK, UNBOUNDED, Bounds, Estimate, clustered, summary_entries
 from dyneval.runtime.protocol import with_results
 from dyneval.state.interview import ERROR_TYPES
 from dyneval.state.verdicts import is_ungraded, rate
@@ -244,7 +244,13 @@ def bootstrap_p(values: list[float], size: int, *, resamples: int = 10_000, seed
 
     gen = np.random.default_rng(seed)
     arr = np.asarray(subset, dtype=float)
-    means = arr[gen.integers(0, len(arr), size=(resamples, len(arr)))].mean(axis=1)
+    block = max(1, BLOCK // len(arr))  # resamples drawn in blocks: memory bounded whatever the size
+    means = np.concatenate(
+        [
+            arr[gen.integers(0, len(arr), size=(min(block, resamples - start), len(arr)))].mean(axis=1)
+            for start in range(0, resamples, block)
+        ]
+    )
     lo = float((means <= full + 1e-12).mean())
     hi = float((means >= full - 1e-12).mean())
     return min(1.0, 2 * min(lo, hi))

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from dyneval.results.stats import BLOCK, LEVEL, clustered, share_at_design_effect
+from dyneval.results.stats import BLOCK, bca_interval, clustered, share_at_design_effect
 from dyneval.state.judgecheck import SPLIT
 
 Key = tuple[int, str]  # (repeat, order)
@@ -265,24 +265,6 @@ def resampled(measure: Measure, items: int, *, resamples: int, seed: int) -> dic
     return {key: np.concatenate(parts) for key, parts in found.items()}
 
 
-def _bca(value: float, draws: np.ndarray, left_out: np.ndarray) -> tuple[float, float] | None:
-    """The BCa interval (Efron 1987; Efron and Tibshirani 1993, section 14.3) from the resamples' values
-    ``draws`` and the leave-one-item-out values ``left_out`` (the jackknife's acceleration); None where it is
-    undefined (every resample on one side of the value, or no spread among the jackknife values)."""
-    from scipy.stats import norm
-
-    below = float(np.mean(draws < value) + 0.5 * np.mean(draws == value))
-    spread = left_out.mean() - left_out
-    if not 0 < below < 1 or not (spread**2).sum() > 0:
-        return None
-    bias = norm.ppf(below)
-    accel = (spread**3).sum() / (6 * ((spread**2).sum()) ** 1.5)
-    z = bias + norm.ppf([(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2])
-    levels = norm.cdf(bias + z / (1 - accel * z))
-    low, high = np.percentile(draws, 100 * levels)
-    return float(low), float(high)
-
-
 def intervals(measure: Measure, items: int, *, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
     """Each value of ``measure`` with its 95 % interval over the items, the method chosen by the coverage it
     measured (``bench/coverage.py``, docs/statistics.md): a share (:func:`_share`) the exact binomial interval
@@ -290,8 +272,9 @@ def intervals(measure: Measure, items: int, *, resamples: int, seed: int) -> dic
     (:func:`results.stats.clustered`); the mean of two orders' accuracies the exact interval at the design effect
     of its jackknife variance over the items (:func:`results.stats.share_at_design_effect`: BCa covered 92.8 % at
     20 items); any other measure (kappa, Spearman's rho, F1) the BCa bootstrap over the items (:func:`resampled`,
-    :func:`_bca`; the percentile interval where BCa is undefined), resamples where the value is undefined left
-    out. ``low``/``high`` None under two items (or with a ``note`` where the data give no interval)."""
+    :func:`results.stats.bca_interval`; the percentile interval where BCa is undefined), resamples where the value
+    is undefined left out. ``low``/``high`` None under two items (or with a ``note`` where the data give no
+    interval)."""
     values = measure.value()
     out: dict[str, dict[str, Any]] = {k: {"value": v, "low": None, "high": None} for k, v in values.items()}
     if all(v is None for v in values.values()) or items < 2:
@@ -317,7 +300,7 @@ def intervals(measure: Measure, items: int, *, resamples: int, seed: int) -> dic
         if value is None or not kept.size:
             continue
         jack = left_out[key][~np.isnan(left_out[key])]
-        bca = _bca(value, kept, jack)
+        bca = bca_interval(value, kept, jack)
         low, high = bca or tuple(float(x) for x in np.percentile(kept, [2.5, 97.5]))
         out[key] |= {"low": low, "high": high, "method": "bca-bootstrap" if bca else "percentile-bootstrap"}
     return out

@@ -24,6 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+#: Mapping keys remembered with how they are shown (field names repeat in every unit of a page).
+_KEYS = 4096
+
 #: A character of a path's part (a path ends at a space, a quote, a bracket, a separator of a list ...).
 _PART = r"[^\s/\"'`<>|:;,()\[\]{}]"
 
@@ -47,6 +50,8 @@ class Relative:
         self.out = Path(os.path.abspath(out)) if out is not None else self.run.parent
         self.cwd = Path(os.path.abspath(cwd or os.getcwd()))
         self._seen: dict[str, str] = {}  # path as found -> as shown (a page repeats few paths many times)
+        self._keys: dict[str, str] = {}  # mapping key -> as shown (a page repeats few keys many times)
+        self._maybe, self._absolute = _absolute()
 
     def path(self, path: str) -> str:
         """One absolute path, relative."""
@@ -64,8 +69,7 @@ class Relative:
         return os.path.relpath(p, self.run)
 
     def text(self, text: str) -> str:
-        maybe, absolute = _absolute()
-        if not maybe.search(text):
+        if not self._maybe.search(text):
             return text
 
         def sub(m: re.Match[str]) -> str:
@@ -74,15 +78,35 @@ class Relative:
                 return found
             return self.path(found)
 
-        return absolute.sub(sub, text)
+        return self._absolute.sub(sub, text)
+
+    def _key(self, key: Any) -> Any:
+        """A mapping key as shown; the first :data:`_KEYS` texts are remembered (field names repeat in every unit)."""
+        if not isinstance(key, str):
+            return key
+        shown = self._keys.get(key)
+        if shown is None:
+            shown = self.text(key)
+            if len(self._keys) < _KEYS:
+                self._keys[key] = shown
+        return shown
 
     def __call__(self, value: Any, each: Callable[[str], str] | None = None) -> Any:
         """``value`` with every text and mapping key in it relative (other values as they are); ``each`` is applied
-        to every text (not key) first, in the same walk."""
-        if isinstance(value, str):
+        to every text (not key) first, in the same walk (which visits every value of a page's every unit: JSON's
+        own types are told apart by identity, other types by ``isinstance``)."""
+        kind = type(value)
+        if kind is not str and kind is not dict and kind is not list:
+            if isinstance(value, str):
+                kind = str
+            elif isinstance(value, dict):
+                kind = dict
+            elif isinstance(value, (list, tuple)):
+                kind = list
+            else:
+                return value
+        if kind is str:
             return self.text(each(value) if each else value)
-        if isinstance(value, dict):
-            return {self.text(k) if isinstance(k, str) else k: self(v, each) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self(v, each) for v in value]
-        return value
+        if kind is dict:
+            return {self._key(k): self(v, each) for k, v in value.items()}
+        return [self(v, each) for v in value]
