@@ -51,12 +51,14 @@ def run() -> None:
         print(stopped_line(exc, None), flush=True)
         stopped_by = exc
     ignore_signals()  # the command has ended: its exit code stands
-    from dyneval.gate import EXIT_INTERRUPTED, EXIT_TERMINATED  # loaded with the command line already
+    from dyneval.gate import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_TERMINATED  # loaded with the command line already
 
     if stopped_by is not None:
         code = EXIT_TERMINATED if isinstance(stopped_by, Terminated) else EXIT_INTERRUPTED
     gc.freeze()  # exit without the final collections' walk over every library object (1-2 s of a run's end)
-    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and any(
+    # Only the command exits past its threads: main() returns to an in-process caller (a test, a notebook), whose
+    # idle thread pools are no request in flight.
+    if code in (EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_TERMINATED) and any(
         t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()
     ):
         exit_now(code)  # stopped: a thread still in an import or a request must not hold the exit up

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
@@ -503,10 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         more = " with a higher --max-calls / --max-tokens / --max-cost" if exc.budget else ""
         console.print(f"resume{more} with: {exc.resume}", markup=False, highlight=False, soft_wrap=True)
-        code = EXIT_BUDGET if exc.budget else EXIT_TERMINATED if exc.terminated else EXIT_INTERRUPTED
-        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
-            stop.exit_now(code)  # a request still in flight must not hold the exit up
-        return code
+        return EXIT_BUDGET if exc.budget else EXIT_TERMINATED if exc.terminated else EXIT_INTERRUPTED
     except KeyboardInterrupt as exc:
         console.print(
             stopped_line(exc, _resume(protocol, run)), style="yellow", markup=False, highlight=False, soft_wrap=True
