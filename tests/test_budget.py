@@ -8,6 +8,7 @@ with code 3, and a ``--resume`` with a higher budget ends with the very results 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,10 @@ def test_a_spent_budget_stops_the_run_within_one_round_and_a_resume_with_more_en
 ):
     from dyneval import cli as run
 
-    with StandIn(latency_s=0.02) as standin:
+    # An idle thread pool of the caller's (a library's, a notebook's) is alive throughout: a stopped run returns
+    # its code to an in-process caller, it does not end the caller's process (only the command exits past threads).
+    with ThreadPoolExecutor(1) as idle, StandIn(latency_s=0.02) as standin:
+        idle.submit(int).result()
         _, full = _interview(tmp_path / "full", standin)
         full_usage = json.loads((full / "summary.json").read_text())["usage"]
         standin.requests.clear()
