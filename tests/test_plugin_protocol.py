@@ -122,7 +122,10 @@ def test_a_registered_protocol_gets_its_headline_interval_fail_under_leaderboard
         refused = _run(out, standin, "--fail-under", "precision=0.5")
         failed = _run(out, standin, "--fail-under", "accuracy=0.9")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "'precision' is not a headline metric of quiz (one of: accuracy)" in refused.stderr
+    assert (
+        "'precision' is not a headline metric of quiz (one of: accuracy, trials.*.pass^*, state_check.share)"
+        in refused.stderr
+    )
     assert failed.returncode == 5, failed.stdout + failed.stderr
     assert "accuracy = 0.5" in failed.stdout + failed.stderr  # the miss names the value
 
