@@ -4,8 +4,10 @@ Every ```python block runs as a user would run it: saved to a file and started w
 folder, with no ``DYNEVAL_*`` or ``OPENAI_*`` variable set. Its loopback URLs (``http://127.0.0.1:PORT/v1``) stand
 for the reader's own servers and are pointed at the stand-in endpoint (:mod:`tests.standin_endpoint`), the embedded
 model's URL too: so the block must name every model it uses, and the stand-in sees exactly those model names, never
-the embedded one's. A block that cannot run offline (a real API key, a person at the keyboard) carries the comment
-``# readme-test: skip REASON`` and is skipped with that reason; every other block must run to exit code 0.
+the embedded one's. A loopback PostgreSQL address (``postgresql://USER@127.0.0.1:PORT/NAME``) stands for the
+reader's database and is pointed at an empty database of the tests' throw-away server. A block that cannot run
+offline (a real API key, a person at the keyboard) carries the comment ``# readme-test: skip REASON`` and is skipped
+with that reason; every other block must run to exit code 0.
 
 Every ``dyneval --protocol ...`` (or ``python run.py --protocol ...``) command anywhere in a page (shell blocks,
 comments, inline code) is parsed by the real parser (:func:`dyneval.cli.build_parser`) without running, so a renamed
@@ -36,6 +38,7 @@ PAGES = {
 LOOPBACK = re.compile(r"http://127\.0\.0\.1:\d+/v1")
 MODEL_AT_LOOPBACK = re.compile(r"([\w.\-:/]+)@http://127\.0\.0\.1:\d+/v1")
 SKIP = re.compile(r"#\s*readme-test:\s*skip\b(.*)")
+POSTGRES = re.compile(r"postgresql://[\w.\-]+@127\.0\.0\.1:\d+/\w+")
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -79,11 +82,14 @@ def test_every_page_is_searched_and_the_node_embedding_example_is_among_the_bloc
 
 
 @pytest.mark.parametrize(("where", "code"), python_blocks(), ids=[where for where, _ in python_blocks()])
-def test_python_block_runs_as_written_with_the_models_it_names(where, code, tmp_path):
+def test_python_block_runs_as_written_with_the_models_it_names(where, code, tmp_path, request):
     if m := SKIP.search(code):
         reason = m.group(1).strip(" :-—")
         assert reason, f"{where}: '# readme-test: skip' needs a reason"
         pytest.skip(f"{where}: {reason}")
+    if POSTGRES.search(code):  # the throw-away server starts only for a block that names a database
+        database = request.getfixturevalue("fresh_postgres_db")("readme_example")
+        code = POSTGRES.sub(database, code)
     named = set(MODEL_AT_LOOPBACK.findall(code))
     with StandIn() as standin:
         script = tmp_path / "example.py"
