@@ -48,6 +48,7 @@ from typing import Any
 from rich.console import Console
 
 from dyneval.runtime import stop
+from dyneval.runtime.agents.reference import resolve_files_from
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.executors.choice import ExecutorChoice
@@ -86,6 +87,7 @@ class _Job:
     run_dir: str
     sink: Any  # the driver's event sink actor
     executor: ExecutorChoice  # the session's (a runner's run names where it runs, as the driver's does)
+    cwd: str  # the driver's working folder, which relative file references (graph:, --state-check) name files in
 
 
 def _postgres_dsn(config: RunConfig) -> str:
@@ -301,6 +303,7 @@ class _UnitRunner:
 
     def __init__(self, job: _Job) -> None:
         stop.clear()
+        resolve_files_from(job.cwd)
         self.worker = _Worker(job)
 
     def run_unit(self, unit: Unit) -> dict[str, Any]:
@@ -628,7 +631,7 @@ class RaySession:
     def __init__(self, protocol: Protocol, run: Run, sink: Any) -> None:
         self.protocol, self.run, self.sink = protocol, run, sink
         self.limits = ClusterLimits(run.run_dir.name)  # the driver's: stop and budget
-        job = _Job(protocol, run.config, str(run.run_dir), sink, run.executor)
+        job = _Job(protocol, run.config, str(run.run_dir), sink, run.executor, os.getcwd())
         self.runners = _Runners(job, run.config.concurrency)
         self.spread = RaySpread(self.runners, run.config.concurrency, self.drain)
 
