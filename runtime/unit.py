@@ -25,6 +25,7 @@ from dyneval.runtime import stop
 from dyneval.runtime.agents.state_check import agent_fields
 from dyneval.runtime.llm import is_endpoint_fault
 from dyneval.runtime.protocol import DIVERGED, RESULT_STATUSES, Protocol, Run, Unit
+from dyneval.state.agent import is_agent_ref
 from dyneval.state.errors import InfraError, ModelError, ReplayMissing
 
 
@@ -72,7 +73,7 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
     """Run (continue, or re-judge) one unit to END and return its record (status ``interrupted`` after Ctrl-C)."""
     started = time.perf_counter()
     record: dict[str, Any] = {"unit_id": unit.id, "meta": unit.meta}
-    earlier = False  # the unit goes on from a checkpoint made before (its agent threads may have turns there)
+    earlier = False  # an agent's unit going on from a checkpoint made before: its threads may have turns there
     try:
         # the event log files each call under the unit id, not the thread id (runtime.llm.current_unit)
         config: dict[str, Any] = {
@@ -80,7 +81,8 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
             "recursion_limit": 200,
         }
         snapshot = graph.get_state(config)
-        start, earlier = config, snapshot.metadata is not None
+        start = config
+        earlier = snapshot.metadata is not None and any(is_agent_ref(s) for s in protocol.subjects(run))
         if snapshot.metadata is None:
             payload: Any = unit.input  # never checkpointed
         elif not _reached_end(snapshot):

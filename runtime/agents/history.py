@@ -75,12 +75,12 @@ class ThreadHistory:
             return
         with self.events.open("rb") as fh:
             fh.seek(self._read_upto)
-            appended = fh.read()
-        whole = appended[: appended.rfind(b"\n") + 1]
-        self._read_upto += len(whole)
-        for line in whole.splitlines():
-            if b'"agent"' in line and (event := parse_record(line)) is not None:
-                self._take(event)
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break  # still being written: read whole next time
+                self._read_upto += len(line)
+                if b'"agent"' in line and (event := parse_record(line)) is not None:
+                    self._take(event)
 
     def _take(self, event: dict[str, Any]) -> None:
         turn = event.get("agent")
