@@ -43,7 +43,8 @@ def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig
     changes the replayed answers.
 
     Replayed roles keep their source models (their answers come from the log); the seed stays (it chooses the
-    units and their questions). A changed parameter that leads to a request the source never made diverges.
+    units and their questions), and so does ``--trials`` (a trial the source did not run has no answers to replay).
+    A changed parameter that leads to a request the source never made diverges.
     """
     if source.protocol != config.protocol:
         raise InputError(f"run was made with --protocol {source.protocol}, not {config.protocol}", field="--rescore")
@@ -67,6 +68,12 @@ def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig
         raise InputError(
             f"run {config.rescored_from} was made with seed {source.seed}, not {config.seed}; a re-score keeps it",
             setting=config.sources.get("--seed", "--seed"),
+        )
+    if source.trials != config.trials:  # its units are the source's trials, each replayed from its own log
+        raise InputError(
+            f"run {config.rescored_from} was made with --trials {source.trials}, not {config.trials}; a re-score "
+            "(--rescore) re-judges the trials it ran, so it keeps them",
+            setting=config.sources.get("--trials", "--trials"),
         )
 
 

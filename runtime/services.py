@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dyneval.prompts import use_prompt_dir
 from dyneval.runtime import stop
+from dyneval.runtime.agents.history import ThreadHistory
 from dyneval.runtime.budget import Budget
 from dyneval.runtime.config_loader import load_config, read_config_file
 from dyneval.runtime.embedded import embedded_base_url
@@ -127,10 +128,13 @@ class Services:
     spread: Spread[Services] = field(init=False)
     #: The count of requests in flight where they are sent from other processes (a Ray session's coordinator).
     remote_in_flight: Callable[[], int] | None = field(default=None, init=False)
+    #: What the run's event log says of its agent threads (:mod:`runtime.agents.history`), read as it grows.
+    agent_history: ThreadHistory = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         use_prompt_dir(self.config.prompts)  # this process's nodes read the run's own prompts (--prompts)
         self.spread = LocalSpread(self)
+        self.agent_history = ThreadHistory(self.run_dir / "events.jsonl", self.run_dir.name + "/")
         c = self.config
         if any((c.max_calls, c.max_tokens, c.max_cost, c.max_tokens_per_role, c.max_cost_per_role)):
             # limits are > 0: unset = None or {}
@@ -203,24 +207,29 @@ class Services:
                 from dyneval.runtime.agents.chat import AgentChat
                 from dyneval.runtime.agents.reference import load_agent
 
-                chat = AgentChat(
-                    app=load_agent(ref), thread_prefix=self.run_dir.name, events_path=self.run_dir / "events.jsonl"
-                )
+                chat = AgentChat(app=load_agent(ref), thread_prefix=self.run_dir.name, history=self.agent_history)
                 self._endpoints[key] = open_endpoint(spec, chat=chat, label=ref)
             else:
                 self._endpoints[key] = open_endpoint(spec)
         return self._endpoints[key]
 
-    def agent_states(self, unit: str) -> dict[str, Any] | None:
+    def agent_states(self, unit: str, *, earlier: bool = False) -> dict[str, Any] | None:
         """The agent target's final state on each of ``unit``'s threads (``{thread id: state}``, as the agent holds
-        it; ``None`` when no agent answered in it), for the unit's record (:mod:`runtime.agents.state_check`)."""
+        it; ``None`` when no agent answered in it), for the unit's record (:mod:`runtime.agents.state_check`).
+
+        ``earlier``: the unit went on from a checkpoint an earlier session (or Ray runner) made, so its threads
+        include those the event log says it had turns on there, and this process maybe none: their state is read
+        from the agent now (a unit re-judged on resume sends the agent nothing)."""
         from dyneval.runtime.agents.chat import AgentChat
+        from dyneval.runtime.agents.state_check import earlier_states
 
         with self._lock:
             chats = [e.chat for e in self._endpoints.values() if isinstance(e.chat, AgentChat)]
         states: dict[str, Any] = {}
         for chat in chats:
             states.update(chat.final_states(unit) or {})
+        if earlier:
+            states.update(earlier_states(self.agent_history.of_unit(unit), states))
         return states or None
 
     def in_flight(self) -> int:

@@ -25,6 +25,7 @@ from dyneval.runtime import stop
 from dyneval.runtime.agents.state_check import agent_fields
 from dyneval.runtime.llm import is_endpoint_fault
 from dyneval.runtime.protocol import DIVERGED, RESULT_STATUSES, Protocol, Run, Unit
+from dyneval.state.agent import is_agent_ref
 from dyneval.state.errors import InfraError, ModelError, ReplayMissing
 
 
@@ -72,6 +73,7 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
     """Run (continue, or re-judge) one unit to END and return its record (status ``interrupted`` after Ctrl-C)."""
     started = time.perf_counter()
     record: dict[str, Any] = {"unit_id": unit.id, "meta": unit.meta}
+    earlier = False  # an agent's unit going on from a checkpoint made before: its threads may have turns there
     try:
         # the event log files each call under the unit id, not the thread id (runtime.llm.current_unit)
         config: dict[str, Any] = {
@@ -80,6 +82,7 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
         }
         snapshot = graph.get_state(config)
         start = config
+        earlier = snapshot.metadata is not None and any(is_agent_ref(s) for s in protocol.subjects(run))
         if snapshot.metadata is None:
             payload: Any = unit.input  # never checkpointed
         elif not _reached_end(snapshot):
@@ -122,7 +125,7 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
     except Exception as exc:  # noqa: BLE001 - a failed unit is recorded and the run goes on
         status = "infra_error" if is_endpoint_fault(exc) else "error"
         record.update(status=status, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=6))
-    if agent_states := run.services.agent_states(unit.id):  # an agent target's final state per thread
+    if agent_states := run.services.agent_states(unit.id, earlier=earlier):  # an agent target's final state per thread
         check = run.config.state_check if record["status"] in RESULT_STATUSES else None  # on results only
         record.update(agent_fields(agent_states, unit.input, check))
     record["wall_s"] = round(time.perf_counter() - started, 3)

@@ -87,3 +87,44 @@ def test_a_resumed_unit_continues_the_thread_its_agent_kept_with_only_what_is_ne
     assert first["agent"]["sent"] == first["messages"][-1]["content"]  # the new message alone, no history again
     # the agent's own thread: our one message per turn (4 messages a turn), none sent twice
     assert record["agent_threads"][session]["messages"] == 4 * (len(earlier) + len(later))
+
+
+def test_a_unit_resumed_after_its_agent_turns_records_every_agent_thread_and_state_check_as_an_unstopped_run(
+    tmp_path,
+):
+    """A run stopped by its budget after the agent's single-turn answer, or after its last turn (the resume then
+    only judges, sending the agent nothing), records the same ``agent_threads`` and ``state_checks`` as a run that
+    was not stopped: the threads the earlier session had turns on are the unit's too, their state read from the
+    agent (the toy keeps its threads in this process, as a persistent checkpointer would)."""
+    with StandIn(respond=respond) as standin, _clean_environment():
+        argv = ["--protocol", "interview", "--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("j")]
+        argv += ["--limit", "1", "--max-questions", "1", "--concurrency", "1", "--skip-preflight"]
+        argv += ["--state-check", "tests.toy_agents:looked_up"]
+
+        def run(out, *extra):
+            with contextlib.redirect_stdout(io.StringIO()) as console:
+                code = cli.main([*argv, "--out", str(out), *extra])
+            (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
+            return code, run_dir, console.getvalue()
+
+        code, unstopped, console = run(tmp_path / "unstopped")
+        assert code == 0, console
+        calls = [e["role"] for e in _events(unstopped)]
+        turns = [i for i, role in enumerate(calls) if role == "target"]
+        # after the single-turn answer and its grade; after the agent's last turn (only judges are left)
+        for stop_at in (turns[0] + 2, turns[-1] + 1):
+            out = tmp_path / f"stopped-{stop_at}"
+            code, run_dir, console = run(out, "--max-calls", str(stop_at))
+            assert code == 3, console  # stopped by its budget
+            before = len(_events(run_dir))
+            code, run_dir, console = run(out, "--max-calls", "1000", "--resume", run_dir.name)
+            assert code == 0, console
+            # the resume sends the single-turn thread nothing, and after the last turn the agent nothing at all
+            resumed = {e["agent"]["thread_id"] for e in _events(run_dir)[before:] if e.get("agent")}
+            assert resumed == (set() if stop_at > turns[-1] else {f"{run_dir.name}/{records(unstopped)[0]['unit_id']}"})
+            (record,) = records(run_dir)
+            (expected,) = records(unstopped)
+            assert len(record["agent_threads"]) == 2  # the session's thread and the single-turn answer's
+            for field in ("agent_threads", "state_checks"):
+                got = json.loads(json.dumps(record[field]).replace(run_dir.name, "RUN"))
+                assert got == json.loads(json.dumps(expected[field]).replace(unstopped.name, "RUN")), (stop_at, field)

@@ -11,6 +11,8 @@ shipped hand-written benchmark (7 problems, 14 answers of two examinees).
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +121,71 @@ def test_an_agent_graph_is_imported_and_evaluated_on_the_ray_runners_as_on_threa
     assert {c["verdict"] for r in records(ray_dir) for c in r["state_checks"].values()} == {"correct"}
     same = [json.loads(json.dumps(records(d)).replace(d.name, "RUN")) for d in (ray_dir, threads_dir)]
     assert _results(same[0]) == _results(same[1])  # the agent's threads, named by the run, and their states too
+
+
+def test_a_run_started_in_the_users_folder_finds_its_relative_agent_file_and_out_folder_on_the_ray_runners(
+    cluster: RayCluster, standin: StandIn, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``graph:my_app/agent.py:graph``, ``--state-check my_app/agent.py:FN`` and ``--out ray``, named from the
+    user's project folder: the runners, whose nodes were started in another folder, import the file the driver
+    means and write to the driver's run folder, and the run ends in a thread pool's records, the reference in them
+    as the user gave it."""
+    project = tmp_path / "project"
+    (project / "my_app").mkdir(parents=True)
+    shutil.copy(REPO / "tests/toy_agents.py", project / "my_app/agent.py")
+    monkeypatch.chdir(project)
+    assert Path.cwd() != REPO and not Path("tests/toy_agents.py").exists()  # the cluster's nodes run in REPO
+    agent, check = ["graph:my_app/agent.py:graph"], ("--state-check", "my_app/agent.py:looked_up")
+    threads_dir = _evaluate(standin, Path("threads"), *check, evaluated=agent)
+    ray_dir = _evaluate(
+        standin,
+        Path("ray"),
+        *check,
+        *("--postgres-dsn", fresh_postgres_db("ray_agent_file"), "--executor", "ray"),
+        *("--ray-address", cluster.address),
+        evaluated=agent,
+    )
+    assert (project / ray_dir / "library.log").exists() and not (REPO / "ray").exists()
+    turns = [e for e in _answers(ray_dir) if e.get("agent")]
+    assert len(turns) == 7 and all(e.get("worker") and e["model"] == agent[0] for e in turns)
+    assert {c["verdict"] for r in records(ray_dir) for c in r["state_checks"].values()} == {"correct"}
+    same = [json.loads(json.dumps(records(d)).replace(d.name, "RUN")) for d in (ray_dir, threads_dir)]
+    assert _results(same[0]) == _results(same[1])
+
+
+def test_a_rescore_on_the_ray_runners_replays_its_source_from_a_relative_out_folder(
+    cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--rescore`` under the default relative ``--out`` (``runs``): each runner reads the source run's log from
+    the driver's folder, so no unit diverges and the target is asked nothing."""
+    monkeypatch.chdir(tmp_path)
+    with StandIn(respond=respond) as judges:
+        interview = ["--protocol", "interview", "--limit", "1", "--max-questions", "1", "--skip-preflight"]
+        roles = ["--target", judges.spec("target"), "--evaluator", judges.spec("judge1")]
+        assert cli.main([*interview, *roles]) == 0
+        (source,) = [p for p in Path("runs").iterdir() if p.is_dir() and not p.name.startswith("_")]
+        judges.requests.clear()
+        ray = ["--executor", "ray", "--ray-address", cluster.address]
+        ray += ["--postgres-dsn", fresh_postgres_db("ray_rescore")]
+        assert cli.main([*interview, "--rescore", source.name, "--grader", judges.spec("judge2"), *ray]) == 0
+        assert {r.model for r in judges.requests} == {"judge1", "judge2"}
+    (rescored,) = [p for p in Path("runs").iterdir() if p.is_dir() and p != source and not p.name.startswith("_")]
+    assert [r["status"] for r in records(rescored)] == ["ok"]
+
+
+def test_a_relative_agent_file_missing_on_a_worker_names_the_reference_and_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on a machine without the file (here: a driver's folder without it) says which reference, the path
+    it tried and on which machine."""
+    from dyneval.runtime.agents import reference
+
+    monkeypatch.setattr(reference, "_files_from", tmp_path)
+    with pytest.raises(ValueError) as missing:
+        reference.attribute("my_app/agent.py", "graph", "agent 'graph:my_app/agent.py:graph'")
+    said = str(missing.value)
+    assert said.startswith("agent 'graph:my_app/agent.py:graph': no file my_app/agent.py: ")
+    assert f"looked for {tmp_path / 'my_app/agent.py'} on {socket.gethostname()}" in said and "\n" not in said
 
 
 def test_an_agent_object_of_the_python_api_refuses_executor_ray_in_one_line_and_leaves_no_folder(

@@ -212,6 +212,10 @@ def test_atad_rescore_replays_teacher_and_student(tmp_path):
             ["--rescore", "SOURCE", "--evaluator", "x@http://127.0.0.1:9/v1", "--target", "y@http://127.0.0.1:9/v1"],
             "the target answers are replayed",
         ),
+        (
+            ["--rescore", "SOURCE", "--evaluator", "x@http://127.0.0.1:9/v1", "--trials", "2"],
+            "was made with --trials 1, not 2",
+        ),
     ],
 )
 def test_a_bad_rescore_is_one_line_and_exit_2_and_makes_no_run(tmp_path, capsys, argv, says):

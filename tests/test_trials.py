@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import threading
 from collections import Counter
 from math import comb
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,8 +24,8 @@ from dyneval.gate import EXIT_BELOW_THRESHOLD, EXIT_BUDGET, EXIT_UNITS_FAILED
 from dyneval.results.headline import number
 from dyneval.results.trials import ItemTrials, estimates
 from tests import toy_agents
-from tests.golden_runs import REPO, _clean_environment, respond
-from tests.standin_endpoint import StandIn
+from tests.golden_runs import REPO, _clean_environment, _tool_call, respond
+from tests.standin_endpoint import StandIn, content_key
 from tests.test_agent_targets import records
 
 COIN = "graph:tests.toy_agents:coin"
@@ -133,3 +135,58 @@ def test_pass_k_is_the_unbiased_estimate_over_items_with_enough_graded_trials():
     assert found["pass^3"].estimate == pytest.approx(0) and found["pass^3"].n == 2
     assert found["pass^4"].n == 1
     assert found["flip_rate"].estimate == pytest.approx(1 / 2) and found["flip_rate"].n == 2
+
+
+def test_a_rescore_of_a_trials_run_rejudges_every_trial_from_its_log_and_counts_pass_k_from_the_new_verdicts(
+    tmp_path,
+):
+    """Two interview sessions run twice, graded correct every time by judge1, then re-scored by a grader that
+    grades a request correct the first time it sees it and wrong the second: each session's two trials (the same
+    answer, replayed) now split, so pass^1 = 0.5, pass^2 = 0 and every item flips, and no target request is sent.
+    No retry or follow-up depends on the grade (``--max-retries 0 --max-questions 1``), so no trial diverges."""
+    asked: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def grades(body: dict[str, Any]) -> dict[str, Any] | None:
+        tools = body.get("tools") or []
+        if tools and tools[0]["function"]["name"] == "Grade":
+            with lock:
+                asked[body["model"] + content_key(body)] += 1
+                first = asked[body["model"] + content_key(body)] == 1
+            correct = first or body["model"] == "judge1"
+            return _tool_call(body, "Grade", {"correct": correct, "error_type": "N/A", "reason": "stand-in"})
+        return respond(body)
+
+    out = tmp_path / "runs"
+    with StandIn(respond=grades) as standin, _clean_environment():
+        argv = ["--protocol", "interview", "--out", str(out), "--skip-preflight"]
+        code, console = _run(
+            [*argv, "--target", standin.spec("target"), "--evaluator", standin.spec("judge1")]
+            + ["--limit", "2", "--trials", "2", "--task", "generic", "--max-retries", "0", "--max-questions", "1"]
+        )
+        assert code == 0, console
+        source = _run_dir(out)
+        standin.requests.clear()
+        code, console = _run([*argv, "--rescore", source.name, "--grader", standin.spec("judge2")])
+        assert code == 0, console
+        sent = Counter(r.model for r in standin.requests)
+    assert set(sent) == {"judge1", "judge2"}, sent  # the interviewer and the new grader; the target replayed
+    (rescored,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_") and p != source]
+
+    # one record per trial unit, each re-judged (none diverged), each trial's answers replayed from its own unit
+    units = {r["unit_id"]: r for r in records(rescored)}
+    assert sorted(units) == sorted(r["unit_id"] for r in records(source)) and len(units) == 4
+    assert {u.rpartition("~t")[2] for u in units} == {"1", "2"} and {r["status"] for r in units.values()} == {"ok"}
+    events = [json.loads(line) for line in (rescored / "events.jsonl").read_text().splitlines()]
+    replayed = [e for e in events if e["role"] == "target"]
+    assert {e["unit"] for e in replayed} == set(units) and all(e["cached"] for e in replayed)
+
+    trials = {
+        run: json.loads((run / "summary.json").read_text())["metrics"]["trials"]["subjects"]
+        for run in (source, rescored)
+    }
+    ((subject, before),) = trials[source].items()
+    after = trials[rescored][subject]
+    assert (before["pass^1"], before["pass^2"], before["flip_rate"]) == (1.0, 1.0, 0.0)
+    assert (after["pass^1"], after["pass^2"], after["flip_rate"]) == (0.5, 0.0, 1.0)
+    assert after["items"] == 2 and after["graded_trials"] == 4 and after["n"]["pass^2"] == 2

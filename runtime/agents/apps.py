@@ -37,6 +37,10 @@ class AgentApp(Protocol):
         """The agent holds state for ``thread_id`` already (a resumed unit continues on it)."""
         ...
 
+    def state(self, thread_id: str) -> dict[str, Any] | None:
+        """The agent's state on ``thread_id`` now (``None``: it holds none there, or none we can read)."""
+        ...
+
     def turn(self, message: dict[str, Any], thread_id: str) -> Turn:
         """Send ``message`` (``{"role": "user", "content": ...}``) on ``thread_id``."""
         ...
@@ -99,7 +103,10 @@ class GraphApp:
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": self.ref.recursion_limit}
 
     def has_thread(self, thread_id: str) -> bool:
-        return bool(self.graph.get_state(self._config(thread_id)).values)
+        return self.state(thread_id) is not None
+
+    def state(self, thread_id: str) -> dict[str, Any] | None:
+        return dict(self.graph.get_state(self._config(thread_id)).values) or None
 
     def turn(self, message: dict[str, Any], thread_id: str) -> Turn:
         config = self._config(thread_id)
@@ -131,6 +138,9 @@ class CallableApp:
 
     def has_thread(self, thread_id: str) -> bool:
         return thread_id in self._threads
+
+    def state(self, thread_id: str) -> dict[str, Any] | None:
+        return None  # the app keeps its history out of our reach
 
     def turn(self, message: dict[str, Any], thread_id: str) -> Turn:
         from langchain_core.messages import convert_to_messages

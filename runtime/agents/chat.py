@@ -30,7 +30,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -41,7 +40,7 @@ from pydantic import ConfigDict, PrivateAttr
 from dyneval.runtime import stop
 from dyneval.runtime.agents.apps import AgentApp
 from dyneval.runtime.agents.errors import AgentModelError, AgentTimeout
-from dyneval.runtime.agents.history import PastThread, past_threads, restart_of
+from dyneval.runtime.agents.history import ThreadHistory, restart_of
 from dyneval.runtime.agents.record import bounded_state, message_record, usage_of
 from dyneval.runtime.llm import current_unit
 
@@ -73,12 +72,11 @@ class AgentChat(BaseChatModel):
     app: Any
     #: The run's id: thread ids are ``RUN_ID/UNIT_ID[/ITEM]``, so runs sharing an agent's database never meet.
     thread_prefix: str
-    #: The run's event log, read once for what its earlier sessions did on its threads (:mod:`.history`).
-    events_path: Path | None = None
+    #: What the run's event log says of its threads (:mod:`.history`): what earlier sessions did on them.
+    history: ThreadHistory | None = None
     _delivered: dict[str, list[str]] = PrivateAttr(default_factory=dict)
     #: Our thread -> the agent thread it uses now (itself, or ``.../restartN`` after a timeout).
     _threads: dict[str, str] = PrivateAttr(default_factory=dict)
-    _past: dict[str, PastThread] | None = PrivateAttr(default=None)
     _turns: dict[str, threading.Lock] = PrivateAttr(default_factory=dict)
     #: Unit -> {agent thread: the agent's state after its last turn there}, until the unit's record takes it.
     _final: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
@@ -120,19 +118,13 @@ class AgentChat(BaseChatModel):
         with turn_lock:  # a unit's parallel calls (JudgeAgent's base questions) take turns on its one thread
             return self._turn(thread, messages, format_instructions)
 
-    def _past_thread(self, thread: str) -> PastThread | None:
-        with self._lock:
-            if self._past is None:
-                self._past = past_threads(self.events_path, self.thread_prefix + "/") if self.events_path else {}
-            return self._past.get(thread)
-
     def _open(self, thread: str) -> tuple[str, str, list[str], str | None]:
         """The agent thread our ``thread``'s turn goes to, how it starts (``new``, ``ongoing``, ``continued``,
         ``restarted``), the user messages it was delivered so far, and why it restarted."""
         app: AgentApp = self.app
         with self._lock:
             current = self._threads.get(thread)
-        past = self._past_thread(thread) if current is None else None
+        past = self.history.thread(thread) if current is None and self.history is not None else None
         agent_thread = current or (past.agent_thread if past else thread)
         why = None
         if past is not None and past.delivered is None:

@@ -1,17 +1,20 @@
-"""What earlier sessions of a run did on its agent threads, read from its ``events.jsonl``: which agent thread each
-of our threads last used, what it was last delivered, and whether its last turn timed out.
+"""What a run's sessions did on its agent threads, read from its ``events.jsonl``: which agent thread each of our
+threads last used, which agent had it, what it was last delivered, and whether its last turn timed out.
 
 A resumed unit needs it (:mod:`runtime.agents.chat`): an agent that kept its thread gets only what is new
 (``continued``), one that lost it gets the conversation so far again (``restarted``), and a thread whose turn timed
 out is not sent another (its turn may still have been running, or left its message on the thread without a reply):
-the unit goes on on a fresh one.
+the unit goes on on a fresh one. Its record needs it too (:meth:`runtime.services.Services.agent_states`): the
+threads its earlier sessions had turns on are its threads as much as those of this process.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dyneval.stores.files import parse_record
 
@@ -22,10 +25,11 @@ _RESTARTED = re.compile(re.escape(RESTART) + r"(\d+)$")
 
 @dataclass(frozen=True)
 class PastThread:
-    """Our thread's agent thread at the end of the earlier sessions, with the user messages of the last request
-    delivered on it (None: its last turn timed out)."""
+    """Our thread's agent thread at the end of the turns logged so far, the agent (its reference) that had them,
+    and the user messages of the last request delivered on it (None: its last turn timed out)."""
 
     agent_thread: str
+    agent: str
     delivered: list[str] | None
 
 
@@ -41,23 +45,55 @@ def restart_of(agent_thread: str) -> str:
     return f"{ours(agent_thread)}{RESTART}{number}"
 
 
-def past_threads(events: Path, prefix: str) -> dict[str, PastThread]:
-    """Our thread id -> its :class:`PastThread`, for the threads of the run ``prefix`` names (``RUN_ID/``) that had
-    an agent turn in ``events`` (missing: none)."""
-    found: dict[str, PastThread] = {}
-    if not events.exists():
-        return found
-    with events.open("rb") as fh:
-        for line in fh:
-            if b'"agent"' not in line or (event := parse_record(line)) is None:
-                continue
-            turn = event.get("agent")
-            thread = turn.get("thread_id") if isinstance(turn, dict) else None
-            if not isinstance(thread, str) or not thread.startswith(prefix):
-                continue
-            if event.get("error") is None:
-                humans = [m["content"] for m in event.get("messages") or [] if m.get("role") == "human"]
-                found[ours(thread)] = PastThread(thread, [h for h in humans if isinstance(h, str)])
-            elif str(event["error"]).startswith("AgentTimeout"):
-                found[ours(thread)] = PastThread(thread, None)
-    return found
+class ThreadHistory:
+    """The :class:`PastThread` of every thread of the run ``prefix`` names (``RUN_ID/``) that had an agent turn in
+    ``events``, by our thread id and by unit. Each look-up first reads the lines appended since the last one (a
+    line still being written is left for the next), so a unit continued in this process, or on another Ray
+    runner, finds the turns logged before it, whichever session made them."""
+
+    def __init__(self, events: Path, prefix: str) -> None:
+        self.events, self.prefix = events, prefix
+        self._read_upto = 0
+        self._threads: dict[str, PastThread] = {}
+        self._units: dict[str, dict[str, PastThread]] = {}
+        self._lock = threading.Lock()
+
+    def thread(self, our_thread: str) -> PastThread | None:
+        """Our thread's :class:`PastThread` (None: no agent turn on it is logged)."""
+        with self._lock:
+            self._read()
+            return self._threads.get(our_thread)
+
+    def of_unit(self, unit: str) -> dict[str, PastThread]:
+        """Our thread id -> :class:`PastThread` of ``unit``'s threads."""
+        with self._lock:
+            self._read()
+            return dict(self._units.get(unit, {}))
+
+    def _read(self) -> None:
+        if not self.events.exists():
+            return
+        with self.events.open("rb") as fh:
+            fh.seek(self._read_upto)
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break  # still being written: read whole next time
+                self._read_upto += len(line)
+                if b'"agent"' in line and (event := parse_record(line)) is not None:
+                    self._take(event)
+
+    def _take(self, event: dict[str, Any]) -> None:
+        turn = event.get("agent")
+        thread = turn.get("thread_id") if isinstance(turn, dict) else None
+        if not isinstance(thread, str) or not thread.startswith(self.prefix):
+            return
+        agent, error = str(event.get("model")), event.get("error")
+        if error is None:
+            humans = [m["content"] for m in event.get("messages") or [] if m.get("role") == "human"]
+            past = PastThread(thread, agent, [h for h in humans if isinstance(h, str)])
+        elif str(error).startswith("AgentTimeout"):
+            past = PastThread(thread, agent, None)
+        else:
+            return
+        self._threads[ours(thread)] = past
+        self._units.setdefault(str(event.get("unit")), {})[ours(thread)] = past

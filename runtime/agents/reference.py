@@ -1,12 +1,12 @@
-"""What an agent reference names, imported once per process: a compiled LangGraph graph, a ``StateGraph``
-builder, a factory returning either, or an app ``app(message, *, thread_id) -> dict | list[dict]`` (openevals'
+"""What an agent reference names, imported once per process: a compiled LangGraph graph, a ``StateGraph`` builder, a
+factory returning either, or an app ``app(message, *, thread_id) -> dict | list[dict]`` (openevals'
 ``run_multiturn_simulation`` contract), sync or async.
 
-``graph:MODULE:ATTR`` imports a module, ``graph:path/to/app.py:ATTR`` a file (relative to the working directory,
-as ``langgraph.json`` resolves it); ``langgraph:URL[#ASSISTANT]`` opens a client of a deployed graph
-(:mod:`.remote`: a server that does not answer cannot be loaded); ``app:NAME`` is an object the Python API
-registered in this process (:func:`register_app`). Whatever cannot be loaded is a ``ValueError`` with one line
-naming the reference.
+``graph:MODULE:ATTR`` imports a module, ``graph:path/to/app.py:ATTR`` a file (relative to the working directory, as
+``langgraph.json`` resolves it: on a Ray worker, the driver's, :func:`resolve_files_from`);
+``langgraph:URL[#ASSISTANT]`` opens a client of a deployed graph (:mod:`.remote`: a server that does not answer
+cannot be loaded); ``app:NAME`` is an object the Python API registered in this process (:func:`register_app`).
+Whatever cannot be loaded is a ``ValueError`` with one line naming the reference.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -25,6 +26,17 @@ from dyneval.state.agent import AgentRef, is_agent_ref, parse_agent_ref
 
 _registered: dict[str, Any] = {}
 _lock = threading.Lock()
+#: The folder a relative file reference is resolved against: the driver's working folder on a Ray worker
+#: (:func:`resolve_files_from`), else ``None``, this process's working directory.
+_files_from: Path | None = None
+
+
+def resolve_files_from(folder: str) -> None:
+    """Resolve relative file references of this process (agents, ``--state-check`` functions) against ``folder``:
+    a Ray worker, whose own working folder is where its node was started, sets its driver's, so a reference means
+    the file it means on the driver (the reference itself, and so every record and label, stays as given)."""
+    global _files_from
+    _files_from = Path(folder)
 
 
 def register_app(app: Any) -> str:
@@ -80,9 +92,15 @@ def attribute(target: str, attr: str, named: str) -> Any:
 
 def _module(target: str, named: str) -> Any:
     if target.endswith(".py") or "/" in target:
-        path = Path(target).resolve()
+        path = ((_files_from or Path.cwd()) / target).resolve()
         if not path.is_file():
-            raise ValueError(f"{named}: no file {target}")
+            where = (
+                f" on {socket.gethostname()}, in the Ray driver's working folder (on a cluster of other machines, "
+                "name a module or a path present on each)"
+                if _files_from
+                else ""
+            )
+            raise ValueError(f"{named}: no file {target}: looked for {path}{where}")
         name = f"dyneval_agent_{abs(hash(str(path)))}"
         if name in sys.modules:
             return sys.modules[name]

@@ -109,6 +109,12 @@ class RemoteApp:
         except FAULTS as exc:
             raise AgentServerError(f"agent {self.ref.ref}: the server failed ({one_line(exc)})") from exc
 
+    def state(self, thread_id: str) -> dict[str, Any] | None:
+        with contextlib.suppress(*FAULTS):  # no such thread (NotFoundError), or no answer: none we can read
+            values, messages = self._messages(server_thread_id(thread_id))
+            return values if messages else None
+        return None
+
     def turn(self, message: dict[str, Any], thread_id: str) -> Turn:
         server = server_thread_id(thread_id)
         started: dict[str, str] = {}

@@ -14,8 +14,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from dyneval.runtime.agents.history import PastThread, ours
 from dyneval.runtime.agents.record import bounded_state
-from dyneval.runtime.agents.reference import attribute
+from dyneval.runtime.agents.reference import attribute, load_agent
 from dyneval.state.errors import one_line
 
 Check = Callable[[dict[str, Any], dict[str, Any]], Any]
@@ -57,6 +58,22 @@ def _parts(result: Any) -> tuple[Any, Any]:
     if isinstance(result, dict):
         return result.get("correct"), result.get("reason")
     return result, ""
+
+
+def earlier_states(past: dict[str, PastThread], states: dict[str, Any]) -> dict[str, Any]:
+    """``{agent thread: its state now}`` of the threads in ``past`` (our thread -> what the log says of it) that
+    ``states`` (this process's turns, by agent thread) does not cover, read from the agent that had them (``None``:
+    it keeps no state we can read, or lost the thread). A thread whose last turn timed out is left out, as in a run
+    that was not stopped: the unit went on on a fresh one, or failed."""
+    covered = {ours(thread) for thread in states}
+    return {p.agent_thread: _state_now(p) for our, p in past.items() if our not in covered and p.delivered is not None}
+
+
+def _state_now(past: PastThread) -> dict[str, Any] | None:
+    try:
+        return load_agent(past.agent).state(past.agent_thread)
+    except ValueError:  # an app:NAME of an earlier process, which this one cannot load: none we can read
+        return None
 
 
 def agent_fields(states: dict[str, Any], item: dict[str, Any], check: str | None) -> dict[str, Any]:

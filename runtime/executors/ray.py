@@ -48,6 +48,7 @@ from typing import Any
 from rich.console import Console
 
 from dyneval.runtime import stop
+from dyneval.runtime.agents.reference import resolve_files_from
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.executors.choice import ExecutorChoice
@@ -83,9 +84,10 @@ class _Job:
 
     protocol: Protocol
     config: RunConfig
-    run_dir: str
+    run_dir: str  # absolute: a runner's working folder is its node's, not the driver's
     sink: Any  # the driver's event sink actor
     executor: ExecutorChoice  # the session's (a runner's run names where it runs, as the driver's does)
+    cwd: str  # the driver's working folder, which relative file references (graph:, --state-check) name files in
 
 
 def _postgres_dsn(config: RunConfig) -> str:
@@ -237,7 +239,7 @@ class _Worker:
         if RunLimits.of(config).any():  # only a budget reads the usage workers report with their requests
             self.limits.usage = events.by_role
         services = _ClusterServices(
-            config=config, run_dir=Path(job.run_dir), events=events, chat_overrides=_replayed(job.protocol, config)
+            config=config, run_dir=Path(job.run_dir), events=events, chat_overrides=_replayed(job)
         )
         services.budget = None  # the coordinator's budget counts every worker's calls
         services.limits = self.limits
@@ -285,13 +287,13 @@ class _Worker:
             return self._graph
 
 
-def _replayed(protocol: Protocol, config: RunConfig) -> dict[str, Any]:
-    """A re-score's replayed roles (its source run's log, read from the shared run folder)."""
-    if not config.rescored_from:
+def _replayed(job: _Job) -> dict[str, Any]:
+    """A re-score's replayed roles (its source run's log, read from the shared run folder, beside this run's)."""
+    if not job.config.rescored_from:
         return {}
     from dyneval.runtime.replay import replay_models
 
-    return replay_models(Path(config.out) / config.rescored_from, protocol.judge_roles)
+    return replay_models(Path(job.run_dir).parent / job.config.rescored_from, job.protocol.judge_roles)
 
 
 class _UnitRunner:
@@ -301,6 +303,7 @@ class _UnitRunner:
 
     def __init__(self, job: _Job) -> None:
         stop.clear()
+        resolve_files_from(job.cwd)
         self.worker = _Worker(job)
 
     def run_unit(self, unit: Unit) -> dict[str, Any]:
@@ -628,7 +631,7 @@ class RaySession:
     def __init__(self, protocol: Protocol, run: Run, sink: Any) -> None:
         self.protocol, self.run, self.sink = protocol, run, sink
         self.limits = ClusterLimits(run.run_dir.name)  # the driver's: stop and budget
-        job = _Job(protocol, run.config, str(run.run_dir), sink, run.executor)
+        job = _Job(protocol, run.config, str(run.run_dir.resolve()), sink, run.executor, os.getcwd())
         self.runners = _Runners(job, run.config.concurrency)
         self.spread = RaySpread(self.runners, run.config.concurrency, self.drain)
 
@@ -665,7 +668,7 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
     sink = (
         ray.remote(_EventSink)
         .options(num_cpus=0, scheduling_strategy=here)
-        .remote(str(run.services.events.path or os.devnull))
+        .remote(str(run.services.events.path.resolve() if run.services.events.path else os.devnull))
     )
     session = None
     try:
