@@ -216,3 +216,14 @@ def test_every_judge_based_metric_of_judgeagent_and_llmeval_is_calibrated_or_say
         assert main(["--calibration", str(labels), "--run", run.name, "--out", str(run.parent)]) == 0
         assert "report: not rendered again" in capsys.readouterr().out
         assert not (tmp_path / "out" / "_cache").exists()  # no empty bank made in its place
+
+
+def test_a_run_whose_judge_prompt_came_from_prompts_has_another_judge_fingerprint(run):
+    """A run graded with a user's --prompts file in place of a judge prompt is another judge: labels made for the
+    shipped prompt do not calibrate it. A replaced prompt of another role leaves the judge as it was."""
+    config = RunDir(run).run_config()
+    shipped = judge_fingerprint("interview", config)
+    judged = config.model_copy(update={"prompt_overrides": {"interview/grader_facts": "9" * 64}})
+    other = config.model_copy(update={"prompt_overrides": {"interview/interviewer_modify_factual": "9" * 64}})
+    assert judge_fingerprint("interview", judged) != shipped
+    assert judge_fingerprint("interview", other) == shipped

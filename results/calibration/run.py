@@ -63,9 +63,15 @@ NOT_CALIBRATED = {
 
 def judge_fingerprint(protocol: str, config: RunConfig) -> str:
     """What identifies a run's judge: its judging step, the answer-changing settings of its roles' models
-    (:meth:`state.config.ModelSpec.answer_identity`) and the text of its prompt templates; 16 hex digits."""
+    (:meth:`state.config.ModelSpec.answer_identity`) and its prompt templates: a shipped one's text, or the SHA-256
+    of the ``--prompts`` file the run used in its place (recorded in the run's config); 16 hex digits."""
     step, roles, pattern = JUDGES[protocol]
-    prompts = {p.name: p.read_text(encoding="utf-8") for p in sorted(PROMPT_DIR.glob(pattern))}
+    overrides = config.prompt_overrides or {}
+    prompts = {
+        p.name: overrides.get(name) or p.read_text(encoding="utf-8")
+        for p in sorted(PROMPT_DIR.glob(pattern))
+        for name in [p.relative_to(PROMPT_DIR).with_suffix("").as_posix()]
+    }
     identity = {
         "step": step,
         "models": {role: config.spec_for(role).answer_identity() for role in roles},
