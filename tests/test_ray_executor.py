@@ -193,22 +193,18 @@ def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within
     killed, ended = threading.Event(), threading.Event()
 
     def kill_one_node_mid_run() -> None:
-        """Once a third of the threads run's requests were served: close the gate, let every request served be
-        logged at the driver, kill worker1 (its units hold leases, their checkpoints are in PostgreSQL), open."""
+        """Once a third of the threads run's requests were served: close the gate, let the runners send what they
+        will (a unit whose graph step waits at the gate keeps that step's earlier exchanges until its checkpoint
+        write), kill worker1 (its units hold leases, their checkpoints are in PostgreSQL), open."""
         _until(lambda: standin.served >= threads_summary["usage"]["calls"] // 3 or ended.is_set())
         standin.open.clear()
-        _until(
-            lambda: (
-                standin.in_flight() == 0
-                and "run" in run_box
-                and _logged(run_box["run"]) == standin.served
-                or ended.is_set()
-            )
-        )
+        _until(lambda: standin.in_flight() == 0 and "run" in run_box or ended.is_set())
+        _until(lambda: _logged_settled(run_box["run"]) or ended.is_set())
         if ended.is_set():  # the run ended first (the assertions below say why)
             standin.open.set()
             return
         at_gate["in_flight"] = run.services.in_flight()  # the live line's count: the requests held at the gate
+        at_gate["unlogged"] = standin.served - _logged(run_box["run"])
         cluster.kill("worker1")
         killed.set()
         standin.open.set()
@@ -239,12 +235,24 @@ def test_units_on_two_worker_nodes_one_killed_end_once_each_as_on_threads_within
     assert _results(records) == _results(_records(threads_dir))
     assert _stable(summary["metrics"]) == _stable(threads_summary["metrics"])
     assert max(standin.peak.values()) <= MODEL_CONCURRENCY, standin.peak
-    assert summary["usage"]["calls"] == standin.served == _logged(run.run_dir)
+    # usage counts what the log holds; the only requests it lacks are those the killed node had served and not yet
+    # sent (docs/scale-out.md: at most one graph step's calls per unit in flight), which its units then repeated
+    assert summary["usage"]["calls"] == _logged(run.run_dir)
+    assert 0 <= standin.served - _logged(run.run_dir) <= at_gate["unlogged"]
 
 
 def _logged(run_dir: Path) -> int:
     path = run_dir / "events.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _logged_settled(run_dir: Path, quiet_s: float = 1.0) -> bool:
+    """Whether the run's log held the same number of exchanges for ``quiet_s`` (the batches on their way came)."""
+    import time
+
+    before = _logged(run_dir)
+    time.sleep(quiet_s)
+    return _logged(run_dir) == before
 
 
 def _until(condition: Any) -> None:
