@@ -126,16 +126,16 @@ def test_an_agent_graph_is_imported_and_evaluated_on_the_ray_runners_as_on_threa
 def test_a_run_started_in_the_users_folder_finds_its_relative_agent_file_and_out_folder_on_the_ray_runners(
     cluster: RayCluster, standin: StandIn, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``graph:my_app/agent.py:graph``, ``--state-check my_app/agent.py:FN`` and ``--out ray``, named from the
-    user's project folder: the runners, whose nodes were started in another folder, import the file the driver
-    means and write to the driver's run folder, and the run ends in a thread pool's records, the reference in them
-    as the user gave it."""
+    """``graph:my_app/agent.py:graph``, ``--state-check my_app.agent:FN`` (a module of that folder) and ``--out
+    ray``, named from the user's project folder: the runners, whose nodes were started in another folder, import
+    the file and the module the driver means and write to the driver's run folder, and the run ends in a thread
+    pool's records, the references in them as the user gave them."""
     project = tmp_path / "project"
     (project / "my_app").mkdir(parents=True)
     shutil.copy(REPO / "tests/toy_agents.py", project / "my_app/agent.py")
     monkeypatch.chdir(project)
     assert Path.cwd() != REPO and not Path("tests/toy_agents.py").exists()  # the cluster's nodes run in REPO
-    agent, check = ["graph:my_app/agent.py:graph"], ("--state-check", "my_app/agent.py:looked_up")
+    agent, check = ["graph:my_app/agent.py:graph"], ("--state-check", "my_app.agent:looked_up")
     threads_dir = _evaluate(standin, Path("threads"), *check, evaluated=agent)
     ray_dir = _evaluate(
         standin,
