@@ -356,6 +356,7 @@ def load_config(
     _check_prompts(config, sources)
     if params is not None:
         params.check_values(config.params, sources)
+    config.make_paths_absolute()  # after the checks, whose messages name the paths as the user gave them
     return config
 
 

@@ -425,6 +425,25 @@ class RunConfig(BaseModel):
         """Judging roles served by the embedded model (results are a smoke test)."""
         return [r for r in ROLES if r in JUDGING_ROLES and self.spec_for(r).provider == "embedded"]
 
+    def make_paths_absolute(self) -> None:
+        """Make every file or folder setting absolute against this process's working folder: ``prompts``,
+        ``stores.cache_dir``, ``stores.pricing`` and a ``stores.embedding_model`` that is a folder.
+
+        The driver does it once, as it builds the run's configuration, so its threads, the Ray runners (whose
+        working folder is their node's, not the driver's) and the run's saved ``config.json`` all name the same
+        files. ``out`` and agent or ``--state-check`` references stay as given, since records, summaries and the
+        resume hint show them; a Ray runner resolves those against the driver's folder itself
+        (``runtime.executors.ray._Job``)."""
+        if self.prompts:
+            self.prompts = os.path.abspath(self.prompts)
+        stores = self.stores
+        if stores.cache_dir:
+            stores.cache_dir = os.path.abspath(stores.cache_dir)
+        if stores.pricing:
+            stores.pricing = os.path.abspath(stores.pricing)
+        if stores.embedding_model and Path(stores.embedding_model).is_dir():  # else a model name or MODEL@URL
+            stores.embedding_model = os.path.abspath(stores.embedding_model)
+
     def masked(self) -> dict[str, Any]:
         """The config as written to the run directory: secrets never appear.
 

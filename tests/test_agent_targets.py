@@ -353,3 +353,35 @@ def test_a_run_killed_mid_unit_resumes_without_losing_or_repeating_an_agents_tur
                 assert all(m["content"] in first["agent"]["sent"] for m in first["messages"] if m["role"] != "ai")
             else:
                 assert first["agent"]["thread"] == "new"
+
+
+def test_the_dyneval_command_imports_an_agent_and_its_state_check_as_modules_of_the_working_folder(tmp_path):
+    """``dyneval --evaluate graph:my_app.agent:graph --state-check my_app.agent:looked_up`` run by the console
+    script (which, unlike ``python -m``, does not put the working folder on ``sys.path``) from the folder holding
+    ``my_app/``: both are imported from there, as ``langgraph dev`` imports them, and the run ends with results."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    (tmp_path / "my_app").mkdir()
+    (tmp_path / "my_app/__init__.py").write_text("")
+    shutil.copy(REPO / "tests/toy_agents.py", tmp_path / "my_app/agent.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNEVAL_") and k != "PYTHONPATH"}
+    agent = "graph:my_app.agent:graph"
+    with StandIn(respond=respond) as standin:
+        argv = ["--evaluate", agent, "--benchmark", str(REPO / "samples/atad/benchmark.jsonl"), "--limit", "1"]
+        argv += ["--state-check", "my_app.agent:looked_up", "--evaluator", standin.spec("evaluator"), "--out", "runs"]
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "dyneval"), "--protocol", "atad", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,  # a hang guard: the run takes seconds
+        )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and not p.name.startswith("_")]
+    assert {e["model"] for e in agent_events(run_dir)} == {agent}
+    (record,) = records(run_dir)
+    assert record["status"] == "ok" and [c["verdict"] for c in record["state_checks"].values()] == ["correct"]

@@ -126,16 +126,16 @@ def test_an_agent_graph_is_imported_and_evaluated_on_the_ray_runners_as_on_threa
 def test_a_run_started_in_the_users_folder_finds_its_relative_agent_file_and_out_folder_on_the_ray_runners(
     cluster: RayCluster, standin: StandIn, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``graph:my_app/agent.py:graph``, ``--state-check my_app/agent.py:FN`` and ``--out ray``, named from the
-    user's project folder: the runners, whose nodes were started in another folder, import the file the driver
-    means and write to the driver's run folder, and the run ends in a thread pool's records, the reference in them
-    as the user gave it."""
+    """``graph:my_app/agent.py:graph``, ``--state-check my_app.agent:FN`` (a module of that folder) and ``--out
+    ray``, named from the user's project folder: the runners, whose nodes were started in another folder, import
+    the file and the module the driver means and write to the driver's run folder, and the run ends in a thread
+    pool's records, the references in them as the user gave them."""
     project = tmp_path / "project"
     (project / "my_app").mkdir(parents=True)
     shutil.copy(REPO / "tests/toy_agents.py", project / "my_app/agent.py")
     monkeypatch.chdir(project)
     assert Path.cwd() != REPO and not Path("tests/toy_agents.py").exists()  # the cluster's nodes run in REPO
-    agent, check = ["graph:my_app/agent.py:graph"], ("--state-check", "my_app/agent.py:looked_up")
+    agent, check = ["graph:my_app/agent.py:graph"], ("--state-check", "my_app.agent:looked_up")
     threads_dir = _evaluate(standin, Path("threads"), *check, evaluated=agent)
     ray_dir = _evaluate(
         standin,
@@ -151,6 +151,40 @@ def test_a_run_started_in_the_users_folder_finds_its_relative_agent_file_and_out
     assert {c["verdict"] for r in records(ray_dir) for c in r["state_checks"].values()} == {"correct"}
     same = [json.loads(json.dumps(records(d)).replace(d.name, "RUN")) for d in (ray_dir, threads_dir)]
     assert _results(same[0]) == _results(same[1])
+
+
+def test_relative_prompts_pricing_and_cache_folders_are_the_drivers_on_the_ray_runners(
+    cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--prompts mine``, ``--pricing prices.yaml`` and ``--cache-dir cache-...``, named from the user's folder:
+    the runners, whose nodes were started in another folder, ask the examinees with the user's prompt (not,
+    silently, the shipped one), price their answers from the user's file and cache them in the user's folder, as
+    the thread pool does."""
+    monkeypatch.chdir(tmp_path)
+    marker = "Answer as the user's own prompt asks."
+    shipped = (REPO / "prompts/atad/student_solve.yaml").read_text()
+    Path("mine/atad").mkdir(parents=True)
+    Path("mine/atad/student_solve.yaml").write_text(shipped.replace("You solve", f"{marker} You solve"))
+    Path("prices.yaml").write_text("models:\n" + "".join(f"  {m}: {{input: 1.0, output: 2.0}}\n" for m in EXAMINEES))
+    solved: list[tuple[str, bool]] = []  # (model, the request carries the marker) of each examinee's answer
+
+    def spy(body: dict[str, Any]) -> dict[str, Any] | None:
+        if body.get("model") in EXAMINEES and body.get("tools"):  # not the driver's plain pre-flight ping
+            solved.append((body["model"], marker in json.dumps(body["messages"])))
+        return respond(body)
+
+    ray = ("--executor", "ray", "--ray-address", cluster.address, "--postgres-dsn", fresh_postgres_db("ray_paths"))
+    runs = {}
+    with StandIn(respond=spy) as standin:
+        for name, executor in (("threads", ()), ("ray", ray)):
+            mine = ("--prompts", "mine", "--pricing", "prices.yaml", "--cache", "--cache-dir", f"cache-{name}")
+            runs[name] = _evaluate(standin, Path(name), *mine, *executor)
+            assert len(solved) == 14 and all(marked for _, marked in solved), solved
+            solved.clear()
+    assert Path("cache-ray").is_dir() and not (REPO / "cache-ray").exists()
+    answers = _answers(runs["ray"])
+    assert all(e.get("worker") for e in answers) and all(e["cost_usd"] for e in answers)  # priced from prices.yaml
+    assert _results(records(runs["ray"])) == _results(records(runs["threads"]))
 
 
 def test_a_rescore_on_the_ray_runners_replays_its_source_from_a_relative_out_folder(

@@ -7,6 +7,7 @@ import pytest
 from dyneval.runtime.config_loader import load_config
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InputError
+from tests.golden_runs import REPO
 
 
 def _write(tmp_path, name, text):
@@ -225,3 +226,26 @@ def test_an_openai_model_is_priced_by_its_bare_name(tmp_path):
 
     pricing = Pricing.for_run(RunConfig(protocol="interview", out=str(tmp_path)))
     assert pricing.price(model_label(parse_model_ref("openai/gpt-4o-mini", {}))) is not None
+
+
+def test_relative_file_settings_from_the_file_env_and_flags_become_absolute_and_model_names_stay(tmp_path, monkeypatch):
+    """What the driver hands its threads, its Ray runners and ``config.json``: every file setting resolved against
+    its working folder once, wherever it came from; an embedding model named, not a folder, is left as given."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine/interview").mkdir(parents=True)
+    (tmp_path / "mine/interview/grader_math.yaml").write_bytes(
+        (REPO / "prompts/interview/grader_math.yaml").read_bytes()
+    )
+    (tmp_path / "prices.yaml").write_text("models:\n  m: {input: 1.0, output: 2.0}\n")
+    (tmp_path / "minilm").mkdir()
+    (tmp_path / "eval.toml").write_text('[stores]\npricing = "prices.yaml"\n')
+    env = {"DYNEVAL_PROMPTS": "mine", "DYNEVAL_EMBEDDING_MODEL": "minilm"}
+    config = load_config("interview", config_file="eval.toml", flags={"stores": {"cache_dir": "c"}}, environ=env)
+    stores = config.stores
+    assert (config.prompts, stores.pricing) == (str(tmp_path / "mine"), str(tmp_path / "prices.yaml"))
+    assert (stores.cache_dir, stores.embedding_model) == (str(tmp_path / "c"), str(tmp_path / "minilm"))
+    assert config.out == "runs"  # shown to the user as given (the resume hint); Ray runners resolve it themselves
+    named = load_config(
+        "interview", config_file=None, flags={"stores": {"embedding_model": "m@http://h/v1"}}, environ={}
+    )
+    assert named.stores.embedding_model == "m@http://h/v1"

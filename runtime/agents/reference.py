@@ -2,8 +2,9 @@
 factory returning either, or an app ``app(message, *, thread_id) -> dict | list[dict]`` (openevals'
 ``run_multiturn_simulation`` contract), sync or async.
 
-``graph:MODULE:ATTR`` imports a module, ``graph:path/to/app.py:ATTR`` a file (relative to the working directory, as
-``langgraph.json`` resolves it: on a Ray worker, the driver's, :func:`resolve_files_from`);
+``graph:MODULE:ATTR`` imports a module (installed, or in the working directory), ``graph:path/to/app.py:ATTR`` a
+file (relative to the working directory, as ``langgraph.json`` resolves it: on a Ray worker, the driver's,
+:func:`resolve_files_from`);
 ``langgraph:URL[#ASSISTANT]`` opens a client of a deployed graph (:mod:`.remote`: a server that does not answer
 cannot be loaded); ``app:NAME`` is an object the Python API registered in this process (:func:`register_app`).
 Whatever cannot be loaded is a ``ValueError`` with one line naming the reference.
@@ -115,12 +116,25 @@ def _module(target: str, named: str) -> Any:
             raise ValueError(f"{named}: importing {target} failed: {type(exc).__name__}: {exc}") from None
         sys.modules[name] = module
         return module
+    _working_folder_importable()
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
         raise ValueError(f"{named}: no module named {exc.name!r}") from None
     except Exception as exc:  # noqa: BLE001 - as above
         raise ValueError(f"{named}: importing {target} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _working_folder_importable() -> None:
+    """Let ``MODULE`` name a module of the working folder (the driver's, on a Ray worker), as ``langgraph dev`` and
+    ``python -m`` do: the ``dyneval`` console script, unlike them, does not put it on ``sys.path``. It is appended,
+    not inserted: a folder of the project named like an installed package or a standard module (``json/``,
+    ``langgraph/``) must not replace it for this process, dyneval's own imports included, so only a module found
+    nowhere else is imported from there."""
+    folder = str((_files_from or Path.cwd()).resolve())
+    with _lock:
+        if folder not in sys.path:
+            sys.path.append(folder)
 
 
 def as_app(parsed: AgentRef, obj: Any) -> AgentApp:
