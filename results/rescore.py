@@ -43,7 +43,8 @@ def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig
     changes the replayed answers.
 
     Replayed roles keep their source models (their answers come from the log); the seed stays (it chooses the
-    units and their questions), and so does ``--trials`` (a trial the source did not run has no answers to replay).
+    units and their questions), and so do ``--trials`` (a trial the source did not run has no answers to replay)
+    and ``--state-check`` (its verdicts on the agent's final states are the source's, carried over).
     A changed parameter that leads to a request the source never made diverges.
     """
     if source.protocol != config.protocol:
@@ -68,6 +69,13 @@ def check_rescore(protocol: type[Protocol], source: RunConfig, config: RunConfig
         raise InputError(
             f"run {config.rescored_from} was made with seed {source.seed}, not {config.seed}; a re-score keeps it",
             setting=config.sources.get("--seed", "--seed"),
+        )
+    if source.state_check != config.state_check:  # its verdicts are carried: the agent's state is not read again
+        raise InputError(
+            f"run {config.rescored_from} was made with --state-check {source.state_check or '(none)'}; a re-score "
+            "(--rescore) carries its state checks over (the agent's turns are replayed, its state is not read "
+            "again), so it keeps it",
+            setting=config.sources.get("--state-check", "--state-check"),
         )
     if source.trials != config.trials:  # its units are the source's trials, each replayed from its own log
         raise InputError(

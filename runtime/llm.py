@@ -42,6 +42,9 @@ _TRANSIENT_STATUS = {408, 409, 429}
 
 #: The step of a pre-flight ping: never answered from the response cache (it checks that the endpoint is up).
 PING_STEP = "preflight"
+#: The ``response_metadata`` key of a reply the event log holds already (a resumed agent turn,
+#: :mod:`runtime.agents.chat`): nothing was sent, and it is not logged again.
+LOGGED_ALREADY = "logged_already"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -341,8 +344,10 @@ class RoleLLM:
                 ) from failure
             ended = time.perf_counter()
             assert started is not None  # set right before invoke() returned
-            p_tok, c_tok = _tokens(raw(result))
             metadata = getattr(raw(result), "response_metadata", None) or {}
+            if LOGGED_ALREADY in metadata:
+                return result
+            p_tok, c_tok = _tokens(raw(result))
             replayed = "replayed_from" in metadata  # runtime.replay
             self.events.record(
                 unit=unit,

@@ -23,6 +23,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
+from dyneval.runtime.agents.state_check import AGENT_FIELDS
 from dyneval.runtime.llm import PING_STEP, current_unit, message_dicts
 from dyneval.state.config import ROLES
 from dyneval.state.errors import ReplayMissing
@@ -126,3 +127,10 @@ def replay_models(source: Path, judge_roles: Sequence[str]) -> dict[str, ReplayC
     run = RunDir(source, "--rescore")
     log = ReplayLog(run.events(), judge_roles, run.name)
     return {role: ReplayChat(log=log, role=role) for role in sorted(log.roles)}
+
+
+def source_agent_fields(source: Path) -> dict[str, dict[str, Any]]:
+    """Unit id -> what its record in the source run holds of the agent target's threads (``agent_threads`` and
+    ``state_checks``; nothing for a unit without): a re-score replays the agent's turns, so the agent's final state
+    on each thread, and the ``--state-check`` verdicts on it, are the source's."""
+    return {r["unit_id"]: {k: r[k] for k in AGENT_FIELDS if k in r} for r in RunDir(source, "--rescore").records()}

@@ -232,6 +232,14 @@ class Services:
             states.update(earlier_states(self.agent_history.of_unit(unit), states))
         return states or None
 
+    def source_agent_fields(self, unit: str) -> dict[str, Any]:
+        """A re-score's (``config.rescored_from``) record fields of ``unit``'s agent threads: the source record's
+        (:func:`runtime.replay.source_agent_fields`), read once per process."""
+        from dyneval.runtime.replay import source_agent_fields
+
+        source = self.run_dir.parent / str(self.config.rescored_from)
+        return dict(self.cached("rescore:agent_fields", lambda: source_agent_fields(source)).get(unit, {}))
+
     def in_flight(self) -> int:
         """Requests on their way to any endpoint of this run right now (the live progress line shows it): this
         process's, or the whole cluster's where the requests leave it (:attr:`remote_in_flight`)."""

@@ -125,7 +125,9 @@ def run_unit(protocol: Protocol, run: Run, graph: Any, unit: Unit, context: Any)
     except Exception as exc:  # noqa: BLE001 - a failed unit is recorded and the run goes on
         status = "infra_error" if is_endpoint_fault(exc) else "error"
         record.update(status=status, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=6))
-    if agent_states := run.services.agent_states(unit.id, earlier=earlier):  # an agent target's final state per thread
+    if run.config.rescored_from:  # the agent's turns were replayed: its final states and their checks are the source's
+        record.update(run.services.source_agent_fields(unit.id))
+    elif agent_states := run.services.agent_states(unit.id, earlier=earlier):  # an agent's final state per thread
         check = run.config.state_check if record["status"] in RESULT_STATUSES else None  # on results only
         record.update(agent_fields(agent_states, unit.input, check))
     record["wall_s"] = round(time.perf_counter() - started, 3)

@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import time
+from collections import Counter
 
 from dyneval import cli
 from dyneval.runtime.agents.reference import load_agent
@@ -128,3 +129,61 @@ def test_a_unit_resumed_after_its_agent_turns_records_every_agent_thread_and_sta
             for field in ("agent_threads", "state_checks"):
                 got = json.loads(json.dumps(record[field]).replace(run_dir.name, "RUN"))
                 assert got == json.loads(json.dumps(expected[field]).replace(unstopped.name, "RUN")), (stop_at, field)
+
+
+def _comparable(record, run_dir):
+    """A unit record without what differs between sessions (its wall time, its calls' seconds), the run id as RUN."""
+    record = {k: v for k, v in record.items() if k != "wall_s"}
+    record["usage"] = {k: v for k, v in record["usage"].items() if k != "llm_seconds"}
+    return json.loads(json.dumps(record).replace(run_dir.name, "RUN"))
+
+
+def test_a_run_stopped_right_after_an_agent_turn_resumes_without_sending_that_turn_again(tmp_path):
+    """A budget of N calls stops the run right after the agent's turn that is call N is logged, before the graph
+    step that made it is checkpointed (``--max-calls 1``: the first turn). The agent kept its thread (the toy's own
+    checkpointer, alive in this process), so the resumed step's request, which the log shows the agent replied to,
+    is answered from the log: the agent's threads hold each of our messages once, the log holds each turn once,
+    and the records equal those of a run that was not stopped."""
+    with StandIn(respond=respond) as standin, _clean_environment():
+        argv = ["--protocol", "interview", "--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("j")]
+        argv += ["--limit", "1", "--max-questions", "1", "--concurrency", "1", "--skip-preflight"]
+        argv += ["--state-check", "tests.toy_agents:looked_up"]
+
+        def run(out, *extra):
+            with contextlib.redirect_stdout(io.StringIO()) as console:
+                code = cli.main([*argv, "--out", str(out), *extra])
+            (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
+            return code, run_dir, console.getvalue()
+
+        def turns(run_dir):  # the agent's turns as logged, the run id as RUN, without the thread's label
+            logged = [
+                json.loads(json.dumps(e["agent"]).replace(run_dir.name, "RUN"))
+                for e in _events(run_dir)
+                if e.get("agent")
+            ]
+            return [{k: v for k, v in t.items() if k != "thread"} for t in logged], [t["thread"] for t in logged]
+
+        code, unstopped, console = run(tmp_path / "unstopped")
+        assert code == 0, console
+        calls = [e["role"] for e in _events(unstopped)]
+        stops = [i + 1 for i, role in enumerate(calls) if role == "target"]
+        assert stops[0] == 1 and len(stops) > 2  # the first call is the agent's, and the session has turns
+        sent = Counter(t["thread_id"] for t in turns(unstopped)[0])  # turns per agent thread
+        for stop_at in stops:
+            code, run_dir, console = run(tmp_path / f"stopped-{stop_at}", "--max-calls", str(stop_at))
+            assert code == 3, console  # stopped by its budget
+            assert _events(run_dir)[-1]["role"] == "target" and len(_events(run_dir)) == stop_at
+            code, run_dir, console = run(
+                tmp_path / f"stopped-{stop_at}", "--max-calls", "1000", "--resume", run_dir.name
+            )
+            assert code == 0, console
+            (record,) = records(run_dir)
+            for thread in record["agent_threads"]:  # the agent's own threads: each of our messages once
+                held = toy_agents.graph.get_state({"configurable": {"thread_id": thread}}).values["messages"]
+                asked = [m for m in held if m.type == "human"]
+                assert len(asked) == sent[thread.replace(run_dir.name, "RUN")], (stop_at, thread)
+            assert turns(run_dir)[0] == turns(unstopped)[0], stop_at  # each turn logged once, as unstopped
+            # labels: the resume's first turn sent on a thread the stopped session had a turn on is `continued`
+            relabelled = {(u, r) for u, r in zip(turns(unstopped)[1], turns(run_dir)[1]) if u != r}
+            assert relabelled <= {("ongoing", "continued")}, stop_at
+            assert _comparable(record, run_dir) == _comparable(records(unstopped)[0], unstopped), stop_at

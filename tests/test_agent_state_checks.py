@@ -78,3 +78,50 @@ def test_a_checks_verdict_is_a_bool_a_pair_or_a_dict_and_anything_else_is_ungrad
     assert {k: got[k] for k in expected} == expected
     if expected["verdict"] == "ungraded":
         assert got["reason"].startswith("the check returned ") and "not a bool" in got["reason"]
+
+
+def test_a_rescore_carries_each_units_agent_threads_and_state_checks_and_their_metric_from_its_source(tmp_path, capsys):
+    """A re-score replays the agent's turns from the source's log and reads no agent state (an in-memory agent's
+    may be gone): every unit, each trial ``UNIT~tK`` included, keeps its source record's ``agent_threads`` and
+    ``state_checks``, and ``metrics.state_check`` is the source's; a re-score naming another check is refused."""
+    check = tmp_path / "checks.py"  # the session's thread (two turns and more) passes, the single-turn one fails
+    check.write_text("def check(state, item):\n    return len(state['messages']) > 4, 'more than one turn'\n")
+    out = tmp_path / "runs"
+    with StandIn(respond=respond) as standin, _clean_environment():
+        argv = ["--protocol", "interview", "--out", str(out), "--skip-preflight"]
+
+        def run(*extra):
+            before = set(out.iterdir()) if out.exists() else set()
+            with contextlib.redirect_stdout(io.StringIO()) as console:
+                code = cli.main([*argv, *extra])
+            made = [p for p in set(out.iterdir()) - before if p.is_dir() and not p.name.startswith("_")]
+            return code, made, console.getvalue()
+
+        code, (source,), console = run(
+            *["--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("judge1"), "--limit", "2"],
+            *["--max-questions", "1", "--trials", "2", "--state-check", f"{check}:check"],
+        )
+        assert code == 0, console
+        code, (rescored,), console = run("--rescore", source.name, "--grader", standin.spec("judge2"))
+        assert code == 0, console
+        capsys.readouterr()
+        code, made, console = run(
+            "--rescore", source.name, "--grader", standin.spec("judge2"), "--state-check", "tests.toy_agents:looked_up"
+        )
+    assert code == 2 and made == [], console  # another check: refused in one line naming it, no run made
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--state-check" in err and "carries its state checks" in err
+
+    units = {r["unit_id"]: r for r in records(source)}
+    again = {r["unit_id"]: r for r in records(rescored)}
+    assert set(again) == set(units) and {u.rpartition("~")[2] for u in units} == {"t1", "t2"}
+    for unit, record in units.items():
+        assert {v["verdict"] for v in record["state_checks"].values()} == {"correct", "wrong"}
+        assert again[unit]["state_checks"] == record["state_checks"], unit
+        assert again[unit]["agent_threads"] == record["agent_threads"], unit
+    summaries = [json.loads((d / "summary.json").read_text())["metrics"] for d in (source, rescored)]
+    assert summaries[1]["state_check"] == summaries[0]["state_check"]
+    assert summaries[0]["state_check"]["share"] == 0.5
+    assert summaries[1]["intervals"]["state_check.share"] == summaries[0]["intervals"]["state_check.share"]
+    events = [json.loads(line) for line in (rescored / "events.jsonl").read_text().splitlines()]
+    assert not any(e.get("agent") for e in events)  # the agent was sent nothing: its turns were replayed

@@ -11,6 +11,9 @@ keeps its own history per thread, so :class:`AgentChat` sends it only what is ne
   conversation so far again), from the run's event log (:mod:`.history`). A thread whose turn timed out (or was
   left running by a stop) is sent no other turn: the turn may still be running, in this process, and write to it.
   The unit goes on, now or when resumed, on a fresh thread ``.../restartN``, ``restarted``.
+* **Never twice.** A resumed unit repeats the requests its last checkpoint does not hold; on a thread the agent
+  kept, one the log shows it replied to already (a stop after the reply, before the step's checkpoint) is answered
+  with the logged reply, sent nothing and not logged again, so the agent's thread holds each message once.
 * **One turn at a time.** Calls a unit makes in parallel (JudgeAgent's base questions) take turns on its thread.
 * **New message.** The user messages of a request that continue those of the thread's previous request (the
   interview's feedback and follow-ups, a repair request) are sent alone; a request that does not continue them
@@ -40,9 +43,9 @@ from pydantic import ConfigDict, PrivateAttr
 from dyneval.runtime import stop
 from dyneval.runtime.agents.apps import AgentApp
 from dyneval.runtime.agents.errors import AgentModelError, AgentTimeout
-from dyneval.runtime.agents.history import ThreadHistory, restart_of
+from dyneval.runtime.agents.history import LoggedTurn, ThreadHistory, request_key, restart_of
 from dyneval.runtime.agents.record import bounded_state, message_record, usage_of
-from dyneval.runtime.llm import current_unit
+from dyneval.runtime.llm import LOGGED_ALREADY, current_unit
 
 _item: ContextVar[str | None] = ContextVar("agent_item", default=None)
 #: (agent reference, agent thread) of the turns this process left running (a timeout, a stop): never sent another.
@@ -74,7 +77,12 @@ class AgentChat(BaseChatModel):
     thread_prefix: str
     #: What the run's event log says of its threads (:mod:`.history`): what earlier sessions did on them.
     history: ThreadHistory | None = None
+    #: Agent thread -> the user messages of its last request this process sent, or answered from the log.
     _delivered: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    #: Agent thread -> whether this process sent it a turn (``ongoing`` from then on, else ``continued``).
+    _sent: set[str] = PrivateAttr(default_factory=set)
+    #: Agent thread -> the logged turns a resumed unit's next requests are answered with, in order (:meth:`_logged`).
+    _replayable: dict[str, list[LoggedTurn]] = PrivateAttr(default_factory=dict)
     #: Our thread -> the agent thread it uses now (itself, or ``.../restartN`` after a timeout).
     _threads: dict[str, str] = PrivateAttr(default_factory=dict)
     _turns: dict[str, threading.Lock] = PrivateAttr(default_factory=dict)
@@ -135,19 +143,46 @@ class AgentChat(BaseChatModel):
         with self._lock:
             self._threads[thread] = agent_thread
             delivered = self._delivered.get(agent_thread)
-        if delivered is not None:
-            return agent_thread, "ongoing", delivered, None
+            sent = agent_thread in self._sent
+        if sent:
+            return agent_thread, "ongoing", delivered or [], None
         if app.has_thread(agent_thread):
             earlier = past.delivered if past is not None and past.agent_thread == agent_thread else None
-            return agent_thread, "continued", earlier or [], None
+            return agent_thread, "continued", delivered or earlier or [], None
         if why is None and past is not None:
             why = "the agent lost the thread (it keeps no state across processes)"
         return agent_thread, "restarted" if why else "new", [], why
+
+    def _logged(
+        self, thread: str, agent_thread: str, humans: list[str], format_instructions: str | None
+    ) -> LoggedTurn | None:
+        """The logged turn this request of a resumed unit repeats on the thread the agent kept (None: none, send it).
+
+        A unit resumes from its last checkpoint, so it repeats, in order, the requests made since: the first one's
+        latest logged match on the thread, and each logged turn after it, are taken (each once) while the
+        requests follow them; any other request, and every one after it, is sent."""
+        key = request_key(humans, format_instructions is not None)
+        with self._lock:
+            queue = self._replayable.get(agent_thread)
+            if queue is None:
+                past = self.history.thread(thread) if self.history is not None else None
+                kept = past is not None and past.agent_thread == agent_thread and past.agent == self.app.ref.ref
+                turns = past.turns if kept and past is not None else ()
+                at = max((i for i, t in enumerate(turns) if t.request == key), default=None)
+                queue = list(turns[at:]) if at is not None else []
+            self._replayable[agent_thread] = queue[1:] if queue and queue[0].request == key else []
+            return queue[0] if queue and queue[0].request == key else None
 
     def _turn(self, thread: str, messages: list[BaseMessage], format_instructions: str | None) -> ChatResult:
         app: AgentApp = self.app
         humans = [_text(m) for m in messages if m.type == "human"]
         agent_thread, start, before, why = self._open(thread)
+        if start == "continued" and (logged := self._logged(thread, agent_thread, humans, format_instructions)):
+            with self._lock:
+                self._delivered[agent_thread] = humans
+                self._final.setdefault(current_unit(), {})[agent_thread] = app.state(agent_thread)
+            reply = AIMessage(content=logged.reply, response_metadata={LOGGED_ALREADY: agent_thread})
+            return ChatResult(generations=[ChatGeneration(message=reply)])
         continues = len(humans) > len(before) and humans[: len(before)] == before
         parts = humans[len(before) :] if continues else humans
         if start in ("new", "restarted") and app.ref.system == "preamble":
@@ -171,6 +206,7 @@ class AgentChat(BaseChatModel):
             raise
         with self._lock:
             self._delivered[agent_thread] = humans
+            self._sent.add(agent_thread)
             self._final.setdefault(current_unit(), {})[agent_thread] = turn.state
         ais = [m for m in turn.emitted if m.type == "ai"]
         replies = [m for m in ais if _text(m).strip()]

@@ -1,15 +1,20 @@
 """What a run's sessions did on its agent threads, read from its ``events.jsonl``: which agent thread each of our
-threads last used, which agent had it, what it was last delivered, and whether its last turn timed out.
+threads last used, which agent had it, what it was last delivered, the turns it replied to there, and whether its
+last turn timed out.
 
 A resumed unit needs it (:mod:`runtime.agents.chat`): an agent that kept its thread gets only what is new
 (``continued``), one that lost it gets the conversation so far again (``restarted``), and a thread whose turn timed
 out is not sent another (its turn may still have been running, or left its message on the thread without a reply):
-the unit goes on on a fresh one. Its record needs it too (:meth:`runtime.services.Services.agent_states`): the
-threads its earlier sessions had turns on are its threads as much as those of this process.
+the unit goes on on a fresh one; a turn the log holds but the unit's checkpoint does not (a stop between the reply
+and the graph step's checkpoint) is taken from the log, not sent again. Its record needs it too
+(:meth:`runtime.services.Services.agent_states`): the threads its earlier sessions had turns on are its threads as
+much as those of this process.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import threading
 from dataclasses import dataclass
@@ -24,13 +29,28 @@ _RESTARTED = re.compile(re.escape(RESTART) + r"(\d+)$")
 
 
 @dataclass(frozen=True)
+class LoggedTurn:
+    """A turn the agent replied to: its request (:func:`request_key`) and the reply's text."""
+
+    request: str
+    reply: str
+
+
+@dataclass(frozen=True)
 class PastThread:
     """Our thread's agent thread at the end of the turns logged so far, the agent (its reference) that had them,
-    and the user messages of the last request delivered on it (None: its last turn timed out)."""
+    the user messages of the last request delivered on it (None: its last turn timed out), and the turns it
+    replied to on that agent thread, in order."""
 
     agent_thread: str
     agent: str
     delivered: list[str] | None
+    turns: tuple[LoggedTurn, ...] = ()
+
+
+def request_key(humans: list[str], structured: bool) -> str:
+    """What identifies a request to an agent thread: its user messages, and whether it asked for a JSON object."""
+    return hashlib.sha256(json.dumps([humans, structured], ensure_ascii=False).encode()).hexdigest()
 
 
 def ours(agent_thread: str) -> str:
@@ -90,10 +110,20 @@ class ThreadHistory:
         agent, error = str(event.get("model")), event.get("error")
         if error is None:
             humans = [m["content"] for m in event.get("messages") or [] if m.get("role") == "human"]
-            past = PastThread(thread, agent, [h for h in humans if isinstance(h, str)])
+            delivered = [h for h in humans if isinstance(h, str)]
+            before = self._threads.get(ours(thread))
+            turns = before.turns if before is not None and before.agent_thread == thread else ()
+            logged = LoggedTurn(request_key(delivered, isinstance(event.get("output"), dict)), _reply(event["agent"]))
+            past = PastThread(thread, agent, delivered, (*turns, logged))
         elif str(error).startswith("AgentTimeout"):
             past = PastThread(thread, agent, None)
         else:
             return
         self._threads[ours(thread)] = past
         self._units.setdefault(str(event.get("unit")), {})[ours(thread)] = past
+
+
+def _reply(turn: dict[str, Any]) -> str:
+    """The reply of a logged turn: the text of the last AI message it emitted with text (as the turn took it)."""
+    texts = [m.get("text") or "" for m in turn.get("emitted") or [] if m.get("type") == "ai"]
+    return next((t for t in reversed(texts) if t.strip()), "")

@@ -20,6 +20,8 @@ from dyneval.runtime.agents.reference import attribute, load_agent
 from dyneval.state.errors import one_line
 
 Check = Callable[[dict[str, Any], dict[str, Any]], Any]
+#: What a unit's record holds of an agent target's threads (:func:`agent_fields`).
+AGENT_FIELDS = ("agent_threads", "state_checks")
 
 
 @functools.cache
