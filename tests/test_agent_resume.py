@@ -90,6 +90,22 @@ def test_a_resumed_unit_continues_the_thread_its_agent_kept_with_only_what_is_ne
     assert record["agent_threads"][session]["messages"] == 4 * (len(earlier) + len(later))
 
 
+def _one_session_on_the_toy_agent(standin):
+    """``run(out, *extra) -> (exit code, run folder, console)``: one interview session of the toy agent, graded by
+    the stand-in, its state checked."""
+    argv = ["--protocol", "interview", "--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("j")]
+    argv += ["--limit", "1", "--max-questions", "1", "--concurrency", "1", "--skip-preflight"]
+    argv += ["--state-check", "tests.toy_agents:looked_up"]
+
+    def run(out, *extra):
+        with contextlib.redirect_stdout(io.StringIO()) as console:
+            code = cli.main([*argv, "--out", str(out), *extra])
+        (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
+        return code, run_dir, console.getvalue()
+
+    return run
+
+
 def test_a_unit_resumed_after_its_agent_turns_records_every_agent_thread_and_state_check_as_an_unstopped_run(
     tmp_path,
 ):
@@ -98,15 +114,7 @@ def test_a_unit_resumed_after_its_agent_turns_records_every_agent_thread_and_sta
     was not stopped: the threads the earlier session had turns on are the unit's too, their state read from the
     agent (the toy keeps its threads in this process, as a persistent checkpointer would)."""
     with StandIn(respond=respond) as standin, _clean_environment():
-        argv = ["--protocol", "interview", "--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("j")]
-        argv += ["--limit", "1", "--max-questions", "1", "--concurrency", "1", "--skip-preflight"]
-        argv += ["--state-check", "tests.toy_agents:looked_up"]
-
-        def run(out, *extra):
-            with contextlib.redirect_stdout(io.StringIO()) as console:
-                code = cli.main([*argv, "--out", str(out), *extra])
-            (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
-            return code, run_dir, console.getvalue()
+        run = _one_session_on_the_toy_agent(standin)
 
         code, unstopped, console = run(tmp_path / "unstopped")
         assert code == 0, console
@@ -145,15 +153,7 @@ def test_a_run_stopped_right_after_an_agent_turn_resumes_without_sending_that_tu
     is answered from the log: the agent's threads hold each of our messages once, the log holds each turn once,
     and the records equal those of a run that was not stopped."""
     with StandIn(respond=respond) as standin, _clean_environment():
-        argv = ["--protocol", "interview", "--target", "graph:tests.toy_agents:graph", "--evaluator", standin.spec("j")]
-        argv += ["--limit", "1", "--max-questions", "1", "--concurrency", "1", "--skip-preflight"]
-        argv += ["--state-check", "tests.toy_agents:looked_up"]
-
-        def run(out, *extra):
-            with contextlib.redirect_stdout(io.StringIO()) as console:
-                code = cli.main([*argv, "--out", str(out), *extra])
-            (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")]
-            return code, run_dir, console.getvalue()
+        run = _one_session_on_the_toy_agent(standin)
 
         def turns(run_dir):  # the agent's turns as logged, the run id as RUN, without the thread's label
             logged = [
