@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -43,6 +44,17 @@ def bank_server(location: str) -> str | None:
         f"a question bank is a SQLite file or a PostgreSQL server (postgresql://USER@HOST/DB), not a "
         f"{scheme}:// address"
     )
+
+
+def sqlite_file_from(location: str, local: Callable[[str], str]) -> str:
+    """``location`` with its SQLite file (a path, or the path of a ``sqlite:///`` URL) as ``local`` maps it; a
+    server's DSN, an in-memory database and any other URL unchanged."""
+    if "://" not in location:
+        return local(location)
+    prefix = "sqlite:///"
+    if location.startswith(prefix) and location[len(prefix) :] not in ("", ":memory:"):
+        return prefix + local(location[len(prefix) :])
+    return location
 
 
 def server_dsn(location: str) -> str:

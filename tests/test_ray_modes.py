@@ -187,6 +187,37 @@ def test_relative_prompts_pricing_and_cache_folders_are_the_drivers_on_the_ray_r
     assert _results(records(runs["ray"])) == _results(records(runs["threads"]))
 
 
+def test_a_relative_sqlite_bank_db_is_the_drivers_bank_on_the_ray_runners(
+    cluster: RayCluster, standin: StandIn, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llmeval's ``--bank-db sqlite:///bank.sqlite`` named from the user's folder: the driver imports ``--bank``
+    there and the runners, whose nodes were started in another folder, draw their sessions' questions from that
+    bank (not from an empty one made in their own folder), while the run's config and report show it as given."""
+    monkeypatch.chdir(tmp_path)
+    bank_db = "sqlite:///bank.sqlite"
+    stray = REPO / "bank.sqlite"  # where the old runners made their own, empty, bank
+    ray = ("--executor", "ray", "--ray-address", cluster.address, "--postgres-dsn", fresh_postgres_db("ray_bank"))
+    try:
+        code = cli.main(
+            [
+                *("--protocol", "llmeval", "--questions", "4", "--paradigm", "zero-shot", "--concurrency", "1"),
+                *("--bank", str(REPO / "samples/llmeval/bank.jsonl"), "--near-dup-threshold", "0"),
+                *("--bank-db", bank_db, "--target", standin.spec("target"), "--evaluator", standin.spec("evaluator")),
+                *("--out", "runs", *ray),
+            ]
+        )
+        made_stray = stray.exists()
+    finally:
+        for left in (stray, *(stray.with_name(stray.name + end) for end in ("-shm", "-wal"))):
+            left.unlink(missing_ok=True)
+    assert code == 0 and not made_stray
+    (run_dir,) = [p.parent for p in Path("runs").glob("*/summary.json")]
+    assert [(r["status"], r["allocated"]) for r in records(run_dir)] == [("ok", 4)]
+    assert all(e.get("worker") for e in _answers(run_dir))
+    assert json.loads((run_dir / "config.json").read_text())["params"]["bank_db"] == bank_db
+    assert f"imported into {bank_db};" in (run_dir / "bank_source.txt").read_text()
+
+
 def test_a_rescore_on_the_ray_runners_replays_its_source_from_a_relative_out_folder(
     cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,9 +243,10 @@ def test_a_relative_agent_file_missing_on_a_worker_names_the_reference_and_where
 ) -> None:
     """A worker on a machine without the file (here: a driver's folder without it) says which reference, the path
     it tried and on which machine."""
+    from dyneval.runtime import driver_folder
     from dyneval.runtime.agents import reference
 
-    monkeypatch.setattr(reference, "_files_from", tmp_path)
+    monkeypatch.setattr(driver_folder, "_files_from", tmp_path)
     with pytest.raises(ValueError) as missing:
         reference.attribute("my_app/agent.py", "graph", "agent 'graph:my_app/agent.py:graph'")
     said = str(missing.value)

@@ -28,6 +28,7 @@ from langgraph.runtime import Runtime
 from dyneval.nodes.judgeagent.common import question_text, seed_for
 from dyneval.prompts import load_prompt
 from dyneval.runtime.concurrency import parallel_map
+from dyneval.runtime.driver_folder import local_path
 from dyneval.runtime.services import Background, Services, services_of
 from dyneval.state.errors import ModelError
 from dyneval.state.judgeagent import SAMPLE_KB, BaseQuestion, EntityLabels, JudgeAgentContext, JudgeAgentState
@@ -231,11 +232,12 @@ def build_item(svc: Services, item: tuple[str, list[str]]) -> Any:
 
 
 def kb_documents(ctx: JudgeAgentContext) -> list[Document]:
-    return load_knowledge_base(ctx.kb or SAMPLE_KB, ctx.kb_fields or None)
+    """The knowledge base's documents (a relative ``--kb`` is the driver's file on a Ray worker)."""
+    return load_knowledge_base(local_path(ctx.kb) if ctx.kb else SAMPLE_KB, ctx.kb_fields or None)
 
 
 def _kb_key(ctx: JudgeAgentContext) -> str:
-    return str(Path(ctx.kb).resolve()) if ctx.kb else str(SAMPLE_KB)
+    return str(Path(local_path(ctx.kb)).resolve()) if ctx.kb else str(SAMPLE_KB)
 
 
 def extractor_key(svc: Services, ctx: JudgeAgentContext) -> str:

@@ -7,17 +7,19 @@ from pathlib import Path
 from typing import Any
 
 from dyneval.nodes.llmeval.bankio import import_file
+from dyneval.runtime.driver_folder import local_path
 from dyneval.runtime.services import Services, services_of
 from dyneval.samples import sample
-from dyneval.stores.bank_location import server_dsn
+from dyneval.stores.bank_location import server_dsn, sqlite_file_from
 from dyneval.stores.question_bank import QuestionBank
 
 
 def bank_location(ctx: Any, svc: Services) -> str:
     """``ctx.bank_db``, else the configured PostgreSQL DSN, else a SQLite file shared by the runs under ``--out``; a
-    DSN in libpq's ``key=value`` form as its URL, so every check of "a server or a file" reads it as a server."""
+    DSN in libpq's ``key=value`` form as its URL, so every check of "a server or a file" reads it as a server; a
+    relative SQLite file (a path or a ``sqlite:///`` URL) is the driver's on a Ray worker."""
     if getattr(ctx, "bank_db", ""):
-        return server_dsn(str(ctx.bank_db))
+        return sqlite_file_from(server_dsn(str(ctx.bank_db)), local_path)
     if svc.config.stores.postgres_dsn:
         return server_dsn(svc.config.stores.postgres_dsn)
     return str(svc.cache_dir / "llmeval_bank.sqlite")

@@ -4,7 +4,7 @@ factory returning either, or an app ``app(message, *, thread_id) -> dict | list[
 
 ``graph:MODULE:ATTR`` imports a module (installed, or in the working directory), ``graph:path/to/app.py:ATTR`` a
 file (relative to the working directory, as ``langgraph.json`` resolves it: on a Ray worker, the driver's,
-:func:`resolve_files_from`);
+:func:`.driver_folder.resolve_files_from`);
 ``langgraph:URL[#ASSISTANT]`` opens a client of a deployed graph (:mod:`.remote`: a server that does not answer
 cannot be loaded); ``app:NAME`` is an object the Python API registered in this process (:func:`register_app`).
 Whatever cannot be loaded is a ``ValueError`` with one line naming the reference.
@@ -23,21 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from dyneval.runtime.agents.apps import AgentApp, CallableApp, GraphApp
+from dyneval.runtime.driver_folder import files_from, local_path
 from dyneval.state.agent import AgentRef, is_agent_ref, parse_agent_ref
 
 _registered: dict[str, Any] = {}
 _lock = threading.Lock()
-#: The folder a relative file reference is resolved against: the driver's working folder on a Ray worker
-#: (:func:`resolve_files_from`), else ``None``, this process's working directory.
-_files_from: Path | None = None
-
-
-def resolve_files_from(folder: str) -> None:
-    """Resolve relative file references of this process (agents, ``--state-check`` functions) against ``folder``:
-    a Ray worker, whose own working folder is where its node was started, sets its driver's, so a reference means
-    the file it means on the driver (the reference itself, and so every record and label, stays as given)."""
-    global _files_from
-    _files_from = Path(folder)
 
 
 def register_app(app: Any) -> str:
@@ -93,12 +83,12 @@ def attribute(target: str, attr: str, named: str) -> Any:
 
 def _module(target: str, named: str) -> Any:
     if target.endswith(".py") or "/" in target:
-        path = ((_files_from or Path.cwd()) / target).resolve()
+        path = Path(local_path(target)).resolve()
         if not path.is_file():
             where = (
                 f" on {socket.gethostname()}, in the Ray driver's working folder (on a cluster of other machines, "
                 "name a module or a path present on each)"
-                if _files_from
+                if files_from()
                 else ""
             )
             raise ValueError(f"{named}: no file {target}: looked for {path}{where}")
@@ -131,7 +121,7 @@ def _working_folder_importable() -> None:
     not inserted: a folder of the project named like an installed package or a standard module (``json/``,
     ``langgraph/``) must not replace it for this process, dyneval's own imports included, so only a module found
     nowhere else is imported from there."""
-    folder = str((_files_from or Path.cwd()).resolve())
+    folder = str((files_from() or Path.cwd()).resolve())
     with _lock:
         if folder not in sys.path:
             sys.path.append(folder)

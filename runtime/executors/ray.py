@@ -48,8 +48,8 @@ from typing import Any
 from rich.console import Console
 
 from dyneval.runtime import stop
-from dyneval.runtime.agents.reference import resolve_files_from
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
+from dyneval.runtime.driver_folder import resolve_files_from
 from dyneval.runtime.events import EventLog
 from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
@@ -87,7 +87,7 @@ class _Job:
     run_dir: str  # absolute: a runner's working folder is its node's, not the driver's
     sink: Any  # the driver's event sink actor
     executor: ExecutorChoice  # the session's (a runner's run names where it runs, as the driver's does)
-    cwd: str  # the driver's working folder, which relative file references (graph:, --state-check) name files in
+    cwd: str  # the driver's working folder, which relative files (graph:, --state-check, --kb, --bank-db) are in
 
 
 def _postgres_dsn(config: RunConfig) -> str:
