@@ -104,6 +104,15 @@ def _served_messages(url: str, run_dir: Path) -> dict[str, list[str]]:
     return received
 
 
+def _unordered(case: str, texts: list[str]) -> list[str]:
+    """A thread's messages in an order-free form: sorted, and for JudgeAgent, whose parallel questions reach the
+    agent in either order, the first message split into our system prompt (one paragraph) and its question, each
+    message stripped of the blank lines around it."""
+    if case == "judgeagent" and texts:
+        texts = [part.strip() for part in [*texts[0].split("\n\n", 1), *texts[1:]]]
+    return sorted(texts)
+
+
 #: Each protocol's golden case (tests/golden_runs.py), made smaller where it runs longest (two seed questions),
 #: with a check of the agent's final state on every thread: it reads the served agent's state as the in-process one
 SMALLER = {"interview": ["--limit", "2"], "judgeagent": [], "llmeval": [], "atad_evaluate": []}
@@ -123,9 +132,10 @@ def test_every_protocol_against_the_served_agent_gives_the_in_process_verdicts_f
     assert _verdicts(remote, served) == _verdicts(local, AGENT)
     checks = [c for r in records(remote) for c in r["state_checks"].values()]
     assert checks and {c["verdict"] for c in checks} == {"correct"}
-    # the same messages on each thread (a JudgeAgent batch's parallel questions take turns in either order)
-    in_process = {t.removeprefix(local.name + "/"): sorted(texts) for t, texts in seen_in(local).items()}
-    assert {t: sorted(texts) for t, texts in _served_messages(served_toy, remote).items()} == in_process
+    # the same messages on each thread (a JudgeAgent batch's parallel questions take turns in either order, and
+    # our system prompt goes before whichever comes first)
+    in_process = {t.removeprefix(local.name + "/"): _unordered(case, texts) for t, texts in seen_in(local).items()}
+    assert {t: _unordered(case, texts) for t, texts in _served_messages(served_toy, remote).items()} == in_process
     # every turn names the server thread it ran on, and recorded the agent's tool call and reply from it
     events = [json.loads(line) for line in (remote / "events.jsonl").read_text().splitlines() if line.strip()]
     turns = [e["agent"] for e in events if e.get("agent")]
