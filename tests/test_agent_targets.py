@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -209,9 +210,12 @@ def test_a_bad_agent_reference_exits_2_in_one_line_before_anything_runs(ref, say
         assert not (tmp_path / "out").exists()
 
 
-def test_a_graph_file_path_and_a_builder_load_as_agents(tmp_path):
+def test_a_graph_file_path_and_a_builder_load_as_agents(tmp_path, monkeypatch):
     from dyneval.runtime.agents.reference import load_agent
 
+    # a file agent's folder goes first on sys.path (as langgraph dev puts it): this one's my_app.py would shadow the
+    # my_app package of a later test in this process, so the path is put back after the test
+    monkeypatch.setattr(sys, "path", list(sys.path))
     app = tmp_path / "my_app.py"
     app.write_text("from tests.toy_agents import builder\n")
     for ref in (f"graph:{app}:builder", "graph:tests.toy_agents:builder"):
