@@ -432,8 +432,8 @@ class RunConfig(BaseModel):
         The driver does it once, as it builds the run's configuration, so its threads, the Ray runners (whose
         working folder is their node's, not the driver's) and the run's saved ``config.json`` all name the same
         files. ``out`` and agent or ``--state-check`` references stay as given, since records, summaries and the
-        resume hint show them; a Ray runner resolves those against the driver's folder itself
-        (``runtime.executors.ray._Job``)."""
+        resume hint show them; a Ray runner resolves those, and JudgeAgent's ``--kb`` and llmeval's SQLite
+        ``--bank-db``, against the driver's folder where it opens them (:mod:`runtime.driver_folder`)."""
         if self.prompts:
             self.prompts = os.path.abspath(self.prompts)
         stores = self.stores
