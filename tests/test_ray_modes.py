@@ -218,6 +218,59 @@ def test_a_relative_sqlite_bank_db_is_the_drivers_bank_on_the_ray_runners(
     assert f"imported into {bank_db};" in (run_dir / "bank_source.txt").read_text()
 
 
+def test_judgeagent_without_kb_extends_from_the_questions_references_on_the_ray_runners_not_the_sample_kb(
+    cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path
+) -> None:
+    """JudgeAgent with no ``--kb`` and questions that carry references: the driver's preparation makes the knowledge
+    base from the references after the runners started, and the runners' extension questions come from its context
+    graph (not, silently, from the shipped sample knowledge base, which no request of the run may carry)."""
+    marker = "Vellmark tide organ"
+    references = [
+        f"The {marker} is a row of bronze pipes on the Osterby pier that sound as the tide rises.",
+        f"The {marker} was cast by the foundry of Ida Brenne and tuned to the harbour bell.",
+    ]
+    data = tmp_path / "questions.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"q{i}", "question": f"Question {i} on the pier?", "answer": "bronze", "references": [ref]}
+            )
+            + "\n"
+            for i, ref in enumerate(references)
+        )
+    )
+    sample_kb = [  # the start of every paragraph of the shipped sample knowledge base
+        para[:50]
+        for p in sorted((REPO / "samples/judgeagent/kb").glob("*.md"))
+        for para in p.read_text().split("\n\n")
+        if len(para) > 50 and not para.startswith("#")
+    ]
+    bodies: list[str] = []
+
+    def spy(body: dict[str, Any]) -> dict[str, Any] | None:
+        bodies.append(json.dumps(body["messages"]))
+        return respond(body)
+
+    ray = ("--executor", "ray", "--ray-address", cluster.address, "--postgres-dsn", fresh_postgres_db("ray_kb_refs"))
+    with StandIn(respond=spy) as standin:
+        code = cli.main(
+            [
+                *("--protocol", "judgeagent", "--data", str(data), "--batch-size", "2", "--rounds", "1"),
+                *("--out", str(tmp_path / "runs"), "--skip-preflight"),
+                *[x for role in ROLES for x in (f"--{role}", standin.spec(role))],
+                *ray,
+            ]
+        )
+    assert code == 0
+    (run_dir,) = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
+    assert json.loads((run_dir / "kb_stats.json").read_text())["kb"].endswith("kb_references.jsonl")
+    assert not [b for b in bodies if any(text in b for text in sample_kb)]  # the sample KB's chunks: no request
+    asked = [b for b in bodies if "Design one question and its correct answer" in b]  # the extension questions
+    assert asked and all(marker in b for b in asked)
+    assert {e["step"] for e in _answers(run_dir) if e.get("worker")} >= {"generate_question"}  # made on a runner
+    assert records(run_dir)[0]["status"] in ("ok", "ungraded")
+
+
 def test_a_rescore_on_the_ray_runners_replays_its_source_from_a_relative_out_folder(
     cluster: RayCluster, fresh_postgres_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -276,12 +276,15 @@ class _Worker:
         else:
             self._compiled.set_result(graph)
 
-    def graph(self) -> tuple[Any, Any]:
-        """The compiled graph (waited for) and the protocol's context, made at the first unit; from then on the
-        cyclic collector leaves alone what is loaded (:func:`.threads.long_lived_heap`). The checkpointer and the
-        heap stay so until the process ends: the session kills its runners when it ends."""
+    def graph(self, params: dict[str, Any]) -> tuple[Any, Any]:
+        """The compiled graph (waited for) and the protocol's context, made at the first unit from the run's
+        parameters as the driver's preparation left them (``params``: JudgeAgent's preparation names the knowledge
+        base it made from the questions' references, after the runners started with the run's config); from then
+        on the cyclic collector leaves alone what is loaded (:func:`.threads.long_lived_heap`). The checkpointer and
+        the heap stay so until the process ends: the session kills its runners when it ends."""
         with self._graph_lock:
             if self._graph is None:
+                self.run.params.update(params)
                 self._graph = (self._compiled.result(), self.job.protocol.context(self.run))
                 self.stack.enter_context(long_lived_heap())
             return self._graph
@@ -306,10 +309,11 @@ class _UnitRunner:
         resolve_files_from(job.cwd)
         self.worker = _Worker(job)
 
-    def run_unit(self, unit: Unit) -> dict[str, Any]:
-        """Claim ``unit``, run it to its record, write a final record once. Returns the record (the final one
-        already written, if another attempt wrote it)."""
-        return _run_claimed(self.worker, unit)
+    def run_unit(self, unit: Unit, params: dict[str, Any]) -> dict[str, Any]:
+        """Claim ``unit``, run it to its record, write a final record once (``params``: the run's parameters after
+        the driver's preparation). Returns the record (the final one already written, if another attempt wrote
+        it)."""
+        return _run_claimed(self.worker, unit, params)
 
     def stop(self) -> None:
         """Refuse this runner's next requests at once (the driver's Ctrl-C or SIGTERM), grants it holds for its
@@ -326,12 +330,12 @@ class _UnitRunner:
             self.worker.limits.flush()
 
 
-def _run_claimed(worker: _Worker, unit: Unit) -> dict[str, Any]:
+def _run_claimed(worker: _Worker, unit: Unit, params: dict[str, Any]) -> dict[str, Any]:
     """The unit claimed only once its graph and checkpointer are ready (a fresh runner on a loaded node took
     longer than a lease to make them), its lease renewed from the moment it is taken; a lease lost meanwhile
     stops the unit at its next request, and the record comes back ``interrupted`` with the reason."""
     run_id = worker.run.run_dir.name
-    graph, context = worker.graph()
+    graph, context = worker.graph(params)
     claim = _claim(worker, run_id, unit.id)
     if claim.status == "final":
         return worker.claims.final_records(run_id)[unit.id].record
@@ -516,6 +520,7 @@ class RayExecutor:
 
     def __init__(self, session: RaySession, results: ResultStore) -> None:
         self.session, self.run, self.results = session, session.run, results
+        self.params = dict(self.run.params)  # as the preparation left them: the runners' contexts are made from them
         self.ready: list[dict[str, Any]] = []
         self.queued: list[Unit] = []
         self.pending: dict[Any, Unit] = {}
@@ -535,7 +540,7 @@ class RayExecutor:
             self.queued and len(self.pending) < self.run.config.concurrency and not self.stopping and not stop.stopped()
         ):
             unit = self.queued.pop()
-            self.pending[self.session.runners.send("run_unit", unit)] = unit
+            self.pending[self.session.runners.send("run_unit", unit, self.params)] = unit
 
     def ended(self) -> Iterator[dict[str, Any]]:
         for record in self.ready:
