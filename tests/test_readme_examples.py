@@ -5,7 +5,9 @@ folder, with no ``DYNEVAL_*`` or ``OPENAI_*`` variable set. Its loopback URLs (`
 for the reader's own servers and are pointed at the stand-in endpoint (:mod:`tests.standin_endpoint`), the embedded
 model's URL too: so the block must name every model it uses, and the stand-in sees exactly those model names, never
 the embedded one's. A loopback PostgreSQL address (``postgresql://USER@127.0.0.1:PORT/NAME``) stands for the
-reader's database and is pointed at an empty database of the tests' throw-away server. A block that cannot run
+reader's database and is pointed at an empty database of the tests' throw-away server. A block that talks to the
+exam server of docs/exam-server.md (``http://127.0.0.1:8765`` with ``runs/RUN_ID``) gets one, started on a free port
+over the shipped sample bank with its own stand-in judge, and the run folder it made. A block that cannot run
 offline (a real API key, a person at the keyboard) carries the comment ``# readme-test: skip REASON`` and is skipped
 with that reason; every other block must run to exit code 0.
 
@@ -21,6 +23,7 @@ import re
 import shlex
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -39,6 +42,9 @@ LOOPBACK = re.compile(r"http://127\.0\.0\.1:\d+/v1")
 MODEL_AT_LOOPBACK = re.compile(r"([\w.\-:/]+)@http://127\.0\.0\.1:\d+/v1")
 SKIP = re.compile(r"#\s*readme-test:\s*skip\b(.*)")
 POSTGRES = re.compile(r"postgresql://[\w.\-]+@127\.0\.0\.1:\d+/\w+")
+EXAM_SERVER, EXAM_RUN = "http://127.0.0.1:8765", "runs/RUN_ID"
+#: A model a block asks through the OpenAI client itself (``client.chat.completions.create(model="NAME", ...)``).
+CLIENT_MODEL = re.compile(r"completions\.create\(\s*model=\"([^\"]+)\"")
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -90,13 +96,30 @@ def test_python_block_runs_as_written_with_the_models_it_names(where, code, tmp_
     if POSTGRES.search(code):  # the throw-away server starts only for a block that names a database
         database = request.getfixturevalue("fresh_postgres_db")("readme_example")
         code = POSTGRES.sub(database, code)
-    named = set(MODEL_AT_LOOPBACK.findall(code))
+    named = set(MODEL_AT_LOOPBACK.findall(code)) | set(CLIENT_MODEL.findall(code))
+    with ExitStack() as stack:
+        if EXAM_SERVER in code:
+            from tests.test_llmeval_server_workers import Serving
+
+            judge = stack.enter_context(StandIn())
+            bank = request.getfixturevalue("fresh_postgres_db")("readme_exam_server")
+            (tmp_path / "server").mkdir()
+            server = Serving(tmp_path / "server", bank, 1, judge)
+            stack.callback(server.close)
+            code = code.replace(EXAM_SERVER, server.base).replace(EXAM_RUN, str(server.run_dir))
+        _run_block(where, code, named, tmp_path / "block")
+
+
+def _run_block(where: str, code: str, named: set[str], folder: Path) -> None:
+    """Run ``code`` as a script in the empty ``folder`` against a fresh stand-in; it must exit 0 having asked
+    exactly the models in ``named``."""
+    folder.mkdir(parents=True)
     with StandIn() as standin:
-        script = tmp_path / "example.py"
+        script = folder / "example.py"
         script.write_text(LOOPBACK.sub(standin.url, code), encoding="utf-8")
         done = subprocess.run(
             [sys.executable, str(script)],
-            cwd=tmp_path,
+            cwd=folder,
             env=_clean_env(standin.url),
             capture_output=True,
             text=True,
