@@ -53,11 +53,13 @@ GRACE_S = 30.0
 SWEEP_S = 2.0
 #: Requests one grant may serve on its runner (handed on from a request that ended to the runner's next one)
 #: where the run has no budget and the endpoint no requests-per-second limit and half its slots free.
-HAND_ON = 8
+HAND_ON = 64
 #: Seconds after its grant past which a grant is not handed on any more (well inside :data:`GRACE_S`).
 HOLD_S = 5.0
-#: Seconds a runner keeps a grant no request of its own took before it gives it back to the coordinator.
-LINGER_S = 0.05
+#: Seconds a runner keeps a grant no request of its own took before it gives it back to the coordinator: longer
+#: than a request to another endpoint takes, which a unit makes in between (an interview alternates its target and
+#: its evaluator), so the grant is still there for the unit's next request (docs/scale-out.md, "Grants handed on").
+LINGER_S = 0.5
 
 
 def coordinator_name(run_id: str) -> str:

@@ -183,3 +183,47 @@ def test_a_runner_asks_the_coordinator_about_once_per_several_requests_while_the
         assert endpoint["leases"] <= 160 / 2  # before: one round trip to the coordinator per request
     finally:
         cluster_mod.stop_coordinator(run_id)
+
+
+@ray.remote(num_cpus=1)
+def alternating_requests(run_id: str, specs: list[ModelSpec], threads: int, requests: int, latency_s: float) -> None:
+    """``threads`` threads each make ``requests`` requests of ``latency_s`` seconds, alternating between the
+    endpoints of ``specs`` (as an interview unit alternates its target's and its evaluator's requests)."""
+    from dyneval.runtime.cluster import ClusterLimits
+
+    client = ClusterLimits(run_id)
+    slots = [client.slots(spec.model_dump_json(), spec) for spec in specs]
+
+    def work() -> None:
+        for i in range(requests):
+            endpoint = slots[i % len(slots)]
+            grant = endpoint.acquire()
+            time.sleep(latency_s)
+            endpoint.release(grant)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+
+
+def test_a_runner_alternating_two_endpoints_keeps_its_grants_across_the_other_endpoints_requests(
+    cluster: RayCluster,
+) -> None:
+    """A grant waits on its runner longer than a request to the other endpoint takes, so a runner whose units
+    alternate two endpoints (requests of 0.1 s here) still asks the coordinator about once per several requests:
+    a grant kept only 50 ms went back during every other request, one round trip per request (40 leases of 40)."""
+    run_id = f"test-alternate-{uuid.uuid4().hex[:8]}"
+    specs = [ModelSpec(model=m, base_url="http://127.0.0.1:9/v1", concurrency=64) for m in ("target", "evaluator")]
+    coordinator = cluster_mod.start_coordinator(run_id)
+    try:
+        ray.get(alternating_requests.remote(run_id, specs, 4, 10, 0.1))
+        assert _until(
+            lambda: all(e["in_flight"] == 0 for e in ray.get(coordinator.stats.remote())["endpoints"].values())
+        )
+        endpoints = ray.get(coordinator.stats.remote())["endpoints"].values()
+        assert sum(e["granted"] for e in endpoints) == 40  # every request counted
+        assert sum(e["leases"] for e in endpoints) <= 40 / 2
+    finally:
+        cluster_mod.stop_coordinator(run_id)
