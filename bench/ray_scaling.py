@@ -311,6 +311,46 @@ def report(rows: list[dict[str, Any]], latency: float, cores: int) -> None:
         )
 
 
+def fixed_and_marginal(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Per central kind, PostgreSQL and the head's Ray processes, over every Ray run of the bench: its CPU split
+    into a part per second of the run (``a``, ms/s: what the process costs while the run lasts, e.g. an idle Ray
+    actor's own threads) and a part per LLM call (``b``, ms), fitted as CPU = a x wall + b x calls by non-negative
+    least squares (``scipy.optimize.nnls``). The runs differ in calls/s (latency, worker nodes), which separates
+    the two. Only the per-call part grows with the worker machines, so it is what saturates a central process."""
+    from scipy.optimize import nnls
+
+    ray_rows = [r for r in rows if r["label"] != "threads"]
+    if len({round(r["calls"] / r["wall"]) for r in ray_rows}) < 2:
+        return {}  # one call rate: the two parts cannot be told apart
+    design = [[r["wall"], r["calls"]] for r in ray_rows]
+    fits: dict[str, tuple[float, float]] = {}
+    for kind in (*CENTRAL, "postgres", "ray head"):
+        (a, b), _ = nnls(design, [r["cpu"].get(kind, 0.0) for r in ray_rows])
+        fits[kind] = (a * 1000, b * 1000)
+    return fits
+
+
+def report_fit(rows: list[dict[str, Any]], cores: int, per_machine: float) -> None:
+    """The per-second and per-call parts of the central processes (:func:`fixed_and_marginal`) and the calls/s at
+    which each saturates from them (one core each, less its per-second part), beside the driver's machine."""
+    fits = fixed_and_marginal(rows)
+    if not fits:
+        return
+    print("\ncentral CPU split over all Ray runs (CPU = a x wall + b x calls, non-negative least squares):")
+    for kind, (a, b) in fits.items():
+        cap = (1000 - a) / b if b else float("inf")
+        print(f"  {kind:<12} a = {a:6.1f} ms/s   b = {b:6.3f} ms/call   saturates at {cap:,.0f} calls/s")
+    central_b = sum(fits[k][1] for k in CENTRAL)
+    head_a = sum(a for a, _ in fits.values())
+    head_b = sum(b for _, b in fits.values())
+    machine = (cores * 1000 - head_a) / head_b if head_b else float("inf")
+    print(
+        f"  central per call (coordinator + event sink + driver, b only): {central_b:.3f} ms; the driver's machine "
+        f"({cores} cores, with PostgreSQL and Ray's head processes) saturates at {machine:,.0f} calls/s = "
+        f"{machine / per_machine:.1f} worker machines of {per_machine:.0f} calls/s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--units", type=int, default=200, help="interview units per run (default 200)")
@@ -378,6 +418,10 @@ def main() -> None:
     )
     for lat in latencies:
         report(rows[lat], lat, args.cores)
+    every = [r for lat in latencies for r in rows[lat]]
+    one_worker = [r for r in every if r["label"] == "ray, 1 worker"]
+    if one_worker:
+        report_fit(every, args.cores, min(predict(per_call_ms(r), args.cores)[0] for r in one_worker))
 
 
 if __name__ == "__main__":
