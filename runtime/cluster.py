@@ -53,11 +53,11 @@ GRACE_S = 30.0
 SWEEP_S = 2.0
 #: Requests one grant may serve on its runner (handed on from a request that ended to the runner's next one)
 #: where the run has no budget and the endpoint no requests-per-second limit and half its slots free.
-HAND_ON = 8
+HAND_ON = 32
 #: Seconds after its grant past which a grant is not handed on any more (well inside :data:`GRACE_S`).
 HOLD_S = 5.0
 #: Seconds a runner keeps a grant no request of its own took before it gives it back to the coordinator.
-LINGER_S = 0.05
+LINGER_S = 0.2
 
 
 def coordinator_name(run_id: str) -> str:
@@ -455,8 +455,9 @@ class ClusterSlots:
     when its request ends and taken by this process's next ``acquire`` without a round trip, until it served
     ``uses`` requests, was granted :data:`HOLD_S` ago, its last request was refused as overloaded, the run
     stopped here, or no request took it within :data:`LINGER_S`; then it goes back with the requests it served.
-    So a runner asks the coordinator about once per :data:`HAND_ON` requests while the endpoint has room, and
-    every request still holds one of the endpoint's slots: the limit holds as before."""
+    A request takes the grant kept last, so the grants a runner holds beyond what its requests need age out. So
+    a runner asks the coordinator about once per :data:`HAND_ON` requests while the endpoint has room, and every
+    request still holds one of the endpoint's slots: the limit holds as before."""
 
     def __init__(self, client: ClusterLimits, key: str) -> None:
         self.client, self.key = client, key
@@ -467,7 +468,8 @@ class ClusterSlots:
 
     def acquire(self, blocking: bool = True) -> int:
         with self._lock:  # once the run stopped here, kept grants only go back (at the next sweep)
-            kept = None if stop.stopped() else next((h for h in self._held.values() if h.idle_since is not None), None)
+            idle = [] if stop.stopped() else [h for h in self._held.values() if h.idle_since is not None]
+            kept = max(idle, key=lambda h: h.idle_since or 0.0, default=None)  # the last one back: the others age out
             if kept is not None:
                 kept.idle_since = None
                 self.in_flight += 1
