@@ -8,16 +8,16 @@ and doubles nothing:
 1. :meth:`EventBatches.take` marks every waiting row of the run with the byte offset at which the driver is about
    to append them (the log's end) and returns their lines, in the order they were written;
 2. the driver appends those lines to the log in one write and counts them;
-3. :meth:`EventBatches.appended` marks the taken rows appended: their text is cleared and the row stays, as a
-   tombstone, for :data:`KEEP_S` seconds, so a runner's insert retried after its first attempt committed (and
-   was taken meanwhile) is recognised and adds nothing; older tombstones go.
+3. :meth:`EventBatches.appended` marks the rows taken for that offset appended: their text is cleared and the
+   row stays, as a tombstone, for :data:`KEEP_S` seconds, so a runner's insert retried after its first attempt
+   committed (and was taken meanwhile) is recognised and adds nothing; older tombstones go.
 
-A driver killed between 1 and 3 leaves taken rows: the next session's driver, before anything runs, finds in the
-log the lines they hold at the offset they were marked with (:meth:`EventBatches.left`: all of them, the first
-ones if the kill cut the append, or none), appends the rest and counts only those (the lines already in the log
-were counted as the log was opened), then marks them appended; then it takes what the workers wrote after the
-kill. Everything is keyed by ``run_id`` (the run folder's name): runs sharing one database never see each other's
-rows. One driver drains a run at a time.
+A driver killed between 1 and 3 (or whose step 1 raised after its update committed) leaves taken rows: the next
+session's driver, before anything runs, finds in the log the lines they hold at the offset they were marked with
+(:meth:`EventBatches.left`: all of them, the first ones if the kill cut the append, or none), appends the rest and
+counts only those (the lines already in the log were counted as the log was opened), then marks them appended;
+then it takes what the workers wrote after the kill. Everything is keyed by ``run_id`` (the run folder's name):
+runs sharing one database never see each other's rows. One driver drains a run at a time.
 """
 
 from __future__ import annotations
@@ -105,16 +105,16 @@ class EventBatches:
         )
         return "".join(lines for _, lines in sorted(rows))
 
-    def appended(self) -> None:
-        """Mark every taken batch appended (call once the log holds them) and drop the tombstones older than
-        :data:`KEEP_S`."""
+    def appended(self, offset: int | None = None) -> None:
+        """Mark the batches taken for ``offset`` appended (call once the log holds them; ``None``: every taken
+        batch, once :meth:`left` gave what the log lacked) and drop the tombstones older than :data:`KEEP_S`."""
         self._run(
             "mark batches appended",
             "WITH appended AS (UPDATE dyneval_event_batches SET events = NULL, appended_at = now() "
-            "WHERE run_id = %(run)s AND events IS NOT NULL AND log_offset IS NOT NULL) "
+            "WHERE run_id = %(run)s AND events IS NOT NULL AND log_offset = coalesce(%(offset)s, log_offset)) "
             "DELETE FROM dyneval_event_batches WHERE run_id = %(run)s AND events IS NULL "
             "AND appended_at < now() - make_interval(secs => %(keep)s)",
-            {"keep": KEEP_S},
+            {"offset": offset, "keep": KEEP_S},
         )
 
     def left(self, log: Path | None) -> str:

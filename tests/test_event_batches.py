@@ -67,7 +67,7 @@ def kill_mid_append(batches: EventBatches, log: EventLog) -> None:
     raise Killed
 
 
-def _killed() -> None:
+def _killed(*_: object) -> None:
     raise Killed
 
 
@@ -96,6 +96,22 @@ def test_a_driver_killed_anywhere_in_a_drain_leaves_a_log_the_resume_completes_w
     assert resumed_log.total().calls == 15 + 1  # and counted once (the pre-flight's ping too)
     again = resumed(path, dsn, run_id)  # a second resume finds nothing more to take in
     assert logged_ids(path) == list(range(15)) and again.total().calls == 16
+
+
+def test_rows_a_take_that_raised_marked_are_neither_lost_by_later_drains_nor_appended_twice(
+    fresh_postgres_db: Any, tmp_path: Path
+) -> None:
+    dsn, run_id, path = fresh_postgres_db("event_batches_raised"), "run-a", tmp_path / "events.jsonl"
+    log = EventLog(path)
+    with EventBatches(dsn, run_id) as worker, EventBatches(dsn, run_id) as driver:
+        write(worker, range(0, 3))
+        driver.take(0)  # its update committed, then the database stayed out of reach: the drain raised
+        log.log({"unit": "-", "role": "target", "model": "m", "step": "ping"})  # the log grew meanwhile
+        write(worker, range(3, 5))
+        drain(driver, log)  # the session went on (its stop drains): these rows, taken for the new end
+        assert logged_ids(path) == [3, 4]
+    resumed_log = resumed(path, dsn, run_id)
+    assert logged_ids(path) == list(range(5)) and resumed_log.total().calls == 5 + 1
 
 
 def test_runs_sharing_a_database_never_see_each_others_batches(fresh_postgres_db: Any, tmp_path: Path) -> None:

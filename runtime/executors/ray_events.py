@@ -80,8 +80,14 @@ def drain(batches: EventBatches, events: EventLog) -> None:
     """Append to the driver's ``events`` and count what the workers wrote since the last drain (one drain of a
     run at a time): taken, appended, then marked appended, so a kill at any point loses and doubles nothing
     (:mod:`stores.event_batches`)."""
-    if events.append_taken(batches.take):
-        batches.appended()
+    offsets: list[int] = []
+
+    def take(offset: int) -> str:
+        offsets.append(offset)
+        return batches.take(offset)
+
+    if events.append_taken(take):
+        batches.appended(offsets[0])  # only these: rows a take that raised marked for another offset wait for a resume
 
 
 def take_in_left(batches: EventBatches, events: EventLog) -> None:
