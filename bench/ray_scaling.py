@@ -63,9 +63,9 @@ def _cpu_ticks(pid: int) -> int | None:
 
 
 #: A process's kind by its command line (Ray names an actor's process ``ray::Class`` or ``ray::Class.method``).
-ACTOR_KINDS = {"ray::_UnitRunner": "runner", "ray::Coordinator": "coordinator", "ray::_EventSink": "event sink"}
+ACTOR_KINDS = {"ray::_UnitRunner": "runner", "ray::Coordinator": "coordinator"}
 #: The parts on the driver's machine whose CPU a run pays once, however many worker machines it has.
-CENTRAL = ("coordinator", "event sink", "driver")
+CENTRAL = ("coordinator", "driver")
 
 
 def _kind(pid: int, party: str) -> str:
@@ -266,9 +266,9 @@ def per_call_ms(row: dict[str, Any]) -> dict[str, float]:
 
 def predict(ms: dict[str, float], cores: int) -> tuple[float, float, str, float]:
     """From one Ray run's CPU per call: calls/s one worker machine of ``cores`` cores gives (its unit runners and
-    its Ray processes), the calls/s at which the first central part saturates (the coordinator, the event sink and
-    the driver are one process each, so one core each at most; the driver's machine, also of ``cores`` cores,
-    holds them with PostgreSQL and the head's Ray processes), that part, and the worker machines it takes."""
+    its Ray processes), the calls/s at which the first central part saturates (the coordinator and the driver are
+    one process each, so one core each at most; the driver's machine, also of ``cores`` cores, holds them with
+    PostgreSQL and the head's Ray processes), that part, and the worker machines it takes."""
     per_machine = cores * 1000 / max(ms.get("runner", 0.0) + ms.get("ray workers", 0.0), 1e-9)
     head = sum(ms.get(k, 0.0) for k in (*CENTRAL, "postgres", "ray head"))
     caps = {part: 1000 / ms[part] for part in CENTRAL if ms.get(part)}
@@ -277,7 +277,7 @@ def predict(ms: dict[str, float], cores: int) -> tuple[float, float, str, float]
     return per_machine, caps[part], part, caps[part] / per_machine
 
 
-KINDS = ("runner", "coordinator", "event sink", "driver", "postgres", "ray head", "ray workers", "stand-in")
+KINDS = ("runner", "coordinator", "driver", "postgres", "ray head", "ray workers", "stand-in")
 
 
 def report(rows: list[dict[str, Any]], latency: float, cores: int) -> None:
@@ -345,7 +345,7 @@ def report_fit(rows: list[dict[str, Any]], cores: int, per_machine: float) -> No
     head_b = sum(b for _, b in fits.values())
     machine = (cores * 1000 - head_a) / head_b if head_b else float("inf")
     print(
-        f"  central per call (coordinator + event sink + driver, b only): {central_b:.3f} ms; the driver's machine "
+        f"  central per call (coordinator + driver, b only): {central_b:.3f} ms; the driver's machine "
         f"({cores} cores, with PostgreSQL and Ray's head processes) saturates at {machine:,.0f} calls/s = "
         f"{machine / per_machine:.1f} worker machines of {per_machine:.0f} calls/s"
     )

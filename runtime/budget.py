@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dyneval.runtime import stop
 from dyneval.runtime.events import Usage
-from dyneval.runtime.pricing import Pricing
 from dyneval.state.errors import InputError
+
+if TYPE_CHECKING:  # a Ray run's coordinator imports this module: not the model layer the pricing needs
+    from dyneval.runtime.pricing import Pricing
 
 
 class BudgetSpent(stop.StopRequested):

@@ -457,8 +457,9 @@ class ClusterSlots:
     when its request ends and taken by this process's next ``acquire`` without a round trip, until it served
     ``uses`` requests, was granted :data:`HOLD_S` ago, its last request was refused as overloaded, the run
     stopped here, or no request took it within :data:`LINGER_S`; then it goes back with the requests it served.
-    So a runner asks the coordinator about once per :data:`HAND_ON` requests while the endpoint has room, and
-    every request still holds one of the endpoint's slots: the limit holds as before."""
+    A request takes the grant kept last, so the grants a runner holds beyond what its requests need age out. So
+    a runner asks the coordinator about once per :data:`HAND_ON` requests while the endpoint has room, and every
+    request still holds one of the endpoint's slots: the limit holds as before."""
 
     def __init__(self, client: ClusterLimits, key: str) -> None:
         self.client, self.key = client, key
@@ -469,7 +470,8 @@ class ClusterSlots:
 
     def acquire(self, blocking: bool = True) -> int:
         with self._lock:  # once the run stopped here, kept grants only go back (at the next sweep)
-            kept = None if stop.stopped() else next((h for h in self._held.values() if h.idle_since is not None), None)
+            idle = [] if stop.stopped() else [h for h in self._held.values() if h.idle_since is not None]
+            kept = max(idle, key=lambda h: h.idle_since or 0.0, default=None)  # the last one back: the others age out
             if kept is not None:
                 kept.idle_since = None
                 self.in_flight += 1

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dyneval.stores.files import append_line, drop_torn_tail, read_records
+from dyneval.stores.files import append_line, append_text, drop_torn_tail, read_records
 
 if TYPE_CHECKING:
     from dyneval.runtime.pricing import Pricing
@@ -197,10 +199,21 @@ class EventLog:
             if self.path is not None:
                 append_line(self.path, event)
 
-    def tally(self, event: dict[str, Any]) -> None:
-        """Count one exchange that is already in this log's file (a Ray run's event sink appended it)."""
+    def append_taken(self, take: Callable[[int], str]) -> int:
+        """Append and count the JSON lines ``take(end)`` returns (exchanges logged in other processes: a Ray
+        run's workers), ``end`` being the log's size in bytes as they are taken, where they will start; no other
+        append comes between. Returns how many exchanges were appended."""
         with self._lock:
-            self._keep(event)
+            end = self.path.stat().st_size if self.path is not None and self.path.exists() else 0
+            lines = take(end)
+            if not lines:
+                return 0
+            if self.path is not None:
+                append_text(self.path, lines)
+            events = [json.loads(line) for line in lines.split("\n") if line]  # not splitlines: a line may hold U+2028
+            for event in events:
+                self._keep(event)
+            return len(events)
 
     def _keep(self, event: dict[str, Any]) -> None:
         self._count(event)

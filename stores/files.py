@@ -1,11 +1,10 @@
 """Run files a kill can cut: whole files written atomically, JSONL logs whose torn last line is dropped.
 
-A JSONL log is only ever appended to, one ``write`` of ``line + "\\n"`` per record, under an exclusive ``flock``
-on the file, so processes appending to one log (a Ray run's driver and its event sink) never interleave lines.
-A kill can cut the last write short; :func:`drop_torn_tail` removes such a line
-(and says so) before the next append, so every append starts on a fresh line
-and a torn record never swallows the one written after it. A folder the user cannot write is bad input naming it
-(:func:`writable`).
+A JSONL log is only ever appended to, by one process (a Ray run's workers' exchanges reach ``events.jsonl``
+through its driver), one ``write`` of ``line + "\\n"`` per record or batch of records. A kill can cut the last
+write short; :func:`drop_torn_tail` removes such a line (and says so) before the next append, so every append
+starts on a fresh line and a torn record never swallows the one written after it. A folder the user cannot write
+is bad input naming it (:func:`writable`).
 """
 
 from __future__ import annotations
@@ -13,17 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dyneval.state.errors import InputError
-
-if sys.platform == "win32":  # one write per line still, without the lock (no Ray event sink appends there)
-    flock = None
-else:
-    from fcntl import LOCK_EX, flock
 
 _BLOCK = 1 << 16
 
@@ -99,24 +92,25 @@ def drop_torn_tail(path: Path) -> str | None:
     return f"{path.name}: dropped a last line cut short by a kill ({len(tail)} bytes)"
 
 
+def json_line(record: dict[str, Any]) -> str:
+    """One record as one JSON line, its newline included."""
+    return json.dumps(record, ensure_ascii=False, default=str) + "\n"
+
+
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as one JSON line (:func:`append_lines`)."""
-    append_lines(path, [record])
+    """Append one record as one JSON line (:func:`append_text`)."""
+    append_text(path, json_line(record))
 
 
-def append_lines(path: Path, records: list[dict[str, Any]]) -> None:
-    """Append records as JSON lines, in one ``write`` under an exclusive lock on the file (a buffered text
-    write splits a long line over several writes, which another process's append could come between)."""
-    line = "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records).encode()
+def append_text(path: Path, lines: str) -> None:
+    """Append whole JSON lines in one ``write`` (a buffered text write splits a long line over several)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        if flock is not None:
-            flock(fd, LOCK_EX)
-        view = memoryview(line)
-        while view:  # a regular file takes the whole line at once; a signal could still cut a write short
+        view = memoryview(lines.encode())
+        while view:  # a regular file takes the whole text at once; a signal could still cut a write short
             view = view[os.write(fd, view) :]
     finally:
-        os.close(fd)  # and the lock with it
+        os.close(fd)
 
 
 def read_records(path: Path, problems: list[str] | None = None) -> Iterator[dict[str, Any]]:

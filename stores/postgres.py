@@ -76,6 +76,29 @@ def retried(server: str, what: str, operation: Callable[[int], T], policy: Retry
     return policy.call(operation, retry_on=is_disconnect, give_up=give_up)
 
 
+def on_pool(pool: ConnectionPool[Any], server: str, what: str, operation: Callable[[Any, bool], T]) -> T:
+    """``operation(connection, again)`` on a connection of ``pool`` (:func:`retried`; ``again`` from the second
+    attempt on: the first may have committed before the restart cut its answer)."""
+
+    def attempt(n: int) -> T:
+        with pool.connection() as conn:
+            return operation(conn, n > 1)
+
+    return retried(server, what, attempt)
+
+
+def make_tables(pool: ConnectionPool[Any], server: str, what: str, schema: str) -> None:
+    """Run ``schema`` (``CREATE ... IF NOT EXISTS`` statements) on an autocommit ``pool``, one process at a time:
+    concurrent ``CREATE TABLE IF NOT EXISTS`` can collide in the catalog."""
+
+    def make(conn: Any, _: bool) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
+            conn.execute(schema)
+
+    on_pool(pool, server, f"{what}: make tables", make)
+
+
 def open_pool(dsn: str, connection_class: type[C], max_size: int | None = None, **connection: Any) -> ConnectionPool[C]:
     """A pool of at most ``max_size`` (default :data:`POOL_MAX`; more are opened only while all are busy)
     ``connection_class`` connections to ``dsn`` (``connection``: their options, e.g.

@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from dyneval.state.errors import InfraError
-from dyneval.stores.postgres import open_pool, retried, server_of
+from dyneval.stores.postgres import make_tables, on_pool, open_pool, server_of
 
 T = TypeVar("T")
 
@@ -127,15 +127,8 @@ class UnitClaims:
         self.dsn = dsn
         self.server = server_of(dsn)
         self._pool = open_pool(dsn, Connection, autocommit=True)
-
-        def make_tables(conn: Any, _: bool) -> None:
-            with conn.transaction():
-                # concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog: one creator at a time
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext('dyneval_unit_claims'))")
-                conn.execute(SCHEMA)
-
         try:
-            self._run("make tables", make_tables)
+            make_tables(self._pool, self.server, "unit claims", SCHEMA)
         except BaseException:
             self._pool.close()
             raise
@@ -156,11 +149,7 @@ class UnitClaims:
         """``operation(connection, again)`` on a connection of the pool, tried again while its connection breaks;
         ``again`` from the second attempt on (the first may have committed before the restart cut its answer)."""
 
-        def attempt(n: int) -> T:
-            with self._pool.connection() as conn:
-                return operation(conn, n > 1)
-
-        return retried(self.server, f"unit claims: {what}", attempt)
+        return on_pool(self._pool, self.server, f"unit claims: {what}", operation)
 
     def claim(self, run_id: str, unit_id: str, worker: str, lease_s: float) -> Claim:
         """Claim ``unit_id`` of ``run_id`` for ``worker`` for ``lease_s`` seconds: a unit never claimed, or whose

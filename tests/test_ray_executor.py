@@ -317,11 +317,12 @@ def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_c
     cluster: RayCluster, standin: CountingStandIn, fresh_postgres_db: Any, tmp_path: Path
 ) -> None:
     """The driver killed outright: its unit runners may finish the units they hold before Ray removes them, and
-    each exchange they log is in ``events.jsonl`` (the event sink appends it as it arrives; it used to wait in the
-    sink for the driver's next drain and die with it, so a resumed run found those units' final records with
-    their calls missing: usage undercounted). Once the sink is gone a runner stops; the unit whose call was not
-    logged is continued by the resume, which makes that call again. Ray ends every actor of the killed driver
-    (the coordinator was detached and stayed, 148 MB, on a long-lived cluster), and the resume makes its own."""
+    each exchange they log is written to the run's database, which the resume appends to ``events.jsonl`` before
+    anything runs (it used to wait in an event sink actor for the driver's next drain and die with it, so a resumed
+    run found those units' final records with their calls missing: usage undercounted). A unit whose call a
+    runner made but had not written when Ray removed it is continued by the resume, which makes that call again.
+    Ray ends every actor of the killed driver (the coordinator was detached and stayed, 148 MB, on a long-lived
+    cluster), and the resume makes its own."""
     seeds = interview_seeds(tmp_path / "seeds.jsonl")
     standin.reset()
     threads_dir, _ = _run(
@@ -366,11 +367,11 @@ def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_c
     driver.wait()
     assert any(_cluster_quiet(standin, standin.served) for _ in range(10))  # Ray removes the driver's runners
     run_dir = next(out.glob("*/results.jsonl")).parent
-    assert _actors_end(cluster, run_dir.name), "the killed driver's coordinator, event sink or runners still run"
-    unlogged = standin.served - _logged(run_dir)  # served, but the sink was gone when its worker logged it
-    # A runner sends its exchanges in batches, before each checkpoint write: what the sink never got is at most
-    # the calls of one graph step per unit in flight, and the interview's largest step (single_turn_judge: the
-    # target's answer, then the grader) makes two.
+    assert _actors_end(cluster, run_dir.name), "the killed driver's coordinator or runners still run"
+    # served, but not written by the runner that made it when Ray removed it: a runner writes its exchanges in
+    # batches, before each checkpoint write, so that is at most the calls of one graph step per unit in flight, and
+    # the interview's largest step (single_turn_judge: the target's answer, then the grader) makes two
+    unlogged = standin.served - _logged(run_dir) - _waiting(dsn, run_dir.name)
     assert 0 <= unlogged <= concurrency * CALLS_IN_LARGEST_INTERVIEW_STEP
     resumed = subprocess.run(
         [sys.executable, "run.py", *args, "--resume", run_dir.name],
@@ -392,6 +393,17 @@ def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_c
     assert summary["usage"]["calls"] == _logged(run_dir) == standin.served - unlogged
 
 
+def _waiting(dsn: str, run_id: str) -> int:
+    """Exchanges the run's workers wrote to its database that no driver appended to ``events.jsonl`` yet."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT events FROM dyneval_event_batches WHERE run_id = %s AND events IS NOT NULL", (run_id,)
+        ).fetchall()
+    return sum(text.count("\n") for (text,) in rows)
+
+
 def _actors_end(cluster: RayCluster, run_id: str) -> bool:
     """Whether the run's coordinator (by its name) and every process of the run's actors are gone, within a
     minute (Ray ends a dead driver's actors once it sees the driver gone)."""
@@ -400,7 +412,7 @@ def _actors_end(cluster: RayCluster, run_id: str) -> bool:
         try:
             ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
         except ValueError:
-            if not cluster.actor_processes("Coordinator", "_EventSink", "_UnitRunner"):
+            if not cluster.actor_processes("Coordinator", "_UnitRunner"):
                 return True
         time.sleep(0.2)
     return False

@@ -1,11 +1,11 @@
 """What keeps a Ray unit runner close to a thread's cost without giving up what the log and the checkpoints
 guarantee, on a head and one worker node started as separate ``ray start`` processes (``tests/ray_cluster.py``).
 
-What must hold: a runner has compiled the protocol's graph before the driver sends it a unit; its exchanges reach
-the driver's event sink once each, in far fewer batches than exchanges; a checkpoint is never stored before the
-exchanges that led to it are at the sink (else a unit continued from it elsewhere would hold calls the log lacks);
-and a runner asks the coordinator for a slot about once per several requests while the endpoint has room, the
-requests all counted.
+What must hold: a runner has compiled the protocol's graph before the driver sends it a unit; a checkpoint is never
+stored before the exchanges that led to it are written (else a unit continued from it elsewhere would hold calls
+the log lacks); and a runner asks the coordinator for a slot about once per several requests while the endpoint
+has room, the requests all counted. (That a runner's exchanges are written once each, in far fewer batches than
+exchanges: ``tests/test_event_batches.py``.)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.ray_cluster import RayCluster, cluster_or_skip
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
 
 from dyneval.runtime import cluster as cluster_mod  # noqa: E402
-from dyneval.runtime.executors.ray import _EventSink, _ForwardedLog, open_ray  # noqa: E402
+from dyneval.runtime.executors.ray import open_ray  # noqa: E402
 
 
 class MarkingInterview(InterviewProtocol):
@@ -43,21 +43,6 @@ class MarkingInterview(InterviewProtocol):
         with open(self.marker, "a") as out:
             out.write(f"{os.getpid()}\n")
         return super().builder()
-
-
-class CountingSink(_EventSink):
-    """The event sink, counting the batches it was sent."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.batches = 0
-
-    def put(self, events: list[dict[str, Any]]) -> None:
-        self.batches += 1
-        super().put(events)
-
-    def seen(self) -> tuple[int, list[dict[str, Any]]]:
-        return self.batches, self.take()
 
 
 @pytest.fixture(scope="module")
@@ -98,37 +83,6 @@ def test_runners_compile_the_protocols_graph_before_the_driver_sends_a_unit(
     assert builders and os.getpid() not in builders  # built in the runner's process, not the driver's
 
 
-@ray.remote(num_cpus=1)
-def log_from_threads(sink: Any, threads: int, events: int) -> None:
-    """``threads`` threads of one worker process each log ``events`` exchanges, then flush once."""
-    log = _ForwardedLog(sink, None, "w")
-
-    def work(thread: int) -> None:
-        for i in range(events):
-            log.log({"unit": f"u{thread}", "role": "target", "model": "m", "step": f"s{i}", "id": f"{thread}-{i}"})
-        log.flush()
-
-    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-
-
-def test_a_runners_exchanges_reach_the_sink_once_each_in_far_fewer_batches_than_exchanges(
-    cluster: RayCluster, tmp_path: Path
-) -> None:
-    path = tmp_path / "events.jsonl"
-    sink = ray.remote(CountingSink).options(num_cpus=0).remote(str(path))
-    ray.get(log_from_threads.remote(sink, 8, 50))
-    batches, events = ray.get(sink.seen.remote())
-    assert sorted(e["id"] for e in events) == sorted(f"{t}-{i}" for t in range(8) for i in range(50))
-    assert all(e["worker"] == "w" for e in events)
-    assert len(path.read_text().splitlines()) == 400  # appended as they arrived
-    assert batches <= 2 * 8  # a flush sends at most the batch it waited for and its own; before: one per exchange
-    ray.kill(sink)
-
-
 def test_a_checkpoint_is_not_stored_when_the_exchanges_before_it_could_not_be_sent(
     fresh_postgres_db: Any, tmp_path: Path
 ) -> None:
@@ -136,14 +90,14 @@ def test_a_checkpoint_is_not_stored_when_the_exchanges_before_it_could_not_be_se
 
     dsn = fresh_postgres_db("ray_before_write")
 
-    def sink_gone() -> None:
-        raise RuntimeError("the event sink is gone")
+    def database_gone() -> None:
+        raise RuntimeError("the exchanges cannot be written")
 
     thread = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}", "checkpoint_ns": ""}}
-    with open_checkpointer(tmp_path, dsn, before_write=sink_gone) as saver:
-        with pytest.raises(RuntimeError, match="sink is gone"):
+    with open_checkpointer(tmp_path, dsn, before_write=database_gone) as saver:
+        with pytest.raises(RuntimeError, match="cannot be written"):
             saver.put(thread, empty_checkpoint(), {}, {})  # type: ignore[arg-type]  # metadata: an empty one
-        with pytest.raises(RuntimeError, match="sink is gone"):
+        with pytest.raises(RuntimeError, match="cannot be written"):
             saver.put_writes({**thread, "configurable": {**thread["configurable"], "checkpoint_id": "c"}}, [], "task")
         assert saver.get_tuple(thread) is None  # nothing was stored
 

@@ -66,7 +66,17 @@ class _ThreadSession:
 def open_session(protocol: EvalProtocol, run: Run) -> Iterator[Session]:
     """The session ``run.executor`` names. Threads compile the graph with the run's checkpointer and run the
     units with the context the runner made; on Ray, the run's workers map the preparation's heavy work
-    (``run.services.spread`` is theirs meanwhile) and build graph and context themselves."""
+    (``run.services.spread`` is theirs meanwhile) and build graph and context themselves.
+
+    A resumed run with a PostgreSQL database first appends to its ``events.jsonl`` the exchanges its Ray workers
+    wrote there that no driver appended (:mod:`.ray_events`: its driver was killed), whichever executor resumes."""
+    dsn = run.config.stores.postgres_dsn
+    if run.resumed and dsn:
+        from dyneval.runtime.executors.ray_events import take_in_left
+        from dyneval.stores.event_batches import EventBatches
+
+        with EventBatches(dsn, run.run_dir.name) as batches:
+            take_in_left(batches, run.services.events)
     if run.executor.name == "ray":
         from dyneval.runtime.executors.ray import open_ray  # Ray is loaded for --executor ray only
 

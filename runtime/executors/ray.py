@@ -20,14 +20,17 @@ without a record unless the run stops.
 Endpoint limits (requests in flight, requests per second) and the run's budgets hold for the whole cluster
 through the run's coordinator actor (:mod:`runtime.cluster`): a worker's call layer asks it for a slot (a grant
 may serve several requests of one runner while the endpoint has room). The exchanges a worker logs go in batches
-(before each checkpoint write, at each unit's end) to an event sink actor on the driver's node that appends them
-to the run's ``events.jsonl``, so the log holds every call a checkpoint holds (with the ``worker`` that made it),
-those of a worker that died mid-unit and those made after the driver was killed included; the records come
-back to the driver, which writes ``results.jsonl``, the summary and the report as with threads. Ctrl-C or SIGTERM
-at the driver stops the coordinator and the runners (no worker sends another request), gives the units in
-flight the runner's grace period, then kills the runners; the run resumes like any other. The runners end with
-the session, so a long-lived cluster keeps nothing of a finished run; the driver owns them, the coordinator and
-the event sink, so Ray ends them all when the driver dies, even killed outright.
+(before each checkpoint write, at each unit's end) to a table in the run's PostgreSQL database, from which the
+driver appends them to the run's ``events.jsonl`` as units end (:mod:`.ray_events`, :mod:`stores.event_batches`;
+a batch used to go to an event sink actor on the driver's node: an actor call per graph step of a runner, and a
+central process whose CPU per call matched the coordinator's). So the log holds every call a checkpoint holds
+(with the ``worker`` that made it), those of a worker that died mid-unit included; those written after the driver
+was killed reach it when the run resumes. The records come back to the driver, which writes ``results.jsonl``,
+the summary and the report as with threads. Ctrl-C or SIGTERM at the driver stops the coordinator and the runners
+(no worker sends another request), gives the units in flight the runner's grace period, then kills the runners;
+the run resumes like any other. The runners end with the session, so a long-lived cluster keeps nothing of a
+finished run; the driver owns them and the coordinator, so Ray ends them all when the driver dies, even killed
+outright.
 """
 
 from __future__ import annotations
@@ -50,9 +53,9 @@ from rich.console import Console
 from dyneval.runtime import stop
 from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, start_coordinator, stop_coordinator
 from dyneval.runtime.driver_folder import resolve_files_from
-from dyneval.runtime.events import EventLog
 from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
+from dyneval.runtime.executors.ray_events import ForwardedLog, drain
 from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.library_output import LIBRARY_LOG, library_output_to
 from dyneval.runtime.models import Endpoint
@@ -65,7 +68,7 @@ from dyneval.runtime.unit import run_unit
 from dyneval.state.config import RunConfig
 from dyneval.state.errors import InfraError, InputError
 from dyneval.stores.checkpoints import open_checkpointer
-from dyneval.stores.files import append_lines
+from dyneval.stores.event_batches import EventBatches
 from dyneval.stores.results import ResultStore
 from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 
@@ -85,7 +88,6 @@ class _Job:
     protocol: Protocol
     config: RunConfig
     run_dir: str  # absolute: a runner's working folder is its node's, not the driver's
-    sink: Any  # the driver's event sink actor
     executor: ExecutorChoice  # the session's (a runner's run names where it runs, as the driver's does)
     cwd: str  # the driver's working folder, which relative files (graph:, --state-check, --kb, --bank-db) are in
 
@@ -96,83 +98,6 @@ def _postgres_dsn(config: RunConfig) -> str:
     if not config.stores.postgres_dsn:
         raise InputError("--executor ray needs --postgres-dsn", field="--executor")
     return config.stores.postgres_dsn
-
-
-class _EventSink:
-    """The Ray actor (on the driver's node) that the exchanges workers log go to: each batch is appended to the
-    run's ``events.jsonl`` as it arrives (so an exchange a worker sent is kept even if the driver dies before its
-    next drain) and kept until the driver takes it to count it."""
-
-    def __init__(self, path: str) -> None:
-        self.path = Path(path)
-        self.events: list[dict[str, Any]] = []
-
-    def put(self, events: list[dict[str, Any]]) -> None:
-        append_lines(self.path, events)
-        self.events.extend(events)
-
-    def take(self) -> list[dict[str, Any]]:
-        taken, self.events = self.events, []
-        return taken
-
-
-class _ForwardedLog(EventLog):
-    """A worker's event log: an exchange counts here at once (for the unit's record and the budget's tally) and
-    goes to the driver's sink in a batch, sent by :meth:`flush`: before each checkpoint write (so a unit continued
-    from its checkpoint elsewhere holds no call the log lacks), at the end of each unit and preparation item, and
-    on a stop. When the sink is gone, so is the driver that owned it: the worker stops, and the unit whose
-    checkpoint write found it gone is left to be continued by a resume, which makes the calls since its last
-    checkpoint again and logs them."""
-
-    def __init__(self, sink: Any, pricing: Pricing | None, worker: str) -> None:
-        super().__init__(path=None, pricing=pricing)
-        self.sink, self.worker = sink, worker
-        self._sending = threading.Condition()
-        self._batch: list[dict[str, Any]] = []
-        self._logged = self._sent = 0
-        self._busy = self._gone = False
-
-    def log(self, event: dict[str, Any]) -> None:
-        event = {**event, "worker": self.worker}
-        with self._lock:
-            self._count(event)
-        with self._sending:
-            self._batch.append(event)
-            self._logged += 1
-
-    def flush(self) -> None:
-        """Return once every exchange logged before the call is at the sink. One batch is on its way at a time;
-        the threads that flush meanwhile wait for it and the next one carries all of theirs (a group commit), so
-        a runner of many threads sends far fewer batches than exchanges."""
-        import ray
-
-        with self._sending:
-            wanted = self._logged
-            while self._sent < wanted and not self._gone:
-                if self._busy:
-                    self._sending.wait()
-                    continue
-                batch, self._batch, upto, self._busy = self._batch, [], self._logged, True
-                self._sending.release()
-                outcome = "failed"
-                try:
-                    ray.get(self.sink.put.remote(batch))
-                    outcome = "sent"
-                except ray.exceptions.RayActorError:
-                    outcome = "gone"
-                finally:
-                    self._sending.acquire()
-                    self._busy = False
-                    if outcome == "sent":
-                        self._sent = upto
-                    elif outcome == "gone":
-                        self._gone = True
-                    else:  # raised as it came: the batch goes with the next flush
-                        self._batch[:0] = batch
-                    self._sending.notify_all()
-        if self._gone:
-            stop.request_stop()
-            raise stop.StopRequested("the run's driver is gone (its event sink died)")
 
 
 class _ClusterServices(Services):
@@ -235,7 +160,8 @@ class _Worker:
         self.claims = UnitClaims(_postgres_dsn(config))
         self.limits = ClusterLimits(run_id)
         self.name = f"{self.limits.node[:12]}-{os.getpid()}"
-        self.events = events = _ForwardedLog(job.sink, Pricing.for_run(config), self.name)
+        batches = self.stack.enter_context(EventBatches(_postgres_dsn(config), run_id))
+        self.events = events = ForwardedLog(batches, Pricing.for_run(config), self.name)
         if RunLimits.of(config).any():  # only a budget reads the usage workers report with their requests
             self.limits.usage = events.by_role
         services = _ClusterServices(
@@ -353,7 +279,7 @@ def _run_claimed(worker: _Worker, unit: Unit, params: dict[str, Any]) -> dict[st
             record = run_unit(worker.job.protocol, worker.run, graph, unit, context)
         finally:
             _LEASE_LOST.reset(held)
-            worker.events.flush()  # before the final record: every exchange of the unit is at the sink
+            worker.events.flush()  # before the final record: every exchange of the unit is in the database
             worker.limits.flush()
     worker.run.services.events.release(unit.id)
     if record["status"] == "interrupted" and beat.lost.is_set():
@@ -629,24 +555,22 @@ class RayExecutor:
 
 
 class RaySession:
-    """A run's session on a Ray cluster: the connection, the run's coordinator, the event sink and the unit
-    runners, from before the protocol's preparation (which maps its heavy work over the runners through
-    :attr:`spread`) until the units are done."""
+    """A run's session on a Ray cluster: the connection, the run's coordinator and the unit runners, from before
+    the protocol's preparation (which maps its heavy work over the runners through :attr:`spread`) until the units
+    are done."""
 
-    def __init__(self, protocol: Protocol, run: Run, sink: Any) -> None:
-        self.protocol, self.run, self.sink = protocol, run, sink
+    def __init__(self, protocol: Protocol, run: Run, batches: EventBatches) -> None:
+        self.protocol, self.run, self.batches = protocol, run, batches
         self.limits = ClusterLimits(run.run_dir.name)  # the driver's: stop and budget
-        job = _Job(protocol, run.config, str(run.run_dir.resolve()), sink, run.executor, os.getcwd())
+        job = _Job(protocol, run.config, str(run.run_dir.resolve()), run.executor, os.getcwd())
         self.runners = _Runners(job, run.config.concurrency)
         self.spread = RaySpread(self.runners, run.config.concurrency, self.drain)
+        self._draining = threading.Lock()
 
     def drain(self) -> None:
-        """Count at the driver the exchanges workers sent since the last drain (the sink wrote them already)."""
-        import ray
-
-        events = self.run.services.events
-        for event in ray.get(self.sink.take.remote()):
-            events.tally(event)
+        """Append to ``events.jsonl`` and count the exchanges workers wrote since the last drain."""
+        with self._draining:
+            drain(self.batches, self.run.services.events)
 
     @contextmanager
     def units(self, builder: Any, context: Any, results: ResultStore) -> Iterator[RayExecutor]:
@@ -657,38 +581,31 @@ class RaySession:
 @contextmanager
 def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RaySession]:
     """Connect to the Ray cluster at ``address`` (``None``: start one on this machine, on 127.0.0.1), start the
-    run's coordinator and event sink on the driver's node and the unit runners, and remove them all at the end.
-    All of them are owned by this process: if it is killed, Ray ends them too."""
+    run's coordinator on the driver's node and the unit runners, and remove them all at the end. All of them are
+    owned by this process: if it is killed, Ray ends them too."""
     keep_on_loopback(effective_address(address)[0])
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     connection = None if ray.is_initialized() else _connect(address)
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     with open_checkpointer(run.run_dir, _postgres_dsn(run.config)):
         pass  # the checkpoint tables made here, once: workers making them at once collide on their migrations
     run_id = run.run_dir.name
     stop_coordinator(run_id)  # a coordinator an earlier session in this process left (its stop flag up)
-    coordinator = start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
-    sink = (
-        ray.remote(_EventSink)
-        .options(num_cpus=0, scheduling_strategy=here)
-        .remote(str(run.services.events.path.resolve() if run.services.events.path else os.devnull))
-    )
-    session = None
-    try:
-        session = RaySession(protocol, run, sink)
-        run.services.spread, run.services.remote_in_flight = session.spread, session.limits.in_flight
-        yield session
-    finally:
-        run.services.spread, run.services.remote_in_flight = LocalSpread(run.services), None
-        if session is not None:
-            session.runners.kill()
-        ray.kill(coordinator)
-        ray.kill(sink)  # type: ignore[arg-type]  # ray types a new actor as its handle or its class
-        if connection is not None:
-            ray.shutdown()
-            connection.set()
+    with EventBatches(_postgres_dsn(run.config), run_id) as batches:
+        coordinator = start_coordinator(run_id, RunLimits.of(run.config), spent=run.services.events.by_role())
+        session = None
+        try:
+            session = RaySession(protocol, run, batches)
+            run.services.spread, run.services.remote_in_flight = session.spread, session.limits.in_flight
+            yield session
+        finally:
+            run.services.spread, run.services.remote_in_flight = LocalSpread(run.services), None
+            if session is not None:
+                session.runners.kill()
+            ray.kill(coordinator)
+            if connection is not None:
+                ray.shutdown()
+                connection.set()
 
 
 def _connect(address: str | None) -> threading.Event:
