@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dyneval.stores.postgres import make_tables, on_pool, open_pool, server_of
+from dyneval.stores.postgres import TableStore
 
 #: Seconds an appended batch's row stays (its text cleared): far longer than a runner's insert is retried
 #: (:data:`stores.postgres.RECONNECT`, at most ~80 s with its connect timeouts).
@@ -50,30 +50,16 @@ CREATE INDEX IF NOT EXISTS dyneval_event_batches_appended ON dyneval_event_batch
 """
 
 
-class EventBatches:
+class EventBatches(TableStore):
     """One run's event batches in the PostgreSQL database ``dsn``, through a pool of at most ``connections``
     (autocommit; each operation tried again when its connection broke, :mod:`stores.postgres`). A runner's
     batches go one at a time, so one connection serves it."""
 
+    WHAT, SCHEMA = "event batches", SCHEMA
+
     def __init__(self, dsn: str, run_id: str, connections: int = 1) -> None:
-        from psycopg import Connection
-
-        self.run_id, self.server = run_id, server_of(dsn)
-        self._pool = open_pool(dsn, Connection, connections, autocommit=True)
-        try:
-            make_tables(self._pool, self.server, "event batches", SCHEMA)
-        except BaseException:
-            self._pool.close()
-            raise
-
-    def close(self) -> None:
-        self._pool.close()
-
-    def __enter__(self) -> EventBatches:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(dsn, connections)
+        self.run_id = run_id
 
     def _run(self, what: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """``sql`` with ``params`` and the run's id (``%(run)s``); the rows it returned, if any."""
@@ -82,7 +68,7 @@ class EventBatches:
             cursor = conn.execute(sql, {"run": self.run_id, **params})
             return cursor.fetchall() if cursor.description else []
 
-        return on_pool(self._pool, self.server, f"event batches: {what}", run)
+        return self._on_pool(what, run)
 
     def put(self, worker: str, lines: str) -> None:
         """Store one batch of ``worker``'s exchanges (``lines``: their JSON lines); once, however often the

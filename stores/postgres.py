@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from dyneval.state.errors import InfraError, RetryPolicy, one_line
 
@@ -123,3 +123,38 @@ def open_pool(dsn: str, connection_class: type[C], max_size: int | None = None, 
         pool.close()
         raise
     return pool
+
+
+class TableStore:
+    """A store of its own tables in one PostgreSQL database: a pool of at most ``connections`` autocommit
+    connections (:func:`open_pool`), the tables of :attr:`SCHEMA` made as it opens (:func:`make_tables`), and each
+    operation run on the pool and tried again when its connection broke (:meth:`_on_pool`). A subclass names its
+    tables' purpose (:attr:`WHAT`, in messages) and their schema."""
+
+    WHAT: ClassVar[str]
+    SCHEMA: ClassVar[str]
+
+    def __init__(self, dsn: str, connections: int | None = None) -> None:
+        from psycopg import Connection
+
+        self.dsn, self.server = dsn, server_of(dsn)
+        self._pool = open_pool(dsn, Connection, connections, autocommit=True)
+        try:
+            make_tables(self._pool, self.server, self.WHAT, self.SCHEMA)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _on_pool(self, what: str, operation: Callable[[Any, bool], T]) -> T:
+        """``operation(connection, again)`` on a connection of the pool, tried again while its connection breaks;
+        ``again`` from the second attempt on (the first may have committed before the restart cut its answer)."""
+        return on_pool(self._pool, self.server, f"{self.WHAT}: {what}", operation)

@@ -30,15 +30,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from dyneval.state.errors import InfraError
-from dyneval.stores.postgres import make_tables, on_pool, open_pool, server_of
+from dyneval.stores.postgres import TableStore
 
-T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS dyneval_unit_claims (
@@ -113,7 +111,7 @@ class FinalRecord:
     written_at: datetime
 
 
-class UnitClaims:
+class UnitClaims(TableStore):
     """Claims, leases and final records of units in one PostgreSQL database (``dsn``), shared by every worker.
 
     A pool of connections per instance (autocommit), each operation on one of them and tried again when it broke
@@ -121,35 +119,10 @@ class UnitClaims:
     DSN, so a Ray task can be handed one and connects on its worker, through the same pool and retries.
     """
 
-    def __init__(self, dsn: str) -> None:
-        from psycopg import Connection
-
-        self.dsn = dsn
-        self.server = server_of(dsn)
-        self._pool = open_pool(dsn, Connection, autocommit=True)
-        try:
-            make_tables(self._pool, self.server, "unit claims", SCHEMA)
-        except BaseException:
-            self._pool.close()
-            raise
+    WHAT, SCHEMA = "unit claims", SCHEMA
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UnitClaims, (self.dsn,)
-
-    def close(self) -> None:
-        self._pool.close()
-
-    def __enter__(self) -> UnitClaims:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _run(self, what: str, operation: Callable[[Any, bool], T]) -> T:
-        """``operation(connection, again)`` on a connection of the pool, tried again while its connection breaks;
-        ``again`` from the second attempt on (the first may have committed before the restart cut its answer)."""
-
-        return on_pool(self._pool, self.server, f"unit claims: {what}", operation)
 
     def claim(self, run_id: str, unit_id: str, worker: str, lease_s: float) -> Claim:
         """Claim ``unit_id`` of ``run_id`` for ``worker`` for ``lease_s`` seconds: a unit never claimed, or whose
@@ -176,11 +149,11 @@ class UnitClaims:
                 return Claim("claimed", Lease(run_id, unit_id, worker, token, float(lease_s)))
             return Claim("held", holder=holder, expires_at=expires_at)
 
-        return self._run("claim", claim)
+        return self._on_pool("claim", claim)
 
     def heartbeat(self, lease: Lease) -> bool:
         """Renew ``lease`` by its ``lease_s``; ``False``: it is lost (expired, taken over or final)."""
-        return self._run(
+        return self._on_pool(
             "heartbeat",
             lambda conn, _: (
                 conn.execute(
@@ -195,7 +168,7 @@ class UnitClaims:
     def release(self, lease: Lease) -> bool:
         """Give ``lease`` up without a final record (the unit failed or was interrupted): the next claim takes
         the unit at once. ``False``: it was no longer held."""
-        return self._run(
+        return self._on_pool(
             "release",
             lambda conn, _: (
                 conn.execute(
@@ -244,11 +217,11 @@ class UnitClaims:
                     is not None
                 )
 
-        return self._run("finish", finish)
+        return self._on_pool("finish", finish)
 
     def final_records(self, run_id: str) -> dict[str, FinalRecord]:
         """The final records of ``run_id``, by unit id (in the order they were written)."""
-        rows = self._run(
+        rows = self._on_pool(
             "read final records",
             lambda conn, _: conn.execute(
                 "SELECT unit_id, record, usage, worker, token, written_at FROM dyneval_unit_finals "
@@ -260,7 +233,7 @@ class UnitClaims:
 
     def expired(self, run_id: str) -> list[str]:
         """The reaper's query: units of ``run_id`` whose lease ran out before a final record was written."""
-        rows = self._run(
+        rows = self._on_pool(
             "read expired leases",
             lambda conn, _: conn.execute(
                 "SELECT unit_id FROM dyneval_unit_claims WHERE run_id = %s AND NOT final "
