@@ -37,7 +37,6 @@ from typing import Any, Literal
 from dyneval.state.errors import InfraError
 from dyneval.stores.postgres import TableStore
 
-
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS dyneval_unit_claims (
     run_id text NOT NULL,
