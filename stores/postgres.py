@@ -65,15 +65,31 @@ def is_disconnect(exc: BaseException) -> bool:
     return False
 
 
-def retried(server: str, what: str, operation: Callable[[int], T], policy: RetryPolicy = RECONNECT) -> T:
+def retried(
+    server: str,
+    what: str,
+    operation: Callable[[int], T],
+    policy: RetryPolicy = RECONNECT,
+    pool: ConnectionPool[Any] | None = None,
+) -> T:
     """``operation(attempt)``, tried again while its connection breaks (``attempt`` counts from 1: a write that
     may have been committed before its acknowledgement was lost looks for itself from attempt 2); then an
-    :class:`InfraError` naming ``server`` and ``what`` failed."""
+    :class:`InfraError` naming ``server`` and ``what`` failed. With the ``pool`` the operation took its connection
+    from, a broken connection has the pool check its idle ones before the next attempt (a restart broke them
+    all; each would otherwise cost an attempt)."""
 
     def give_up(attempts: int, exc: Exception) -> InfraError:
         return InfraError(f"PostgreSQL {server}: {what} failed after {attempts} attempts: {one_line(exc)}")
 
-    return policy.call(operation, retry_on=is_disconnect, give_up=give_up)
+    def attempt(n: int) -> T:
+        try:
+            return operation(n)
+        except Exception as exc:
+            if pool is not None and is_disconnect(exc):
+                pool.check()  # the broken connections go, new ones are opened in the background
+            raise
+
+    return policy.call(attempt, retry_on=is_disconnect, give_up=give_up)
 
 
 def on_pool(pool: ConnectionPool[Any], server: str, what: str, operation: Callable[[Any, bool], T]) -> T:
@@ -84,7 +100,7 @@ def on_pool(pool: ConnectionPool[Any], server: str, what: str, operation: Callab
         with pool.connection() as conn:
             return operation(conn, n > 1)
 
-    return retried(server, what, attempt)
+    return retried(server, what, attempt, pool=pool)
 
 
 def make_tables(pool: ConnectionPool[Any], server: str, what: str, schema: str) -> None:
@@ -103,8 +119,10 @@ def open_pool(dsn: str, connection_class: type[C], max_size: int | None = None, 
     """A pool of at most ``max_size`` (default :data:`POOL_MAX`; more are opened only while all are busy)
     ``connection_class`` connections to ``dsn`` (``connection``: their options, e.g.
     ``autocommit=True``; ``Connection[DictRow]`` with ``row_factory=dict_row``), open once one connection is made
-    (:func:`retried`). Each connection is checked as it is handed out and replaced if broken; the caller closes
-    the pool."""
+    (:func:`retried`). A connection is not checked as it is handed out (a round trip to the server for every
+    operation: a tenth of a Ray driver's CPU, and as many extra statements for the server as operations): one that
+    broke fails its operation, which :func:`retried` tries again once the pool has checked its idle ones. The
+    caller closes the pool."""
     from psycopg_pool import ConnectionPool
 
     pool: ConnectionPool[C] = ConnectionPool(
@@ -114,7 +132,6 @@ def open_pool(dsn: str, connection_class: type[C], max_size: int | None = None, 
         min_size=1,
         max_size=max_size or POOL_MAX,
         timeout=CONNECT_TIMEOUT_S,
-        check=ConnectionPool.check_connection,
         open=False,
     )
     try:

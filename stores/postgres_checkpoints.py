@@ -68,7 +68,7 @@ class PooledSaver(PostgresSaver):
         return saver
 
     def _retried(self, what: str, operation: Callable[[], T]) -> T:
-        return retried(self.server, f"checkpoint {what}", lambda _: operation())
+        return retried(self.server, f"checkpoint {what}", lambda _: operation(), pool=self.pool)
 
     def setup(self) -> None:
         """Make or migrate the tables, one process at a time: ``PostgresSaver.setup`` run by two processes at once

@@ -18,7 +18,9 @@ import psycopg
 import pytest
 
 from dyneval import cli
+from dyneval.state.errors import RetryPolicy
 from dyneval.stores.checkpoints import open_checkpointer
+from dyneval.stores.postgres import open_pool, retried
 from dyneval.stores.unit_claims import UnitClaims
 from tests.golden_runs import REPO, ROLES, respond
 from tests.pg_server import PgServer
@@ -90,6 +92,31 @@ def test_the_unit_claims_and_the_checkpointer_go_on_after_a_server_restart(pg: P
         assert claims.finish(lease, {"unit_id": "u1"}, {"calls": 1})
         pg.restart()
         assert list(claims.final_records("run")) == ["u1"]
+
+
+def test_after_a_restart_the_second_attempt_gets_a_working_connection_however_many_idle_ones_broke(
+    pg: PgServer,
+) -> None:
+    """Connections are not checked as they are handed out: the first operation after a restart meets a broken one,
+    and the pool then checks its idle ones, so the next attempt does not meet the other broken ones in turn."""
+    dsn = _fresh_database(pg, "idle")
+    pool = open_pool(dsn, psycopg.Connection, 6, autocommit=True)
+    try:
+        held = [pool.getconn() for _ in range(6)]
+        for conn in held:
+            pool.putconn(conn)  # six idle connections, each broken by the restart
+        pg.restart()
+        attempts: list[int] = []
+
+        def select(n: int) -> int:
+            attempts.append(n)
+            with pool.connection() as conn:
+                return conn.execute("SELECT 1").fetchone()[0]
+
+        assert retried("test", "select", select, RetryPolicy(max_retries=1, base_delay_s=0.5), pool=pool) == 1
+        assert attempts == [1, 2]
+    finally:
+        pool.close()
 
 
 class _CutAfterCommit:
