@@ -8,8 +8,9 @@ and doubles nothing:
 1. :meth:`EventBatches.take` marks every waiting row of the run with the byte offset at which the driver is about
    to append them (the log's end) and returns their lines, in the order they were written;
 2. the driver appends those lines to the log in one write and counts them;
-3. :meth:`EventBatches.appended` marks the rows taken for that offset appended: their text is cleared and the
-   row stays, as a tombstone, for :data:`KEEP_S` seconds, so a runner's insert retried after its first attempt
+3. the rows taken for that offset are marked appended, by the next drain's take in the same statement (one round
+   trip per drain) or, at a session's end, by :meth:`EventBatches.appended`: their text is cleared and the row
+   stays, as a tombstone, for :data:`KEEP_S` seconds, so a runner's insert retried after its first attempt
    committed (and was taken meanwhile) is recognised and adds nothing; older tombstones go.
 
 A driver killed between 1 and 3 (or whose step 1 raised after its update committed) leaves taken rows: the next
@@ -50,6 +51,17 @@ CREATE INDEX IF NOT EXISTS dyneval_event_batches_appended ON dyneval_event_batch
 """
 
 
+#: The common table expressions that mark the batches taken for the offset ``%(appended)s`` appended (every taken
+#: batch with ``%(every)s``) and drop the tombstones older than ``%(keep)s`` seconds; they touch disjoint rows
+#: (text kept, text cleared) and none a take's update touches (taken for another offset, or not yet).
+_APPENDED = (
+    "marked AS (UPDATE dyneval_event_batches SET events = NULL, appended_at = now() WHERE run_id = %(run)s "
+    "AND events IS NOT NULL AND (log_offset = %(appended)s OR (%(every)s AND log_offset IS NOT NULL))), "
+    "gone AS (DELETE FROM dyneval_event_batches WHERE run_id = %(run)s AND events IS NULL "
+    "AND appended_at < now() - make_interval(secs => %(keep)s))"
+)
+
+
 class EventBatches(TableStore):
     """One run's event batches in the PostgreSQL database ``dsn``, through a pool of at most ``connections``
     (autocommit; each operation tried again when its connection broke, :mod:`stores.postgres`). A runner's
@@ -80,14 +92,16 @@ class EventBatches(TableStore):
             {"batch": uuid.uuid4(), "worker": worker, "lines": lines},
         )
 
-    def take(self, offset: int) -> str:
+    def take(self, offset: int, appended: int | None = None) -> str:
         """The lines of every batch waiting, in the order they were written, marked as appended at ``offset`` of
-        the log (those already marked at ``offset``, by an attempt whose answer a restart cut, included)."""
+        the log (those already marked at ``offset``, by an attempt whose answer a restart cut, included); in the
+        same statement, the batches taken for the offset ``appended`` (which the log holds now) are marked
+        appended (:meth:`appended`)."""
         rows = self._run(
             "take batches",
-            "UPDATE dyneval_event_batches SET log_offset = %(offset)s WHERE run_id = %(run)s "
+            f"WITH {_APPENDED} UPDATE dyneval_event_batches SET log_offset = %(offset)s WHERE run_id = %(run)s "
             "AND events IS NOT NULL AND (log_offset IS NULL OR log_offset = %(offset)s) RETURNING seq, events",
-            {"offset": offset},
+            {"offset": offset, "appended": appended, "every": False, "keep": KEEP_S},
         )
         return "".join(lines for _, lines in sorted(rows))
 
@@ -96,11 +110,8 @@ class EventBatches(TableStore):
         batch, once :meth:`left` gave what the log lacked) and drop the tombstones older than :data:`KEEP_S`."""
         self._run(
             "mark batches appended",
-            "WITH appended AS (UPDATE dyneval_event_batches SET events = NULL, appended_at = now() "
-            "WHERE run_id = %(run)s AND events IS NOT NULL AND log_offset = coalesce(%(offset)s, log_offset)) "
-            "DELETE FROM dyneval_event_batches WHERE run_id = %(run)s AND events IS NULL "
-            "AND appended_at < now() - make_interval(secs => %(keep)s)",
-            {"offset": offset, "keep": KEEP_S},
+            f"WITH {_APPENDED} SELECT 1",
+            {"appended": offset, "every": offset is None, "keep": KEEP_S},
         )
 
     def left(self, log: Path | None) -> str:

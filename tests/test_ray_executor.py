@@ -38,6 +38,7 @@ from dyneval.runtime.cluster import NAMESPACE, coordinator_name  # noqa: E402
 from dyneval.runtime.executors.choice import ExecutorChoice  # noqa: E402
 from dyneval.runtime.runner import execute, open_run  # noqa: E402
 from dyneval.state.config import ModelSpec, RunConfig, StoreConfig  # noqa: E402
+from dyneval.stores.event_batches import EventBatches  # noqa: E402
 from dyneval.stores.unit_claims import UnitClaims  # noqa: E402
 from tests.ray_cluster import RayCluster, cluster_or_skip  # noqa: E402
 from tests.ray_runs import interview_seeds  # noqa: E402
@@ -371,7 +372,7 @@ def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_c
     # served, but not written by the runner that made it when Ray removed it: a runner writes its exchanges in
     # batches, before each checkpoint write, so that is at most the calls of one graph step per unit in flight, and
     # the interview's largest step (single_turn_judge: the target's answer, then the grader) makes two
-    unlogged = standin.served - _logged(run_dir) - _waiting(dsn, run_dir.name)
+    unlogged = standin.served - _logged(run_dir) - _waiting(dsn, run_dir.name, run_dir / "events.jsonl")
     assert 0 <= unlogged <= concurrency * CALLS_IN_LARGEST_INTERVIEW_STEP
     resumed = subprocess.run(
         [sys.executable, "run.py", *args, "--resume", run_dir.name],
@@ -393,15 +394,20 @@ def test_sigkill_of_the_driver_leaves_no_actor_loses_no_logged_call_and_resume_c
     assert summary["usage"]["calls"] == _logged(run_dir) == standin.served - unlogged
 
 
-def _waiting(dsn: str, run_id: str) -> int:
-    """Exchanges the run's workers wrote to its database that no driver appended to ``events.jsonl`` yet."""
+def _waiting(dsn: str, run_id: str, log: Path) -> int:
+    """Exchanges the run's workers wrote to its database that ``log`` (the run's ``events.jsonl``) lacks: those
+    no driver took yet, and those a driver took that its log does not hold (taken rows stay unmarked until the
+    next drain)."""
     import psycopg
 
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT events FROM dyneval_event_batches WHERE run_id = %s AND events IS NOT NULL", (run_id,)
+            "SELECT events FROM dyneval_event_batches WHERE run_id = %s AND events IS NOT NULL AND log_offset IS NULL",
+            (run_id,),
         ).fetchall()
-    return sum(text.count("\n") for (text,) in rows)
+    with EventBatches(dsn, run_id) as batches:
+        taken = batches.left(log)
+    return sum(text.count("\n") for (text,) in rows) + taken.count("\n")
 
 
 def _actors_end(cluster: RayCluster, run_id: str) -> bool:

@@ -55,7 +55,7 @@ from dyneval.runtime.cluster import ClusterLimits, ClusterSlots, RunLimits, star
 from dyneval.runtime.driver_folder import resolve_files_from
 from dyneval.runtime.executors.choice import ExecutorChoice
 from dyneval.runtime.executors.ray_address import effective_address, keep_on_loopback
-from dyneval.runtime.executors.ray_events import ForwardedLog, drain
+from dyneval.runtime.executors.ray_events import Drain, ForwardedLog
 from dyneval.runtime.executors.threads import long_lived_heap
 from dyneval.runtime.library_output import LIBRARY_LOG, library_output_to
 from dyneval.runtime.models import Endpoint
@@ -77,6 +77,11 @@ from dyneval.stores.unit_claims import Claim, Heartbeat, UnitClaims
 LEASE_S = 10.0
 #: How often a unit (or a preparation item) is sent again after its runner died or (a unit) gave it back.
 TASK_RETRIES = 5
+#: Seconds between the driver's drains of the workers' exchanges (:class:`.ray_events.Drain`), which count the
+#: usage of the units that ended: their records wait for the next one, so one drain serves all the units that end
+#: meanwhile, not one each (a database statement each, the driver's largest cost per unit). Their final records
+#: are in the database already (a killed driver loses none), and their slots go to the next units at once.
+DRAIN_S = 0.2
 #: Seconds the driver waits for ``ray.init`` to join an existing cluster whose port answered.
 CONNECT_S = 60.0
 
@@ -452,6 +457,8 @@ class RayExecutor:
         self.pending: dict[Any, Unit] = {}
         self.tries: dict[str, int] = {}
         self.stopping = False
+        self.undrained: list[dict[str, Any]] = []  # ended units' records, waiting for the next drain
+        self.drained = 0.0  # time.monotonic() of the last drain
 
     def submit(self, units: list[Unit]) -> None:
         finals = UnitClaims(_postgres_dsn(self.run.config))
@@ -474,15 +481,27 @@ class RayExecutor:
         while self.pending:
             with raised_as_received():
                 yield from self._collect(timeout=0.25)
+        yield from self._drained()
         if self.queued:  # the stop came: nothing more is started
             raise stop.StopRequested("no unit is started after the stop")
 
     def _collect(self, timeout: float) -> Iterator[dict[str, Any]]:
-        """The records of the units that ended (within ``timeout``); their slots go to the next units first."""
+        """The records of the units that ended (within ``timeout``), once the exchanges they logged were drained
+        (at most :data:`DRAIN_S` later); their slots go to the next units first."""
+        if self.undrained:  # they wait no longer than DRAIN_S for units that end meanwhile
+            timeout = min(timeout, max(0.0, self.drained + DRAIN_S - time.monotonic()))
         done = _ended(list(self.pending), timeout)
-        self.session.drain()  # a worker logs each exchange before its call returns: the ended units' are here
-        records = [r for r in (self._record(ref, self.pending.pop(ref)) for ref in done) if r is not None]
+        self.undrained += [r for r in (self._record(ref, self.pending.pop(ref)) for ref in done) if r is not None]
         self._top_up()
+        if time.monotonic() - self.drained >= DRAIN_S:  # and the log keeps up with units still running
+            yield from self._drained()
+
+    def _drained(self) -> Iterator[dict[str, Any]]:
+        """Drain the workers' exchanges (a worker logs each before its unit's call returns: the ended units' are
+        there), then keep the records that waited for it."""
+        self.session.drain()
+        self.drained = time.monotonic()
+        records, self.undrained = self.undrained, []
         for record in records:
             yield self._keep(record)
 
@@ -548,7 +567,7 @@ class RayExecutor:
         if self.pending:
             self.session.runners.kill()  # what still runs after the grace: its process goes, its lease runs out
             yield from self._collect(timeout=grace_s)
-        self.session.drain()
+        yield from self._drained()
 
     def working(self) -> bool:
         return bool(self.pending)
@@ -566,11 +585,17 @@ class RaySession:
         self.runners = _Runners(job, run.config.concurrency)
         self.spread = RaySpread(self.runners, run.config.concurrency, self.drain)
         self._draining = threading.Lock()
+        self._drain = Drain(batches, run.services.events)
 
     def drain(self) -> None:
         """Append to ``events.jsonl`` and count the exchanges workers wrote since the last drain."""
         with self._draining:
-            drain(self.batches, self.run.services.events)
+            self._drain()
+
+    def drained(self) -> None:
+        """The session's last drain is done: its rows are marked appended."""
+        with self._draining:
+            self._drain.close()
 
     @contextmanager
     def units(self, builder: Any, context: Any, results: ResultStore) -> Iterator[RayExecutor]:
@@ -598,6 +623,7 @@ def open_ray(protocol: Protocol, run: Run, address: str | None) -> Iterator[RayS
             session = RaySession(protocol, run, batches)
             run.services.spread, run.services.remote_in_flight = session.spread, session.limits.in_flight
             yield session
+            session.drained()
         finally:
             run.services.spread, run.services.remote_in_flight = LocalSpread(run.services), None
             if session is not None:

@@ -76,18 +76,34 @@ class ForwardedLog(EventLog):
             raise stop.StopRequested(f"the run's exchanges cannot be written: {self._gone}")
 
 
-def drain(batches: EventBatches, events: EventLog) -> None:
-    """Append to the driver's ``events`` and count what the workers wrote since the last drain (one drain of a
-    run at a time): taken, appended, then marked appended, so a kill at any point loses and doubles nothing
-    (:mod:`stores.event_batches`)."""
-    offsets: list[int] = []
+class Drain:
+    """Appends to the driver's ``events`` and counts what the workers wrote since the last drain (called by one
+    thread at a time): taken, appended, then marked appended, so a kill at any point loses and doubles nothing
+    (:mod:`stores.event_batches`). A drain's rows are marked by the next drain's take, in its statement: one round
+    trip per drain; :meth:`close` marks the last ones."""
 
-    def take(offset: int) -> str:
-        offsets.append(offset)
-        return batches.take(offset)
+    def __init__(self, batches: EventBatches, events: EventLog) -> None:
+        self.batches, self.events = batches, events
+        self._unmarked: int | None = None  # the offset the last rows appended were taken for, not yet marked
 
-    if events.append_taken(take):
-        batches.appended(offsets[0])  # only these: rows a take that raised marked for another offset wait for a resume
+    def __call__(self) -> None:
+        offsets: list[int] = []
+
+        def take(offset: int) -> str:
+            lines = self.batches.take(offset, appended=self._unmarked)
+            self._unmarked = None  # marked by the statement that took these
+            offsets.append(offset)
+            return lines
+
+        if self.events.append_taken(take):
+            # only these: rows a take that raised marked for another offset wait for a resume
+            self._unmarked = offsets[0]
+
+    def close(self) -> None:
+        """Mark the last drain's rows appended (else a resume would find them in the log and mark them then)."""
+        if self._unmarked is not None:
+            self.batches.appended(self._unmarked)
+            self._unmarked = None
 
 
 def take_in_left(batches: EventBatches, events: EventLog) -> None:
@@ -95,4 +111,6 @@ def take_in_left(batches: EventBatches, events: EventLog) -> None:
     lacks (the rest it holds was counted as it was opened), then what the workers wrote after the kill."""
     events.append_taken(lambda _: batches.left(events.path))
     batches.appended()
-    drain(batches, events)
+    drain = Drain(batches, events)
+    drain()
+    drain.close()
