@@ -10,7 +10,9 @@ replies, in its own process, ``--latencies`` seconds per request). Every run, th
 a fresh database of one throw-away PostgreSQL server (Ray requires it; the thread pool uses the same store so
 only the executor differs). Per run: wall seconds of ``execute``, LLM calls (the run's usage), calls/s, and the
 CPU seconds of each party over the run, sampled from ``/proc`` every 0.25 s (user + system; a process that ends
-during the run keeps its last sample): the driver (this process, the sampling thread's own CPU left out), the
+during the run keeps its last sample): the driver (this process, the sampling thread's own CPU left out) until
+its end-of-run summary, report and viewer, those apart (``report``: once per run and after the calls, paid by the
+thread pool too, so not what saturates as worker machines are added), the
 Ray head's and the worker nodes' process trees, PostgreSQL, and the stand-in. CPU
 per unit is everything but the stand-in (which a real endpoint would not charge to this machine). Before the
 measured runs, each executor (each new cluster) runs ``2 x --concurrency`` units unmeasured, so the nodes' caches
@@ -41,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 
 from dyneval.protocols.interview import InterviewProtocol  # noqa: E402
+from dyneval.runtime import runner  # noqa: E402
 from dyneval.runtime.embedded import free_port  # noqa: E402
 from dyneval.runtime.executors.choice import ExecutorChoice  # noqa: E402
 from dyneval.runtime.runner import execute, open_run  # noqa: E402
@@ -209,12 +212,22 @@ def one_run(
     protocol = InterviewProtocol()
     run = open_run(protocol, config, run_id=None, console=Console(quiet=True), executor=choice)
     sampler = TreeCPU({name: pid for name, pid in parties.items() if name != "driver"})
+    finish, finishing = runner._finish, []
+
+    def timed(*args: Any) -> dict[str, Any]:
+        finishing.append(time.process_time())
+        return finish(*args)
+
     sampler.start()
     driver, started = time.process_time(), time.perf_counter()
-    summary = execute(protocol, run, skip_preflight=True)
-    wall = time.perf_counter() - started
+    runner._finish = timed  # type: ignore[assignment]
+    try:
+        summary = execute(protocol, run, skip_preflight=True)
+    finally:
+        runner._finish = finish  # type: ignore[assignment]
+    wall, ended = time.perf_counter() - started, time.process_time()
     cpu = sampler.stop()
-    cpu = {"driver": time.process_time() - driver - sampler.sampler_s, **cpu}
+    cpu = {"driver": finishing[0] - driver - sampler.sampler_s, "report": ended - finishing[0], **cpu}
     counts = summary["status_counts"]
     if counts.get("ok", 0) != sum(counts.values()):
         records = [json.loads(line) for line in (run.run_dir / "results.jsonl").read_text().splitlines()]
@@ -277,7 +290,7 @@ def predict(ms: dict[str, float], cores: int) -> tuple[float, float, str, float]
     return per_machine, caps[part], part, caps[part] / per_machine
 
 
-KINDS = ("runner", "coordinator", "driver", "postgres", "ray head", "ray workers", "stand-in")
+KINDS = ("runner", "coordinator", "driver", "report", "postgres", "ray head", "ray workers", "stand-in")
 
 
 def report(rows: list[dict[str, Any]], latency: float, cores: int) -> None:
