@@ -224,7 +224,7 @@ def one_run(
     try:
         summary = execute(protocol, run, skip_preflight=True)
     finally:
-        runner._finish = finish  # type: ignore[assignment]
+        runner._finish = finish
     wall, ended = time.perf_counter() - started, time.process_time()
     cpu = sampler.stop()
     cpu = {"driver": finishing[0] - driver - sampler.sampler_s, "report": ended - finishing[0], **cpu}
@@ -293,25 +293,54 @@ def predict(ms: dict[str, float], cores: int) -> tuple[float, float, str, float]
 KINDS = ("runner", "coordinator", "driver", "report", "postgres", "ray head", "ray workers", "stand-in")
 
 
-def report(rows: list[dict[str, Any]], latency: float, cores: int) -> None:
+#: What a unit runner imports and builds as it starts, beyond Ray (``_Worker``): timed in a fresh process.
+STARTING = """
+import time
+import ray
+started = time.process_time()
+import langchain_openai
+import langgraph.checkpoint.postgres
+import psycopg_pool
+import dyneval.runtime.executors.ray
+from dyneval.protocols.interview import InterviewProtocol
+InterviewProtocol().builder().compile()
+print(time.process_time() - started)
+"""
+
+
+def runner_start_s() -> float:
+    """CPU seconds a unit runner spends starting (:data:`STARTING`), the least of three fresh processes: every
+    Ray run starts its runners anew, while the thread pool's process (this one) imported all of it before its
+    measured runs."""
+    return min(
+        float(subprocess.run([sys.executable, "-c", STARTING], capture_output=True, text=True, check=True).stdout)
+        for _ in range(3)
+    )
+
+
+def report(rows: list[dict[str, Any]], latency: float, cores: int, start_s: float) -> None:
+    """The runs at one latency, the threads' first; ``runner x`` is a Ray runner's CPU per call against the
+    thread pool's, and ``after start`` the same less each runner's start (``start_s``, :func:`runner_start_s`)."""
     base = next(r for r in rows if r["label"] == "threads")
     base_rate, base_ms = base["calls"] / base["wall"], per_call_ms(base)
     print(f"\nstand-in latency {latency:g} s; CPU in ms per LLM call by process kind")
     print(
         f"{'executor':<15} {'ok/units':>9} {'calls':>6} {'wall s':>6} {'calls/s':>7} {'x thr':>5} "
         + " ".join(f"{k:>11}" for k in KINDS)
-        + f" {'central':>7} {'runner x':>8} {'units/runner max/min':>20}"
+        + f" {'central':>7} {'runner x':>8} {'after start':>11} {'units/runner max/min':>20}"
     )
     for r in rows:
         rate, ms = r["calls"] / r["wall"], per_call_ms(r)
         central = sum(ms.get(k, 0.0) for k in CENTRAL) if r["label"] != "threads" else 0.0
         spread = r["per_runner"]
         balance = f"{max(spread.values())}/{min(spread.values())}" if spread else "-"
+        started = start_s * 1000 * len(spread) / max(r["calls"], 1)  # ms per call
         print(
             f"{r['label']:<15} {r['ok']:>4}/{r['units']:<4} {r['calls']:>6} {r['wall']:>6.1f} {rate:>7.1f} "
             f"{rate / base_rate:>5.2f} "
             + " ".join(f"{ms.get(k, 0.0):>11.3f}" for k in KINDS)
-            + f" {central:>7.3f} {ms.get('runner', 0.0) / base_ms['runner']:>8.2f} {balance:>20}"
+            + f" {central:>7.3f} {ms.get('runner', 0.0) / base_ms['runner']:>8.2f}"
+            + f" {(ms.get('runner', 0.0) - started) / base_ms['runner']:>11.2f} {balance:>20}"
         )
     for r in rows:
         if r["label"] == "threads":
@@ -429,8 +458,10 @@ def main() -> None:
         f"interview, {args.units} units, --concurrency {args.concurrency}, {os.cpu_count()} cores; "
         f"1-min load average at the start: {load:.2f}"
     )
+    start_s = runner_start_s()
+    print(f"a unit runner's start (imports, graph; beyond Ray's import): {start_s:.2f} s of CPU")
     for lat in latencies:
-        report(rows[lat], lat, args.cores)
+        report(rows[lat], lat, args.cores, start_s)
     every = [r for lat in latencies for r in rows[lat]]
     one_worker = [r for r in every if r["label"] == "ray, 1 worker"]
     if one_worker:
