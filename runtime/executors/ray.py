@@ -458,7 +458,7 @@ class RayExecutor:
         self.tries: dict[str, int] = {}
         self.stopping = False
         self.undrained: list[dict[str, Any]] = []  # ended units' records, waiting for the next drain
-        self.drained = 0.0  # time.monotonic() of the last drain
+        self.last_drain = 0.0  # time.monotonic() of the last drain
 
     def submit(self, units: list[Unit]) -> None:
         finals = UnitClaims(_postgres_dsn(self.run.config))
@@ -489,18 +489,18 @@ class RayExecutor:
         """The records of the units that ended (within ``timeout``), once the exchanges they logged were drained
         (at most :data:`DRAIN_S` later); their slots go to the next units first."""
         if self.undrained:  # they wait no longer than DRAIN_S for units that end meanwhile
-            timeout = min(timeout, max(0.0, self.drained + DRAIN_S - time.monotonic()))
+            timeout = min(timeout, max(0.0, self.last_drain + DRAIN_S - time.monotonic()))
         done = _ended(list(self.pending), timeout)
         self.undrained += [r for r in (self._record(ref, self.pending.pop(ref)) for ref in done) if r is not None]
         self._top_up()
-        if time.monotonic() - self.drained >= DRAIN_S:  # and the log keeps up with units still running
+        if time.monotonic() - self.last_drain >= DRAIN_S:  # and the log keeps up with units still running
             yield from self._drained()
 
     def _drained(self) -> Iterator[dict[str, Any]]:
         """Drain the workers' exchanges (a worker logs each before its unit's call returns: the ended units' are
         there), then keep the records that waited for it."""
         self.session.drain()
-        self.drained = time.monotonic()
+        self.last_drain = time.monotonic()
         records, self.undrained = self.undrained, []
         for record in records:
             yield self._keep(record)
